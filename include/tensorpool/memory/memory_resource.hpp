@@ -1,0 +1,69 @@
+#pragma once
+// MemoryResource: the one interface every source, allocator and adaptor implements.
+//
+// Non-virtual interface: allocate/deallocate validate arguments once, here, and call the private hooks.
+// Contract for every implementation:
+//   - allocate returns a pointer aligned to `alignment` with at least `bytes` usable bytes, or throws
+//     tp::OutOfMemoryError (a std::bad_alloc) and stays consistent and usable;
+//   - deallocate(ptr, bytes) takes back exactly a pointer this resource returned with the same `bytes`;
+//     it never throws;
+//   - stats(), trim() and reset_peak() are thread-safe, as are allocate/deallocate.
+// Adaptors own their upstream when constructed from a std::unique_ptr and borrow it when given a reference.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "tensorpool/memory/allocation_tag.hpp"
+#include "tensorpool/memory/memory_stats.hpp"
+
+namespace tp::memory {
+
+// Alignment used when a caller does not ask for one; also the granularity of the sub-allocators.
+inline constexpr std::size_t kDefaultAlignment = 256;
+
+class MemoryResource {
+ public:
+  explicit MemoryResource(std::string name) : name_(std::move(name)) {}
+  virtual ~MemoryResource() = default;
+  MemoryResource(const MemoryResource&) = delete;
+  MemoryResource& operator=(const MemoryResource&) = delete;
+
+  // Throws tp::InvalidArgument for bytes == 0, an alignment that is not a power of two or exceeds
+  // max_alignment(), or a size that overflows when rounded; tp::OutOfMemoryError when memory runs out.
+  void* allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment,
+                 const AllocationTag& tag = {});
+  // ptr == nullptr is a no-op. `bytes` must be the size passed to allocate.
+  void deallocate(void* ptr, std::size_t bytes) noexcept;
+
+  // Returns cached free memory to the source; the number of bytes given back.
+  std::size_t trim() { return do_trim(); }
+  MemoryStats stats() const { return do_stats(); }
+  // Peaks restart from the current values (in use, reserved, requested).
+  void reset_peak() { do_reset_peak(); }
+
+  const std::string& name() const noexcept { return name_; }
+  // Largest alignment allocate() honours.
+  virtual std::size_t max_alignment() const noexcept { return kDefaultAlignment; }
+
+ private:
+  virtual void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) = 0;
+  virtual void do_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  virtual std::size_t do_trim() { return 0; }
+  virtual MemoryStats do_stats() const = 0;
+  virtual void do_reset_peak() {}
+
+  std::string name_;
+};
+
+// The largest size any resource accepts: rounding it up to a page or a 2 MiB granule must not overflow.
+inline constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 56;
+
+// Rounds `value` up to a multiple of `multiple` (a power of two). Caller guarantees no overflow.
+constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
+  return (value + multiple - 1) & ~(multiple - 1);
+}
+
+constexpr bool is_power_of_two(std::size_t value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
+
+}  // namespace tp::memory

@@ -1,0 +1,64 @@
+#pragma once
+// tp::OutOfMemoryError: thrown when a memory stack cannot serve a request. It is a std::bad_alloc, so code
+// that handles allocation failure generically still works, and it carries a structured report that the
+// layers of the stack fill on the way up (the allocator: sizes and fragmentation; the tracking adaptor: the
+// largest live allocations; the stack: the device name). what() is rebuilt from the report and tells a
+// fragmentation failure apart from a real shortage, with the remedy that fits.
+
+#include <cstddef>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorpool/memory/allocation_tag.hpp"
+
+namespace tp {
+
+struct LiveAllocation {
+  std::size_t bytes = 0;
+  memory::AllocationTag tag;
+};
+
+struct OutOfMemoryReport {
+  std::string device;                       // "sim:0"; empty when the stack has no device
+  std::string allocator;                    // resource that refused, e.g. "bfc"
+  std::size_t requested_bytes = 0;          // as asked by the caller
+  std::size_t rounded_bytes = 0;            // after the allocator's rounding
+  memory::AllocationTag request_tag;        // what the failed request was for
+  std::optional<std::size_t> limit_bytes;   // hard wall, if any
+  std::size_t in_use_bytes = 0;
+  std::size_t reserved_bytes = 0;
+  std::size_t largest_free_block = 0;       // largest block servable without growing
+  std::vector<LiveAllocation> largest_live; // biggest outstanding allocations, largest first
+  std::string detail;                       // extra words from the refusing layer (e.g. the OS error)
+
+  // Bytes that could still hold data: limit - in use, or reserved - in use without a limit.
+  std::size_t free_bytes() const noexcept;
+  // 1 - largest_free_block / free_bytes (0 when nothing is free).
+  double fragmentation() const noexcept;
+  // True when enough memory is free in total but no single block is large enough.
+  bool is_fragmentation() const noexcept;
+};
+
+class OutOfMemoryError : public std::bad_alloc {
+ public:
+  explicit OutOfMemoryError(OutOfMemoryReport report);
+
+  const OutOfMemoryReport& report() const noexcept { return report_; }
+  // Lets upper layers add what they know (device, live tags); what() follows.
+  template <typename Mutator>
+  void amend(Mutator&& mutate) {
+    mutate(report_);
+    message_ = render(report_);
+  }
+  const char* what() const noexcept override { return message_.c_str(); }
+
+  static std::string render(const OutOfMemoryReport& report);
+
+ private:
+  OutOfMemoryReport report_;
+  std::string message_;
+};
+
+}  // namespace tp

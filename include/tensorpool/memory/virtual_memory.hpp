@@ -1,0 +1,33 @@
+#pragma once
+// VirtualMemory: a physical-memory source that can back a reserved address range page by page, the way
+// CUDA's VMM (cuMemAddressReserve + cuMemMap) or mmap(PROT_NONE) + mprotect do. The ExpandableArena is
+// built on it. Only committed bytes count against the capacity; reserved address space is free.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace tp::memory {
+
+class VirtualMemory {
+ public:
+  virtual ~VirtualMemory() = default;
+
+  virtual const std::string& name() const noexcept = 0;
+  // Commit/decommit unit; reserve sizes and commit offsets are multiples of it.
+  virtual std::size_t granularity() const noexcept = 0;
+  // Hard wall on committed bytes, if any.
+  virtual std::optional<std::size_t> capacity() const noexcept = 0;
+  virtual std::size_t committed_bytes() const noexcept = 0;
+
+  // Address space only: nothing is committed. Throws tp::DeviceError when the OS refuses.
+  virtual void* reserve(std::size_t bytes) = 0;
+  virtual void unreserve(void* base, std::size_t bytes) noexcept = 0;
+  // Backs [ptr, ptr + bytes) with memory. Throws tp::OutOfMemoryError when the capacity would be exceeded
+  // or the OS refuses; nothing is committed then.
+  virtual void commit(void* ptr, std::size_t bytes) = 0;
+  // Gives the pages back; their contents are lost.
+  virtual void decommit(void* ptr, std::size_t bytes) noexcept = 0;
+};
+
+}  // namespace tp::memory

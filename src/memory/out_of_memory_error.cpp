@@ -1,0 +1,69 @@
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "tensorpool/core/units.hpp"
+
+namespace tp {
+
+std::size_t OutOfMemoryReport::free_bytes() const noexcept {
+  const std::size_t ceiling = limit_bytes.has_value() ? *limit_bytes : reserved_bytes;
+  return ceiling > in_use_bytes ? ceiling - in_use_bytes : 0;
+}
+
+double OutOfMemoryReport::fragmentation() const noexcept {
+  const std::size_t free = free_bytes();
+  if (free == 0) return 0.0;
+  const std::size_t largest = largest_free_block < free ? largest_free_block : free;
+  return 1.0 - static_cast<double>(largest) / static_cast<double>(free);
+}
+
+bool OutOfMemoryReport::is_fragmentation() const noexcept {
+  return free_bytes() >= rounded_bytes && largest_free_block < rounded_bytes;
+}
+
+OutOfMemoryError::OutOfMemoryError(OutOfMemoryReport report)
+    : report_(std::move(report)), message_(render(report_)) {}
+
+std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
+  std::ostringstream text;
+  char percent[16];
+  std::snprintf(percent, sizeof percent, "%.1f%%", report.fragmentation() * 100.0);
+
+  text << "[memory] out of memory";
+  if (!report.device.empty()) text << " on " << report.device;
+  if (!report.allocator.empty()) text << " (allocator " << report.allocator << ")";
+  text << ": tried to allocate " << format_bytes(report.requested_bytes);
+  if (report.rounded_bytes != report.requested_bytes) text << " (" << format_bytes(report.rounded_bytes) << " rounded)";
+  if (!report.request_tag.empty()) text << " for " << report.request_tag.describe();
+  text << ".\n  limit " << (report.limit_bytes ? format_bytes(*report.limit_bytes) : std::string("none"))
+       << ", in use " << format_bytes(report.in_use_bytes) << ", reserved " << format_bytes(report.reserved_bytes)
+       << ", free " << format_bytes(report.free_bytes()) << ", largest free block "
+       << format_bytes(report.largest_free_block) << ", fragmentation " << percent << ".";
+  if (!report.detail.empty()) text << "\n  " << report.detail;
+
+  if (report.is_fragmentation()) {
+    text << "\n  Cause: fragmentation. " << format_bytes(report.free_bytes())
+         << " are free in total but no single block holds the request. Use the expandable allocator"
+         << " (TP_ALLOCATOR=expandable), which maps pages on demand and has no slivers, or call trim() between"
+         << " phases whose shapes change.";
+  } else {
+    text << "\n  Cause: real shortage: live data alone needs more than the limit. Reduce the batch size,"
+         << " free tensors you no longer need, or raise the limit (MemoryConfig::limit_bytes / fraction,"
+         << " TP_MEMORY_FRACTION).";
+    if (report.reserved_bytes > report.in_use_bytes) {
+      text << " Cached free memory (" << format_bytes(report.reserved_bytes - report.in_use_bytes)
+           << ") was already offered back to the source before failing.";
+    }
+  }
+  if (!report.largest_live.empty()) {
+    text << "\n  Largest live allocations:";
+    for (const LiveAllocation& live : report.largest_live) {
+      text << "\n    " << format_bytes(live.bytes) << "  " << live.tag.describe();
+    }
+  }
+  return text.str();
+}
+
+}  // namespace tp

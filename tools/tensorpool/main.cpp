@@ -1,0 +1,26 @@
+// tensorpool: the command-line tool. Each subcommand lives in its own file and registers itself here.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <new>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tensorpool: a deep-learning runtime in which device memory is a first-class citizen"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tensorpool 0.1.0");
+  tp::cli::add_replay_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const std::bad_alloc& error) {
+    std::cerr << "tensorpool: " << error.what() << '\n';
+    return 3;
+  } catch (const std::exception& error) {
+    std::cerr << "tensorpool: " << error.what() << '\n';
+    return 2;
+  }
+  return 0;
+}
