@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 TRACE ?= bench/traces/data/training.csv
 
-.PHONY: all deps configure build run test bench sanitize clean
+.PHONY: all deps configure build run test bench sanitize tsan clean
 
 all: build
 
@@ -35,5 +35,14 @@ sanitize: deps
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
 	@cd $(SANITIZE_DIR) && ctest -j $(JOBS) -L memory --output-on-failure --timeout 900
 
+# The concurrency-heavy memory tests under ThreadSanitizer.
+TSAN_DIR ?= build-tsan
+TSAN_TESTS ?= concurrency_test bfc_allocator_test expandable_arena_test adaptors_test
+tsan: deps
+	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DTP_SANITIZE=thread -DTP_BUILD_BENCH=OFF \
+	  -DTP_BUILD_TOOLS=OFF > $(TSAN_DIR).configure.log 2>&1 || (cat $(TSAN_DIR).configure.log; exit 1)
+	@cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TESTS)
+	@set -e; for test in $(TSAN_TESTS); do echo "tsan: $$test"; TSAN_OPTIONS=halt_on_error=1 $(TSAN_DIR)/tests/$$test --gtest_brief=1; done
+
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(BUILD_DIR).configure.log $(SANITIZE_DIR).configure.log
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(TSAN_DIR) *.configure.log

@@ -1,0 +1,27 @@
+#pragma once
+// AllocationObserver: the hook the profiler attaches to a TrackingAdaptor to see every allocation and free
+// as it happens. Kept minimal on purpose: a pointer, its requested size and, on allocate, its tag.
+//
+// Calls arrive in the order the adaptor serves them (a free of a pointer is reported before any later
+// allocation that reuses it), under the adaptor's lock: implementations must be quick, must not throw and
+// must not call back into the adaptor they observe.
+
+#include <cstddef>
+
+#include "tensorpool/memory/allocation_tag.hpp"
+
+namespace tp::memory {
+
+class AllocationObserver {
+ public:
+  virtual ~AllocationObserver() = default;
+  virtual void on_allocate(void* ptr, std::size_t bytes, const AllocationTag& tag) noexcept = 0;
+  virtual void on_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+
+ protected:
+  AllocationObserver() = default;
+  AllocationObserver(const AllocationObserver&) = default;
+  AllocationObserver& operator=(const AllocationObserver&) = default;
+};
+
+}  // namespace tp::memory

@@ -1,0 +1,67 @@
+#pragma once
+// MemoryConfig: how a device's memory stack is built (see memory_stack.hpp), after TensorFlow's GPU
+// options: preallocate the budget up front (the default) or grow on demand (allow_growth); a budget given as
+// a fraction of the device's capacity or in bytes; which allocator; BFC's garbage collection and split
+// threshold; whether allocations are tracked. apply_env_overrides() lets an operator change the policy,
+// allocator and fraction without touching code; every bad value is an error, never silently ignored.
+
+#include <cstddef>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/bfc_allocator.hpp"
+
+namespace tp::memory {
+
+enum class AllocatorKind { bfc, expandable, system };
+
+// "bfc", "expandable", "system".
+std::string_view to_string(AllocatorKind kind) noexcept;
+
+struct MemoryConfig {
+  static constexpr std::size_t kDefaultSplitThreshold = 128 * kMiB;
+
+  std::string device = "host";                      // names the stack in reports and OOM errors
+  // preallocate: BFC takes the whole budget as one region at first use (TensorFlow's default); the
+  // expandable arena keeps freed pages committed up to the budget until trim(). grow: BFC grows region by
+  // region (allow_growth); the arena gives freed pages back beyond a few MiB. system ignores it.
+  GrowthPolicy policy = GrowthPolicy::preallocate;
+  std::optional<double> fraction;                   // budget as a fraction of the source's capacity, (0, 1]
+  std::optional<std::size_t> limit_bytes;           // budget in bytes; exclusive with fraction
+  AllocatorKind allocator = AllocatorKind::bfc;
+  bool garbage_collection = true;                   // BFC: free wholly free regions and retry before an OOM
+  std::optional<std::size_t> split_threshold;       // BFC: split also when the leftover is >= this;
+                                                    // kDefaultSplitThreshold when unset
+  std::optional<double> split_fraction;             // BFC: split threshold = split_fraction x budget, in (0, 1]
+                                                    // (TensorFlow's fragmentation_fraction); exclusive with
+                                                    // split_threshold
+  bool tracking = true;                             // per-allocation records (TrackingAdaptor) for profiles/OOMs
+
+  // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] or not
+  // finite, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,
+  // split_threshold == 0, split_fraction outside (0, 1] or set together with split_threshold, an out-of-range
+  // enum value.
+  void validate() const;
+};
+
+// Bytes the stack may hold: limit_bytes when set, else fraction x capacity, else the whole capacity.
+// Validates the config first. Throws tp::InvalidArgument when the budget cannot be known (no limit_bytes and
+// no capacity), exceeds the capacity, or comes out below 256 bytes.
+std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::size_t> capacity);
+
+using GetEnv = std::function<const char*(const char*)>;
+
+// Reads, when set:
+//   TP_ALLOW_GROWTH     true|false|1|0|yes|no (any case) -> policy grow | preallocate
+//   TP_ALLOCATOR        bfc|expandable|system (any case) -> allocator
+//   TP_MEMORY_FRACTION  a decimal number in (0, 1]       -> fraction; it replaces limit_bytes (an operator's
+//                                                          override wins over the budget set in code)
+// Surrounding spaces are ignored. An empty or malformed value throws tp::InvalidArgument naming the
+// variable, its value and the accepted values. `get_env` is injectable for tests.
+MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);
+
+}  // namespace tp::memory

@@ -1,0 +1,42 @@
+#pragma once
+// ResourceAdaptor: the base of the one-concern wrappers (limiting, statistics, tracking, failure callback).
+// It holds the upstream, owned through a std::unique_ptr or borrowed through a reference, and forwards
+// everything an adaptor does not change: allocate (with its AllocationTag), deallocate, trim, stats,
+// reset_peak and max_alignment. A derived adaptor overrides only the hooks its concern touches.
+//
+// Invariant: upstream_ refers to a live resource for the adaptor's whole life; when owned_upstream_ is set,
+// upstream_ refers to it.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "tensorpool/memory/memory_resource.hpp"
+
+namespace tp::memory {
+
+class ResourceAdaptor : public MemoryResource {
+ public:
+  MemoryResource& upstream() noexcept { return upstream_; }
+  const MemoryResource& upstream() const noexcept { return upstream_; }
+  std::size_t max_alignment() const noexcept override { return upstream_.max_alignment(); }
+
+ protected:
+  // Owns the upstream; throws tp::InvalidArgument naming this adaptor when it is null.
+  ResourceAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name);
+  // Borrows the upstream, which must outlive this adaptor.
+  ResourceAdaptor(MemoryResource& upstream, std::string name);
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
+  void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  std::size_t do_trim() override;
+  MemoryStats do_stats() const override;
+  void do_reset_peak() override;
+
+  // Immutable after construction.
+  std::unique_ptr<MemoryResource> owned_upstream_;  // null when borrowed
+  MemoryResource& upstream_;
+};
+
+}  // namespace tp::memory

@@ -1,0 +1,147 @@
+#include "tensorpool/memory/memory_config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "tensorpool/core/error.hpp"
+
+namespace tp::memory {
+namespace {
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())) != 0) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())) != 0) text.remove_suffix(1);
+  return text;
+}
+
+std::string lower(std::string_view text) {
+  std::string result(text);
+  std::transform(result.begin(), result.end(), result.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return result;
+}
+
+[[noreturn]] void bad_variable(const char* variable, const char* value, std::string_view accepted) {
+  TP_THROW(InvalidArgument, "memory", variable, "='", value, "' is not valid; accepted values: ", accepted,
+           " (unset the variable to keep the configured value)");
+}
+
+GrowthPolicy parse_allow_growth(const char* value) {
+  const std::string word = lower(trim(value));
+  if (word == "true" || word == "1" || word == "yes") return GrowthPolicy::grow;
+  if (word == "false" || word == "0" || word == "no") return GrowthPolicy::preallocate;
+  bad_variable("TP_ALLOW_GROWTH", value, "true, false, 1, 0, yes, no");
+}
+
+AllocatorKind parse_allocator(const char* value) {
+  const std::string word = lower(trim(value));
+  for (AllocatorKind kind : {AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system}) {
+    if (word == to_string(kind)) return kind;
+  }
+  bad_variable("TP_ALLOCATOR", value, "bfc, expandable, system");
+}
+
+double parse_fraction(const char* value) {
+  const std::string_view text = trim(value);
+  double fraction = 0.0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), fraction);
+  const bool parsed = !text.empty() && error == std::errc{} && end == text.data() + text.size();
+  if (!parsed || !std::isfinite(fraction) || fraction <= 0.0 || fraction > 1.0) {
+    bad_variable("TP_MEMORY_FRACTION", value, "a decimal number in (0, 1], e.g. 0.5");
+  }
+  return fraction;
+}
+
+}  // namespace
+
+std::string_view to_string(AllocatorKind kind) noexcept {
+  switch (kind) {
+    case AllocatorKind::bfc: return "bfc";
+    case AllocatorKind::expandable: return "expandable";
+    case AllocatorKind::system: return "system";
+  }
+  return "unknown";
+}
+
+void MemoryConfig::validate() const {
+  if (device.empty()) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig::device is empty; name the device, e.g. \"host\" or \"sim:0\"");
+  }
+  if (fraction.has_value() && limit_bytes.has_value()) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": both fraction (", *fraction,
+             ") and limit_bytes (", *limit_bytes, ") are set; set only one of them");
+  }
+  if (fraction.has_value() && (!std::isfinite(*fraction) || *fraction <= 0.0 || *fraction > 1.0)) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": fraction = ", *fraction,
+             " is outside (0, 1]; use e.g. 0.9 for 90% of the device's capacity");
+  }
+  if (limit_bytes.has_value() && (*limit_bytes == 0 || *limit_bytes > kMaxAllocationBytes)) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": limit_bytes = ", *limit_bytes,
+             " is outside [1, ", kMaxAllocationBytes, "]; give the budget in bytes, e.g. 8 GiB = ", 8 * kGiB);
+  }
+  if (policy != GrowthPolicy::preallocate && policy != GrowthPolicy::grow) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": policy = ", static_cast<int>(policy),
+             " is not a GrowthPolicy; use GrowthPolicy::preallocate or GrowthPolicy::grow");
+  }
+  if (allocator != AllocatorKind::bfc && allocator != AllocatorKind::expandable &&
+      allocator != AllocatorKind::system) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": allocator = ", static_cast<int>(allocator),
+             " is not an AllocatorKind; use bfc, expandable or system");
+  }
+  if (split_threshold.has_value() && *split_threshold == 0) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device,
+             ": split_threshold = 0 would split every chunk; leave it unset for the default of ",
+             format_bytes(kDefaultSplitThreshold), " or give a positive size");
+  }
+  if (split_fraction.has_value()) {
+    if (!(std::isfinite(*split_fraction) && *split_fraction > 0.0 && *split_fraction <= 1.0)) {
+      TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": split_fraction = ", *split_fraction,
+               " is outside (0, 1]; give the share of the budget a chunk may waste before it is split, e.g. 0.05");
+    }
+    if (split_threshold.has_value()) {
+      TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": split_threshold and split_fraction are"
+               " both set; set one of them (split_fraction x budget is the threshold)");
+    }
+  }
+}
+
+std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::size_t> capacity) {
+  config.validate();
+  std::size_t limit = 0;
+  if (config.limit_bytes.has_value()) {
+    limit = *config.limit_bytes;
+    if (capacity.has_value() && limit > *capacity) {
+      TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device, ": limit_bytes = ", format_bytes(limit),
+               " exceeds the source's capacity of ", format_bytes(*capacity),
+               "; lower limit_bytes or use fraction instead");
+    }
+  } else if (!capacity.has_value()) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device,
+             ": the source has no known capacity, so the budget cannot be derived",
+             config.fraction ? " from fraction" : "", "; set limit_bytes");
+  } else {
+    const double share = config.fraction.value_or(1.0);
+    limit = static_cast<std::size_t>(std::floor(static_cast<double>(*capacity) * share));
+    limit = std::min(limit, *capacity);
+  }
+  if (limit < kDefaultAlignment) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device, ": the budget comes out at ", limit,
+             " bytes, below the minimum of ", kDefaultAlignment, "; raise limit_bytes or fraction");
+  }
+  return limit;
+}
+
+MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env) {
+  if (const char* value = get_env("TP_ALLOW_GROWTH"); value != nullptr) config.policy = parse_allow_growth(value);
+  if (const char* value = get_env("TP_ALLOCATOR"); value != nullptr) config.allocator = parse_allocator(value);
+  if (const char* value = get_env("TP_MEMORY_FRACTION"); value != nullptr) {
+    config.fraction = parse_fraction(value);
+    config.limit_bytes.reset();
+  }
+  return config;
+}
+
+}  // namespace tp::memory

@@ -1,0 +1,38 @@
+#include "tensorpool/memory/resource_adaptor.hpp"
+
+#include <utility>
+
+#include "tensorpool/core/error.hpp"
+
+namespace tp::memory {
+namespace {
+
+MemoryResource& checked(const std::unique_ptr<MemoryResource>& upstream, const std::string& name) {
+  if (upstream == nullptr) {
+    TP_THROW(InvalidArgument, "memory", name, ": the upstream resource is null; pass the resource to wrap");
+  }
+  return *upstream;
+}
+
+}  // namespace
+
+ResourceAdaptor::ResourceAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name)
+    : MemoryResource(std::move(name)), owned_upstream_(std::move(upstream)),
+      upstream_(checked(owned_upstream_, this->name())) {}
+
+ResourceAdaptor::ResourceAdaptor(MemoryResource& upstream, std::string name)
+    : MemoryResource(std::move(name)), upstream_(upstream) {}
+
+void* ResourceAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+  return upstream_.allocate(bytes, alignment, tag);
+}
+
+void ResourceAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept { upstream_.deallocate(ptr, bytes); }
+
+std::size_t ResourceAdaptor::do_trim() { return upstream_.trim(); }
+
+MemoryStats ResourceAdaptor::do_stats() const { return upstream_.stats(); }
+
+void ResourceAdaptor::do_reset_peak() { upstream_.reset_peak(); }
+
+}  // namespace tp::memory
