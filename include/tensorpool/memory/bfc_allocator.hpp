@@ -1,0 +1,187 @@
+#pragma once
+// BfcAllocator: TensorFlow's best-fit-with-coalescing allocator, sub-allocating regions obtained from a
+// source MemoryResource.
+//
+// Algorithm. Requests are rounded up to a multiple of kGranularity (256 bytes), which is also the largest
+// alignment served (region bases come from the source aligned to 256 and every chunk starts at a multiple
+// of 256 from its region's base). Memory is obtained from the source in regions; each region is cut into
+// chunks. A request takes the smallest free chunk that fits (best fit, ties broken by lowest address); the
+// chunk is split when it is at least twice the rounded request, or when the leftover is at least
+// options.split_threshold, otherwise it is handed out whole. On free, the chunk merges with free address
+// neighbours (coalescing). When no free chunk fits, a new region is obtained: with GrowthPolicy::grow its
+// size starts at initial_region_bytes and doubles with each new region (at least the rounded request, never
+// past limit_bytes - reserved); with GrowthPolicy::preallocate the first region is the whole limit, obtained
+// at the first allocate (limit_bytes is rounded down to 256 throughout). When the source refuses a region,
+// the size backs off by x0.9 while it still holds the request. When growing fails and garbage_collection
+// is on, wholly free regions are returned to the source and growing is tried once more; after that the
+// request fails with tp::OutOfMemoryError and the allocator stays usable.
+//
+// Data structures and their invariants (check_invariants() verifies all of them):
+//   - chunks_: storage for every Chunk, addressed by ChunkHandle (an index). Unused slots form a free list
+//     through Chunk::next starting at free_chunk_slots_, so splitting and merging allocate nothing once the
+//     vector has grown.
+//   - regions_: sorted by base address, disjoint. The chunks of a region, linked by prev/next in address
+//     order, cover it without gaps or overlap; no two adjacent chunks are both free. Region::handles maps
+//     each 256-byte slot to the chunk starting there (kInvalidChunk where no chunk starts), which is how
+//     deallocate finds a chunk from a pointer in O(log regions). Its cost is host memory: 4 bytes per 256
+//     reserved (1/64 of the reserved bytes; a 16 GiB region costs 256 MiB of host RAM), as in TensorFlow.
+//   - bins_: bin i holds exactly the free chunks whose size is in [256 << i, 256 << (i + 1)) (the last bin
+//     is unbounded), ordered by (size, address). Every free chunk is in exactly one bin; no in-use chunk is.
+//   - stats_: bytes_in_use == sum of in-use chunk sizes, bytes_requested == sum of their requested sizes,
+//     bytes_reserved == sum of region sizes <= limit_bytes.
+//
+// Stats notes: largest_free_block is the largest free chunk (computed on demand from the top non-empty
+// bin): any request whose rounded size is at most that is served without touching the source.
+// largest_alloc is the largest request as asked (before rounding). num_retries counts requests served only
+// after garbage collection returned free regions to the source.
+//
+// deallocate of a pointer this allocator did not hand out (or already took back), or with a `bytes` other
+// than the one passed to allocate, is memory corruption: it prints a message naming the allocator and the
+// pointer to stderr and calls std::abort().
+//
+// Thread safety: every public member is thread-safe; one mutex guards all mutable state.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <memory_resource>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/memory_stats.hpp"
+
+namespace tp::memory {
+
+enum class GrowthPolicy { preallocate, grow };
+
+struct BfcOptions {
+  std::size_t limit_bytes = 0;                          // hard wall on reserved bytes (sum of regions); > 0
+  GrowthPolicy growth = GrowthPolicy::grow;
+  bool garbage_collection = true;                       // on failure, free wholly-free regions and retry
+  std::size_t split_threshold = std::size_t{128} << 20; // split also when leftover >= this
+  std::size_t initial_region_bytes = std::size_t{2} << 20;
+};
+
+class BfcAllocator final : public MemoryResource {
+ public:
+  static constexpr std::size_t kGranularity = 256;
+  static constexpr int kNumBins = 21;
+
+  // Owns the source. Throws tp::InvalidArgument for a null source, limit_bytes < kGranularity,
+  // initial_region_bytes == 0, or a source whose max_alignment() is below kGranularity.
+  BfcAllocator(std::unique_ptr<MemoryResource> source, BfcOptions options, std::string name = "bfc");
+  // Borrows the source, which must outlive this allocator.
+  BfcAllocator(MemoryResource& source, BfcOptions options, std::string name = "bfc");
+  // Returns every region to the source (live allocations, if any, are reported on stderr and become invalid).
+  ~BfcAllocator() override;
+
+  // Snapshot types, for tests, the profiler's segment map and out-of-memory reports.
+  struct ChunkInfo {
+    std::size_t offset = 0;     // from the region base
+    std::size_t size = 0;       // chunk size (a multiple of 256)
+    std::size_t requested = 0;  // bytes asked by the caller; 0 when free
+    bool in_use = false;
+  };
+  struct RegionInfo {
+    std::uintptr_t base = 0;
+    std::size_t size = 0;
+    std::vector<ChunkInfo> chunks;  // in address order
+  };
+  // Regions in address order with their chunks.
+  std::vector<RegionInfo> regions() const;
+  // Empty string when all invariants above hold, else a description of the first violation. O(reserved / 256).
+  std::string check_invariants() const;
+
+  const BfcOptions& options() const noexcept { return options_; }
+  std::size_t max_alignment() const noexcept override { return kGranularity; }
+
+  // Bin that holds a free chunk of `bytes` (>= kGranularity): floor(log2(bytes / 256)), capped at 20.
+  static int bin_for_size(std::size_t bytes) noexcept;
+
+ private:
+  using ChunkHandle = std::uint32_t;
+  static constexpr ChunkHandle kInvalidChunk = ~ChunkHandle{0};
+  static constexpr std::uint8_t kNoBin = 0xff;
+
+  struct Chunk {
+    char* ptr = nullptr;
+    std::size_t size = 0;       // multiple of kGranularity
+    std::size_t requested = 0;  // caller's bytes while in use
+    ChunkHandle prev = kInvalidChunk;  // address neighbours within the region (next: free list when unused)
+    ChunkHandle next = kInvalidChunk;
+    std::uint8_t bin = kNoBin;  // bin index while free, kNoBin while in use or unused
+    bool in_use = false;
+  };
+  struct Region {
+    char* base = nullptr;
+    std::size_t size = 0;
+    std::vector<ChunkHandle> handles;  // one per 256-byte slot: the chunk starting there, or kInvalidChunk
+  };
+  // Orders a bin by (size, address). Transparent so a bin can be searched by SizeKey.
+  struct SizeKey {
+    std::size_t size;
+    std::uintptr_t address;
+  };
+  struct BinOrder {
+    using is_transparent = void;
+    const std::vector<Chunk>* chunks;
+    bool operator()(ChunkHandle a, ChunkHandle b) const noexcept;
+    bool operator()(ChunkHandle a, const SizeKey& b) const noexcept;
+    bool operator()(const SizeKey& a, ChunkHandle b) const noexcept;
+  };
+  using Bin = std::pmr::set<ChunkHandle, BinOrder>;
+
+  void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
+  void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  std::size_t do_trim() override;
+  MemoryStats do_stats() const override;
+  void do_reset_peak() override;
+
+  // All below require mutex_ held.
+  ChunkHandle find_chunk(std::size_t rounded) const;
+  void* use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested);
+  bool extend(std::size_t rounded);
+  char* obtain_from_source(std::size_t bytes) noexcept;  // nullptr when the source refuses
+  bool add_region(char* base, std::size_t size);
+  bool is_wholly_free(const Region& region) const noexcept;
+  bool collect_garbage(std::size_t rounded);  // frees wholly free regions if that can make room
+  std::size_t release_free_regions();
+  void split_chunk(Region& region, ChunkHandle handle, std::size_t size);
+  void merge_into(Region& region, ChunkHandle first, ChunkHandle second);
+  ChunkHandle new_chunk();
+  void recycle_chunk(ChunkHandle handle) noexcept;
+  void insert_free(ChunkHandle handle);
+  void remove_free(ChunkHandle handle) noexcept;
+  Region* region_for(const void* ptr) noexcept;
+  const Region* region_for(const void* ptr) const noexcept;
+  // The in-use chunk handed out as `ptr` with `bytes`; prints and aborts on anything else.
+  ChunkHandle chunk_for(Region* region, void* ptr, std::size_t bytes) const noexcept;
+  [[noreturn]] void abort_bad_free(const void* ptr, std::size_t bytes, const char* why) const noexcept;
+  std::size_t largest_free_chunk() const noexcept;
+  void note_peaks() noexcept;
+  [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag);
+  std::string check_region(const Region& region, std::size_t& free_chunks, std::size_t& in_use,
+                           std::size_t& requested, std::size_t& chunk_count) const;
+  std::string check_bins(std::size_t free_chunks) const;
+
+  // Immutable after construction.
+  std::unique_ptr<MemoryResource> owned_source_;  // null when the source is borrowed
+  MemoryResource& source_;
+  const BfcOptions options_;
+  const std::size_t limit_;  // options_.limit_bytes rounded down to kGranularity
+
+  // Guarded by mutex_: everything below (chunks, free-chunk list, regions, bins, growth size, stats).
+  mutable std::mutex mutex_;
+  std::vector<Chunk> chunks_;
+  ChunkHandle free_chunk_slots_ = kInvalidChunk;
+  std::vector<Region> regions_;
+  std::pmr::unsynchronized_pool_resource bin_nodes_;  // recycles bin set nodes: no malloc per op when warm
+  std::vector<Bin> bins_;
+  std::size_t next_region_bytes_;  // TF's curr_region_allocation_bytes_
+  MemoryStats stats_;
+};
+
+}  // namespace tp::memory

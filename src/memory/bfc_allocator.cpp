@@ -1,0 +1,410 @@
+// BfcAllocator: allocation, free, regions and growth. Inspection (regions(), check_invariants(), stats)
+// lives in bfc_allocator_inspect.cpp. The algorithm and invariants are described in the header.
+
+#include "tensorpool/memory/bfc_allocator.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::memory {
+namespace {
+
+MemoryResource& checked(const std::unique_ptr<MemoryResource>& source) {
+  if (source == nullptr) TP_THROW(InvalidArgument, "memory", "BfcAllocator: the source resource is null");
+  return *source;
+}
+
+constexpr std::size_t round_down(std::size_t value, std::size_t multiple) noexcept { return value & ~(multiple - 1); }
+
+// Twice `bytes`, capped at `cap` (no overflow).
+constexpr std::size_t doubled(std::size_t bytes, std::size_t cap) noexcept { return bytes > cap / 2 ? cap : bytes * 2; }
+
+}  // namespace
+
+// ---- construction ------------------------------------------------------------------------------------
+
+BfcAllocator::BfcAllocator(std::unique_ptr<MemoryResource> source, BfcOptions options, std::string name)
+    : BfcAllocator(checked(source), options, std::move(name)) {
+  owned_source_ = std::move(source);
+}
+
+BfcAllocator::BfcAllocator(MemoryResource& source, BfcOptions options, std::string name)
+    : MemoryResource(std::move(name)),
+      source_(source),
+      options_(options),
+      limit_(round_down(options.limit_bytes, kGranularity)),
+      next_region_bytes_(0) {
+  if (limit_ == 0) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": limit_bytes = ", options.limit_bytes,
+             " is below the ", kGranularity, "-byte granularity; give the allocator a positive limit");
+  }
+  if (options.initial_region_bytes == 0) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": initial_region_bytes must be positive");
+  }
+  if (source.max_alignment() < kGranularity) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": source '", source.name(), "' aligns to at most ",
+             source.max_alignment(), " bytes; the BFC allocator needs ", kGranularity);
+  }
+  next_region_bytes_ = options.growth == GrowthPolicy::preallocate
+                           ? limit_
+                           : std::min(limit_, round_up(options.initial_region_bytes, kGranularity));
+  bins_.reserve(kNumBins);
+  for (int i = 0; i < kNumBins; ++i) bins_.emplace_back(BinOrder{&chunks_}, &bin_nodes_);
+  stats_.bytes_limit = limit_;
+}
+
+BfcAllocator::~BfcAllocator() {
+  if (stats_.bytes_in_use != 0) {
+    std::fprintf(stderr, "[memory] %s: destroyed with %zu bytes still in use; those pointers are now invalid\n",
+                 name().c_str(), stats_.bytes_in_use);
+  }
+  for (const Region& region : regions_) source_.deallocate(region.base, region.size);
+}
+
+// ---- bins --------------------------------------------------------------------------------------------
+
+int BfcAllocator::bin_for_size(std::size_t bytes) noexcept {
+  const int bin = static_cast<int>(std::bit_width(bytes / kGranularity)) - 1;
+  return std::clamp(bin, 0, kNumBins - 1);
+}
+
+bool BfcAllocator::BinOrder::operator()(ChunkHandle a, ChunkHandle b) const noexcept {
+  const Chunk& x = (*chunks)[a];
+  const Chunk& y = (*chunks)[b];
+  if (x.size != y.size) return x.size < y.size;
+  return reinterpret_cast<std::uintptr_t>(x.ptr) < reinterpret_cast<std::uintptr_t>(y.ptr);
+}
+
+bool BfcAllocator::BinOrder::operator()(ChunkHandle a, const SizeKey& b) const noexcept {
+  const Chunk& x = (*chunks)[a];
+  if (x.size != b.size) return x.size < b.size;
+  return reinterpret_cast<std::uintptr_t>(x.ptr) < b.address;
+}
+
+bool BfcAllocator::BinOrder::operator()(const SizeKey& a, ChunkHandle b) const noexcept {
+  const Chunk& y = (*chunks)[b];
+  if (a.size != y.size) return a.size < y.size;
+  return a.address < reinterpret_cast<std::uintptr_t>(y.ptr);
+}
+
+void BfcAllocator::insert_free(ChunkHandle handle) {
+  Chunk& chunk = chunks_[handle];
+  const int bin = bin_for_size(chunk.size);
+  chunk.bin = static_cast<std::uint8_t>(bin);
+  bins_[static_cast<std::size_t>(bin)].insert(handle);
+}
+
+void BfcAllocator::remove_free(ChunkHandle handle) noexcept {
+  Chunk& chunk = chunks_[handle];
+  bins_[chunk.bin].erase(handle);
+  chunk.bin = kNoBin;
+}
+
+BfcAllocator::ChunkHandle BfcAllocator::find_chunk(std::size_t rounded) const {
+  for (int bin = bin_for_size(rounded); bin < kNumBins; ++bin) {
+    const Bin& free_chunks = bins_[static_cast<std::size_t>(bin)];
+    if (free_chunks.empty()) continue;
+    const auto it = free_chunks.lower_bound(SizeKey{rounded, 0});
+    if (it != free_chunks.end()) return *it;
+  }
+  return kInvalidChunk;
+}
+
+std::size_t BfcAllocator::largest_free_chunk() const noexcept {
+  for (int bin = kNumBins - 1; bin >= 0; --bin) {
+    const Bin& free_chunks = bins_[static_cast<std::size_t>(bin)];
+    if (!free_chunks.empty()) return chunks_[*free_chunks.rbegin()].size;
+  }
+  return 0;
+}
+
+// ---- chunk storage -----------------------------------------------------------------------------------
+
+BfcAllocator::ChunkHandle BfcAllocator::new_chunk() {
+  if (free_chunk_slots_ != kInvalidChunk) {
+    const ChunkHandle handle = free_chunk_slots_;
+    free_chunk_slots_ = chunks_[handle].next;
+    chunks_[handle] = Chunk{};
+    return handle;
+  }
+  chunks_.emplace_back();
+  return static_cast<ChunkHandle>(chunks_.size() - 1);
+}
+
+void BfcAllocator::recycle_chunk(ChunkHandle handle) noexcept {
+  chunks_[handle] = Chunk{};
+  chunks_[handle].next = free_chunk_slots_;
+  free_chunk_slots_ = handle;
+}
+
+// Cuts `handle` (free, out of its bin) to `size`; the remainder becomes a new free chunk after it. If the
+// host cannot allocate the bookkeeping, the chunk stays whole, which is still a correct (if wasteful) state.
+void BfcAllocator::split_chunk(Region& region, ChunkHandle handle, std::size_t size) {
+  ChunkHandle rest = kInvalidChunk;
+  try {
+    rest = new_chunk();  // may grow chunks_: take references only after
+  } catch (const std::bad_alloc&) {
+    return;
+  }
+  Chunk& chunk = chunks_[handle];
+  Chunk& remainder = chunks_[rest];
+  remainder.ptr = chunk.ptr + size;
+  remainder.size = chunk.size - size;
+  remainder.prev = handle;
+  remainder.next = chunk.next;
+  if (chunk.next != kInvalidChunk) chunks_[chunk.next].prev = rest;
+  chunk.next = rest;
+  chunk.size = size;
+  region.handles[static_cast<std::size_t>(remainder.ptr - region.base) / kGranularity] = rest;
+  try {
+    insert_free(rest);
+  } catch (const std::bad_alloc&) {
+    merge_into(region, handle, rest);  // undo the split
+  }
+}
+
+// Absorbs `second` (the chunk right after `first`, both out of the bins) into `first`.
+void BfcAllocator::merge_into(Region& region, ChunkHandle first, ChunkHandle second) {
+  Chunk& absorbed = chunks_[second];
+  Chunk& chunk = chunks_[first];
+  chunk.size += absorbed.size;
+  chunk.next = absorbed.next;
+  if (absorbed.next != kInvalidChunk) chunks_[absorbed.next].prev = first;
+  region.handles[static_cast<std::size_t>(absorbed.ptr - region.base) / kGranularity] = kInvalidChunk;
+  recycle_chunk(second);
+}
+
+// ---- regions -----------------------------------------------------------------------------------------
+
+BfcAllocator::Region* BfcAllocator::region_for(const void* ptr) noexcept {
+  return const_cast<Region*>(std::as_const(*this).region_for(ptr));
+}
+
+const BfcAllocator::Region* BfcAllocator::region_for(const void* ptr) const noexcept {
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  // First region whose base is above ptr; the candidate is the one before it.
+  const auto it = std::upper_bound(regions_.begin(), regions_.end(), address, [](std::uintptr_t a, const Region& r) {
+    return a < reinterpret_cast<std::uintptr_t>(r.base);
+  });
+  if (it == regions_.begin()) return nullptr;
+  const Region& region = *(it - 1);
+  const auto base = reinterpret_cast<std::uintptr_t>(region.base);
+  return address - base < region.size ? &region : nullptr;
+}
+
+char* BfcAllocator::obtain_from_source(std::size_t bytes) noexcept {
+  try {
+    return static_cast<char*>(source_.allocate(bytes, kGranularity));
+  } catch (const std::bad_alloc&) {  // tp::OutOfMemoryError included
+    return nullptr;
+  } catch (const Error&) {  // a source that cannot serve this size at all
+    return nullptr;
+  }
+}
+
+// Obtains a region big enough for `rounded`: TF's Extend. False when the limit or the source refuses.
+bool BfcAllocator::extend(std::size_t rounded) {
+  const std::size_t available = limit_ - stats_.bytes_reserved;
+  if (rounded > available) return false;
+  bool increased = false;
+  while (next_region_bytes_ < rounded) {
+    next_region_bytes_ = doubled(next_region_bytes_, limit_);
+    increased = true;
+  }
+  std::size_t size = std::min(next_region_bytes_, available);
+  char* base = obtain_from_source(size);
+  while (base == nullptr && size > rounded) {  // back off x0.9 while the region still holds the request
+    size = std::max(round_down(size - size / 10, kGranularity), rounded);
+    base = obtain_from_source(size);
+  }
+  if (base == nullptr || !add_region(base, size)) return false;
+  if (!increased) next_region_bytes_ = doubled(next_region_bytes_, limit_);
+  return true;
+}
+
+// Takes ownership of [base, base + size) as one free chunk. On a host bad_alloc for the bookkeeping the
+// memory goes back to the source and nothing changes.
+bool BfcAllocator::add_region(char* base, std::size_t size) {
+  std::vector<ChunkHandle> handles;
+  ChunkHandle handle = kInvalidChunk;
+  try {
+    handles.assign(size / kGranularity, kInvalidChunk);
+    regions_.reserve(regions_.size() + 1);
+    handle = new_chunk();
+  } catch (const std::bad_alloc&) {
+    source_.deallocate(base, size);
+    return false;
+  }
+  chunks_[handle].ptr = base;
+  chunks_[handle].size = size;
+  handles[0] = handle;
+  try {
+    insert_free(handle);
+  } catch (const std::bad_alloc&) {
+    recycle_chunk(handle);
+    source_.deallocate(base, size);
+    return false;
+  }
+  const auto position = std::upper_bound(regions_.begin(), regions_.end(), base, [](char* b, const Region& r) {
+    return reinterpret_cast<std::uintptr_t>(b) < reinterpret_cast<std::uintptr_t>(r.base);
+  });
+  regions_.insert(position, Region{base, size, std::move(handles)});  // capacity reserved: cannot throw
+  stats_.bytes_reserved += size;
+  ++stats_.upstream_allocs;
+  note_peaks();
+  return true;
+}
+
+bool BfcAllocator::is_wholly_free(const Region& region) const noexcept {
+  const Chunk& first = chunks_[region.handles[0]];
+  return !first.in_use && first.size == region.size;
+}
+
+std::size_t BfcAllocator::release_free_regions() {
+  std::size_t released = 0;
+  auto keep = regions_.begin();
+  for (auto it = regions_.begin(); it != regions_.end(); ++it) {
+    if (!is_wholly_free(*it)) {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+      continue;
+    }
+    const ChunkHandle handle = it->handles[0];
+    remove_free(handle);
+    recycle_chunk(handle);
+    source_.deallocate(it->base, it->size);
+    released += it->size;
+    ++stats_.upstream_frees;
+  }
+  regions_.erase(keep, regions_.end());
+  stats_.bytes_reserved -= released;
+  return released;
+}
+
+bool BfcAllocator::collect_garbage(std::size_t rounded) {
+  std::size_t freeable = 0;
+  for (const Region& region : regions_) {
+    if (is_wholly_free(region)) freeable += region.size;
+  }
+  // Freeing helps only if the limit, with those bytes back, leaves room for the request.
+  if (freeable == 0 || rounded > limit_ - stats_.bytes_reserved + freeable) return false;
+  release_free_regions();
+  return true;
+}
+
+// ---- allocate / deallocate ---------------------------------------------------------------------------
+
+void* BfcAllocator::do_allocate(std::size_t bytes, std::size_t /*alignment: <= 256, always honoured*/,
+                                const AllocationTag& tag) {
+  const std::size_t rounded = round_up(bytes, kGranularity);
+  std::lock_guard lock(mutex_);
+  ChunkHandle handle = find_chunk(rounded);
+  if (handle == kInvalidChunk && extend(rounded)) handle = find_chunk(rounded);
+  if (handle == kInvalidChunk && options_.garbage_collection && collect_garbage(rounded) && extend(rounded)) {
+    handle = find_chunk(rounded);
+    if (handle != kInvalidChunk) ++stats_.num_retries;
+  }
+  if (handle == kInvalidChunk) throw_out_of_memory(bytes, rounded, tag);
+  return use_chunk(handle, rounded, bytes);
+}
+
+void* BfcAllocator::use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested) {
+  remove_free(handle);
+  const std::size_t size = chunks_[handle].size;
+  if (size > rounded && (size >= 2 * rounded || size - rounded >= options_.split_threshold)) {
+    split_chunk(*region_for(chunks_[handle].ptr), handle, rounded);
+  }
+  Chunk& chunk = chunks_[handle];
+  chunk.in_use = true;
+  chunk.requested = requested;
+  stats_.bytes_in_use += chunk.size;
+  stats_.bytes_requested += requested;
+  ++stats_.num_allocs;
+  stats_.largest_alloc = std::max(stats_.largest_alloc, requested);
+  note_peaks();
+  return chunk.ptr;
+}
+
+void BfcAllocator::do_deallocate(void* ptr, std::size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  Region* region = region_for(ptr);
+  ChunkHandle handle = chunk_for(region, ptr, bytes);
+  Chunk& chunk = chunks_[handle];
+  stats_.bytes_in_use -= chunk.size;
+  stats_.bytes_requested -= chunk.requested;
+  ++stats_.num_frees;
+  chunk.in_use = false;
+  chunk.requested = 0;
+  const ChunkHandle next = chunk.next;
+  const ChunkHandle prev = chunk.prev;
+  if (next != kInvalidChunk && !chunks_[next].in_use) {
+    remove_free(next);
+    merge_into(*region, handle, next);
+  }
+  if (prev != kInvalidChunk && !chunks_[prev].in_use) {
+    remove_free(prev);
+    merge_into(*region, prev, handle);
+    handle = prev;
+  }
+  try {
+    insert_free(handle);
+  } catch (const std::bad_alloc&) {  // no memory for a bin node: nothing sane is left to do
+    abort_bad_free(ptr, bytes, "out of host memory while returning the chunk to its bin");
+  }
+}
+
+BfcAllocator::ChunkHandle BfcAllocator::chunk_for(Region* region, void* ptr, std::size_t bytes) const noexcept {
+  if (region == nullptr) abort_bad_free(ptr, bytes, "the pointer was not allocated by this allocator");
+  const auto offset = static_cast<std::size_t>(static_cast<char*>(ptr) - region->base);
+  if (offset % kGranularity != 0) abort_bad_free(ptr, bytes, "the pointer points inside an allocation");
+  const ChunkHandle handle = region->handles[offset / kGranularity];
+  if (handle == kInvalidChunk || !chunks_[handle].in_use) {
+    abort_bad_free(ptr, bytes, "the pointer is not allocated (double free?)");
+  }
+  if (chunks_[handle].requested != bytes) {
+    char why[128];
+    std::snprintf(why, sizeof why, "it was allocated with %zu bytes, not %zu", chunks_[handle].requested, bytes);
+    abort_bad_free(ptr, bytes, why);
+  }
+  return handle;
+}
+
+void BfcAllocator::abort_bad_free(const void* ptr, std::size_t bytes, const char* why) const noexcept {
+  std::fprintf(stderr, "[memory] fatal: %s: deallocate(%p, %zu): %s; aborting (memory corruption)\n",
+               name().c_str(), ptr, bytes, why);
+  std::fflush(stderr);
+  std::abort();
+}
+
+void BfcAllocator::note_peaks() noexcept {
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
+}
+
+void BfcAllocator::throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag) {
+  ++stats_.num_ooms;
+  OutOfMemoryReport report;
+  report.allocator = name();
+  report.requested_bytes = bytes;
+  report.rounded_bytes = rounded;
+  report.request_tag = tag;
+  report.limit_bytes = limit_;
+  report.in_use_bytes = stats_.bytes_in_use;
+  report.reserved_bytes = stats_.bytes_reserved;
+  report.largest_free_block = largest_free_chunk();
+  report.detail = detail::concat("BFC: ", regions_.size(), " region(s) from '", source_.name(), "', ",
+                                 options_.growth == GrowthPolicy::grow ? "grow" : "preallocate",
+                                 ", garbage collection ", options_.garbage_collection ? "on" : "off");
+  throw OutOfMemoryError(std::move(report));
+}
+
+}  // namespace tp::memory
