@@ -1,0 +1,187 @@
+#pragma once
+// ExpandableArena: a sub-allocator over one large virtual range whose physical backing follows the live
+// blocks granule by granule (after PyTorch's expandable segments). A growing request never fails for lack
+// of a contiguous physical hole: the virtual range is large and only touched granules cost memory.
+//
+// Algorithm.
+//   - One range of options.reserve_bytes is reserved from the VirtualMemory at construction and released
+//     in the destructor. It is cut into blocks, multiples of 256 bytes (kDefaultAlignment), that cover
+//     [0, extent) without gaps; the extent grows at the end when no free block holds a request and shrinks
+//     when the last block is freed (the tail block is always in use).
+//   - Best fit: free blocks are indexed by (size, offset); a request takes the smallest free block that
+//     holds it, the lowest address on ties, and is placed at whichever end of it commits fewer new
+//     granules (the low end on ties). The remainder stays a free block. A freed block merges with free
+//     neighbours.
+//   - A granule (VirtualMemory::granularity(), 2 MiB) is committed while any in-use block touches it:
+//     each granule counts the in-use blocks touching it. A granule whose count drops to zero stays
+//     committed ("cached") on a least-recently-freed list, so an allocate/free cycle makes no system call.
+//   - Release policy. (1) Caching never raises the peak: before a commit would lift committed bytes above
+//     their high-water mark, the least recently freed cached granules elsewhere are decommitted first, so
+//     peak committed == the peak of granules touched by in-use blocks, whatever the cache holds.
+//     (2) Frees keep at most options.release_threshold bytes cached, decommitting the least recently freed
+//     granules beyond it. (3) trim() decommits every cached granule.
+//   - Committed bytes never exceed options.limit_bytes. When a commit would cross the limit, or the source
+//     refuses it (its capacity), every cached granule is decommitted, the request is placed wherever it
+//     commits the fewest new granules, and it is retried once (num_retries) before tp::OutOfMemoryError.
+//
+// Invariants (check_invariants() verifies them; the tests call it after every random operation):
+//   blocks cover [0, extent) without gaps, in address order; no two adjacent blocks are both free; the
+//   free index holds exactly the free blocks; every granule touched by an in-use block is committed; each
+//   granule's count equals the number of in-use blocks touching it; committed_bytes == granularity x
+//   committed granules <= limit_bytes; the in-use and requested sums equal the sums over in-use blocks.
+//
+// Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
+// upstream_allocs/frees = commit/decommit calls, largest_free_block = the largest free range lying in
+// committed granules (servable with no system call). deallocate of a pointer not handed out, or with other
+// `bytes` than allocate got, prints the arena's name and the pointer to stderr and aborts.
+// Thread-safe: one mutex guards everything below it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/virtual_memory.hpp"
+
+namespace tp::memory {
+
+struct ArenaOptions {
+  // Hard wall on committed bytes. Must be > 0.
+  std::size_t limit_bytes = 0;
+  // Virtual range reserved once; 0 = 8 x limit_bytes (at least 256 MiB, at most 64 TiB; halved while the OS
+  // refuses). Address space is cheap: holes in it cost no memory.
+  std::size_t reserve_bytes = 0;
+  // Wholly free granules kept committed (cached) after a free; beyond it the least recently freed are
+  // decommitted. 64 MiB: large enough that steady allocate/free cycles of blocks up to 64 MiB make no system
+  // call (latency stays in BFC's league), and harmless to the peak, since cached granules are given back
+  // before committed bytes rise above their high-water mark. Lower it to hand idle memory back sooner.
+  std::size_t release_threshold = std::size_t{64} << 20;
+};
+
+class ExpandableArena final : public MemoryResource {
+ public:
+  // Owns `memory`.
+  ExpandableArena(std::unique_ptr<VirtualMemory> memory, ArenaOptions options, std::string name = "expandable");
+  // Borrows `memory`, which must outlive the arena.
+  ExpandableArena(VirtualMemory& memory, ArenaOptions options, std::string name = "expandable");
+  // Decommits and unreserves everything (outstanding blocks become invalid).
+  ~ExpandableArena() override;
+
+  struct BlockInfo {
+    std::size_t offset = 0;     // from the base of the reserved range
+    std::size_t size = 0;       // multiple of 256
+    std::size_t requested = 0;  // 0 for free blocks
+    bool in_use = false;
+  };
+  // Address-ordered, covering [0, extent).
+  std::vector<BlockInfo> blocks() const;
+  std::size_t committed_bytes() const;
+  std::size_t reserved_range_bytes() const noexcept { return range_bytes_; }
+  const ArenaOptions& options() const noexcept { return options_; }
+  // "" when every invariant holds, otherwise a description of the first violation.
+  std::string check_invariants() const;
+
+  static constexpr std::size_t kBlockAlignment = kDefaultAlignment;
+
+ private:
+  struct Block {
+    std::size_t offset = 0;
+    std::size_t size = 0;
+    std::size_t requested = 0;  // 0 when free
+    std::uint32_t prev = kNone;
+    std::uint32_t next = kNone;
+    bool in_use = false;
+  };
+  struct FreeKey {
+    std::size_t size;
+    std::size_t offset;
+    std::uint32_t index;
+    bool operator<(const FreeKey& other) const noexcept {
+      return size != other.size ? size < other.size : offset < other.offset;
+    }
+  };
+  struct Granule {
+    std::uint32_t users = 0;      // in-use blocks touching it
+    std::uint32_t older = kNone;  // LRU links, while cached
+    std::uint32_t newer = kNone;
+    bool committed = false;
+    bool cached = false;          // committed with no users: on the LRU list
+  };
+  struct Placement {
+    std::uint32_t block = kNone;  // free block to carve, or kNone to grow the extent
+    std::size_t offset = 0;       // where the new block starts
+    std::size_t new_granules = 0; // uncommitted granules it touches
+    bool valid = false;           // false when the reserved range has no room
+  };
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+
+  ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualMemory> owned, ArenaOptions options,
+                  std::string name);
+
+  void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
+  void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  std::size_t do_trim() override;
+  MemoryStats do_stats() const override;
+  void do_reset_peak() override;
+
+  // All below: the caller holds mutex_.
+  Placement best_fit(std::size_t size) const;
+  Placement fewest_commits(std::size_t size) const;
+  Placement place_in(std::uint32_t block, std::size_t size) const;
+  Placement place_at_end(std::size_t size) const;
+  std::size_t count_uncommitted(std::size_t offset, std::size_t size) const;
+  bool commit_for(std::size_t offset, std::size_t size);  // false when the limit or the source refuses
+  std::uint32_t carve(const Placement& placement, std::size_t size);
+  void release_block(std::uint32_t index);
+  std::size_t decommit_cached(std::size_t keep_bytes) noexcept;
+  // Decommits up to `count` cached granules, least recently freed first, skipping [skip_first, skip_end).
+  std::size_t decommit_oldest(std::size_t count, std::size_t skip_first, std::size_t skip_end) noexcept;
+  void decommit_run(std::size_t first_granule, std::size_t count) noexcept;
+  std::uint32_t new_node();
+  void free_node(std::uint32_t index);
+  void insert_free(std::uint32_t index);
+  void erase_free(std::uint32_t index);
+  void acquire_granules(std::size_t offset, std::size_t size);
+  void lru_push_newest(std::size_t index) noexcept;
+  void lru_remove(std::size_t index) noexcept;
+  void release_granules(std::size_t offset, std::size_t size);
+  std::size_t largest_committed_free_block() const;
+  std::size_t first_granule(std::size_t offset) const noexcept { return offset / granularity_; }
+  std::size_t end_granule(std::size_t offset, std::size_t size) const noexcept {
+    return (offset + size + granularity_ - 1) / granularity_;
+  }
+  [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
+                                        const std::string& detail);
+
+  // Immutable after construction.
+  std::unique_ptr<VirtualMemory> owned_memory_;
+  VirtualMemory* memory_;
+  ArenaOptions options_;
+  std::size_t granularity_ = 0;
+  std::size_t range_bytes_ = 0;
+  char* base_ = nullptr;
+
+  mutable std::mutex mutex_;  // guards everything below
+  std::vector<Block> nodes_;
+  std::vector<std::uint32_t> spare_nodes_;
+  std::uint32_t first_block_ = kNone;  // block at offset 0
+  std::uint32_t last_block_ = kNone;   // block ending at extent_; always in use (a free tail is cut off)
+  std::size_t extent_ = 0;
+  std::set<FreeKey> free_blocks_;
+  std::unordered_map<std::size_t, std::uint32_t> in_use_;  // offset -> block
+  std::vector<Granule> granules_;                            // covers the largest extent so far
+  std::uint32_t lru_oldest_ = kNone;                         // cached granules, least recently freed first
+  std::uint32_t lru_newest_ = kNone;
+  std::size_t cached_count_ = 0;
+  std::size_t committed_granules_ = 0;
+  std::size_t high_water_granules_ = 0;                      // most committed since creation / reset_peak
+  MemoryStats stats_;
+};
+
+}  // namespace tp::memory

@@ -1,0 +1,51 @@
+#pragma once
+// HostVirtualMemory: VirtualMemory over the host's page tables.
+//
+//   reserve   = mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE), over-reserved and trimmed so
+//               the base is aligned to the granularity; costs address space only.
+//   commit    = mprotect(PROT_READ | PROT_WRITE); counted against the optional capacity (a hard wall:
+//               tp::OutOfMemoryError naming the capacity when it would be exceeded).
+//   decommit  = madvise(MADV_DONTNEED) + mprotect(PROT_NONE); the pages go back to the OS, uncounted.
+//
+// The caller keeps track of which granules are committed: committing a committed range or decommitting an
+// uncommitted one double-counts (the ExpandableArena never does). Thread-safe: the committed counter is
+// atomic and the capacity check is a compare-and-swap.
+
+#include <atomic>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "tensorpool/memory/virtual_memory.hpp"
+
+namespace tp::memory {
+
+class HostVirtualMemory final : public VirtualMemory {
+ public:
+  // `granularity` must be a power of two and a multiple of the page size (tp::InvalidArgument otherwise).
+  explicit HostVirtualMemory(std::optional<std::size_t> capacity = std::nullopt,
+                             std::size_t granularity = std::size_t{2} << 20, std::string name = "host_vm");
+  ~HostVirtualMemory() override = default;
+  HostVirtualMemory(const HostVirtualMemory&) = delete;
+  HostVirtualMemory& operator=(const HostVirtualMemory&) = delete;
+
+  const std::string& name() const noexcept override { return name_; }
+  std::size_t granularity() const noexcept override { return granularity_; }
+  std::optional<std::size_t> capacity() const noexcept override { return capacity_; }
+  std::size_t committed_bytes() const noexcept override { return committed_.load(std::memory_order_relaxed); }
+  std::size_t peak_committed_bytes() const noexcept { return peak_committed_.load(std::memory_order_relaxed); }
+
+  void* reserve(std::size_t bytes) override;
+  void unreserve(void* base, std::size_t bytes) noexcept override;
+  void commit(void* ptr, std::size_t bytes) override;
+  void decommit(void* ptr, std::size_t bytes) noexcept override;
+
+ private:
+  const std::optional<std::size_t> capacity_;
+  const std::size_t granularity_;
+  const std::string name_;
+  std::atomic<std::size_t> committed_{0};
+  std::atomic<std::size_t> peak_committed_{0};
+};
+
+}  // namespace tp::memory

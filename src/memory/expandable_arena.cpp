@@ -1,0 +1,338 @@
+#include "tensorpool/memory/expandable_arena.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::memory {
+namespace {
+
+constexpr std::size_t kMinDefaultReserve = std::size_t{256} << 20;  // 256 MiB
+constexpr std::size_t kMaxDefaultReserve = std::size_t{64} << 40;   // 64 TiB
+constexpr std::size_t kReserveMultiple = 8;
+
+std::size_t default_reserve(std::size_t limit) {
+  const std::size_t scaled = limit > kMaxDefaultReserve / kReserveMultiple ? kMaxDefaultReserve
+                                                                           : limit * kReserveMultiple;
+  return std::clamp(scaled, kMinDefaultReserve, kMaxDefaultReserve);
+}
+
+}  // namespace
+
+ExpandableArena::ExpandableArena(std::unique_ptr<VirtualMemory> memory, ArenaOptions options, std::string name)
+    : ExpandableArena(nullptr, std::move(memory), options, std::move(name)) {}
+
+ExpandableArena::ExpandableArena(VirtualMemory& memory, ArenaOptions options, std::string name)
+    : ExpandableArena(&memory, nullptr, options, std::move(name)) {}
+
+ExpandableArena::ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualMemory> owned, ArenaOptions options,
+                                 std::string name)
+    : MemoryResource(std::move(name)),
+      owned_memory_(std::move(owned)),
+      memory_(memory != nullptr ? memory : owned_memory_.get()),
+      options_(options) {
+  if (memory_ == nullptr) TP_THROW(InvalidArgument, "memory", this->name(), ": no VirtualMemory given");
+  if (options_.limit_bytes == 0) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": ArenaOptions::limit_bytes = 0; set the hard wall on",
+             " committed bytes (e.g. the device capacity)");
+  }
+  granularity_ = memory_->granularity();
+  if (!is_power_of_two(granularity_) || granularity_ < kBlockAlignment) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": the source ", memory_->name(), " has granularity ",
+             granularity_, "; need a power of two >= ", kBlockAlignment);
+  }
+  if (options_.reserve_bytes > kMaxAllocationBytes) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": ArenaOptions::reserve_bytes = ", options_.reserve_bytes,
+             " is larger than any address space");
+  }
+  // Granules are indexed with 32 bits.
+  const std::size_t max_range = granularity_ * (std::size_t{kNone} - 1);
+  if (options_.reserve_bytes != 0) {
+    range_bytes_ = round_up(std::min(options_.reserve_bytes, max_range), granularity_);
+    base_ = static_cast<char*>(memory_->reserve(range_bytes_));
+  } else {
+    // Address space is cheap but not unlimited (ulimit -v, sanitizers): halve until the OS agrees.
+    const std::size_t floor = round_up(std::min(options_.limit_bytes, kMaxDefaultReserve), granularity_);
+    range_bytes_ = round_up(std::min(default_reserve(options_.limit_bytes), max_range), granularity_);
+    while (base_ == nullptr) {
+      try {
+        base_ = static_cast<char*>(memory_->reserve(range_bytes_));
+      } catch (const DeviceError&) {
+        if (range_bytes_ / 2 < floor) throw;
+        range_bytes_ = round_up(range_bytes_ / 2, granularity_);
+      }
+    }
+  }
+  stats_.bytes_limit = options_.limit_bytes;
+}
+
+ExpandableArena::~ExpandableArena() {
+  std::lock_guard lock(mutex_);
+  std::size_t index = 0;
+  while (index < granules_.size()) {
+    if (!granules_[index].committed) {
+      ++index;
+      continue;
+    }
+    std::size_t end = index;
+    while (end < granules_.size() && granules_[end].committed) granules_[end++].committed = false;
+    memory_->decommit(base_ + index * granularity_, (end - index) * granularity_);
+    index = end;
+  }
+  memory_->unreserve(base_, range_bytes_);
+}
+
+// ---- placement -----------------------------------------------------------------------------------------
+
+std::size_t ExpandableArena::count_uncommitted(std::size_t offset, std::size_t size) const {
+  const std::size_t first = first_granule(offset);
+  const std::size_t end = end_granule(offset, size);
+  const std::size_t known = std::min(end, granules_.size());
+  std::size_t count = end > known ? end - std::max(first, known) : 0;
+  for (std::size_t index = first; index < known; ++index) {
+    if (!granules_[index].committed) ++count;
+  }
+  return count;
+}
+
+ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::size_t size) const {
+  const Block& free_block = nodes_[block];
+  Placement low{block, free_block.offset, count_uncommitted(free_block.offset, size), true};
+  if (free_block.size == size) return low;
+  const std::size_t high_offset = free_block.offset + free_block.size - size;
+  const std::size_t high_new = count_uncommitted(high_offset, size);
+  if (high_new < low.new_granules) return Placement{block, high_offset, high_new, true};
+  return low;
+}
+
+ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const {
+  if (size > range_bytes_ || extent_ > range_bytes_ - size) return Placement{};
+  return Placement{kNone, extent_, count_uncommitted(extent_, size), true};
+}
+
+ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
+  const auto fit = free_blocks_.lower_bound(FreeKey{size, 0, 0});
+  if (fit != free_blocks_.end()) return place_in(fit->index, size);
+  return place_at_end(size);
+}
+
+ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) const {
+  Placement best = place_at_end(size);
+  for (auto it = free_blocks_.lower_bound(FreeKey{size, 0, 0}); it != free_blocks_.end(); ++it) {
+    if (best.valid && best.new_granules == 0) break;
+    const Placement candidate = place_in(it->index, size);
+    if (!best.valid || candidate.new_granules < best.new_granules) best = candidate;
+  }
+  return best;
+}
+
+// ---- blocks --------------------------------------------------------------------------------------------
+
+std::uint32_t ExpandableArena::new_node() {
+  if (!spare_nodes_.empty()) {
+    const std::uint32_t index = spare_nodes_.back();
+    spare_nodes_.pop_back();
+    nodes_[index] = Block{};
+    return index;
+  }
+  nodes_.emplace_back();
+  return static_cast<std::uint32_t>(nodes_.size() - 1);
+}
+
+void ExpandableArena::free_node(std::uint32_t index) { spare_nodes_.push_back(index); }
+
+void ExpandableArena::insert_free(std::uint32_t index) {
+  free_blocks_.insert(FreeKey{nodes_[index].size, nodes_[index].offset, index});
+}
+
+void ExpandableArena::erase_free(std::uint32_t index) {
+  free_blocks_.erase(FreeKey{nodes_[index].size, nodes_[index].offset, index});
+}
+
+std::uint32_t ExpandableArena::carve(const Placement& placement, std::size_t size) {
+  if (placement.block == kNone) {  // grow the extent; the tail block is never free
+    const std::uint32_t index = new_node();
+    Block& block = nodes_[index];
+    block.offset = extent_;
+    block.size = size;
+    block.prev = last_block_;
+    if (last_block_ != kNone) nodes_[last_block_].next = index;
+    if (first_block_ == kNone) first_block_ = index;
+    last_block_ = index;
+    extent_ += size;
+    return index;
+  }
+  const std::uint32_t hole = placement.block;
+  erase_free(hole);
+  if (nodes_[hole].size == size) return hole;
+  const std::uint32_t rest = new_node();  // may reallocate nodes_: index, don't hold references
+  if (placement.offset == nodes_[hole].offset) {
+    // [taken | rest]: the hole becomes the taken block, the rest a new free block after it.
+    nodes_[rest].offset = nodes_[hole].offset + size;
+    nodes_[rest].size = nodes_[hole].size - size;
+    nodes_[rest].prev = hole;
+    nodes_[rest].next = nodes_[hole].next;
+    if (nodes_[hole].next != kNone) nodes_[nodes_[hole].next].prev = rest;
+    nodes_[hole].next = rest;
+    nodes_[hole].size = size;
+    insert_free(rest);
+    return hole;
+  }
+  // [rest | taken]: the hole keeps its start and stays free; the taken block is new.
+  const std::uint32_t taken = rest;
+  nodes_[taken].offset = placement.offset;
+  nodes_[taken].size = size;
+  nodes_[taken].prev = hole;
+  nodes_[taken].next = nodes_[hole].next;
+  if (nodes_[hole].next != kNone) nodes_[nodes_[hole].next].prev = taken;
+  nodes_[hole].next = taken;
+  nodes_[hole].size -= size;
+  insert_free(hole);
+  return taken;
+}
+
+void ExpandableArena::release_block(std::uint32_t index) {
+  nodes_[index].in_use = false;
+  nodes_[index].requested = 0;
+  const std::uint32_t next = nodes_[index].next;
+  if (next != kNone && !nodes_[next].in_use) {
+    erase_free(next);
+    nodes_[index].size += nodes_[next].size;
+    nodes_[index].next = nodes_[next].next;
+    if (nodes_[next].next != kNone) nodes_[nodes_[next].next].prev = index;
+    free_node(next);
+  }
+  const std::uint32_t prev = nodes_[index].prev;
+  if (prev != kNone && !nodes_[prev].in_use) {
+    erase_free(prev);
+    nodes_[prev].size += nodes_[index].size;
+    nodes_[prev].next = nodes_[index].next;
+    if (nodes_[index].next != kNone) nodes_[nodes_[index].next].prev = prev;
+    if (last_block_ == index) last_block_ = prev;
+    free_node(index);
+    index = prev;
+  }
+  if (nodes_[index].next == kNone) {  // a free tail is cut off: the extent shrinks
+    last_block_ = nodes_[index].prev;
+    if (last_block_ != kNone) {
+      nodes_[last_block_].next = kNone;
+    } else {
+      first_block_ = kNone;
+    }
+    extent_ = nodes_[index].offset;
+    free_node(index);
+    return;
+  }
+  insert_free(index);
+}
+
+// ---- allocate / deallocate ---------------------------------------------------------------------------
+
+void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/, const AllocationTag& tag) {
+  const std::size_t size = round_up(bytes, kBlockAlignment);
+  std::lock_guard lock(mutex_);
+  Placement placement = best_fit(size);
+  if (!placement.valid || !commit_for(placement.offset, size)) {
+    // Give every cached granule back and place the request where it commits the least, then retry once.
+    ++stats_.num_retries;
+    decommit_cached(0);
+    placement = fewest_commits(size);
+    if (!placement.valid) {
+      throw_out_of_memory(bytes, size, tag,
+                          "the reserved virtual range of " + format_bytes(range_bytes_) +
+                              " has no room left (set ArenaOptions::reserve_bytes larger)");
+    }
+    if (!commit_for(placement.offset, size)) {
+      throw_out_of_memory(bytes, size, tag,
+                          "committing " + std::to_string(placement.new_granules) + " more granule(s) of " +
+                              format_bytes(granularity_) + " would cross the limit or the capacity of " +
+                              memory_->name() + "; every wholly free granule was already decommitted");
+    }
+  }
+  const std::uint32_t index = carve(placement, size);
+  Block& block = nodes_[index];
+  block.in_use = true;
+  block.requested = bytes;
+  acquire_granules(block.offset, size);
+  in_use_.emplace(block.offset, index);
+
+  stats_.bytes_in_use += size;
+  stats_.bytes_requested += bytes;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
+  stats_.largest_alloc = std::max(stats_.largest_alloc, bytes);
+  ++stats_.num_allocs;
+  return base_ + block.offset;
+}
+
+void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  const auto address = static_cast<char*>(ptr);
+  const auto found = address >= base_ && address < base_ + range_bytes_
+                         ? in_use_.find(static_cast<std::size_t>(address - base_))
+                         : in_use_.end();
+  if (found == in_use_.end()) {
+    std::fprintf(stderr,
+                 "[memory] %s: deallocate(%p, %zu) of a pointer this arena did not hand out (or freed twice);"
+                 " aborting\n",
+                 name().c_str(), ptr, bytes);
+    std::abort();
+  }
+  const std::uint32_t index = found->second;
+  if (nodes_[index].requested != bytes) {
+    std::fprintf(stderr,
+                 "[memory] %s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting\n",
+                 name().c_str(), ptr, bytes, nodes_[index].requested);
+    std::abort();
+  }
+  in_use_.erase(found);
+  const std::size_t offset = nodes_[index].offset;
+  const std::size_t size = nodes_[index].size;
+  stats_.bytes_in_use -= size;
+  stats_.bytes_requested -= nodes_[index].requested;
+  ++stats_.num_frees;
+  release_granules(offset, size);
+  release_block(index);
+  if (cached_count_ * granularity_ > options_.release_threshold) {
+    decommit_cached(options_.release_threshold);
+  }
+}
+
+std::size_t ExpandableArena::do_trim() {
+  std::lock_guard lock(mutex_);
+  return decommit_cached(0);
+}
+
+void ExpandableArena::do_reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+  stats_.peak_bytes_requested = stats_.bytes_requested;
+  high_water_granules_ = committed_granules_;
+}
+
+void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
+                                          const std::string& detail) {
+  ++stats_.num_ooms;
+  OutOfMemoryReport report;
+  report.allocator = name();
+  report.requested_bytes = requested;
+  report.rounded_bytes = rounded;
+  report.request_tag = tag;
+  report.limit_bytes = options_.limit_bytes;
+  report.in_use_bytes = stats_.bytes_in_use;
+  report.reserved_bytes = committed_granules_ * granularity_;
+  // What one request could still get: the limit less the granules live blocks pin.
+  const std::size_t pinned = committed_granules_ * granularity_;
+  report.largest_free_block = std::max(largest_committed_free_block(),
+                                       options_.limit_bytes > pinned ? options_.limit_bytes - pinned : 0);
+  report.detail = name() + ": " + detail + " (" + std::to_string(committed_granules_) + " granules committed, " +
+                  std::to_string(in_use_.size()) + " blocks in use)";
+  throw OutOfMemoryError(std::move(report));
+}
+
+}  // namespace tp::memory

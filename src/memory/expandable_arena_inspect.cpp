@@ -1,0 +1,141 @@
+// ExpandableArena: the read-only views (blocks, stats, invariants).
+#include <algorithm>
+#include <sstream>
+
+#include "tensorpool/memory/expandable_arena.hpp"
+
+namespace tp::memory {
+
+std::vector<ExpandableArena::BlockInfo> ExpandableArena::blocks() const {
+  std::lock_guard lock(mutex_);
+  std::vector<BlockInfo> result;
+  for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
+    const Block& block = nodes_[index];
+    result.push_back(BlockInfo{block.offset, block.size, block.requested, block.in_use});
+  }
+  return result;
+}
+
+std::size_t ExpandableArena::committed_bytes() const {
+  std::lock_guard lock(mutex_);
+  return committed_granules_ * granularity_;
+}
+
+std::size_t ExpandableArena::largest_committed_free_block() const {
+  std::size_t best = 0;
+  for (auto it = free_blocks_.rbegin(); it != free_blocks_.rend() && it->size > best; ++it) {
+    const std::size_t begin = it->offset;
+    const std::size_t end = it->offset + it->size;
+    std::size_t granule = first_granule(begin);
+    const std::size_t last = std::min(end_granule(begin, it->size), granules_.size());
+    while (granule < last) {
+      if (!granules_[granule].committed) {
+        ++granule;
+        continue;
+      }
+      std::size_t run_end = granule;
+      while (run_end < last && granules_[run_end].committed) ++run_end;
+      const std::size_t from = std::max(begin, granule * granularity_);
+      const std::size_t to = std::min(end, run_end * granularity_);
+      if (to > from) best = std::max(best, to - from);
+      granule = run_end;
+    }
+  }
+  return best;
+}
+
+MemoryStats ExpandableArena::do_stats() const {
+  std::lock_guard lock(mutex_);
+  MemoryStats stats = stats_;
+  stats.bytes_reserved = committed_granules_ * granularity_;
+  stats.largest_free_block = largest_committed_free_block();
+  stats.bytes_limit = options_.limit_bytes;
+  return stats;
+}
+
+std::string ExpandableArena::check_invariants() const {
+  std::lock_guard lock(mutex_);
+  std::ostringstream problem;
+  std::size_t expected_offset = 0;
+  std::size_t free_count = 0;
+  std::size_t in_use_count = 0;
+  std::size_t in_use_bytes = 0;
+  std::size_t requested_bytes = 0;
+  std::vector<std::uint32_t> users(granules_.size(), 0);
+  std::uint32_t prev = kNone;
+  bool prev_free = false;
+  for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
+    const Block& block = nodes_[index];
+    if (block.prev != prev) problem << "block " << index << " has prev " << block.prev << ", expected " << prev;
+    if (block.offset != expected_offset) problem << "gap or overlap at offset " << expected_offset;
+    if (block.size == 0 || block.size % kBlockAlignment != 0) problem << "bad block size " << block.size;
+    if (!problem.str().empty()) return problem.str();
+    if (block.in_use) {
+      ++in_use_count;
+      in_use_bytes += block.size;
+      requested_bytes += block.requested;
+      const auto found = in_use_.find(block.offset);
+      if (found == in_use_.end() || found->second != index) {
+        return "in-use index misses offset " + std::to_string(block.offset);
+      }
+      const std::size_t end = end_granule(block.offset, block.size);
+      if (end > users.size()) return "granule table too short for the block at " + std::to_string(block.offset);
+      for (std::size_t granule = first_granule(block.offset); granule < end; ++granule) ++users[granule];
+    } else {
+      if (prev_free) return "two adjacent free blocks at offset " + std::to_string(block.offset);
+      ++free_count;
+      if (free_blocks_.count(FreeKey{block.size, block.offset, index}) == 0) {
+        return "free block at " + std::to_string(block.offset) + " missing from the free index";
+      }
+    }
+    prev_free = !block.in_use;
+    expected_offset = block.offset + block.size;
+    prev = index;
+  }
+  if (prev != last_block_) return "last block link is stale";
+  if (expected_offset != extent_) {
+    return "blocks end at " + std::to_string(expected_offset) + ", extent is " + std::to_string(extent_);
+  }
+  if (prev_free) return "the tail block is free";
+  if (extent_ > range_bytes_) return "extent beyond the reserved range";
+  if (free_count != free_blocks_.size()) {
+    return "free index holds " + std::to_string(free_blocks_.size()) + " blocks, " + std::to_string(free_count) +
+           " are free";
+  }
+  for (const FreeKey& key : free_blocks_) {
+    if (key.index >= nodes_.size() || nodes_[key.index].in_use || nodes_[key.index].offset != key.offset ||
+        nodes_[key.index].size != key.size) {
+      return "stale free index entry at offset " + std::to_string(key.offset);
+    }
+  }
+  if (in_use_count != in_use_.size()) return "in-use index size mismatch";
+  if (in_use_bytes != stats_.bytes_in_use) return "bytes_in_use does not match the in-use blocks";
+  if (requested_bytes != stats_.bytes_requested) return "bytes_requested does not match the in-use blocks";
+  std::size_t committed = 0;
+  std::size_t cached = 0;
+  for (std::size_t index = 0; index < users.size(); ++index) {
+    const Granule& granule = granules_[index];
+    const std::string where = "granule " + std::to_string(index);
+    if (users[index] != granule.users) return where + " user count is wrong";
+    if (granule.committed) ++committed;
+    if (granule.users != 0 && !granule.committed) return where + " is used but not committed";
+    if (granule.cached != (granule.committed && granule.users == 0)) return where + " cached flag is wrong";
+    if (granule.cached) ++cached;
+  }
+  std::size_t listed = 0;
+  std::uint32_t older = kNone;
+  for (std::uint32_t index = lru_oldest_; index != kNone; index = granules_[index].newer) {
+    if (index >= granules_.size() || !granules_[index].cached || granules_[index].older != older || ++listed > cached) {
+      return "the cached-granule list is corrupt at granule " + std::to_string(index);
+    }
+    older = index;
+  }
+  if (older != lru_newest_) return "the cached-granule list's newest end is stale";
+  if (listed != cached || cached != cached_count_) return "cached granule count is wrong";
+  if (committed != committed_granules_) return "committed granule count is wrong";
+  if (committed * granularity_ > options_.limit_bytes) return "committed bytes exceed the limit";
+  if (stats_.bytes_reserved != committed * granularity_) return "bytes_reserved != committed bytes";
+  return "";
+}
+
+}  // namespace tp::memory

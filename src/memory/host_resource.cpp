@@ -1,0 +1,65 @@
+#include "tensorpool/memory/host_resource.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::memory {
+
+HostResource::HostResource(std::string name) : MemoryResource(std::move(name)) {}
+
+void* HostResource::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+  void* ptr = nullptr;
+  const std::size_t effective = std::max(alignment, sizeof(void*));
+  if (posix_memalign(&ptr, effective, bytes) != 0 || ptr == nullptr) {
+    OutOfMemoryReport report;
+    report.allocator = name();
+    report.requested_bytes = bytes;
+    report.rounded_bytes = bytes;
+    report.request_tag = tag;
+    {
+      std::lock_guard lock(mutex_);
+      ++stats_.num_ooms;
+      report.in_use_bytes = stats_.bytes_in_use;
+      report.reserved_bytes = stats_.bytes_reserved;
+    }
+    report.detail = "posix_memalign refused the request (host memory exhausted)";
+    throw OutOfMemoryError(std::move(report));
+  }
+  std::lock_guard lock(mutex_);
+  stats_.bytes_in_use += bytes;
+  stats_.bytes_reserved += bytes;
+  stats_.bytes_requested += bytes;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
+  stats_.largest_alloc = std::max(stats_.largest_alloc, bytes);
+  ++stats_.num_allocs;
+  ++stats_.upstream_allocs;
+  return ptr;
+}
+
+void HostResource::do_deallocate(void* ptr, std::size_t bytes) noexcept {
+  std::free(ptr);
+  std::lock_guard lock(mutex_);
+  stats_.bytes_in_use -= std::min(bytes, stats_.bytes_in_use);
+  stats_.bytes_reserved -= std::min(bytes, stats_.bytes_reserved);
+  stats_.bytes_requested -= std::min(bytes, stats_.bytes_requested);
+  ++stats_.num_frees;
+  ++stats_.upstream_frees;
+}
+
+MemoryStats HostResource::do_stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void HostResource::do_reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.peak_bytes_reserved = stats_.bytes_reserved;
+  stats_.peak_bytes_requested = stats_.bytes_requested;
+}
+
+}  // namespace tp::memory

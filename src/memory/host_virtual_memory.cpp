@@ -1,0 +1,110 @@
+#include "tensorpool/memory/host_virtual_memory.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::memory {
+namespace {
+
+void check_granule_range(const std::string& name, std::size_t granularity, const void* ptr, std::size_t bytes,
+                         const char* what) {
+  if (bytes == 0 || bytes % granularity != 0 || reinterpret_cast<std::uintptr_t>(ptr) % granularity != 0) {
+    TP_THROW(InvalidArgument, "memory", name, ": ", what, "(", ptr, ", ", bytes,
+             ") is not a non-empty range of whole granules of ", granularity, " bytes");
+  }
+}
+
+}  // namespace
+
+HostVirtualMemory::HostVirtualMemory(std::optional<std::size_t> capacity, std::size_t granularity,
+                                     std::string name)
+    : capacity_(capacity), granularity_(granularity), name_(std::move(name)) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  if (!is_power_of_two(granularity_) || granularity_ % page != 0) {
+    TP_THROW(InvalidArgument, "memory", name_, ": granularity = ", granularity_,
+             " must be a power of two and a multiple of the page size (", page, ")");
+  }
+}
+
+void* HostVirtualMemory::reserve(std::size_t bytes) {
+  if (bytes == 0 || bytes % granularity_ != 0 || bytes > kMaxAllocationBytes) {
+    TP_THROW(InvalidArgument, "memory", name_, ": reserve(", bytes, ") must be a positive multiple of the ",
+             format_bytes(granularity_), " granularity");
+  }
+  // Over-reserve by one granule and trim both ends so the base is granule aligned.
+  const std::size_t padded = bytes + granularity_;
+  void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) {
+    const int error_number = errno;
+    TP_THROW(DeviceError, "memory", name_, ": reserving ", format_bytes(bytes), " of address space failed: ",
+             std::strerror(error_number), "; reserve less (ArenaOptions::reserve_bytes) or raise `ulimit -v`");
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (start + granularity_ - 1) & ~(static_cast<std::uintptr_t>(granularity_) - 1);
+  const std::size_t head = aligned - start;
+  const std::size_t tail = padded - head - bytes;
+  if (head != 0) munmap(raw, head);
+  if (tail != 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void HostVirtualMemory::unreserve(void* base, std::size_t bytes) noexcept {
+  if (base != nullptr && bytes != 0) munmap(base, bytes);
+}
+
+void HostVirtualMemory::commit(void* ptr, std::size_t bytes) {
+  check_granule_range(name_, granularity_, ptr, bytes, "commit");
+  std::size_t committed = committed_.load(std::memory_order_relaxed);
+  while (true) {
+    if (capacity_ && (committed > *capacity_ || bytes > *capacity_ - committed)) {
+      OutOfMemoryReport report;
+      report.allocator = name_;
+      report.requested_bytes = bytes;
+      report.rounded_bytes = bytes;
+      report.limit_bytes = capacity_;
+      report.in_use_bytes = committed;
+      report.reserved_bytes = committed;
+      report.largest_free_block = committed < *capacity_ ? *capacity_ - committed : 0;
+      report.detail = name_ + ": committing " + format_bytes(bytes) + " would exceed the capacity of " +
+                      format_bytes(*capacity_) + " (" + format_bytes(committed) + " committed)";
+      throw OutOfMemoryError(std::move(report));
+    }
+    if (committed_.compare_exchange_weak(committed, committed + bytes, std::memory_order_relaxed)) break;
+  }
+  if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) {
+    const int error_number = errno;
+    committed_.fetch_sub(bytes, std::memory_order_relaxed);
+    OutOfMemoryReport report;
+    report.allocator = name_;
+    report.requested_bytes = bytes;
+    report.rounded_bytes = bytes;
+    report.limit_bytes = capacity_;
+    report.in_use_bytes = committed_.load(std::memory_order_relaxed);
+    report.reserved_bytes = report.in_use_bytes;
+    report.detail = name_ + ": the OS refused to commit " + format_bytes(bytes) + " (mprotect: " +
+                    std::strerror(error_number) + "); check vm.max_map_count and the memory available";
+    throw OutOfMemoryError(std::move(report));
+  }
+  const std::size_t now = committed + bytes;
+  std::size_t peak = peak_committed_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_committed_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void HostVirtualMemory::decommit(void* ptr, std::size_t bytes) noexcept {
+  if (ptr == nullptr || bytes == 0) return;
+  madvise(ptr, bytes, MADV_DONTNEED);
+  mprotect(ptr, bytes, PROT_NONE);
+  committed_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+}  // namespace tp::memory

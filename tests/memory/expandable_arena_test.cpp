@@ -1,0 +1,406 @@
+// ExpandableArena: accounting, growth without contiguous physical holes, trim, limits, OOM recovery, a
+// randomized property test (invariants after every operation, contents never overlap or vanish) and threads.
+#include "tensorpool/memory/expandable_arena.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/host_virtual_memory.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/memory/sim_device_memory.hpp"
+
+namespace {
+
+using tp::kKiB;
+using tp::kMiB;
+using tp::memory::ArenaOptions;
+using tp::memory::ExpandableArena;
+using tp::memory::HostVirtualMemory;
+using tp::memory::SimDeviceMemory;
+
+constexpr std::size_t kGranule = 2 * kMiB;
+
+ArenaOptions options(std::size_t limit, std::size_t release_threshold = 0) {
+  ArenaOptions result;
+  result.limit_bytes = limit;
+  result.release_threshold = release_threshold;
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Writes a recognisable word at the start, the end and every 4 KiB of a block; verify reads them back.
+void fill(void* ptr, std::size_t bytes, std::uint64_t seed) {
+  auto* data = static_cast<unsigned char*>(ptr);
+  const std::size_t words = (bytes - 1) / sizeof(std::uint64_t);  // the last byte is written on its own
+  for (std::size_t word = 0; word < words; word += 512) {
+    const std::uint64_t value = seed * 0x9e3779b97f4a7c15ull + word;
+    std::memcpy(data + word * sizeof value, &value, sizeof value);
+  }
+  data[bytes - 1] = static_cast<unsigned char>(seed);
+}
+
+bool verify(const void* ptr, std::size_t bytes, std::uint64_t seed) {
+  const auto* data = static_cast<const unsigned char*>(ptr);
+  const std::size_t words = (bytes - 1) / sizeof(std::uint64_t);  // the last byte is written on its own
+  for (std::size_t word = 0; word < words; word += 512) {
+    std::uint64_t value = 0;
+    std::memcpy(&value, data + word * sizeof value, sizeof value);
+    if (value != seed * 0x9e3779b97f4a7c15ull + word) return false;
+  }
+  return data[bytes - 1] == static_cast<unsigned char>(seed);
+}
+
+TEST(ExpandableArena, AllocatesAlignedBlocksAndReportsThem) {
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB), "arena");
+  EXPECT_EQ(arena.max_alignment(), 256u);
+  EXPECT_GE(arena.reserved_range_bytes(), 256 * kMiB);
+  void* a = arena.allocate(100);
+  void* b = arena.allocate(1000);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % 256, 0u);
+  EXPECT_EQ(static_cast<char*>(b) - static_cast<char*>(a), 256);
+  std::memset(b, 7, 1000);
+  const auto blocks = arena.blocks();
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[1].offset, 256u);
+  EXPECT_EQ(blocks[1].size, 1024u);
+  EXPECT_EQ(blocks[1].requested, 1000u);
+  EXPECT_TRUE(blocks[1].in_use);
+  const auto stats = arena.stats();
+  EXPECT_EQ(stats.bytes_in_use, 1280u);
+  EXPECT_EQ(stats.bytes_requested, 1100u);
+  EXPECT_EQ(stats.bytes_reserved, kGranule);
+  EXPECT_EQ(stats.bytes_limit, 64 * kMiB);
+  EXPECT_THROW((void)arena.allocate(10, 512), tp::InvalidArgument);
+  arena.deallocate(a, 100);
+  EXPECT_EQ(arena.blocks().size(), 2u);  // a hole before b
+  arena.deallocate(b, 1000);
+  EXPECT_TRUE(arena.blocks().empty());
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
+TEST(ExpandableArena, RejectsAZeroLimit) {
+  EXPECT_THROW(ExpandableArena(std::make_unique<HostVirtualMemory>(), options(0)), tp::InvalidArgument);
+}
+
+TEST(ExpandableArena, CommitsTouchedGranulesAndDecommitsFreeOnes) {
+  HostVirtualMemory memory;
+  {
+    ExpandableArena arena(memory, options(64 * kMiB, 0));
+    void* a = arena.allocate(3 * kMiB);  // granules 0, 1
+    EXPECT_EQ(arena.committed_bytes(), 4 * kMiB);
+    EXPECT_EQ(memory.committed_bytes(), 4 * kMiB);
+    void* b = arena.allocate(kMiB);  // [3, 4) MiB: granule 1, already committed
+    EXPECT_EQ(arena.committed_bytes(), 4 * kMiB);
+    std::memset(a, 1, 3 * kMiB);
+    std::memset(b, 2, kMiB);
+    auto stats = arena.stats();
+    EXPECT_EQ(stats.upstream_allocs, 1u);
+    arena.deallocate(a, 3 * kMiB);  // granule 0 wholly free: decommitted (threshold 0)
+    EXPECT_EQ(arena.committed_bytes(), 2 * kMiB);
+    EXPECT_EQ(memory.committed_bytes(), 2 * kMiB);
+    EXPECT_EQ(arena.stats().upstream_frees, 1u);
+    arena.deallocate(b, kMiB);
+    EXPECT_EQ(arena.committed_bytes(), 0u);
+    stats = arena.stats();
+    EXPECT_EQ(stats.peak_bytes_reserved, 4 * kMiB);
+    EXPECT_EQ(stats.bytes_reserved, 0u);
+    EXPECT_EQ(arena.check_invariants(), "");
+    (void)arena.allocate(kMiB);  // left outstanding: the destructor gives everything back
+  }
+  EXPECT_EQ(memory.committed_bytes(), 0u);
+}
+
+TEST(ExpandableArena, GrowingRequestsKeepCommittedNearLive) {
+  // Sizes 1, 2, 3... MiB, each freeing the previous one.
+  for (const std::size_t threshold : {std::size_t{0}, ArenaOptions{}.release_threshold}) {
+    SCOPED_TRACE("release_threshold " + std::to_string(threshold));
+    ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(256 * kMiB, threshold));
+    void* previous = nullptr;
+    std::size_t previous_bytes = 0;
+    std::size_t peak_live = 0;
+    for (std::size_t mib = 1; mib <= 48; ++mib) {
+      const std::size_t bytes = mib * kMiB;
+      void* ptr = arena.allocate(bytes);
+      std::memset(ptr, static_cast<int>(mib), bytes);
+      const std::size_t live = bytes + previous_bytes;
+      peak_live = std::max(peak_live, live);
+      // Caching never lifts committed bytes above the peak of what live blocks touch.
+      EXPECT_LE(arena.stats().peak_bytes_reserved, peak_live + 2 * kGranule) << mib << " MiB";
+      if (threshold == 0) {
+        EXPECT_LE(arena.committed_bytes(), live + 2 * kGranule) << mib << " MiB";
+      }
+      arena.deallocate(previous, previous_bytes);
+      if (threshold == 0) {
+        EXPECT_LE(arena.committed_bytes(), bytes + 2 * kGranule) << mib << " MiB";
+      }
+      previous = ptr;
+      previous_bytes = bytes;
+      ASSERT_EQ(arena.check_invariants(), "");
+    }
+    arena.deallocate(previous, previous_bytes);
+    EXPECT_LE(arena.committed_bytes(), threshold);
+  }
+}
+
+TEST(ExpandableArena, GrowingRequestNeedsNoContiguousPhysicalHole) {
+  // 32 MiB live in 2 MiB pieces with 2 MiB holes between them: a BFC allocator at a 64 MiB limit would need
+  // a new 30 MiB region; here only the touched granules cost memory.
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  std::vector<void*> pieces;
+  for (int i = 0; i < 32; ++i) pieces.push_back(arena.allocate(kGranule));
+  for (int i = 0; i < 32; i += 2) arena.deallocate(pieces[static_cast<std::size_t>(i)], kGranule);
+  void* large = arena.allocate(30 * kMiB);
+  std::memset(large, 9, 30 * kMiB);
+  EXPECT_LE(arena.committed_bytes(), 64 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(large, 30 * kMiB);
+  for (int i = 1; i < 32; i += 2) arena.deallocate(pieces[static_cast<std::size_t>(i)], kGranule);
+  EXPECT_EQ(arena.stats().bytes_in_use, 0u);
+}
+
+TEST(ExpandableArena, CachesUpToTheThresholdAndTrimReleasesTheRest) {
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(256 * kMiB, 8 * kMiB));
+  void* small = arena.allocate(kKiB);
+  void* large = arena.allocate(20 * kMiB);  // granules 0..10
+  arena.deallocate(large, 20 * kMiB);
+  // 10 wholly free granules; the least recently freed are decommitted down to the 8 MiB threshold. A block's
+  // granules are released top-down, so its low ones, where best fit places the next request, stay.
+  EXPECT_EQ(arena.committed_bytes(), kGranule + 8 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+  // Reuse of cached granules makes no system call.
+  const auto commits = arena.stats().upstream_allocs;
+  void* again = arena.allocate(4 * kMiB);
+  EXPECT_EQ(arena.stats().upstream_allocs, commits);
+  arena.deallocate(again, 4 * kMiB);
+  EXPECT_EQ(arena.trim(), 8 * kMiB);
+  EXPECT_EQ(arena.committed_bytes(), kGranule);
+  EXPECT_EQ(arena.trim(), 0u);
+  arena.deallocate(small, kKiB);
+  EXPECT_EQ(arena.trim(), kGranule);
+  EXPECT_EQ(arena.committed_bytes(), 0u);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
+TEST(ExpandableArena, OutOfMemoryReportsAndLeavesTheArenaUsable) {
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(16 * kMiB), "expandable:test");
+  void* a = arena.allocate(10 * kMiB);
+  try {
+    (void)arena.allocate(10 * kMiB - 100);
+    FAIL() << "allocated past the limit";
+  } catch (const tp::OutOfMemoryError& error) {
+    const auto& report = error.report();
+    EXPECT_EQ(report.allocator, "expandable:test");
+    EXPECT_EQ(report.requested_bytes, 10 * kMiB - 100);
+    EXPECT_EQ(report.rounded_bytes, 10 * kMiB);
+    EXPECT_EQ(report.limit_bytes, 16 * kMiB);
+    EXPECT_EQ(report.in_use_bytes, 10 * kMiB);
+    EXPECT_EQ(report.reserved_bytes, 10 * kMiB);
+    EXPECT_EQ(report.largest_free_block, 6 * kMiB);
+    EXPECT_FALSE(report.is_fragmentation());
+    EXPECT_TRUE(contains(error.what(), "expandable:test")) << error.what();
+  }
+  auto stats = arena.stats();
+  EXPECT_EQ(stats.num_ooms, 1u);
+  EXPECT_EQ(stats.num_retries, 1u);
+  EXPECT_EQ(arena.check_invariants(), "");
+  void* b = arena.allocate(6 * kMiB);  // exactly what is left
+  EXPECT_EQ(arena.committed_bytes(), 16 * kMiB);
+  arena.deallocate(a, 10 * kMiB);
+  void* c = arena.allocate(10 * kMiB - 100);
+  std::memset(c, 1, 10 * kMiB - 100);
+  arena.deallocate(b, 6 * kMiB);
+  arena.deallocate(c, 10 * kMiB - 100);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
+TEST(ExpandableArena, CachingNeverRaisesThePeak) {
+  // Cached granules are given back before committed bytes rise above their high-water mark.
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB, 64 * kMiB));
+  void* a = arena.allocate(4 * kMiB);  // granules 0, 1
+  void* b = arena.allocate(256);       // granule 2
+  arena.deallocate(a, 4 * kMiB);       // granules 0, 1 cached
+  EXPECT_EQ(arena.committed_bytes(), 6 * kMiB);
+  void* c = arena.allocate(6 * kMiB);  // at the end: granules 2..5, 3 new
+  EXPECT_EQ(arena.committed_bytes(), 8 * kMiB);
+  EXPECT_EQ(arena.stats().peak_bytes_reserved, 8 * kMiB);
+  EXPECT_EQ(arena.stats().num_retries, 0u);
+  arena.deallocate(b, 256);
+  arena.deallocate(c, 6 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
+TEST(ExpandableArena, RetriesAfterTheSourceRefuses) {
+  // Another user of the device takes what the arena's cache leaves: the arena's commit is refused, it
+  // decommits its cache, places the request where it commits least, and succeeds.
+  SimDeviceMemory device(16 * kMiB);
+  ExpandableArena arena(device, options(64 * kMiB, kGranule));
+  void* x = arena.allocate(12 * kMiB);  // granules 0..5
+  void* s = arena.allocate(256);        // granule 6
+  arena.deallocate(x, 12 * kMiB);       // one granule (0) stays cached
+  EXPECT_EQ(arena.committed_bytes(), 4 * kMiB);
+  void* other = device.allocate(12 * kMiB);
+  void* c = arena.allocate(3 * kMiB);
+  std::memset(c, 5, 3 * kMiB);
+  const auto stats = arena.stats();
+  EXPECT_EQ(stats.num_retries, 1u);
+  EXPECT_EQ(stats.num_ooms, 0u);
+  EXPECT_LE(device.used_bytes(), 16 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(c, 3 * kMiB);
+  arena.deallocate(s, 256);
+  device.deallocate(other, 12 * kMiB);
+}
+
+TEST(ExpandableArena, SourceCapacityBoundsTheArena) {
+  SimDeviceMemory device(12 * kMiB, "sim:0");
+  ExpandableArena arena(device, options(64 * kMiB));
+  void* a = arena.allocate(8 * kMiB);
+  try {
+    (void)arena.allocate(8 * kMiB);
+    FAIL() << "allocated past the device capacity";
+  } catch (const tp::OutOfMemoryError& error) {
+    EXPECT_TRUE(contains(error.what(), "sim:0")) << error.what();
+  }
+  EXPECT_EQ(device.used_bytes(), 8 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+  void* b = arena.allocate(4 * kMiB);
+  std::memset(b, 1, 4 * kMiB);
+  arena.deallocate(a, 8 * kMiB);
+  arena.deallocate(b, 4 * kMiB);
+  arena.trim();
+  EXPECT_EQ(device.used_bytes(), 0u);
+}
+
+TEST(ExpandableArenaDeathTest, UnknownPointerAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(16 * kMiB));
+  int local = 0;
+  EXPECT_DEATH(arena.deallocate(&local, sizeof local), "did not hand out");
+  void* ptr = arena.allocate(1000);
+  EXPECT_DEATH(arena.deallocate(static_cast<char*>(ptr) + 256, 10), "did not hand out");
+  EXPECT_DEATH(arena.deallocate(ptr, 999), "allocated with 1000 bytes");
+  arena.deallocate(ptr, 1000);
+}
+
+// Random allocate/free/trim under a tight limit: invariants after every operation, every block's contents
+// intact when freed, no two live blocks overlap, committed never above the limit.
+void run_property_test(std::uint64_t seed, int operations) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 random(seed);
+  const std::size_t limit = 48 * kMiB;
+  const std::size_t thresholds[] = {0, 4 * kMiB, 16 * kMiB};
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(limit, thresholds[seed % 3]));
+  struct Live {
+    std::size_t bytes;
+    std::uint64_t tag;
+  };
+  std::map<char*, Live> live;
+  std::uint64_t next_tag = 1;
+  std::size_t ooms = 0;
+  auto random_size = [&random]() -> std::size_t {
+    switch (random() % 8) {
+      case 0: return 1 + random() % 8 * kMiB;
+      case 1:
+      case 2: return 1 + random() % kMiB;
+      default: return 1 + random() % (16 * kKiB);
+    }
+  };
+  for (int op = 0; op < operations; ++op) {
+    const auto choice = random() % 100;
+    if (choice < 55 || live.empty()) {
+      const std::size_t bytes = random_size();
+      char* ptr = nullptr;
+      try {
+        ptr = static_cast<char*>(arena.allocate(bytes));
+      } catch (const tp::OutOfMemoryError&) {
+        ++ooms;
+      }
+      if (ptr != nullptr) {
+        ASSERT_EQ(reinterpret_cast<std::uintptr_t>(ptr) % 256, 0u);
+        const auto after = live.lower_bound(ptr);
+        if (after != live.end()) {
+          ASSERT_LE(ptr + bytes, after->first) << "overlaps the next block, op " << op;
+        }
+        if (after != live.begin()) {
+          const auto before = std::prev(after);
+          ASSERT_LE(before->first + before->second.bytes, ptr) << "overlaps the previous block, op " << op;
+        }
+        fill(ptr, bytes, next_tag);
+        live.emplace(ptr, Live{bytes, next_tag++});
+      }
+    } else if (choice < 99) {
+      auto victim = live.begin();
+      std::advance(victim, static_cast<long>(random() % live.size()));
+      ASSERT_TRUE(verify(victim->first, victim->second.bytes, victim->second.tag)) << "contents lost, op " << op;
+      arena.deallocate(victim->first, victim->second.bytes);
+      live.erase(victim);
+    } else {
+      arena.trim();
+    }
+    ASSERT_LE(arena.committed_bytes(), limit);
+    const std::string problem = arena.check_invariants();
+    ASSERT_EQ(problem, "") << "op " << op;
+  }
+  EXPECT_GT(ooms, 0u) << "the limit was never reached: the test does not exercise the retry path";
+  for (const auto& [ptr, block] : live) {
+    ASSERT_TRUE(verify(ptr, block.bytes, block.tag));
+    arena.deallocate(ptr, block.bytes);
+  }
+  EXPECT_EQ(arena.stats().bytes_in_use, 0u);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
+TEST(ExpandableArena, RandomOperationsKeepEveryInvariant) {
+  for (const std::uint64_t seed : {1u, 2u, 3u}) run_property_test(seed, 7000);
+}
+
+TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(256 * kMiB, 4 * kMiB));
+  std::vector<std::thread> threads;
+  std::vector<int> failures(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&arena, &failures, t] {
+      std::mt19937_64 random(static_cast<std::uint64_t>(t) + 100);
+      std::vector<std::pair<void*, std::pair<std::size_t, std::uint64_t>>> held;
+      for (int i = 0; i < 1500; ++i) {
+        if (held.size() < 16 && random() % 3 != 0) {
+          const std::size_t bytes = random() % 4 == 0 ? 1 + random() % (3 * kMiB) : 1 + random() % (32 * kKiB);
+          const std::uint64_t tag = static_cast<std::uint64_t>(t) * 1000000 + static_cast<std::uint64_t>(i);
+          void* ptr = arena.allocate(bytes);
+          fill(ptr, bytes, tag);
+          held.push_back({ptr, {bytes, tag}});
+        } else if (!held.empty()) {
+          const std::size_t index = random() % held.size();
+          auto [ptr, info] = held[index];
+          if (!verify(ptr, info.first, info.second)) ++failures[static_cast<std::size_t>(t)];
+          arena.deallocate(ptr, info.first);
+          held[index] = held.back();
+          held.pop_back();
+        }
+      }
+      for (auto& [ptr, info] : held) {
+        if (!verify(ptr, info.first, info.second)) ++failures[static_cast<std::size_t>(t)];
+        arena.deallocate(ptr, info.first);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 8; ++t) EXPECT_EQ(failures[static_cast<std::size_t>(t)], 0) << "thread " << t;
+  EXPECT_EQ(arena.check_invariants(), "");
+  const auto stats = arena.stats();
+  EXPECT_EQ(stats.bytes_in_use, 0u);
+  EXPECT_EQ(stats.num_allocs, stats.num_frees);
+  EXPECT_LE(arena.committed_bytes(), ArenaOptions{}.release_threshold);
+}
+
+}  // namespace
