@@ -41,6 +41,10 @@ BfcAllocator::BfcAllocator(MemoryResource& source, BfcOptions options, std::stri
       source_(source),
       options_(options),
       limit_(round_down(options.limit_bytes, kGranularity)),
+      region_cap_(options.growth == GrowthPolicy::preallocate
+                      ? limit_
+                      : std::min(limit_, std::max(round_up(options.max_region_bytes, kGranularity),
+                                                  round_up(options.initial_region_bytes, kGranularity)))),
       next_region_bytes_(0) {
   if (limit_ == 0) {
     TP_THROW(InvalidArgument, "memory", this->name(), ": limit_bytes = ", options.limit_bytes,
@@ -214,19 +218,19 @@ char* BfcAllocator::obtain_from_source(std::size_t bytes) noexcept {
 bool BfcAllocator::extend(std::size_t rounded) {
   const std::size_t available = limit_ - stats_.bytes_reserved;
   if (rounded > available) return false;
-  bool increased = false;
-  while (next_region_bytes_ < rounded) {
-    next_region_bytes_ = doubled(next_region_bytes_, limit_);
-    increased = true;
-  }
-  std::size_t size = std::min(next_region_bytes_, available);
+  // A request larger than the next region takes the next region size doubled until it fits (TF).
+  std::size_t size = next_region_bytes_;
+  while (size < rounded) size = doubled(size, limit_);
+  const bool increased = size != next_region_bytes_;
+  size = std::min(size, available);
   char* base = obtain_from_source(size);
   while (base == nullptr && size > rounded) {  // back off x0.9 while the region still holds the request
     size = std::max(round_down(size - size / 10, kGranularity), rounded);
     base = obtain_from_source(size);
   }
   if (base == nullptr || !add_region(base, size)) return false;
-  if (!increased) next_region_bytes_ = doubled(next_region_bytes_, limit_);
+  // Doubling stops at max_region_bytes so that a grown footprint overshoots live data by at most one region.
+  next_region_bytes_ = std::min(increased ? size : doubled(next_region_bytes_, limit_), region_cap_);
   return true;
 }
 

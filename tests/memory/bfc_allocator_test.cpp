@@ -347,6 +347,23 @@ TEST(BfcAllocator, GrowDoublesRegionSizes) {
   EXPECT_CONSISTENT(bfc);
 }
 
+TEST(BfcAllocator, GrowStopsDoublingAtMaxRegionBytes) {
+  TestSource source;
+  BfcOptions options = grow_options(64 * kMiBytes);
+  options.max_region_bytes = 4 * kMiBytes;
+  BfcAllocator bfc(source, options);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(bfc.allocate(2 * kMiBytes));  // regions 2, 4, then 4 MiB
+  void* big = bfc.allocate(10 * kMiBytes);  // larger than the cap: a region that holds it (4 doubled to 16)
+  void* after = bfc.allocate(3 * kMiBytes);  // back to the cap
+  EXPECT_EQ(source.attempts(),
+            (std::vector<std::size_t>{2 * kMiBytes, 4 * kMiBytes, 4 * kMiBytes, 16 * kMiBytes, 4 * kMiBytes}));
+  for (void* block : blocks) bfc.deallocate(block, 2 * kMiBytes);
+  bfc.deallocate(big, 10 * kMiBytes);
+  bfc.deallocate(after, 3 * kMiBytes);
+  EXPECT_CONSISTENT(bfc);
+}
+
 TEST(BfcAllocator, GrowNeverPassesTheLimit) {
   TestSource source;
   BfcAllocator bfc(source, grow_options(10 * kMiBytes));

@@ -4,6 +4,9 @@
 
 namespace tp::cli {
 
+// `tensorpool replay`: replays an allocation trace on each allocator (replay_command.cpp).
 void add_replay_command(CLI::App& app);
+// `tensorpool trace generate`: writes the synthetic traces of trace_generators.hpp (trace_command.cpp).
+void add_trace_command(CLI::App& app);
 
 }  // namespace tp::cli

@@ -9,8 +9,8 @@
 // chunk is split when it is at least twice the rounded request, or when the leftover is at least
 // options.split_threshold, otherwise it is handed out whole. On free, the chunk merges with free address
 // neighbours (coalescing). When no free chunk fits, a new region is obtained: with GrowthPolicy::grow its
-// size starts at initial_region_bytes and doubles with each new region (at least the rounded request, never
-// past limit_bytes - reserved); with GrowthPolicy::preallocate the first region is the whole limit, obtained
+// size starts at initial_region_bytes and doubles with each new region up to max_region_bytes (at least the
+// rounded request, never past limit_bytes - reserved); with GrowthPolicy::preallocate the first region is the whole limit, obtained
 // at the first allocate (limit_bytes is rounded down to 256 throughout). When the source refuses a region,
 // the size backs off by x0.9 while it still holds the request. When growing fails and garbage_collection
 // is on, wholly free regions are returned to the source and growing is tried once more; after that the
@@ -63,6 +63,9 @@ struct BfcOptions {
   bool garbage_collection = true;                       // on failure, free wholly-free regions and retry
   std::size_t split_threshold = std::size_t{128} << 20; // split also when leftover >= this
   std::size_t initial_region_bytes = std::size_t{2} << 20;
+  // grow: regions stop doubling at this size (a larger request still gets a region that holds it), so the
+  // reserved footprint exceeds the live peak by at most about one region instead of up to 2x.
+  std::size_t max_region_bytes = std::size_t{128} << 20;
 };
 
 class BfcAllocator final : public MemoryResource {
@@ -172,6 +175,7 @@ class BfcAllocator final : public MemoryResource {
   MemoryResource& source_;
   const BfcOptions options_;
   const std::size_t limit_;  // options_.limit_bytes rounded down to kGranularity
+  const std::size_t region_cap_;  // grow: regions double up to this; preallocate: limit_
 
   // Guarded by mutex_: everything below (chunks, free-chunk list, regions, bins, growth size, stats).
   mutable std::mutex mutex_;

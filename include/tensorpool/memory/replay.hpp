@@ -1,0 +1,87 @@
+#pragma once
+// Replays an allocation trace (trace.hpp) on a MemoryResource and measures it, as RMM's replay benchmark
+// does: one std::thread per thread of the trace, each event performed in its original order (a global
+// sequence number: each thread waits for its turn, spinning briefly and then blocking on the atomic; the
+// wait is not timed), logged pointers mapped to the pointers the resource returns. Each allocate and each
+// deallocate is timed alone with std::chrono::steady_clock.
+//
+// Out of memory is a result, not an error: the failed allocation is counted, the replay continues and the
+// allocation's later free is skipped. "allocate failure" lines of the trace are not replayed. Allocations
+// the trace never frees are freed after the replay (timed, so that every allocation makes a pair).
+// Any other exception from the resource is rethrown after all threads have finished.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_config.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
+#include "tensorpool/memory/trace.hpp"
+
+namespace tp::memory {
+
+struct ReplayResult {
+  std::size_t ops = 0;                   // allocate and deallocate calls made for the trace's events
+  std::size_t allocations = 0;           // allocations served
+  std::size_t oom_count = 0;             // allocations refused with std::bad_alloc
+  std::size_t skipped_frees = 0;         // frees of allocations that had been refused
+  std::vector<std::uint64_t> pair_ns;    // per served allocation: its allocate + deallocate time, in order
+  std::uint64_t median_pair_ns = 0;      // median of pair_ns (0 when empty)
+  std::uint64_t p99_pair_ns = 0;         // 99th percentile (nearest rank) of pair_ns
+  std::size_t peak_live_bytes = 0;       // the trace's lower bound: max sum of live requested sizes
+  std::size_t peak_reserved_bytes = 0;   // the resource's stats().peak_bytes_reserved over the replay
+  double reserved_to_live = 0.0;         // peak_reserved / peak_live (0 when nothing is live)
+};
+
+// Resets the resource's peaks first, so peak_reserved_bytes covers this replay only. `alignment` is passed
+// to every allocate.
+ReplayResult replay(const Trace& trace, MemoryResource& resource, std::size_t alignment = kDefaultAlignment);
+
+// Median and p99 (nearest rank) of pair_ns over several results (e.g. --repeat), other fields from `last`.
+ReplayResult merge_replays(const std::vector<ReplayResult>& results);
+
+// The allocators `tensorpool replay` compares, each over a SimDeviceMemory of a given capacity:
+//   bfc = BfcAllocator preallocating the whole capacity; bfc_grow = BfcAllocator growing region by region;
+//   expandable = ExpandableArena (2 MiB granules); system = the device itself under a LimitingAdaptor.
+enum class ReplayAllocator : std::uint8_t { bfc, bfc_grow, expandable, system };
+
+// "bfc", "bfc-grow", "expandable", "system".
+std::string_view to_string(ReplayAllocator allocator) noexcept;
+// Throws tp::InvalidArgument naming the text and listing the accepted names.
+ReplayAllocator parse_replay_allocator(std::string_view name);
+std::vector<ReplayAllocator> all_replay_allocators();
+// Device "sim:0", the allocator and policy above, no tracking (the replay measures the allocator), the
+// whole capacity as the budget.
+MemoryConfig replay_memory_config(ReplayAllocator allocator);
+std::unique_ptr<MemoryStack> make_replay_stack(ReplayAllocator allocator, std::size_t capacity_bytes);
+
+// Builds a fresh resource of a given capacity for each probe of find_min_capacity.
+using ResourceFactory = std::function<std::unique_ptr<MemoryResource>(std::size_t capacity_bytes)>;
+
+struct MinCapacityOptions {
+  double relative_tolerance = 0.01;       // stop when the bracket is within this fraction of the capacity...
+  std::size_t absolute_tolerance = 256 * kKiB;  // ...or within this many bytes, whichever is larger
+  std::size_t max_capacity_bytes = 1024 * kGiB;  // give up (tp::InvalidArgument) above this
+};
+
+struct MinCapacityResult {
+  std::size_t capacity_bytes = 0;  // replays with zero OOMs
+  std::size_t failing_bytes = 0;   // the largest capacity seen to fail (or peak_live - 1, which must fail)
+  std::size_t replays = 0;         // probes run
+};
+
+// Binary search for the smallest capacity on which the whole trace replays without an OOM. Starts from
+// the trace's peak live bytes (no smaller capacity can work), doubles to find a working upper bound, then
+// bisects until capacity_bytes - failing_bytes is within the tolerance. A trace that allocates nothing
+// returns all zeros.
+MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& factory,
+                                    const MinCapacityOptions& options = {});
+MinCapacityResult find_min_capacity(const Trace& trace, ReplayAllocator allocator,
+                                    const MinCapacityOptions& options = {});
+
+}  // namespace tp::memory

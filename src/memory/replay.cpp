@@ -1,0 +1,311 @@
+#include "tensorpool/memory/replay.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "tensorpool/core/error.hpp"
+
+namespace tp::memory {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t nanoseconds_between(Clock::time_point start, Clock::time_point end) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
+}
+
+// Nearest-rank percentile of a sorted sample; 0 when empty.
+std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double fraction) {
+  if (sorted.empty()) return 0;
+  std::size_t rank = static_cast<std::size_t>(fraction * static_cast<double>(sorted.size()) + 0.999999);
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+void summarize_pairs(ReplayResult& result) {
+  std::vector<std::uint64_t> sorted = result.pair_ns;
+  std::sort(sorted.begin(), sorted.end());
+  result.median_pair_ns = percentile(sorted, 0.5);
+  result.p99_pair_ns = percentile(sorted, 0.99);
+}
+
+// One replay. Each event index is touched by exactly one worker (its thread's), and a free reads its
+// allocation's pointer only after the turn counter (release/acquire) says the allocation happened.
+class ReplayRun {
+ public:
+  ReplayRun(const Trace& trace, MemoryResource& resource, std::size_t alignment)
+      : trace_(trace), resource_(resource), alignment_(alignment), pointers_(trace.size(), nullptr),
+        allocate_ns_(trace.size(), 0), free_ns_(trace.size(), 0) {}
+
+  ReplayResult run() {
+    resource_.reset_peak();
+    std::unordered_map<std::uint64_t, std::size_t> worker_of;
+    for (const std::uint64_t thread : trace_.threads()) worker_of.emplace(thread, worker_of.size());
+    std::vector<std::vector<std::size_t>> schedules(worker_of.size());
+    for (std::size_t index = 0; index < trace_.size(); ++index) {
+      schedules[worker_of.at(trace_.events()[index].thread)].push_back(index);
+    }
+    std::vector<Tally> tallies(schedules.size());
+    std::vector<std::thread> workers;
+    workers.reserve(schedules.size());
+    try {
+      for (std::size_t worker = 0; worker < schedules.size(); ++worker) {
+        workers.emplace_back([this, &schedules, &tallies, worker] { work(schedules[worker], tallies[worker]); });
+      }
+    } catch (...) {
+      abort_.store(true);
+      turn_.store(kAborted);  // a new value, so that blocked waiters wake up and see abort_
+      turn_.notify_all();
+      for (std::thread& worker : workers) worker.join();
+      throw;
+    }
+    for (std::thread& worker : workers) worker.join();
+    if (error_) std::rethrow_exception(error_);
+
+    ReplayResult result;
+    for (const Tally& tally : tallies) {
+      result.ops += tally.ops;
+      result.allocations += tally.allocations;
+      result.oom_count += tally.ooms;
+      result.skipped_frees += tally.skipped_frees;
+    }
+    const MemoryStats stats = resource_.stats();
+    release_leftovers();
+    for (std::size_t index = 0; index < trace_.size(); ++index) {
+      if (pointers_[index] != nullptr) result.pair_ns.push_back(allocate_ns_[index] + free_ns_[index]);
+    }
+    summarize_pairs(result);
+    result.peak_live_bytes = trace_.peak_live_bytes();
+    result.peak_reserved_bytes = stats.peak_bytes_reserved;
+    if (result.peak_live_bytes != 0) {
+      result.reserved_to_live =
+          static_cast<double>(result.peak_reserved_bytes) / static_cast<double>(result.peak_live_bytes);
+    }
+    return result;
+  }
+
+ private:
+  struct Tally {
+    std::size_t ops = 0;
+    std::size_t allocations = 0;
+    std::size_t ooms = 0;
+    std::size_t skipped_frees = 0;
+  };
+
+  void work(const std::vector<std::size_t>& schedule, Tally& tally) {
+    for (const std::size_t index : schedule) {
+      if (!wait_turn(index)) return;
+      perform(index, tally);
+      turn_.store(index + 1, std::memory_order_release);
+      const bool hand_off = index + 1 < trace_.size() &&
+                            trace_.events()[index + 1].thread != trace_.events()[index].thread;
+      if (hand_off) turn_.notify_all();
+    }
+  }
+
+  // Spins briefly, then yields, then blocks until it is event `index`'s turn; false when aborted.
+  bool wait_turn(std::size_t index) {
+    constexpr int kSpins = 64;
+    constexpr int kYields = 64;
+    std::uint64_t current = turn_.load(std::memory_order_acquire);
+    for (int attempt = 0;; ++attempt) {
+      if (abort_.load(std::memory_order_relaxed)) return false;
+      if (current == index) return true;
+      if (attempt >= kSpins + kYields) {
+        turn_.wait(current, std::memory_order_acquire);
+      } else if (attempt >= kSpins) {
+        std::this_thread::yield();
+      }
+      current = turn_.load(std::memory_order_acquire);
+    }
+  }
+
+  void perform(std::size_t index, Tally& tally) {
+    const TraceEvent& event = trace_.events()[index];
+    switch (event.action) {
+      case TraceAction::allocate_failure:
+        return;
+      case TraceAction::allocate: {
+        ++tally.ops;
+        try {
+          const Clock::time_point start = Clock::now();
+          void* ptr = resource_.allocate(event.size, alignment_);
+          const Clock::time_point end = Clock::now();
+          pointers_[index] = ptr;
+          allocate_ns_[index] = nanoseconds_between(start, end);
+          ++tally.allocations;
+        } catch (const std::bad_alloc&) {
+          ++tally.ooms;
+        } catch (...) {
+          const std::lock_guard lock(error_mutex_);
+          if (!error_) error_ = std::current_exception();
+        }
+        return;
+      }
+      case TraceAction::free: {
+        const std::size_t allocation = trace_.partner(index);
+        void* ptr = pointers_[allocation];
+        if (ptr == nullptr) {
+          ++tally.skipped_frees;
+          return;
+        }
+        ++tally.ops;
+        const Clock::time_point start = Clock::now();
+        resource_.deallocate(ptr, event.size);
+        const Clock::time_point end = Clock::now();
+        free_ns_[allocation] = nanoseconds_between(start, end);
+        return;
+      }
+    }
+  }
+
+  // Frees (timed) what the trace left allocated, so the resource ends empty and every allocation is a pair.
+  void release_leftovers() {
+    for (std::size_t index = 0; index < trace_.size(); ++index) {
+      if (pointers_[index] == nullptr || trace_.partner(index) != kNoEvent) continue;
+      const Clock::time_point start = Clock::now();
+      resource_.deallocate(pointers_[index], trace_.events()[index].size);
+      free_ns_[index] = nanoseconds_between(start, Clock::now());
+    }
+  }
+
+  const Trace& trace_;
+  MemoryResource& resource_;
+  const std::size_t alignment_;
+  std::vector<void*> pointers_;             // per allocate event: the replayed pointer, null if refused
+  std::vector<std::uint64_t> allocate_ns_;  // per allocate event
+  std::vector<std::uint64_t> free_ns_;      // per allocate event: the time of its free
+  static constexpr std::uint64_t kAborted = ~std::uint64_t{0};
+  std::atomic<std::uint64_t> turn_{0};      // index of the next event to perform; kAborted when aborted
+  std::atomic<bool> abort_{false};
+  std::mutex error_mutex_;                  // guards error_
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+ReplayResult replay(const Trace& trace, MemoryResource& resource, std::size_t alignment) {
+  return ReplayRun(trace, resource, alignment).run();
+}
+
+ReplayResult merge_replays(const std::vector<ReplayResult>& results) {
+  if (results.empty()) return {};
+  ReplayResult merged = results.back();
+  merged.pair_ns.clear();
+  for (const ReplayResult& result : results) {
+    merged.pair_ns.insert(merged.pair_ns.end(), result.pair_ns.begin(), result.pair_ns.end());
+  }
+  summarize_pairs(merged);
+  return merged;
+}
+
+std::string_view to_string(ReplayAllocator allocator) noexcept {
+  switch (allocator) {
+    case ReplayAllocator::bfc:
+      return "bfc";
+    case ReplayAllocator::bfc_grow:
+      return "bfc-grow";
+    case ReplayAllocator::expandable:
+      return "expandable";
+    case ReplayAllocator::system:
+      return "system";
+  }
+  return "unknown";
+}
+
+ReplayAllocator parse_replay_allocator(std::string_view name) {
+  for (const ReplayAllocator allocator : all_replay_allocators()) {
+    if (name == to_string(allocator)) return allocator;
+  }
+  TP_THROW(InvalidArgument, "replay", "unknown allocator '", name, "'; use bfc, bfc-grow, expandable or system");
+}
+
+std::vector<ReplayAllocator> all_replay_allocators() {
+  return {ReplayAllocator::bfc, ReplayAllocator::bfc_grow, ReplayAllocator::expandable, ReplayAllocator::system};
+}
+
+MemoryConfig replay_memory_config(ReplayAllocator allocator) {
+  MemoryConfig config;
+  config.device = "sim:0";
+  config.tracking = false;
+  config.policy = allocator == ReplayAllocator::bfc_grow ? GrowthPolicy::grow : GrowthPolicy::preallocate;
+  switch (allocator) {
+    case ReplayAllocator::bfc:
+    case ReplayAllocator::bfc_grow:
+      config.allocator = AllocatorKind::bfc;
+      break;
+    case ReplayAllocator::expandable:
+      config.allocator = AllocatorKind::expandable;
+      break;
+    case ReplayAllocator::system:
+      config.allocator = AllocatorKind::system;
+      break;
+  }
+  return config;
+}
+
+std::unique_ptr<MemoryStack> make_replay_stack(ReplayAllocator allocator, std::size_t capacity_bytes) {
+  return make_sim_device_memory_stack(replay_memory_config(allocator), capacity_bytes);
+}
+
+MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& factory,
+                                    const MinCapacityOptions& options) {
+  MinCapacityResult result;
+  if (trace.peak_live_bytes() == 0) return result;
+  std::string last_refusal;
+  auto works = [&](std::size_t capacity) {
+    ++result.replays;
+    std::unique_ptr<MemoryResource> resource;
+    try {
+      resource = factory(capacity);
+    } catch (const InvalidArgument& error) {
+      last_refusal = error.what();  // too small to build a stack: as good as an OOM
+      return false;
+    }
+    return replay(trace, *resource).oom_count == 0;
+  };
+  // No capacity below the peak of live bytes can hold them all at once.
+  std::size_t failing = trace.peak_live_bytes() - 1;
+  std::size_t working = trace.peak_live_bytes();
+  while (!works(working)) {
+    failing = working;
+    if (working >= options.max_capacity_bytes) {
+      TP_THROW(InvalidArgument, "replay", trace.source(), ": no capacity up to ", format_bytes(options.max_capacity_bytes),
+               " replays without running out of memory", last_refusal.empty() ? "" : "; last refusal: ",
+               last_refusal);
+    }
+    working = std::min(options.max_capacity_bytes, working * 2);
+  }
+  auto tolerance = [&] {
+    const auto relative = static_cast<std::size_t>(static_cast<double>(working) * options.relative_tolerance);
+    return std::max({relative, options.absolute_tolerance, std::size_t{1}});
+  };
+  while (working - failing > tolerance()) {
+    const std::size_t middle = failing + (working - failing) / 2;
+    if (works(middle)) {
+      working = middle;
+    } else {
+      failing = middle;
+    }
+  }
+  result.capacity_bytes = working;
+  result.failing_bytes = failing;
+  return result;
+}
+
+MinCapacityResult find_min_capacity(const Trace& trace, ReplayAllocator allocator, const MinCapacityOptions& options) {
+  return find_min_capacity(
+      trace, [allocator](std::size_t capacity) -> std::unique_ptr<MemoryResource> {
+        return make_replay_stack(allocator, capacity);
+      },
+      options);
+}
+
+}  // namespace tp::memory

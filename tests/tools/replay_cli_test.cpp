@@ -1,0 +1,144 @@
+// `tensorpool replay` and `tensorpool trace generate` end to end: runs the built binary (build/bin/tensorpool,
+// found next to this test's build folder, or $TP_CLI) and checks exit codes and output for good and bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+fs::path cli_path() {
+  if (const char* overridden = std::getenv("TP_CLI")) return overridden;
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin" / "tensorpool";
+}
+
+CliRun run(const std::string& arguments) {
+  const std::string command = "'" + cli_path().string() + "' " + arguments + " 2>&1";
+  CliRun result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  std::size_t read = 0;
+  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class ReplayCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(cli_path())) GTEST_SKIP() << "tensorpool binary not built at " << cli_path();
+    directory_ = fs::temp_directory_path() / ("tp_replay_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(directory_);
+    write("good.csv",
+          "Thread,Time,Action,Pointer,Size,Stream\n"
+          "0,100,allocate,0x7f0000000000,1048576,0x0\n"
+          "1,200,allocate,0x7f0000100000,3145728,0x0\n"
+          "0,300,free,0x7f0000000000,1048576,0x0\n"
+          "1,400,allocate,0x7f0000000000,524288,0x0\n"
+          "0,500,free,0x7f0000100000,3145728,0x0\n"
+          "1,600,free,0x7f0000000000,524288,0x0\n");
+    write("bad.csv",
+          "Thread,Time,Action,Pointer,Size,Stream\n"
+          "0,100,allocate,0x1000,64,0x0\n"
+          "0,200,free,0x1000,65,0x0\n");
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(directory_, ignored);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(directory_ / name) << text;
+    return path(name);
+  }
+  std::string path(const std::string& name) const { return (directory_ / name).string(); }
+
+  fs::path directory_;
+};
+
+int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+TEST_F(ReplayCli, PrintsAnAlignedTableWithEveryAllocatorAndThePlanner) {
+  const CliRun result = run("replay --trace " + path("good.csv") + " --allocator all --find-min-capacity");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* expected : {"allocator", "median ns", "p99 ns", "peak live", "peak reserved", "reserved/live",
+                               "OOMs", "min capacity", "bfc ", "bfc-grow", "expandable", "system", "offline plan",
+                               "4.00 MiB"}) {
+    EXPECT_NE(result.output.find(expected), std::string::npos) << expected << " missing in\n" << result.output;
+  }
+}
+
+TEST_F(ReplayCli, JsonUsesSnakeCaseAndIntegerBytes) {
+  const CliRun result = run("replay --trace " + path("good.csv") + " --allocator bfc-grow --capacity 64MiB --json --repeat 2");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json["capacity_bytes"], 64u << 20);
+  EXPECT_EQ(json["peak_live_bytes"], 4u << 20);
+  EXPECT_EQ(json["repeat"], 2);
+  ASSERT_EQ(json["results"].size(), 1u);
+  const nlohmann::json& row = json["results"][0];
+  EXPECT_EQ(row["allocator"], "bfc-grow");
+  EXPECT_EQ(row["ops"], 6);
+  EXPECT_EQ(row["oom_count"], 0);
+  EXPECT_TRUE(row["peak_reserved_bytes"].is_number_unsigned());
+  EXPECT_TRUE(row["median_ns"].is_number_unsigned());
+  EXPECT_EQ(json["offline_plan"]["lower_bound_bytes"], 4u << 20);
+  EXPECT_EQ(json["offline_plan"]["heap_bytes"], 4u << 20);
+}
+
+TEST_F(ReplayCli, SmallCapacityReportsOomsNotAnError) {
+  const CliRun result = run("replay --trace " + path("good.csv") + " --allocator system --capacity 3MiB --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_GT(nlohmann::json::parse(result.output)["results"][0]["oom_count"].get<int>(), 0);
+}
+
+TEST_F(ReplayCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
+  struct Case {
+    std::string arguments;
+    std::string mentions;
+  };
+  const Case cases[] = {
+      {"replay --trace " + path("missing.csv"), "missing.csv"},
+      {"replay --trace " + path("bad.csv"), "bad.csv:3:"},
+      {"replay --trace " + path("good.csv") + " --allocator tlsf", "'tlsf'"},
+      {"replay --trace " + path("good.csv") + " --capacity 12XB", "12XB"},
+      {"replay --trace " + path("good.csv") + " --capacity 0", "--capacity"},
+      {"replay --trace " + path("good.csv") + " --repeat zero", "--repeat"},
+      {"replay", "--trace"},
+      {"replay --trace " + directory_.string(), "directory"},
+      {"trace generate --kind bogus --output " + path("x.csv"), "bogus"},
+  };
+  for (const Case& c : cases) {
+    const CliRun result = run(c.arguments);
+    EXPECT_EQ(result.exit_code, 2) << c.arguments << "\n" << result.output;
+    EXPECT_NE(result.output.find(c.mentions), std::string::npos) << c.arguments << "\n" << result.output;
+    EXPECT_EQ(lines(result.output), 1) << c.arguments << "\n" << result.output;
+  }
+}
+
+TEST_F(ReplayCli, GeneratesTracesThatReplay) {
+  const CliRun generated = run("trace generate --kind training --seed 3 --output " + path("training.csv"));
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  const CliRun replayed = run("replay --trace " + path("training.csv") + " --allocator expandable");
+  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+  EXPECT_NE(replayed.output.find("expandable"), std::string::npos) << replayed.output;
+}
+
+}  // namespace

@@ -1,0 +1,221 @@
+// tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
+//                   [--find-min-capacity] [--repeat N]
+// Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
+// offline planner's heap next to the lower bound. Bad input throws tp::InvalidArgument / tp::DataError,
+// which main() turns into exit code 2 and a one-line message.
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/offline_planner.hpp"
+#include "tensorpool/memory/replay.hpp"
+#include "tensorpool/memory/trace.hpp"
+
+namespace tp::cli {
+namespace {
+
+constexpr std::size_t kMaxRepeat = 1000;
+
+struct ReplayArguments {
+  std::string trace;
+  std::string allocator = "all";
+  std::string capacity;
+  std::string repeat = "1";
+  bool json = false;
+  bool find_min_capacity = false;
+};
+
+struct AllocatorReport {
+  memory::ReplayAllocator allocator;
+  memory::ReplayResult result;
+  std::optional<memory::MinCapacityResult> min_capacity;
+};
+
+std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text) {
+  if (text == "all") return memory::all_replay_allocators();
+  for (const memory::ReplayAllocator allocator : memory::all_replay_allocators()) {
+    if (text == memory::to_string(allocator)) return {allocator};
+  }
+  TP_THROW(InvalidArgument, "replay", "--allocator '", text, "' is unknown; use bfc, bfc-grow, expandable, system or all");
+}
+
+std::size_t parse_repeat(const std::string& text) {
+  std::size_t repeat = 0;
+  const auto [ptr, error] = std::from_chars(text.data(), text.data() + text.size(), repeat);
+  if (error != std::errc{} || ptr != text.data() + text.size() || repeat == 0 || repeat > kMaxRepeat) {
+    TP_THROW(InvalidArgument, "replay", "--repeat '", text, "' is not a count; write an integer from 1 to ", kMaxRepeat);
+  }
+  return repeat;
+}
+
+// Enough for every allocator on a well-behaved trace: twice the peak of live bytes, in whole GiB.
+std::size_t default_capacity(const memory::Trace& trace) {
+  return std::max(kGiB, memory::round_up(2 * trace.peak_live_bytes(), kGiB));
+}
+
+std::size_t resolve_capacity(const ReplayArguments& arguments, const memory::Trace& trace) {
+  if (arguments.capacity.empty()) return default_capacity(trace);
+  const std::size_t capacity = parse_bytes(arguments.capacity, "--capacity");
+  if (capacity == 0) {
+    TP_THROW(InvalidArgument, "replay", "--capacity 0 holds nothing; pass the simulated device's size, e.g. 1GiB");
+  }
+  return capacity;
+}
+
+memory::Trace load_trace(const std::string& path) {
+  if (path.empty()) {
+    TP_THROW(InvalidArgument, "replay", "--trace FILE is required; pass a trace CSV such as bench/traces/data/training.csv");
+  }
+  if (std::filesystem::is_directory(path)) {
+    TP_THROW(InvalidArgument, "replay", "--trace '", path, "' is a directory; pass one trace CSV file");
+  }
+  return memory::read_trace_file(path);
+}
+
+std::string ratio(double value) { return fmt::format("{:.3f}", value); }
+
+void print_table(const ReplayArguments& arguments, const memory::Trace& trace, std::size_t capacity, std::size_t repeat,
+                 const std::vector<AllocatorReport>& reports, const memory::OfflinePlan& plan) {
+  std::vector<std::string> header{"allocator", "ops", "median ns", "p99 ns", "peak live", "peak reserved",
+                                  "reserved/live", "OOMs"};
+  if (arguments.find_min_capacity) header.emplace_back("min capacity");
+  std::vector<std::vector<std::string>> rows;
+  for (const AllocatorReport& report : reports) {
+    const memory::ReplayResult& result = report.result;
+    std::vector<std::string> row{std::string(memory::to_string(report.allocator)), std::to_string(result.ops),
+                                 std::to_string(result.median_pair_ns), std::to_string(result.p99_pair_ns),
+                                 format_bytes(result.peak_live_bytes), format_bytes(result.peak_reserved_bytes),
+                                 ratio(result.reserved_to_live), std::to_string(result.oom_count)};
+    if (report.min_capacity) row.push_back(format_bytes(report.min_capacity->capacity_bytes));
+    rows.push_back(std::move(row));
+  }
+  const double plan_ratio = plan.lower_bound_bytes == 0
+                                ? 0.0
+                                : static_cast<double>(plan.heap_bytes) / static_cast<double>(plan.lower_bound_bytes);
+  std::vector<std::string> plan_row{"offline plan", "-", "-", "-", format_bytes(plan.lower_bound_bytes),
+                                    format_bytes(plan.heap_bytes), ratio(plan_ratio), "-"};
+  if (arguments.find_min_capacity) plan_row.push_back(format_bytes(plan.heap_bytes));
+  rows.push_back(std::move(plan_row));
+
+  std::vector<std::size_t> widths(header.size());
+  for (std::size_t column = 0; column < header.size(); ++column) {
+    widths[column] = header[column].size();
+    for (const auto& row : rows) widths[column] = std::max(widths[column], row[column].size());
+  }
+  auto print_row = [&](const std::vector<std::string>& row) {
+    std::string line;
+    for (std::size_t column = 0; column < row.size(); ++column) {
+      if (column == 0) {
+        line += fmt::format("{:<{}}", row[column], widths[column]);
+      } else {
+        line += fmt::format("  {:>{}}", row[column], widths[column]);
+      }
+    }
+    std::cout << line << '\n';
+  };
+  const std::size_t threads = trace.threads().size();
+  std::cout << fmt::format("trace: {} ({} events, {} thread{}, {} allocations, peak live {})\n", arguments.trace,
+                           trace.size(), threads, threads == 1 ? "" : "s", trace.allocation_count(),
+                           format_bytes(trace.peak_live_bytes()));
+  std::cout << fmt::format("device: simulated, capacity {}; {} run{} per allocator; ns per allocate+free pair\n\n",
+                           format_bytes(capacity), repeat, repeat == 1 ? "" : "s");
+  print_row(header);
+  for (const auto& row : rows) print_row(row);
+  std::cout << fmt::format("\noffline plan ({}): heap of a planner that sees the whole trace; peak live is the "
+                           "lower bound\n",
+                           plan.strategy);
+}
+
+void print_json(const ReplayArguments& arguments, const memory::Trace& trace, std::size_t capacity, std::size_t repeat,
+                const std::vector<AllocatorReport>& reports, const memory::OfflinePlan& plan) {
+  nlohmann::ordered_json output;
+  output["trace"] = arguments.trace;
+  output["events"] = trace.size();
+  output["threads"] = trace.threads().size();
+  output["allocations"] = trace.allocation_count();
+  output["peak_live_bytes"] = trace.peak_live_bytes();
+  output["capacity_bytes"] = capacity;
+  output["repeat"] = repeat;
+  output["results"] = nlohmann::ordered_json::array();
+  for (const AllocatorReport& report : reports) {
+    const memory::ReplayResult& result = report.result;
+    nlohmann::ordered_json row;
+    row["allocator"] = memory::to_string(report.allocator);
+    row["ops"] = result.ops;
+    row["median_ns"] = result.median_pair_ns;
+    row["p99_ns"] = result.p99_pair_ns;
+    row["peak_live_bytes"] = result.peak_live_bytes;
+    row["peak_reserved_bytes"] = result.peak_reserved_bytes;
+    row["reserved_to_live"] = result.reserved_to_live;
+    row["oom_count"] = result.oom_count;
+    row["skipped_frees"] = result.skipped_frees;
+    if (report.min_capacity) {
+      row["min_capacity_bytes"] = report.min_capacity->capacity_bytes;
+      row["min_capacity_failing_bytes"] = report.min_capacity->failing_bytes;
+    }
+    output["results"].push_back(std::move(row));
+  }
+  output["offline_plan"] = {
+      {"strategy", plan.strategy},
+      {"heap_bytes", plan.heap_bytes},
+      {"lower_bound_bytes", plan.lower_bound_bytes},
+  };
+  std::cout << output.dump(2) << '\n';
+}
+
+void run_replay(const ReplayArguments& arguments) {
+  const std::vector<memory::ReplayAllocator> allocators = parse_allocators(arguments.allocator);
+  const std::size_t repeat = parse_repeat(arguments.repeat);
+  if (!arguments.capacity.empty()) (void)parse_bytes(arguments.capacity, "--capacity");  // fail before reading
+  const memory::Trace trace = load_trace(arguments.trace);
+  const std::size_t capacity = resolve_capacity(arguments, trace);
+
+  std::vector<AllocatorReport> reports;
+  for (const memory::ReplayAllocator allocator : allocators) {
+    std::vector<memory::ReplayResult> runs;
+    for (std::size_t run = 0; run < repeat; ++run) {
+      const std::unique_ptr<memory::MemoryStack> stack = memory::make_replay_stack(allocator, capacity);
+      runs.push_back(memory::replay(trace, *stack));
+    }
+    AllocatorReport report{allocator, memory::merge_replays(runs), std::nullopt};
+    if (arguments.find_min_capacity) report.min_capacity = memory::find_min_capacity(trace, allocator);
+    reports.push_back(std::move(report));
+  }
+  const memory::OfflinePlan plan = memory::plan_offline(trace);
+  if (arguments.json) {
+    print_json(arguments, trace, capacity, repeat, reports, plan);
+  } else {
+    print_table(arguments, trace, capacity, repeat, reports, plan);
+  }
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "replay", "Replay an allocation trace on a simulated device with each allocator and compare latency and footprint");
+  auto arguments = std::make_shared<ReplayArguments>();
+  command->add_option("--trace", arguments->trace, "trace CSV (Thread,Time,Action,Pointer,Size,Stream)");
+  command->add_option("--allocator", arguments->allocator, "bfc | bfc-grow | expandable | system | all (default: all)");
+  command->add_option("--capacity", arguments->capacity,
+                      "simulated device capacity, e.g. 2GiB (default: 2 x peak live, rounded up to whole GiB)");
+  command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");
+  command->add_flag("--find-min-capacity", arguments->find_min_capacity,
+                    "binary-search the smallest capacity each allocator replays without OOM");
+  command->add_option("--repeat", arguments->repeat, "replays per allocator; latencies are pooled (default: 1)");
+  command->callback([arguments] { run_replay(*arguments); });
+
+}
+
+}  // namespace tp::cli
