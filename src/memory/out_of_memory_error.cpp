@@ -46,16 +46,13 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
   if (report.is_fragmentation()) {
     text << "\n  Cause: fragmentation. " << format_bytes(report.free_bytes())
          << " are free in total but no single block holds the request. Use the expandable allocator"
-         << " (TP_ALLOCATOR=expandable), which maps pages on demand and has no slivers, or call trim() between"
-         << " phases whose shapes change.";
+         << " (TP_ALLOCATOR=expandable), which maps pages on demand so free space needs no contiguous hole, or"
+         << " allocate long-lived tensors (parameters, optimizer state) before short-lived ones so they do not"
+         << " pin holes between activations.";
   } else {
-    text << "\n  Cause: real shortage: live data alone needs more than the limit. Reduce the batch size,"
-         << " free tensors you no longer need, or raise the limit (MemoryConfig::limit_bytes / fraction,"
-         << " TP_MEMORY_FRACTION).";
-    if (report.reserved_bytes > report.in_use_bytes) {
-      text << " Cached free memory (" << format_bytes(report.reserved_bytes - report.in_use_bytes)
-           << ") was already offered back to the source before failing.";
-    }
+    text << "\n  Cause: real shortage: the request does not fit in what the limit leaves beside live data."
+         << " Reduce the batch size, free tensors you no longer need, or raise the limit"
+         << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
   }
   if (!report.largest_live.empty()) {
     text << "\n  Largest live allocations:";

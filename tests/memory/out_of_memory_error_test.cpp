@@ -1,0 +1,73 @@
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tensorpool/core/units.hpp"
+
+namespace tp {
+namespace {
+
+OutOfMemoryReport report_with(std::size_t request, std::size_t in_use, std::size_t largest_free) {
+  OutOfMemoryReport report;
+  report.device = "sim:1";
+  report.allocator = "bfc";
+  report.requested_bytes = request - 100;
+  report.rounded_bytes = request;
+  report.limit_bytes = 64 * kMiB;
+  report.in_use_bytes = in_use;
+  report.reserved_bytes = 64 * kMiB;
+  report.largest_free_block = largest_free;
+  return report;
+}
+
+TEST(OutOfMemoryReport, TellsFragmentationFromShortage) {
+  // 40 MiB free in total, largest block 10 MiB: a 20 MiB request fails only because of fragmentation.
+  const OutOfMemoryReport fragmented = report_with(20 * kMiB, 24 * kMiB, 10 * kMiB);
+  EXPECT_EQ(fragmented.free_bytes(), 40 * kMiB);
+  EXPECT_TRUE(fragmented.is_fragmentation());
+  EXPECT_DOUBLE_EQ(fragmented.fragmentation(), 0.75);
+  // 8 MiB free in total: a 20 MiB request cannot fit however memory is arranged.
+  const OutOfMemoryReport short_of_memory = report_with(20 * kMiB, 56 * kMiB, 8 * kMiB);
+  EXPECT_FALSE(short_of_memory.is_fragmentation());
+  EXPECT_DOUBLE_EQ(short_of_memory.fragmentation(), 0.0);
+
+  const std::string fragmented_text = OutOfMemoryError(fragmented).what();
+  EXPECT_NE(fragmented_text.find("Cause: fragmentation"), std::string::npos) << fragmented_text;
+  EXPECT_NE(fragmented_text.find("TP_ALLOCATOR=expandable"), std::string::npos) << fragmented_text;
+  const std::string shortage_text = OutOfMemoryError(short_of_memory).what();
+  EXPECT_NE(shortage_text.find("real shortage"), std::string::npos) << shortage_text;
+  EXPECT_NE(shortage_text.find("batch size"), std::string::npos) << shortage_text;
+}
+
+TEST(OutOfMemoryReport, FreeBytesWithoutALimitIsTheReservedRemainder) {
+  OutOfMemoryReport report = report_with(kMiB, 10 * kMiB, kMiB);
+  report.limit_bytes.reset();
+  report.reserved_bytes = 12 * kMiB;
+  EXPECT_EQ(report.free_bytes(), 2 * kMiB);
+  report.in_use_bytes = 20 * kMiB;  // never negative
+  EXPECT_EQ(report.free_bytes(), 0u);
+}
+
+TEST(OutOfMemoryError, IsABadAllocWhoseTextFollowsAmendments) {
+  OutOfMemoryError error(report_with(20 * kMiB, 56 * kMiB, 8 * kMiB));
+  const std::bad_alloc& as_bad_alloc = error;
+  std::string text = as_bad_alloc.what();
+  EXPECT_NE(text.find("out of memory on sim:1 (allocator bfc)"), std::string::npos) << text;
+  EXPECT_NE(text.find("20.00 MiB rounded"), std::string::npos) << text;
+  EXPECT_NE(text.find("limit 64.00 MiB"), std::string::npos) << text;
+
+  error.amend([](OutOfMemoryReport& report) {
+    report.device = "sim:7";
+    report.largest_live.push_back({48 * kMiB, memory::AllocationTag{"dense/kernel", "MatMul", {784, 512}, "float32",
+                                                                    memory::AllocationKind::parameter, 3}});
+  });
+  text = error.what();
+  EXPECT_NE(text.find("on sim:7"), std::string::npos) << text;
+  EXPECT_NE(text.find("48.00 MiB  dense/kernel (MatMul, float32[784,512], parameter, step 3)"), std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace tp
