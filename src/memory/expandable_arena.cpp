@@ -99,25 +99,49 @@ std::size_t ExpandableArena::count_uncommitted(std::size_t offset, std::size_t s
   return count;
 }
 
+ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size_t offset, std::size_t size) const {
+  const std::size_t first = first_granule(offset);
+  const std::size_t end = end_granule(offset, size);
+  const std::size_t known = std::min(end, granules_.size());
+  const std::size_t beyond = end > known ? end - std::max(first, known) : 0;
+  Placement placement{block, offset, beyond, beyond, true};
+  for (std::size_t index = first; index < known; ++index) {
+    if (granules_[index].users == 0) ++placement.fresh_granules;
+    if (!granules_[index].committed) ++placement.new_granules;
+  }
+  return placement;
+}
+
+bool ExpandableArena::Placement::better_than(const Placement& other) const noexcept {
+  if (!other.valid) return valid;
+  if (fresh_granules != other.fresh_granules) return fresh_granules < other.fresh_granules;
+  return new_granules < other.new_granules;
+}
+
 ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::size_t size) const {
   const Block& free_block = nodes_[block];
-  Placement low{block, free_block.offset, count_uncommitted(free_block.offset, size), true};
+  const Placement low = place(block, free_block.offset, size);
   if (free_block.size == size) return low;
-  const std::size_t high_offset = free_block.offset + free_block.size - size;
-  const std::size_t high_new = count_uncommitted(high_offset, size);
-  if (high_new < low.new_granules) return Placement{block, high_offset, high_new, true};
-  return low;
+  const Placement high = place(block, free_block.offset + free_block.size - size, size);
+  return high.better_than(low) ? high : low;
 }
 
 ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const {
   if (size > range_bytes_ || extent_ > range_bytes_ - size) return Placement{};
-  return Placement{kNone, extent_, count_uncommitted(extent_, size), true};
+  return place(kNone, extent_, size);
 }
 
 ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
-  const auto fit = free_blocks_.lower_bound(FreeKey{size, 0, 0});
-  if (fit != free_blocks_.end()) return place_in(fit->index, size);
-  return place_at_end(size);
+  Placement best;
+  std::size_t examined = 0;
+  for (auto it = free_blocks_.lower_bound(FreeKey{size, 0, 0});
+       it != free_blocks_.end() && examined < kFitCandidates; ++it, ++examined) {
+    const Placement candidate = place_in(it->index, size);
+    if (candidate.better_than(best)) best = candidate;
+    if (best.fresh_granules == 0) return best;
+  }
+  const Placement at_end = place_at_end(size);
+  return at_end.better_than(best) ? at_end : best;
 }
 
 ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) const {

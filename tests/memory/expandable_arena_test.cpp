@@ -152,6 +152,25 @@ TEST(ExpandableArena, GrowingRequestsKeepCommittedNearLive) {
   }
 }
 
+TEST(ExpandableArena, PrefersTheFreeBlockTouchingFewerFreshGranules) {
+  // Holes X = [0.25, 4.75) MiB and Y = [6, 10.25) MiB; in-use blocks touch granules 0, 2 and 5 only. A
+  // 4.125 MiB request fits the smaller Y, which would touch two fresh granules (3, 4); X costs one (1).
+  constexpr std::size_t kQuarter = kMiB / 4;
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  auto* p0 = static_cast<char*>(arena.allocate(kQuarter));
+  void* x = arena.allocate(4 * kMiB + 2 * kQuarter);
+  (void)arena.allocate(kMiB + kQuarter);
+  void* y = arena.allocate(4 * kMiB + kQuarter);
+  (void)arena.allocate(kQuarter);
+  arena.deallocate(x, 4 * kMiB + 2 * kQuarter);
+  arena.deallocate(y, 4 * kMiB + kQuarter);
+  EXPECT_EQ(arena.committed_bytes(), 3 * kGranule);
+  const std::size_t bytes = 4 * kMiB + kQuarter / 2;
+  EXPECT_EQ(arena.allocate(bytes), p0 + kQuarter);
+  EXPECT_EQ(arena.committed_bytes(), 4 * kGranule);
+  EXPECT_EQ(arena.check_invariants(), "");  // the blocks left outstanding are freed by the destructor
+}
+
 TEST(ExpandableArena, GrowingRequestNeedsNoContiguousPhysicalHole) {
   // 32 MiB live in 2 MiB pieces with 2 MiB holes between them: a BFC allocator at a 64 MiB limit would need
   // a new 30 MiB region; here only the touched granules cost memory.

@@ -8,10 +8,15 @@
 //     in the destructor. It is cut into blocks, multiples of 256 bytes (kDefaultAlignment), that cover
 //     [0, extent) without gaps; the extent grows at the end when no free block holds a request and shrinks
 //     when the last block is freed (the tail block is always in use).
-//   - Best fit: free blocks are indexed by (size, offset); a request takes the smallest free block that
-//     holds it, the lowest address on ties, and is placed at whichever end of it commits fewer new
-//     granules (the low end on ties). The remainder stays a free block. A freed block merges with free
-//     neighbours.
+//   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the
+//     kFitCandidates smallest free blocks that hold it (lowest address first on equal sizes), each at
+//     both ends, and the end of the extent; it takes the placement that touches the fewest "fresh"
+//     granules (ones no in-use block touches, so the peak can only rise by them), then the fewest
+//     uncommitted ones, then the smaller block, the low end and a free block before the extent's end.
+//     The remainder stays a free block. A freed block merges with free neighbours. (On the random
+//     trace this cuts peak committed 448 -> 444 MiB for 384 MiB live; the rest is free space inside
+//     granules around ~N/2 holes that random frees keep open among N live blocks, which no placement
+//     closes: a hole only disappears when a request fits it exactly.)
 //   - A granule (VirtualMemory::granularity(), 2 MiB) is committed while any in-use block touches it:
 //     each granule counts the in-use blocks touching it. A granule whose count drops to zero stays
 //     committed ("cached") on a least-recently-freed list, so an allocate/free cycle makes no system call.
@@ -116,10 +121,15 @@ class ExpandableArena final : public MemoryResource {
   struct Placement {
     std::uint32_t block = kNone;  // free block to carve, or kNone to grow the extent
     std::size_t offset = 0;       // where the new block starts
-    std::size_t new_granules = 0; // uncommitted granules it touches
+    std::size_t new_granules = 0; // uncommitted granules it touches (commits it needs)
+    std::size_t fresh_granules = 0;  // granules it touches that no in-use block touches (cached or not)
     bool valid = false;           // false when the reserved range has no room
+    // Fewer fresh granules, then fewer commits; a valid placement beats an invalid one.
+    bool better_than(const Placement& other) const noexcept;
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
+  // best_fit weighs this many of the smallest free blocks that hold a request (and the extent's end).
+  static constexpr std::size_t kFitCandidates = 4;
 
   ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualMemory> owned, ArenaOptions options,
                   std::string name);
@@ -133,6 +143,7 @@ class ExpandableArena final : public MemoryResource {
   // All below: the caller holds mutex_.
   Placement best_fit(std::size_t size) const;
   Placement fewest_commits(std::size_t size) const;
+  Placement place(std::uint32_t block, std::size_t offset, std::size_t size) const;
   Placement place_in(std::uint32_t block, std::size_t size) const;
   Placement place_at_end(std::size_t size) const;
   std::size_t count_uncommitted(std::size_t offset, std::size_t size) const;
