@@ -263,7 +263,7 @@ bool BfcAllocator::add_region(char* base, std::size_t size) {
   regions_.insert(position, Region{base, size, std::move(handles)});  // capacity reserved: cannot throw
   stats_.bytes_reserved += size;
   ++stats_.upstream_allocs;
-  note_peaks();
+  stats_.update_peaks();
   return true;
 }
 
@@ -329,11 +329,7 @@ void* BfcAllocator::use_chunk(ChunkHandle handle, std::size_t rounded, std::size
   Chunk& chunk = chunks_[handle];
   chunk.in_use = true;
   chunk.requested = requested;
-  stats_.bytes_in_use += chunk.size;
-  stats_.bytes_requested += requested;
-  ++stats_.num_allocs;
-  stats_.largest_alloc = std::max(stats_.largest_alloc, requested);
-  note_peaks();
+  stats_.record_allocation(requested, chunk.size, 0);
   return chunk.ptr;
 }
 
@@ -342,9 +338,7 @@ void BfcAllocator::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   Region* region = region_for(ptr);
   ChunkHandle handle = chunk_for(region, ptr, bytes);
   Chunk& chunk = chunks_[handle];
-  stats_.bytes_in_use -= chunk.size;
-  stats_.bytes_requested -= chunk.requested;
-  ++stats_.num_frees;
+  stats_.record_free(chunk.requested, chunk.size, 0);
   chunk.in_use = false;
   chunk.requested = 0;
   const ChunkHandle next = chunk.next;
@@ -386,12 +380,6 @@ void BfcAllocator::abort_bad_free(const void* ptr, std::size_t bytes, const char
                name().c_str(), ptr, bytes, why);
   std::fflush(stderr);
   std::abort();
-}
-
-void BfcAllocator::note_peaks() noexcept {
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
-  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
 }
 
 void BfcAllocator::throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag) {

@@ -21,9 +21,7 @@ MemoryStats BfcAllocator::do_stats() const {
 
 void BfcAllocator::do_reset_peak() {
   std::lock_guard lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_reserved = stats_.bytes_reserved;
-  stats_.peak_bytes_requested = stats_.bytes_requested;
+  stats_.reset_peaks();
 }
 
 std::vector<BfcAllocator::RegionInfo> BfcAllocator::regions() const {

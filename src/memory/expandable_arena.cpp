@@ -284,12 +284,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   acquire_granules(block.offset, size);
   in_use_.emplace(block.offset, index);
 
-  stats_.bytes_in_use += size;
-  stats_.bytes_requested += bytes;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
-  stats_.largest_alloc = std::max(stats_.largest_alloc, bytes);
-  ++stats_.num_allocs;
+  stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_granules
   return base_ + block.offset;
 }
 
@@ -316,9 +311,7 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   in_use_.erase(found);
   const std::size_t offset = nodes_[index].offset;
   const std::size_t size = nodes_[index].size;
-  stats_.bytes_in_use -= size;
-  stats_.bytes_requested -= nodes_[index].requested;
-  ++stats_.num_frees;
+  stats_.record_free(nodes_[index].requested, size, 0);
   release_granules(offset, size);
   release_block(index);
   if (cached_count_ * granularity_ > options_.release_threshold) {
@@ -333,9 +326,7 @@ std::size_t ExpandableArena::do_trim() {
 
 void ExpandableArena::do_reset_peak() {
   std::lock_guard lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_reserved = stats_.bytes_reserved;
-  stats_.peak_bytes_requested = stats_.bytes_requested;
+  stats_.reset_peaks();
   high_water_granules_ = committed_granules_;
 }
 

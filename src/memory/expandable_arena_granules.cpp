@@ -50,7 +50,7 @@ bool ExpandableArena::commit_for(std::size_t offset, std::size_t size) {
   }
   high_water_granules_ = std::max(high_water_granules_, committed_granules_);
   stats_.bytes_reserved = committed_granules_ * granularity_;
-  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
+  stats_.update_peaks();
   return true;
 }
 

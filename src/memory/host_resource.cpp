@@ -28,14 +28,7 @@ void* HostResource::do_allocate(std::size_t bytes, std::size_t alignment, const 
     throw OutOfMemoryError(std::move(report));
   }
   std::lock_guard lock(mutex_);
-  stats_.bytes_in_use += bytes;
-  stats_.bytes_reserved += bytes;
-  stats_.bytes_requested += bytes;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
-  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
-  stats_.largest_alloc = std::max(stats_.largest_alloc, bytes);
-  ++stats_.num_allocs;
+  stats_.record_allocation(bytes, bytes, bytes);
   ++stats_.upstream_allocs;
   return ptr;
 }
@@ -43,10 +36,7 @@ void* HostResource::do_allocate(std::size_t bytes, std::size_t alignment, const 
 void HostResource::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   std::free(ptr);
   std::lock_guard lock(mutex_);
-  stats_.bytes_in_use -= std::min(bytes, stats_.bytes_in_use);
-  stats_.bytes_reserved -= std::min(bytes, stats_.bytes_reserved);
-  stats_.bytes_requested -= std::min(bytes, stats_.bytes_requested);
-  ++stats_.num_frees;
+  stats_.record_free(bytes, bytes, bytes);
   ++stats_.upstream_frees;
 }
 
@@ -57,9 +47,7 @@ MemoryStats HostResource::do_stats() const {
 
 void HostResource::do_reset_peak() {
   std::lock_guard lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_reserved = stats_.bytes_reserved;
-  stats_.peak_bytes_requested = stats_.bytes_requested;
+  stats_.reset_peaks();
 }
 
 }  // namespace tp::memory

@@ -74,14 +74,7 @@ void* PinnedHostResource::do_allocate(std::size_t bytes, std::size_t /*alignment
              describe_lock_failure(name(), error_number, bytes, mapped, current_memlock_limit()));
   }
   std::lock_guard lock(mutex_);
-  stats_.bytes_in_use += mapped;
-  stats_.bytes_reserved += mapped;
-  stats_.bytes_requested += bytes;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
-  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
-  stats_.largest_alloc = std::max(stats_.largest_alloc, bytes);
-  ++stats_.num_allocs;
+  stats_.record_allocation(bytes, mapped, mapped);
   ++stats_.upstream_allocs;
   return ptr;
 }
@@ -91,10 +84,7 @@ void PinnedHostResource::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   munlock(ptr, mapped);
   munmap(ptr, mapped);
   std::lock_guard lock(mutex_);
-  stats_.bytes_in_use -= std::min(mapped, stats_.bytes_in_use);
-  stats_.bytes_reserved -= std::min(mapped, stats_.bytes_reserved);
-  stats_.bytes_requested -= std::min(bytes, stats_.bytes_requested);
-  ++stats_.num_frees;
+  stats_.record_free(bytes, mapped, mapped);
   ++stats_.upstream_frees;
 }
 
@@ -105,9 +95,7 @@ MemoryStats PinnedHostResource::do_stats() const {
 
 void PinnedHostResource::do_reset_peak() {
   std::lock_guard lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_reserved = stats_.bytes_reserved;
-  stats_.peak_bytes_requested = stats_.bytes_requested;
+  stats_.reset_peaks();
 }
 
 }  // namespace tp::memory

@@ -76,12 +76,7 @@ void* SimDeviceMemory::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
     throw_out_of_memory(bytes, mapped, tag, std::string("mmap failed: ") + std::strerror(error_number));
   }
   std::lock_guard lock(mutex_);
-  stats_.bytes_in_use += mapped;
-  stats_.bytes_requested += bytes;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.peak_bytes_requested = std::max(stats_.peak_bytes_requested, stats_.bytes_requested);
-  stats_.largest_alloc = std::max(stats_.largest_alloc, bytes);
-  ++stats_.num_allocs;
+  stats_.record_allocation(bytes, mapped, 0);  // reserved bytes are used_, shared with committed pages
   ++stats_.upstream_allocs;
   return ptr;
 }
@@ -91,9 +86,7 @@ void SimDeviceMemory::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   munmap(ptr, mapped);
   give_back(mapped);
   std::lock_guard lock(mutex_);
-  stats_.bytes_in_use -= std::min(mapped, stats_.bytes_in_use);
-  stats_.bytes_requested -= std::min(bytes, stats_.bytes_requested);
-  ++stats_.num_frees;
+  stats_.record_free(bytes, mapped, 0);
   ++stats_.upstream_frees;
 }
 
@@ -112,8 +105,7 @@ MemoryStats SimDeviceMemory::do_stats() const {
 
 void SimDeviceMemory::do_reset_peak() {
   std::lock_guard lock(mutex_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-  stats_.peak_bytes_requested = stats_.bytes_requested;
+  stats_.reset_peaks();
   peak_used_.store(used_bytes(), std::memory_order_relaxed);
 }
 

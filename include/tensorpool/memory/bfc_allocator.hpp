@@ -164,7 +164,6 @@ class BfcAllocator final : public MemoryResource {
   ChunkHandle chunk_for(Region* region, void* ptr, std::size_t bytes) const noexcept;
   [[noreturn]] void abort_bad_free(const void* ptr, std::size_t bytes, const char* why) const noexcept;
   std::size_t largest_free_chunk() const noexcept;
-  void note_peaks() noexcept;
   [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag);
   std::string check_region(const Region& region, std::size_t& free_chunks, std::size_t& in_use,
                            std::size_t& requested, std::size_t& chunk_count) const;

@@ -25,6 +25,37 @@ struct MemoryStats {
   std::uint64_t upstream_frees = 0;
   std::optional<std::size_t> bytes_limit;  // hard wall of this stack, if any
 
+  // Bookkeeping shared by every resource (callers hold the resource's lock):
+  // one allocation served: `requested` as asked, adding `in_use` bytes (after rounding) and `reserved` bytes
+  // newly obtained from the source (0 when served from a cache).
+  void record_allocation(std::size_t requested, std::size_t in_use, std::size_t reserved) noexcept {
+    bytes_requested += requested;
+    bytes_in_use += in_use;
+    bytes_reserved += reserved;
+    largest_alloc = requested > largest_alloc ? requested : largest_alloc;
+    ++num_allocs;
+    update_peaks();
+  }
+  // The inverse of record_allocation; never wraps below zero.
+  void record_free(std::size_t requested, std::size_t in_use, std::size_t reserved) noexcept {
+    bytes_requested -= requested < bytes_requested ? requested : bytes_requested;
+    bytes_in_use -= in_use < bytes_in_use ? in_use : bytes_in_use;
+    bytes_reserved -= reserved < bytes_reserved ? reserved : bytes_reserved;
+    ++num_frees;
+  }
+  // Raises each peak to its current value.
+  void update_peaks() noexcept {
+    if (bytes_in_use > peak_bytes_in_use) peak_bytes_in_use = bytes_in_use;
+    if (bytes_reserved > peak_bytes_reserved) peak_bytes_reserved = bytes_reserved;
+    if (bytes_requested > peak_bytes_requested) peak_bytes_requested = bytes_requested;
+  }
+  // Peaks restart from the current values (reset_peak()).
+  void reset_peaks() noexcept {
+    peak_bytes_in_use = bytes_in_use;
+    peak_bytes_reserved = bytes_reserved;
+    peak_bytes_requested = bytes_requested;
+  }
+
   // Reserved but not in use.
   std::size_t free_bytes() const noexcept {
     return bytes_reserved > bytes_in_use ? bytes_reserved - bytes_in_use : 0;
