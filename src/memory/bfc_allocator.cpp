@@ -384,14 +384,8 @@ void BfcAllocator::abort_bad_free(const void* ptr, std::size_t bytes, const char
 
 void BfcAllocator::throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag) {
   ++stats_.num_ooms;
-  OutOfMemoryReport report;
-  report.allocator = name();
-  report.requested_bytes = bytes;
-  report.rounded_bytes = rounded;
-  report.request_tag = tag;
-  report.limit_bytes = limit_;
-  report.in_use_bytes = stats_.bytes_in_use;
-  report.reserved_bytes = stats_.bytes_reserved;
+  auto report = OutOfMemoryReport::for_request(name(), bytes, rounded, tag, limit_, stats_.bytes_in_use,
+                                              stats_.bytes_reserved);
   report.largest_free_block = largest_free_chunk();
   report.detail = detail::concat("BFC: ", regions_.size(), " region(s) from '", source_.name(), "', ",
                                  options_.growth == GrowthPolicy::grow ? "grow" : "preallocate",

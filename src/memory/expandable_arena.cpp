@@ -333,16 +333,10 @@ void ExpandableArena::do_reset_peak() {
 void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                           const std::string& detail) {
   ++stats_.num_ooms;
-  OutOfMemoryReport report;
-  report.allocator = name();
-  report.requested_bytes = requested;
-  report.rounded_bytes = rounded;
-  report.request_tag = tag;
-  report.limit_bytes = options_.limit_bytes;
-  report.in_use_bytes = stats_.bytes_in_use;
-  report.reserved_bytes = committed_granules_ * granularity_;
-  // What one request could still get: the limit less the granules live blocks pin.
   const std::size_t pinned = committed_granules_ * granularity_;
+  auto report = OutOfMemoryReport::for_request(name(), requested, rounded, tag, options_.limit_bytes,
+                                              stats_.bytes_in_use, pinned);
+  // What one request could still get: the limit less the granules live blocks pin.
   report.largest_free_block = std::max(largest_committed_free_block(),
                                        options_.limit_bytes > pinned ? options_.limit_bytes - pinned : 0);
   report.detail = name() + ": " + detail + " (" + std::to_string(committed_granules_) + " granules committed, " +

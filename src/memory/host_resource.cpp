@@ -14,15 +14,11 @@ void* HostResource::do_allocate(std::size_t bytes, std::size_t alignment, const 
   const std::size_t effective = std::max(alignment, sizeof(void*));
   if (posix_memalign(&ptr, effective, bytes) != 0 || ptr == nullptr) {
     OutOfMemoryReport report;
-    report.allocator = name();
-    report.requested_bytes = bytes;
-    report.rounded_bytes = bytes;
-    report.request_tag = tag;
     {
       std::lock_guard lock(mutex_);
       ++stats_.num_ooms;
-      report.in_use_bytes = stats_.bytes_in_use;
-      report.reserved_bytes = stats_.bytes_reserved;
+      report = OutOfMemoryReport::for_request(name(), bytes, bytes, tag, std::nullopt, stats_.bytes_in_use,
+                                              stats_.bytes_reserved);
     }
     report.detail = "posix_memalign refused the request (host memory exhausted)";
     throw OutOfMemoryError(std::move(report));

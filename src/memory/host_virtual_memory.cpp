@@ -66,13 +66,7 @@ void HostVirtualMemory::commit(void* ptr, std::size_t bytes) {
   std::size_t committed = committed_.load(std::memory_order_relaxed);
   while (true) {
     if (capacity_ && (committed > *capacity_ || bytes > *capacity_ - committed)) {
-      OutOfMemoryReport report;
-      report.allocator = name_;
-      report.requested_bytes = bytes;
-      report.rounded_bytes = bytes;
-      report.limit_bytes = capacity_;
-      report.in_use_bytes = committed;
-      report.reserved_bytes = committed;
+      auto report = OutOfMemoryReport::for_request(name_, bytes, bytes, {}, capacity_, committed, committed);
       report.largest_free_block = committed < *capacity_ ? *capacity_ - committed : 0;
       report.detail = name_ + ": committing " + format_bytes(bytes) + " would exceed the capacity of " +
                       format_bytes(*capacity_) + " (" + format_bytes(committed) + " committed)";
@@ -83,13 +77,8 @@ void HostVirtualMemory::commit(void* ptr, std::size_t bytes) {
   if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) {
     const int error_number = errno;
     committed_.fetch_sub(bytes, std::memory_order_relaxed);
-    OutOfMemoryReport report;
-    report.allocator = name_;
-    report.requested_bytes = bytes;
-    report.rounded_bytes = bytes;
-    report.limit_bytes = capacity_;
-    report.in_use_bytes = committed_.load(std::memory_order_relaxed);
-    report.reserved_bytes = report.in_use_bytes;
+    const std::size_t now_committed = committed_.load(std::memory_order_relaxed);
+    auto report = OutOfMemoryReport::for_request(name_, bytes, bytes, {}, capacity_, now_committed, now_committed);
     report.detail = name_ + ": the OS refused to commit " + format_bytes(bytes) + " (mprotect: " +
                     std::strerror(error_number) + "); check vm.max_map_count and the memory available";
     throw OutOfMemoryError(std::move(report));

@@ -55,14 +55,8 @@ MemoryStats LimitingAdaptor::do_stats() const {
 void LimitingAdaptor::refuse(std::size_t bytes, std::size_t outstanding, const AllocationTag& tag) {
   num_ooms_.fetch_add(1, std::memory_order_relaxed);
   const MemoryStats upstream_stats = upstream().stats();
-  OutOfMemoryReport report;
-  report.allocator = name();
-  report.requested_bytes = bytes;
-  report.rounded_bytes = bytes;
-  report.request_tag = tag;
-  report.limit_bytes = limit_bytes_;
-  report.in_use_bytes = outstanding;
-  report.reserved_bytes = upstream_stats.bytes_reserved;
+  auto report = OutOfMemoryReport::for_request(name(), bytes, bytes, tag, limit_bytes_, outstanding,
+                                              upstream_stats.bytes_reserved);
   // Under a limit counted in requested bytes, any request up to the headroom would pass.
   report.largest_free_block = limit_bytes_ - outstanding;
   report.detail = "The limit of " + format_bytes(limit_bytes_) + " counts requested bytes; " +

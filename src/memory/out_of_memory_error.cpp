@@ -23,6 +23,20 @@ bool OutOfMemoryReport::is_fragmentation() const noexcept {
   return free_bytes() >= rounded_bytes && largest_free_block < rounded_bytes;
 }
 
+OutOfMemoryReport OutOfMemoryReport::for_request(std::string allocator, std::size_t requested, std::size_t rounded,
+                                                 const memory::AllocationTag& tag, std::optional<std::size_t> limit,
+                                                 std::size_t in_use, std::size_t reserved) {
+  OutOfMemoryReport report;
+  report.allocator = std::move(allocator);
+  report.requested_bytes = requested;
+  report.rounded_bytes = rounded;
+  report.request_tag = tag;
+  report.limit_bytes = limit;
+  report.in_use_bytes = in_use;
+  report.reserved_bytes = reserved;
+  return report;
+}
+
 OutOfMemoryError::OutOfMemoryError(OutOfMemoryReport report)
     : report_(std::move(report)), message_(render(report_)) {}
 

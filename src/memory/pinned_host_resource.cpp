@@ -50,15 +50,11 @@ void* PinnedHostResource::do_allocate(std::size_t bytes, std::size_t /*alignment
   if (ptr == MAP_FAILED) {
     const int error_number = errno;
     OutOfMemoryReport report;
-    report.allocator = name();
-    report.requested_bytes = bytes;
-    report.rounded_bytes = mapped;
-    report.request_tag = tag;
     {
       std::lock_guard lock(mutex_);
       ++stats_.num_ooms;
-      report.in_use_bytes = stats_.bytes_in_use;
-      report.reserved_bytes = stats_.bytes_reserved;
+      report = OutOfMemoryReport::for_request(name(), bytes, mapped, tag, std::nullopt, stats_.bytes_in_use,
+                                              stats_.bytes_reserved);
     }
     report.detail = std::string("mmap failed: ") + std::strerror(error_number);
     throw OutOfMemoryError(std::move(report));

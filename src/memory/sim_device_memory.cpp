@@ -44,19 +44,12 @@ void SimDeviceMemory::give_back(std::size_t bytes) noexcept { used_.fetch_sub(by
 
 void SimDeviceMemory::throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                           const std::string& what) {
-  OutOfMemoryReport report;
-  report.allocator = MemoryResource::name();
-  report.requested_bytes = requested;
-  report.rounded_bytes = rounded;
-  report.request_tag = tag;
-  report.limit_bytes = capacity_;
   const std::size_t used = used_.load(std::memory_order_relaxed);
   {
     std::lock_guard lock(mutex_);
     ++stats_.num_ooms;
   }
-  report.in_use_bytes = used;
-  report.reserved_bytes = used;
+  auto report = OutOfMemoryReport::for_request(MemoryResource::name(), requested, rounded, tag, capacity_, used, used);
   report.largest_free_block = available_bytes();
   report.detail = what;
   throw OutOfMemoryError(std::move(report));

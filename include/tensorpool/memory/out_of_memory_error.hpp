@@ -33,6 +33,11 @@ struct OutOfMemoryReport {
   std::vector<LiveAllocation> largest_live; // biggest outstanding allocations, largest first
   std::string detail;                       // extra words from the refusing layer (e.g. the OS error)
 
+  // What every refusing layer fills: who refused, the request, and its counters at that moment.
+  static OutOfMemoryReport for_request(std::string allocator, std::size_t requested, std::size_t rounded,
+                                       const memory::AllocationTag& tag, std::optional<std::size_t> limit,
+                                       std::size_t in_use, std::size_t reserved);
+
   // Bytes that could still hold data: limit - in use, or reserved - in use without a limit.
   std::size_t free_bytes() const noexcept;
   // 1 - largest_free_block / free_bytes (0 when nothing is free).
