@@ -65,7 +65,7 @@ struct BfcOptions {
   std::size_t initial_region_bytes = std::size_t{2} << 20;
   // grow: regions stop doubling at this size (a larger request still gets a region that holds it), so the
   // reserved footprint exceeds the live peak by at most about one region instead of up to 2x.
-  std::size_t max_region_bytes = std::size_t{128} << 20;
+  std::size_t max_region_bytes = std::size_t{64} << 20;
 };
 
 class BfcAllocator final : public MemoryResource {

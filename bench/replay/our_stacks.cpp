@@ -1,0 +1,38 @@
+#include "our_stacks.hpp"
+
+#include <cmath>
+
+#include "tensorpool/memory/replay.hpp"
+#include "tensorpool/memory/sim_device_memory.hpp"
+
+namespace tp::bench {
+namespace {
+
+memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& options) {
+  memory::MemoryConfig config = memory::replay_memory_config(memory::parse_replay_allocator(name));
+  if (options.split_threshold) config.split_threshold = options.split_threshold;
+  return config;
+}
+
+}  // namespace
+
+std::size_t device_capacity(std::size_t peak_live_bytes, double factor) {
+  const auto scaled = static_cast<std::size_t>(std::ceil(static_cast<double>(peak_live_bytes) * factor));
+  const std::size_t granule = memory::SimDeviceMemory::kGranularity;
+  return memory::round_up(scaled > granule ? scaled : granule, granule);
+}
+
+std::unique_ptr<memory::MemoryStack> make_our_stack(const std::string& name, std::size_t capacity_bytes,
+                                                    const OurStackOptions& options) {
+  return memory::make_sim_device_memory_stack(config_for(name, options), capacity_bytes);
+}
+
+std::size_t our_min_capacity(const memory::Trace& trace, const std::string& name, const OurStackOptions& options) {
+  const memory::MemoryConfig config = config_for(name, options);
+  const memory::ResourceFactory factory = [&config](std::size_t capacity) -> std::unique_ptr<memory::MemoryResource> {
+    return memory::make_sim_device_memory_stack(config, capacity);
+  };
+  return memory::find_min_capacity(trace, factory).capacity_bytes;
+}
+
+}  // namespace tp::bench
