@@ -37,7 +37,7 @@ sanitize: deps
 
 # The concurrency-heavy memory tests under ThreadSanitizer.
 TSAN_DIR ?= build-tsan
-TSAN_TESTS ?= concurrency_test bfc_allocator_test expandable_arena_test adaptors_test
+TSAN_TESTS ?= concurrency_test bfc_allocator_property_test expandable_arena_test adaptors_test replay_test
 tsan: deps
 	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DTP_SANITIZE=thread -DTP_BUILD_BENCH=OFF \
 	  -DTP_BUILD_TOOLS=OFF > $(TSAN_DIR).configure.log 2>&1 || (cat $(TSAN_DIR).configure.log; exit 1)
