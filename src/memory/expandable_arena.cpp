@@ -88,17 +88,6 @@ ExpandableArena::~ExpandableArena() {
 
 // ---- placement -----------------------------------------------------------------------------------------
 
-std::size_t ExpandableArena::count_uncommitted(std::size_t offset, std::size_t size) const {
-  const std::size_t first = first_granule(offset);
-  const std::size_t end = end_granule(offset, size);
-  const std::size_t known = std::min(end, granules_.size());
-  std::size_t count = end > known ? end - std::max(first, known) : 0;
-  for (std::size_t index = first; index < known; ++index) {
-    if (!granules_[index].committed) ++count;
-  }
-  return count;
-}
-
 ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size_t offset, std::size_t size) const {
   const std::size_t first = first_granule(offset);
   const std::size_t end = end_granule(offset, size);
@@ -121,7 +110,7 @@ bool ExpandableArena::Placement::better_than(const Placement& other) const noexc
 ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::size_t size) const {
   const Block& free_block = nodes_[block];
   const Placement low = place(block, free_block.offset, size);
-  if (free_block.size == size) return low;
+  if (free_block.size == size || (low.fresh_granules == 0 && low.new_granules == 0)) return low;
   const Placement high = place(block, free_block.offset + free_block.size - size, size);
   return high.better_than(low) ? high : low;
 }
@@ -134,9 +123,9 @@ ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const
 ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
   Placement best;
   std::size_t examined = 0;
-  for (auto it = free_blocks_.lower_bound(FreeKey{size, 0, 0});
-       it != free_blocks_.end() && examined < kFitCandidates; ++it, ++examined) {
-    const Placement candidate = place_in(it->index, size);
+  for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
+       index = free_next(index), ++examined) {
+    const Placement candidate = place_in(index, size);
     if (candidate.better_than(best)) best = candidate;
     if (best.fresh_granules == 0) return best;
   }
@@ -146,9 +135,9 @@ ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
 
 ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) const {
   Placement best = place_at_end(size);
-  for (auto it = free_blocks_.lower_bound(FreeKey{size, 0, 0}); it != free_blocks_.end(); ++it) {
+  for (std::uint32_t index = free_lower_bound(size); index != kNone; index = free_next(index)) {
     if (best.valid && best.new_granules == 0) break;
-    const Placement candidate = place_in(it->index, size);
+    const Placement candidate = place_in(index, size);
     if (!best.valid || candidate.new_granules < best.new_granules) best = candidate;
   }
   return best;
@@ -160,98 +149,122 @@ std::uint32_t ExpandableArena::new_node() {
   if (!spare_nodes_.empty()) {
     const std::uint32_t index = spare_nodes_.back();
     spare_nodes_.pop_back();
-    nodes_[index] = Block{};
+    nodes_[index] = Block{.priority = nodes_[index].priority};
     return index;
   }
-  nodes_.emplace_back();
-  return static_cast<std::uint32_t>(nodes_.size() - 1);
+  const auto index = static_cast<std::uint32_t>(nodes_.size());
+  // Room for every node in the spare list, so that free_node (on the noexcept free path) never allocates.
+  if (spare_nodes_.capacity() <= index) spare_nodes_.reserve(2 * std::size_t{index} + 1);
+  nodes_.push_back(Block{.priority = treap_priority(index)});
+  return index;
 }
 
-void ExpandableArena::free_node(std::uint32_t index) { spare_nodes_.push_back(index); }
+void ExpandableArena::free_node(std::uint32_t index) noexcept { spare_nodes_.push_back(index); }
 
-void ExpandableArena::insert_free(std::uint32_t index) {
-  free_blocks_.insert(FreeKey{nodes_[index].size, nodes_[index].offset, index});
+void ExpandableArena::link_before(std::uint32_t index, std::uint32_t at) noexcept {
+  const std::uint32_t prev = nodes_[at].prev;
+  nodes_[index].prev = prev;
+  nodes_[index].next = at;
+  nodes_[at].prev = index;
+  if (prev != kNone) {
+    nodes_[prev].next = index;
+  } else {
+    first_block_ = index;
+  }
 }
 
-void ExpandableArena::erase_free(std::uint32_t index) {
-  free_blocks_.erase(FreeKey{nodes_[index].size, nodes_[index].offset, index});
+void ExpandableArena::link_after(std::uint32_t index, std::uint32_t at) noexcept {
+  const std::uint32_t next = nodes_[at].next;
+  nodes_[index].prev = at;
+  nodes_[index].next = next;
+  nodes_[at].next = index;
+  if (next != kNone) {
+    nodes_[next].prev = index;
+  } else {
+    last_block_ = index;
+  }
+}
+
+void ExpandableArena::unlink(std::uint32_t index) noexcept {
+  const std::uint32_t prev = nodes_[index].prev;
+  const std::uint32_t next = nodes_[index].next;
+  if (prev != kNone) {
+    nodes_[prev].next = next;
+  } else {
+    first_block_ = next;
+  }
+  if (next != kNone) {
+    nodes_[next].prev = prev;
+  } else {
+    last_block_ = prev;
+  }
+  free_node(index);
 }
 
 std::uint32_t ExpandableArena::carve(const Placement& placement, std::size_t size) {
   if (placement.block == kNone) {  // grow the extent; the tail block is never free
+    const std::size_t slots = (extent_ + size) / kBlockAlignment;
+    if (block_at_.size() < slots) block_at_.resize(slots, kNone);  // before any change: it may throw
     const std::uint32_t index = new_node();
-    Block& block = nodes_[index];
-    block.offset = extent_;
-    block.size = size;
-    block.prev = last_block_;
-    if (last_block_ != kNone) nodes_[last_block_].next = index;
-    if (first_block_ == kNone) first_block_ = index;
-    last_block_ = index;
+    nodes_[index].offset = extent_;
+    nodes_[index].size = size;
+    if (last_block_ != kNone) {
+      link_after(index, last_block_);
+    } else {
+      first_block_ = last_block_ = index;
+    }
     extent_ += size;
     return index;
   }
   const std::uint32_t hole = placement.block;
-  erase_free(hole);
-  if (nodes_[hole].size == size) return hole;
-  const std::uint32_t rest = new_node();  // may reallocate nodes_: index, don't hold references
-  if (placement.offset == nodes_[hole].offset) {
-    // [taken | rest]: the hole becomes the taken block, the rest a new free block after it.
-    nodes_[rest].offset = nodes_[hole].offset + size;
-    nodes_[rest].size = nodes_[hole].size - size;
-    nodes_[rest].prev = hole;
-    nodes_[rest].next = nodes_[hole].next;
-    if (nodes_[hole].next != kNone) nodes_[nodes_[hole].next].prev = rest;
-    nodes_[hole].next = rest;
-    nodes_[hole].size = size;
-    insert_free(rest);
+  if (nodes_[hole].size == size) {
+    erase_free(hole);
     return hole;
   }
-  // [rest | taken]: the hole keeps its start and stays free; the taken block is new.
-  const std::uint32_t taken = rest;
+  // The hole stays free with what is left ([taken | rest] or [rest | taken]); the taken block is a new node.
+  const std::uint32_t taken = new_node();  // may reallocate nodes_: index, don't hold references
   nodes_[taken].offset = placement.offset;
   nodes_[taken].size = size;
-  nodes_[taken].prev = hole;
-  nodes_[taken].next = nodes_[hole].next;
-  if (nodes_[hole].next != kNone) nodes_[nodes_[hole].next].prev = taken;
-  nodes_[hole].next = taken;
-  nodes_[hole].size -= size;
-  insert_free(hole);
+  const bool low_end = placement.offset == nodes_[hole].offset;
+  if (low_end) {
+    link_before(taken, hole);
+  } else {
+    link_after(taken, hole);
+  }
+  rekey_free(hole, low_end ? nodes_[hole].offset + size : nodes_[hole].offset, nodes_[hole].size - size);
   return taken;
 }
 
 void ExpandableArena::release_block(std::uint32_t index) {
   nodes_[index].in_use = false;
   nodes_[index].requested = 0;
-  const std::uint32_t next = nodes_[index].next;
-  if (next != kNone && !nodes_[next].in_use) {
-    erase_free(next);
-    nodes_[index].size += nodes_[next].size;
-    nodes_[index].next = nodes_[next].next;
-    if (nodes_[next].next != kNone) nodes_[nodes_[next].next].prev = index;
-    free_node(next);
-  }
   const std::uint32_t prev = nodes_[index].prev;
-  if (prev != kNone && !nodes_[prev].in_use) {
-    erase_free(prev);
-    nodes_[prev].size += nodes_[index].size;
-    nodes_[prev].next = nodes_[index].next;
-    if (nodes_[index].next != kNone) nodes_[nodes_[index].next].prev = prev;
-    if (last_block_ == index) last_block_ = prev;
-    free_node(index);
-    index = prev;
-  }
-  if (nodes_[index].next == kNone) {  // a free tail is cut off: the extent shrinks
-    last_block_ = nodes_[index].prev;
-    if (last_block_ != kNone) {
-      nodes_[last_block_].next = kNone;
-    } else {
-      first_block_ = kNone;
+  const std::uint32_t next = nodes_[index].next;
+  const bool prev_free = prev != kNone && !nodes_[prev].in_use;
+  const std::size_t offset = prev_free ? nodes_[prev].offset : nodes_[index].offset;
+  if (next == kNone) {  // the tail, with a free block before it, is cut off: the extent shrinks
+    unlink(index);
+    if (prev_free) {
+      erase_free(prev);
+      unlink(prev);
     }
-    extent_ = nodes_[index].offset;
-    free_node(index);
+    extent_ = offset;
     return;
   }
-  insert_free(index);
+  const bool next_free = !nodes_[next].in_use;
+  if (!prev_free && !next_free) {
+    insert_free(index);
+    return;
+  }
+  // Merge into a free neighbour already in the index: prev (keeping its start), else next (taking ours).
+  const std::size_t size =
+      nodes_[index].size + (prev_free ? nodes_[prev].size : 0) + (next_free ? nodes_[next].size : 0);
+  if (prev_free && next_free) {
+    erase_free(next);
+    unlink(next);
+  }
+  unlink(index);
+  rekey_free(prev_free ? prev : next, offset, size);
 }
 
 // ---- allocate / deallocate ---------------------------------------------------------------------------
@@ -260,7 +273,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   const std::size_t size = round_up(bytes, kBlockAlignment);
   std::lock_guard lock(mutex_);
   Placement placement = best_fit(size);
-  if (!placement.valid || !commit_for(placement.offset, size)) {
+  if (!placement.valid || !commit_for(placement, size)) {
     // Give every cached granule back and place the request where it commits the least, then retry once.
     ++stats_.num_retries;
     decommit_cached(0);
@@ -270,7 +283,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
                           "the reserved virtual range of " + format_bytes(range_bytes_) +
                               " has no room left (set ArenaOptions::reserve_bytes larger)");
     }
-    if (!commit_for(placement.offset, size)) {
+    if (!commit_for(placement, size)) {
       throw_out_of_memory(bytes, size, tag,
                           "committing " + std::to_string(placement.new_granules) + " more granule(s) of " +
                               format_bytes(granularity_) + " would cross the limit or the capacity of " +
@@ -282,7 +295,8 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   block.in_use = true;
   block.requested = bytes;
   acquire_granules(block.offset, size);
-  in_use_.emplace(block.offset, index);
+  set_slot(block.offset, index);
+  ++in_use_count_;
 
   stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_granules
   return base_ + block.offset;
@@ -291,25 +305,26 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
 void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
   const auto address = static_cast<char*>(ptr);
-  const auto found = address >= base_ && address < base_ + range_bytes_
-                         ? in_use_.find(static_cast<std::size_t>(address - base_))
-                         : in_use_.end();
-  if (found == in_use_.end()) {
+  const std::size_t offset = address >= base_ && address < base_ + extent_ ? static_cast<std::size_t>(address - base_)
+                                                                          : extent_;
+  const std::uint32_t index = offset % kBlockAlignment == 0 && offset < extent_
+                                  ? block_at_[offset / kBlockAlignment]
+                                  : kNone;
+  if (index == kNone) {
     std::fprintf(stderr,
                  "[memory] %s: deallocate(%p, %zu) of a pointer this arena did not hand out (or freed twice);"
                  " aborting\n",
                  name().c_str(), ptr, bytes);
     std::abort();
   }
-  const std::uint32_t index = found->second;
   if (nodes_[index].requested != bytes) {
     std::fprintf(stderr,
                  "[memory] %s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting\n",
                  name().c_str(), ptr, bytes, nodes_[index].requested);
     std::abort();
   }
-  in_use_.erase(found);
-  const std::size_t offset = nodes_[index].offset;
+  set_slot(offset, kNone);
+  --in_use_count_;
   const std::size_t size = nodes_[index].size;
   stats_.record_free(nodes_[index].requested, size, 0);
   release_granules(offset, size);
@@ -340,7 +355,7 @@ void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rou
   report.largest_free_block = std::max(largest_committed_free_block(),
                                        options_.limit_bytes > pinned ? options_.limit_bytes - pinned : 0);
   report.detail = name() + ": " + detail + " (" + std::to_string(committed_granules_) + " granules committed, " +
-                  std::to_string(in_use_.size()) + " blocks in use)";
+                  std::to_string(in_use_count_) + " blocks in use)";
   throw OutOfMemoryError(std::move(report));
 }
 

@@ -11,12 +11,13 @@ namespace tp::memory {
 
 // ---- granules ------------------------------------------------------------------------------------------
 
-bool ExpandableArena::commit_for(std::size_t offset, std::size_t size) {
-  const std::size_t first = first_granule(offset);
-  const std::size_t end = end_granule(offset, size);
+// `placement` counted the uncommitted granules it touches (new_granules); nothing has changed since.
+bool ExpandableArena::commit_for(const Placement& placement, std::size_t size) {
+  const std::size_t needed = placement.new_granules;
+  if (needed == 0) return true;  // every granule it touches is committed, hence in granules_
+  const std::size_t first = first_granule(placement.offset);
+  const std::size_t end = end_granule(placement.offset, size);
   if (granules_.size() < end) granules_.resize(end);
-  const std::size_t needed = count_uncommitted(offset, size);
-  if (needed == 0) return true;
   // Committed bytes rise above their high-water mark only for granules in use: cached granules elsewhere
   // are given back first, so caching never raises the peak.
   if (committed_granules_ + needed > high_water_granules_) {

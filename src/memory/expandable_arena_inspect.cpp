@@ -23,11 +23,11 @@ std::size_t ExpandableArena::committed_bytes() const {
 
 std::size_t ExpandableArena::largest_committed_free_block() const {
   std::size_t best = 0;
-  for (auto it = free_blocks_.rbegin(); it != free_blocks_.rend() && it->size > best; ++it) {
-    const std::size_t begin = it->offset;
-    const std::size_t end = it->offset + it->size;
+  for (std::uint32_t index = free_last(); index != kNone && nodes_[index].size > best; index = free_prev(index)) {
+    const std::size_t begin = nodes_[index].offset;
+    const std::size_t end = begin + nodes_[index].size;
     std::size_t granule = first_granule(begin);
-    const std::size_t last = std::min(end_granule(begin, it->size), granules_.size());
+    const std::size_t last = std::min(end_granule(begin, nodes_[index].size), granules_.size());
     while (granule < last) {
       if (!granules_[granule].committed) {
         ++granule;
@@ -74,8 +74,7 @@ std::string ExpandableArena::check_invariants() const {
       ++in_use_count;
       in_use_bytes += block.size;
       requested_bytes += block.requested;
-      const auto found = in_use_.find(block.offset);
-      if (found == in_use_.end() || found->second != index) {
+      if (block.offset / kBlockAlignment >= block_at_.size() || block_at_[block.offset / kBlockAlignment] != index) {
         return "in-use index misses offset " + std::to_string(block.offset);
       }
       const std::size_t end = end_granule(block.offset, block.size);
@@ -84,7 +83,7 @@ std::string ExpandableArena::check_invariants() const {
     } else {
       if (prev_free) return "two adjacent free blocks at offset " + std::to_string(block.offset);
       ++free_count;
-      if (free_blocks_.count(FreeKey{block.size, block.offset, index}) == 0) {
+      if (!free_contains(index)) {
         return "free block at " + std::to_string(block.offset) + " missing from the free index";
       }
     }
@@ -98,17 +97,12 @@ std::string ExpandableArena::check_invariants() const {
   }
   if (prev_free) return "the tail block is free";
   if (extent_ > range_bytes_) return "extent beyond the reserved range";
-  if (free_count != free_blocks_.size()) {
-    return "free index holds " + std::to_string(free_blocks_.size()) + " blocks, " + std::to_string(free_count) +
-           " are free";
-  }
-  for (const FreeKey& key : free_blocks_) {
-    if (key.index >= nodes_.size() || nodes_[key.index].in_use || nodes_[key.index].offset != key.offset ||
-        nodes_[key.index].size != key.size) {
-      return "stale free index entry at offset " + std::to_string(key.offset);
-    }
-  }
-  if (in_use_count != in_use_.size()) return "in-use index size mismatch";
+  if (std::string error = check_free_index(free_count); !error.empty()) return error;
+  const auto slots_used =
+      static_cast<std::size_t>(std::count_if(block_at_.begin(), block_at_.end(), [](std::uint32_t slot) {
+        return slot != kNone;
+      }));
+  if (in_use_count != slots_used || in_use_count != in_use_count_) return "in-use index size mismatch";
   if (in_use_bytes != stats_.bytes_in_use) return "bytes_in_use does not match the in-use blocks";
   if (requested_bytes != stats_.bytes_requested) return "bytes_requested does not match the in-use blocks";
   std::size_t committed = 0;

@@ -171,6 +171,29 @@ TEST(ExpandableArena, PrefersTheFreeBlockTouchingFewerFreshGranules) {
   EXPECT_EQ(arena.check_invariants(), "");  // the blocks left outstanding are freed by the destructor
 }
 
+TEST(ExpandableArena, BestFitSpansSizeBinsAndShrinksHolesInPlace) {
+  // Holes of 1, 3, 5 and 64 KiB (three size bins) between in-use blocks, all in one committed granule: each
+  // request takes the smallest hole that holds it, the remainder staying a free block.
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  const std::size_t holes[] = {64 * kKiB, 1 * kKiB, 5 * kKiB, 3 * kKiB};
+  std::vector<char*> hole_at;
+  for (const std::size_t bytes : holes) {
+    (void)arena.allocate(256);
+    hole_at.push_back(static_cast<char*>(arena.allocate(bytes)));
+  }
+  (void)arena.allocate(256);
+  for (std::size_t i = 0; i < hole_at.size(); ++i) arena.deallocate(hole_at[i], holes[i]);
+  ASSERT_EQ(arena.check_invariants(), "");
+  EXPECT_EQ(arena.stats().largest_free_block, 64 * kKiB);
+  EXPECT_EQ(arena.allocate(2 * kKiB), hole_at[3]);  // 3 KiB hole -> 1 KiB left
+  EXPECT_EQ(arena.allocate(768), hole_at[1]);       // 1 KiB hole -> 256 B left
+  EXPECT_EQ(arena.allocate(4 * kKiB), hole_at[2]);  // 5 KiB hole -> 1 KiB left
+  EXPECT_EQ(arena.allocate(1 * kKiB), hole_at[2] + 4 * kKiB);  // the lower of the two 1 KiB rests
+  EXPECT_EQ(arena.allocate(8 * kKiB), hole_at[0]);  // only the 64 KiB hole holds it
+  EXPECT_EQ(arena.check_invariants(), "");
+  EXPECT_EQ(arena.stats().largest_free_block, 56 * kKiB);
+}
+
 TEST(ExpandableArena, GrowingRequestNeedsNoContiguousPhysicalHole) {
   // 32 MiB live in 2 MiB pieces with 2 MiB holes between them: a BFC allocator at a 64 MiB limit would need
   // a new 30 MiB region; here only the touched granules cost memory.

@@ -8,6 +8,12 @@
 //     in the destructor. It is cut into blocks, multiples of 256 bytes (kDefaultAlignment), that cover
 //     [0, extent) without gaps; the extent grows at the end when no free block holds a request and shrinks
 //     when the last block is freed (the tail block is always in use).
+//   - Free index: free blocks are binned by size (bin i: [256 << i, 256 << (i + 1)), as in BFC), each bin an
+//     intrusive treap ordered by (size, offset) with priorities hashed from the node index; a bit mask of
+//     the non-empty bins finds the next bin. No allocation (the links live in the block nodes); a block
+//     whose key changes without passing its neighbour in the bin stays in place. In-use blocks are found
+//     by offset through a handle per 256-byte slot of the extent (like BFC's Region::handles; 4 bytes per
+//     256 of the largest extent so far).
 //   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the
 //     kFitCandidates smallest free blocks that hold it (lowest address first on equal sizes), each at
 //     both ends, and the end of the extent; it takes the placement that touches the fewest "fresh"
@@ -31,9 +37,12 @@
 //
 // Invariants (check_invariants() verifies them; the tests call it after every random operation):
 //   blocks cover [0, extent) without gaps, in address order; no two adjacent blocks are both free; the
-//   free index holds exactly the free blocks; every granule touched by an in-use block is committed; each
-//   granule's count equals the number of in-use blocks touching it; committed_bytes == granularity x
-//   committed granules <= limit_bytes; the in-use and requested sums equal the sums over in-use blocks.
+//   free index holds exactly the free blocks, each in the bin of its size, its links are consistent, its
+//   walk over all bins is strictly increasing in (size, offset), each node's priority is >= its children's
+//   and the bin mask names the non-empty bins; the slot of each in-use block's offset names it and every
+//   other slot is empty; every granule touched by an in-use block is committed; each granule's count
+//   equals the number of in-use blocks touching it; committed_bytes == granularity x committed granules
+//   <= limit_bytes; the in-use and requested sums equal the sums over in-use blocks.
 //
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
 // upstream_allocs/frees = commit/decommit calls, largest_free_block = the largest free range lying in
@@ -41,13 +50,12 @@
 // `bytes` than allocate got, prints the arena's name and the pointer to stderr and aborts.
 // Thread-safe: one mutex guards everything below it.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -99,17 +107,14 @@ class ExpandableArena final : public MemoryResource {
     std::size_t offset = 0;
     std::size_t size = 0;
     std::size_t requested = 0;  // 0 when free
-    std::uint32_t prev = kNone;
+    std::uint32_t prev = kNone;  // address-order neighbours
     std::uint32_t next = kNone;
+    std::uint32_t left = kNone;  // free-index links, while free
+    std::uint32_t right = kNone;
+    std::uint32_t parent = kNone;
+    std::uint32_t priority = 0;  // treap priority: a hash of the node's index, fixed for the node's life
+    std::uint8_t bin = 0;        // free-index bin, while free
     bool in_use = false;
-  };
-  struct FreeKey {
-    std::size_t size;
-    std::size_t offset;
-    std::uint32_t index;
-    bool operator<(const FreeKey& other) const noexcept {
-      return size != other.size ? size < other.size : offset < other.offset;
-    }
   };
   struct Granule {
     std::uint32_t users = 0;      // in-use blocks touching it
@@ -130,6 +135,13 @@ class ExpandableArena final : public MemoryResource {
   static constexpr std::uint32_t kNone = 0xffffffffu;
   // best_fit weighs this many of the smallest free blocks that hold a request (and the extent's end).
   static constexpr std::size_t kFitCandidates = 4;
+  // Free-index bins: bin i holds free blocks of [256 << i, 256 << (i + 1)); the last takes all larger.
+  static constexpr std::size_t kBins = 48;
+  static constexpr std::array<std::uint32_t, kBins> filled_roots() noexcept {
+    std::array<std::uint32_t, kBins> roots{};
+    roots.fill(kNone);
+    return roots;
+  }
 
   ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualMemory> owned, ArenaOptions options,
                   std::string name);
@@ -146,18 +158,43 @@ class ExpandableArena final : public MemoryResource {
   Placement place(std::uint32_t block, std::size_t offset, std::size_t size) const;
   Placement place_in(std::uint32_t block, std::size_t size) const;
   Placement place_at_end(std::size_t size) const;
-  std::size_t count_uncommitted(std::size_t offset, std::size_t size) const;
-  bool commit_for(std::size_t offset, std::size_t size);  // false when the limit or the source refuses
+  bool commit_for(const Placement& placement, std::size_t size);  // false when the limit or the source refuses
+  // Address-order list: link a node before/after a block, unlink one (and recycle its node).
+  void link_before(std::uint32_t index, std::uint32_t at) noexcept;
+  void link_after(std::uint32_t index, std::uint32_t at) noexcept;
+  void unlink(std::uint32_t index) noexcept;
+  // Cuts `size` bytes at placement.offset out of its free block (or the extent's end); returns the node.
   std::uint32_t carve(const Placement& placement, std::size_t size);
+  // Frees an in-use block, merging it with free neighbours (or cutting it off at the tail).
   void release_block(std::uint32_t index);
   std::size_t decommit_cached(std::size_t keep_bytes) noexcept;
   // Decommits up to `count` cached granules, least recently freed first, skipping [skip_first, skip_end).
   std::size_t decommit_oldest(std::size_t count, std::size_t skip_first, std::size_t skip_end) noexcept;
   void decommit_run(std::size_t first_granule, std::size_t count) noexcept;
   std::uint32_t new_node();
-  void free_node(std::uint32_t index);
-  void insert_free(std::uint32_t index);
-  void erase_free(std::uint32_t index);
+  void free_node(std::uint32_t index) noexcept;  // never allocates (new_node reserves room)
+  void set_slot(std::size_t offset, std::uint32_t index) noexcept { block_at_[offset / kBlockAlignment] = index; }
+  // Free index (expandable_arena_free_index.cpp). The key of a block is (size, offset): erase it before
+  // changing either.
+  void insert_free(std::uint32_t index) noexcept;
+  void erase_free(std::uint32_t index) noexcept;
+  // Gives a block in the index a new key, moving it only when it passes its neighbour in the order.
+  void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
+  static std::uint32_t treap_priority(std::uint32_t index) noexcept;
+  static std::size_t bin_of(std::size_t size) noexcept;  // floor(log2(size / 256)), capped
+  std::uint32_t first_in_bin_after(std::size_t bin) const noexcept;  // smallest block of a later bin
+  std::uint32_t last_in_bin_before(std::size_t bin) const noexcept;  // largest block of an earlier bin
+  std::uint32_t tree_next(std::uint32_t index) const noexcept;       // in order, within the block's bin
+  std::uint32_t tree_prev(std::uint32_t index) const noexcept;
+  bool free_less(std::uint32_t a, std::uint32_t b) const noexcept;
+  void rotate_up(std::uint32_t index) noexcept;  // lifts a child above its parent
+  void replace_child(std::uint32_t parent, std::uint32_t old_child, std::uint32_t new_child) noexcept;
+  std::uint32_t free_lower_bound(std::size_t size) const noexcept;  // smallest free block >= size, or kNone
+  std::uint32_t free_next(std::uint32_t index) const noexcept;      // in (size, offset) order
+  std::uint32_t free_prev(std::uint32_t index) const noexcept;
+  std::uint32_t free_last() const noexcept;
+  bool free_contains(std::uint32_t index) const noexcept;  // by key descent from the root
+  std::string check_free_index(std::size_t free_blocks) const;
   void acquire_granules(std::size_t offset, std::size_t size);
   void lru_push_newest(std::size_t index) noexcept;
   void lru_remove(std::size_t index) noexcept;
@@ -184,8 +221,11 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t first_block_ = kNone;  // block at offset 0
   std::uint32_t last_block_ = kNone;   // block ending at extent_; always in use (a free tail is cut off)
   std::size_t extent_ = 0;
-  std::set<FreeKey> free_blocks_;
-  std::unordered_map<std::size_t, std::uint32_t> in_use_;  // offset -> block
+  std::array<std::uint32_t, kBins> bin_roots_ = filled_roots();  // each bin's treap root
+  std::uint64_t nonempty_bins_ = 0;                               // bit i: bin i holds a block
+  std::size_t free_count_ = 0;
+  std::vector<std::uint32_t> block_at_;  // offset / 256 -> in-use block starting there, else kNone
+  std::size_t in_use_count_ = 0;
   std::vector<Granule> granules_;                            // covers the largest extent so far
   std::uint32_t lru_oldest_ = kNone;                         // cached granules, least recently freed first
   std::uint32_t lru_newest_ = kNone;

@@ -1,0 +1,246 @@
+// ExpandableArena: the free index. Free blocks are binned by size (bin i: [256 << i, 256 << (i + 1)), like
+// BFC); each bin is an intrusive treap ordered by (size, offset), so the bins in turn give the global order.
+// The links live in the nodes (no allocation per operation); heap priorities are a hash of the node index,
+// so each tree is shaped like a random binary search tree (expected depth O(log n)). Erasing needs no key
+// comparison, so a block's key may change once it is out of the index. The caller holds mutex_.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorpool/memory/expandable_arena.hpp"
+
+namespace tp::memory {
+
+// Murmur3's finalizer: sequential node indices get unrelated priorities.
+std::uint32_t ExpandableArena::treap_priority(std::uint32_t index) noexcept {
+  index ^= index >> 16;
+  index *= 0x85ebca6bu;
+  index ^= index >> 13;
+  index *= 0xc2b2ae35u;
+  index ^= index >> 16;
+  return index;
+}
+
+bool ExpandableArena::free_less(std::uint32_t a, std::uint32_t b) const noexcept {
+  const Block& x = nodes_[a];
+  const Block& y = nodes_[b];
+  return x.size != y.size ? x.size < y.size : x.offset < y.offset;
+}
+
+std::size_t ExpandableArena::bin_of(std::size_t size) noexcept {
+  return std::min<std::size_t>(static_cast<std::size_t>(std::bit_width(size / kBlockAlignment)) - 1, kBins - 1);
+}
+
+std::uint32_t ExpandableArena::first_in_bin_after(std::size_t bin) const noexcept {
+  const std::uint64_t later = bin + 1 < kBins ? nonempty_bins_ >> (bin + 1) << (bin + 1) : 0;
+  if (later == 0) return kNone;
+  std::uint32_t index = bin_roots_[static_cast<std::size_t>(std::countr_zero(later))];
+  while (nodes_[index].left != kNone) index = nodes_[index].left;
+  return index;
+}
+
+std::uint32_t ExpandableArena::last_in_bin_before(std::size_t bin) const noexcept {
+  const std::uint64_t earlier = nonempty_bins_ & ((std::uint64_t{1} << bin) - 1);
+  if (earlier == 0) return kNone;
+  std::uint32_t index = bin_roots_[static_cast<std::size_t>(63 - std::countl_zero(earlier))];
+  while (nodes_[index].right != kNone) index = nodes_[index].right;
+  return index;
+}
+
+void ExpandableArena::replace_child(std::uint32_t parent, std::uint32_t old_child, std::uint32_t new_child) noexcept {
+  if (parent == kNone) {
+    bin_roots_[nodes_[old_child].bin] = new_child;
+  } else if (nodes_[parent].left == old_child) {
+    nodes_[parent].left = new_child;
+  } else {
+    nodes_[parent].right = new_child;
+  }
+}
+
+void ExpandableArena::rotate_up(std::uint32_t index) noexcept {
+  Block& child = nodes_[index];
+  const std::uint32_t up = child.parent;
+  Block& parent = nodes_[up];
+  const std::uint32_t grand = parent.parent;
+  if (parent.left == index) {
+    parent.left = child.right;
+    if (child.right != kNone) nodes_[child.right].parent = up;
+    child.right = up;
+  } else {
+    parent.right = child.left;
+    if (child.left != kNone) nodes_[child.left].parent = up;
+    child.left = up;
+  }
+  parent.parent = index;
+  child.parent = grand;
+  replace_child(grand, up, index);
+}
+
+void ExpandableArena::insert_free(std::uint32_t index) noexcept {
+  Block& block = nodes_[index];
+  const std::size_t size = block.size;
+  const std::size_t offset = block.offset;
+  const std::size_t bin = bin_of(size);
+  block.bin = static_cast<std::uint8_t>(bin);
+  std::uint32_t parent = kNone;
+  bool to_left = false;
+  for (std::uint32_t cursor = bin_roots_[bin]; cursor != kNone;) {
+    const Block& other = nodes_[cursor];
+    parent = cursor;
+    to_left = size != other.size ? size < other.size : offset < other.offset;
+    cursor = to_left ? other.left : other.right;
+  }
+  block.left = kNone;
+  block.right = kNone;
+  block.parent = parent;
+  if (parent == kNone) {
+    bin_roots_[bin] = index;
+    nonempty_bins_ |= std::uint64_t{1} << bin;
+  } else if (to_left) {
+    nodes_[parent].left = index;
+  } else {
+    nodes_[parent].right = index;
+  }
+  while (block.parent != kNone && block.priority > nodes_[block.parent].priority) rotate_up(index);
+  ++free_count_;
+}
+
+void ExpandableArena::erase_free(std::uint32_t index) noexcept {
+  // Rotate the node down (its higher-priority child up) until it is a leaf, then unlink it.
+  for (;;) {
+    const Block& block = nodes_[index];
+    if (block.left == kNone && block.right == kNone) break;
+    std::uint32_t child = block.left;
+    if (child == kNone || (block.right != kNone && nodes_[block.right].priority > nodes_[child].priority)) {
+      child = block.right;
+    }
+    rotate_up(child);
+  }
+  replace_child(nodes_[index].parent, index, kNone);
+  nodes_[index].parent = kNone;
+  const std::size_t bin = nodes_[index].bin;
+  if (bin_roots_[bin] == kNone) nonempty_bins_ &= ~(std::uint64_t{1} << bin);
+  --free_count_;
+}
+
+void ExpandableArena::rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept {
+  Block& block = nodes_[index];
+  const bool grows = size != block.size ? size > block.size : offset > block.offset;
+  block.offset = offset;
+  block.size = size;
+  // In its bin, only the neighbour on the side the key moved to can be passed; the priority is unchanged.
+  if (bin_of(size) == block.bin) {
+    const std::uint32_t neighbour = grows ? tree_next(index) : tree_prev(index);
+    if (neighbour == kNone || (grows ? free_less(index, neighbour) : free_less(neighbour, index))) return;
+  }
+  erase_free(index);
+  insert_free(index);
+}
+
+std::uint32_t ExpandableArena::free_lower_bound(std::size_t size) const noexcept {
+  const std::size_t bin = bin_of(size);
+  std::uint32_t found = kNone;
+  for (std::uint32_t cursor = bin_roots_[bin]; cursor != kNone;) {
+    if (nodes_[cursor].size >= size) {
+      found = cursor;
+      cursor = nodes_[cursor].left;
+    } else {
+      cursor = nodes_[cursor].right;
+    }
+  }
+  return found != kNone ? found : first_in_bin_after(bin);
+}
+
+bool ExpandableArena::free_contains(std::uint32_t index) const noexcept {
+  if (nodes_[index].bin != bin_of(nodes_[index].size)) return false;
+  for (std::uint32_t cursor = bin_roots_[nodes_[index].bin]; cursor != kNone;) {
+    if (cursor == index) return true;
+    cursor = free_less(index, cursor) ? nodes_[cursor].left : nodes_[cursor].right;
+  }
+  return false;
+}
+
+std::uint32_t ExpandableArena::free_next(std::uint32_t index) const noexcept {
+  const std::uint32_t next = tree_next(index);
+  return next != kNone ? next : first_in_bin_after(nodes_[index].bin);
+}
+
+std::uint32_t ExpandableArena::free_prev(std::uint32_t index) const noexcept {
+  const std::uint32_t prev = tree_prev(index);
+  return prev != kNone ? prev : last_in_bin_before(nodes_[index].bin);
+}
+
+std::uint32_t ExpandableArena::tree_next(std::uint32_t index) const noexcept {
+  if (nodes_[index].right != kNone) {
+    index = nodes_[index].right;
+    while (nodes_[index].left != kNone) index = nodes_[index].left;
+    return index;
+  }
+  std::uint32_t parent = nodes_[index].parent;
+  while (parent != kNone && nodes_[parent].right == index) {
+    index = parent;
+    parent = nodes_[parent].parent;
+  }
+  return parent;
+}
+
+std::uint32_t ExpandableArena::tree_prev(std::uint32_t index) const noexcept {
+  if (nodes_[index].left != kNone) {
+    index = nodes_[index].left;
+    while (nodes_[index].right != kNone) index = nodes_[index].right;
+    return index;
+  }
+  std::uint32_t parent = nodes_[index].parent;
+  while (parent != kNone && nodes_[parent].left == index) {
+    index = parent;
+    parent = nodes_[parent].parent;
+  }
+  return parent;
+}
+
+std::uint32_t ExpandableArena::free_last() const noexcept { return last_in_bin_before(kBins); }
+
+// Walks each bin's tree from its root: links agree both ways, priorities form a heap, every node is a free
+// block of the bin's sizes, the bin mask names the non-empty bins, the in-order walk over all bins is strictly
+// increasing, and the index holds `free_blocks` nodes.
+std::string ExpandableArena::check_free_index(std::size_t free_blocks) const {
+  std::size_t seen = 0;
+  std::vector<std::uint32_t> pending;
+  for (std::size_t bin = 0; bin < kBins; ++bin) {
+    const std::uint32_t root = bin_roots_[bin];
+    if (((nonempty_bins_ >> bin) & 1) != (root != kNone ? 1u : 0u)) return "the non-empty bin mask is stale";
+    if (root == kNone) continue;
+    if (root >= nodes_.size() || nodes_[root].parent != kNone) return "a free index root is stale";
+    pending.push_back(root);
+    while (!pending.empty()) {
+      const std::uint32_t index = pending.back();
+      pending.pop_back();
+      const Block& block = nodes_[index];
+      const std::string where = "free index node " + std::to_string(index);
+      if (++seen > free_blocks) return "the free index holds more nodes than there are free blocks";
+      if (block.in_use) return where + " is an in-use block";
+      if (block.bin != bin || bin_of(block.size) != bin) return where + " is in the wrong bin";
+      if (block.priority != treap_priority(index)) return where + " has a stale priority";
+      for (const std::uint32_t child : {block.left, block.right}) {
+        if (child == kNone) continue;
+        if (child >= nodes_.size() || nodes_[child].parent != index) return where + " has a child with a stale parent";
+        if (nodes_[child].priority > block.priority) return where + " has a child of higher priority";
+        pending.push_back(child);
+      }
+    }
+  }
+  if (seen != free_blocks || free_count_ != free_blocks) {
+    return "the free index holds " + std::to_string(seen) + " blocks (counted " + std::to_string(free_count_) +
+           "), " + std::to_string(free_blocks) + " are free";
+  }
+  std::uint32_t previous = kNone;
+  for (std::uint32_t index = free_lower_bound(0); index != kNone; index = free_next(index)) {
+    if (previous != kNone && !free_less(previous, index)) return "the free index walk is out of order";
+    previous = index;
+  }
+  return "";
+}
+
+}  // namespace tp::memory
