@@ -1,0 +1,73 @@
+#include "tensorpool/core/shape.hpp"
+
+#include <limits>
+#include <ostream>
+#include <utility>
+
+#include "tensorpool/core/error.hpp"
+
+namespace tp {
+namespace {
+
+std::string format_dims(const std::vector<std::int64_t>& dims) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i != 0) text += ',';
+    text += std::to_string(dims[i]);
+  }
+  text += ']';
+  return text;
+}
+
+void check_dims(const std::vector<std::int64_t>& dims) {
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      TP_THROW(InvalidArgument, "core", "shape ", format_dims(dims), ": dim ", i, " is negative (", dims[i],
+               "); dims must be >= 0");
+    }
+  }
+}
+
+}  // namespace
+
+Shape::Shape(std::initializer_list<std::int64_t> dims) : dims_(dims) { check_dims(dims_); }
+
+Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) { check_dims(dims_); }
+
+std::int64_t Shape::dim(std::int64_t index) const {
+  if (index < 0 || static_cast<std::size_t>(index) >= dims_.size()) {
+    TP_THROW(InvalidArgument, "core", "dim index ", index, " is out of range for shape ", to_string(), " (rank ",
+             dims_.size(), ")");
+  }
+  return dims_[static_cast<std::size_t>(index)];
+}
+
+std::int64_t Shape::num_elements() const {
+  for (std::int64_t extent : dims_) {
+    if (extent == 0) return 0;  // even if the other dims alone would overflow
+  }
+  std::int64_t product = 1;
+  for (std::int64_t extent : dims_) {
+    if (product > std::numeric_limits<std::int64_t>::max() / extent) {
+      TP_THROW(InvalidArgument, "core", "shape ", to_string(), " has more elements than fit in int64");
+    }
+    product *= extent;
+  }
+  return product;
+}
+
+std::string Shape::to_string() const { return format_dims(dims_); }
+
+std::ostream& operator<<(std::ostream& stream, const Shape& shape) { return stream << shape.to_string(); }
+
+std::size_t byte_size(const Shape& shape, DType dtype) {
+  const auto elements = static_cast<std::uint64_t>(shape.num_elements());
+  const std::size_t element_size = size_of(dtype);
+  if (elements > std::numeric_limits<std::size_t>::max() / element_size) {
+    TP_THROW(InvalidArgument, "core", "shape ", shape.to_string(), " of ", name_of(dtype), " needs more bytes than fit in size_t (",
+             size_of(dtype), " x ", elements, ")");
+  }
+  return static_cast<std::size_t>(elements) * element_size;
+}
+
+}  // namespace tp
