@@ -173,7 +173,13 @@ class ExpandableArena final : public MemoryResource {
   void decommit_run(std::size_t first_granule, std::size_t count) noexcept;
   std::uint32_t new_node();
   void free_node(std::uint32_t index) noexcept;  // never allocates (new_node reserves room)
-  void set_slot(std::size_t offset, std::uint32_t index) noexcept { block_at_[offset / kBlockAlignment] = index; }
+  // The only writer of block_at_ after growth, so slots_in_use_ counts its non-empty entries exactly.
+  void set_slot(std::size_t offset, std::uint32_t index) noexcept {
+    std::uint32_t& slot = block_at_[offset / kBlockAlignment];
+    if (slot != kNone) --slots_in_use_;
+    if (index != kNone) ++slots_in_use_;
+    slot = index;
+  }
   // Free index (expandable_arena_free_index.cpp). The key of a block is (size, offset): erase it before
   // changing either.
   void insert_free(std::uint32_t index) noexcept;
@@ -225,6 +231,7 @@ class ExpandableArena final : public MemoryResource {
   std::uint64_t nonempty_bins_ = 0;                               // bit i: bin i holds a block
   std::size_t free_count_ = 0;
   std::vector<std::uint32_t> block_at_;  // offset / 256 -> in-use block starting there, else kNone
+  std::size_t slots_in_use_ = 0;          // entries of block_at_ that are not kNone
   std::size_t in_use_count_ = 0;
   std::vector<Granule> granules_;                            // covers the largest extent so far
   std::uint32_t lru_oldest_ = kNone;                         // cached granules, least recently freed first
