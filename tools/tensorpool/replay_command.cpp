@@ -135,6 +135,13 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
   std::cout << fmt::format("\noffline plan ({}): heap of a planner that sees the whole trace; peak live is the "
                            "lower bound\n",
                            plan.strategy);
+  const bool has_bfc = std::any_of(reports.begin(), reports.end(), [](const AllocatorReport& report) {
+    return report.allocator == memory::ReplayAllocator::bfc;
+  });
+  if (has_bfc) {
+    std::cout << "bfc preallocates the whole capacity at first use (TensorFlow's default); its real footprint is "
+                 "its min capacity (--find-min-capacity)\n";
+  }
 }
 
 void print_json(const ReplayArguments& arguments, const memory::Trace& trace, std::size_t capacity, std::size_t repeat,
