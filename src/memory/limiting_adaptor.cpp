@@ -26,14 +26,21 @@ LimitingAdaptor::LimitingAdaptor(std::unique_ptr<MemoryResource> upstream, std::
 LimitingAdaptor::LimitingAdaptor(MemoryResource& upstream, std::size_t limit_bytes, std::string name)
     : ResourceAdaptor(upstream, std::move(name)), limit_bytes_(checked_limit(limit_bytes, this->name())) {}
 
-void* LimitingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+// What a request really takes from the upstream: the budget bounds that, not the bytes asked for.
+std::size_t LimitingAdaptor::charged(std::size_t bytes) const noexcept {
+  const std::size_t unit = upstream().allocation_granularity();
+  return unit <= 1 ? bytes : (bytes + unit - 1) / unit * unit;
+}
+
+void* LimitingAdaptor::do_allocate(std::size_t requested, std::size_t alignment, const AllocationTag& tag) {
+  const std::size_t bytes = charged(requested);
   std::size_t current = outstanding_.load(std::memory_order_relaxed);
   do {
-    if (bytes > limit_bytes_ || current > limit_bytes_ - bytes) refuse(bytes, current, tag);
+    if (bytes > limit_bytes_ || current > limit_bytes_ - bytes) refuse(requested, bytes, current, tag);
   } while (!outstanding_.compare_exchange_weak(current, current + bytes, std::memory_order_acq_rel,
                                                std::memory_order_relaxed));
   try {
-    return upstream().allocate(bytes, alignment, tag);
+    return upstream().allocate(requested, alignment, tag);
   } catch (...) {
     outstanding_.fetch_sub(bytes, std::memory_order_acq_rel);
     throw;
@@ -42,7 +49,7 @@ void* LimitingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, con
 
 void LimitingAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   upstream().deallocate(ptr, bytes);
-  outstanding_.fetch_sub(bytes, std::memory_order_acq_rel);
+  outstanding_.fetch_sub(charged(bytes), std::memory_order_acq_rel);
 }
 
 MemoryStats LimitingAdaptor::do_stats() const {
@@ -52,14 +59,15 @@ MemoryStats LimitingAdaptor::do_stats() const {
   return stats;
 }
 
-void LimitingAdaptor::refuse(std::size_t bytes, std::size_t outstanding, const AllocationTag& tag) {
+void LimitingAdaptor::refuse(std::size_t requested, std::size_t bytes, std::size_t outstanding,
+                             const AllocationTag& tag) {
   num_ooms_.fetch_add(1, std::memory_order_relaxed);
   const MemoryStats upstream_stats = upstream().stats();
-  auto report = OutOfMemoryReport::for_request(name(), bytes, bytes, tag, limit_bytes_, outstanding,
+  auto report = OutOfMemoryReport::for_request(name(), requested, bytes, tag, limit_bytes_, outstanding,
                                               upstream_stats.bytes_reserved);
-  // Under a limit counted in requested bytes, any request up to the headroom would pass.
+  // Any request whose charged size fits the headroom would pass.
   report.largest_free_block = limit_bytes_ - outstanding;
-  report.detail = "The limit of " + format_bytes(limit_bytes_) + " counts requested bytes; " +
+  report.detail = "The limit of " + format_bytes(limit_bytes_) + " counts bytes as the upstream hands them out; " +
                   format_bytes(outstanding) + " are outstanding and " + format_bytes(limit_bytes_ - outstanding) +
                   " remain.";
   throw OutOfMemoryError(std::move(report));

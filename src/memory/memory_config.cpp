@@ -123,9 +123,13 @@ std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::s
              ": the source has no known capacity, so the budget cannot be derived",
              config.fraction ? " from fraction" : "", "; set limit_bytes");
   } else {
-    const double share = config.fraction.value_or(1.0);
-    limit = static_cast<std::size_t>(std::floor(static_cast<double>(*capacity) * share));
-    limit = std::min(limit, *capacity);
+    limit = *capacity;
+    if (config.fraction.has_value()) {
+      // Clamped in double: a product that rounds up to 2^64 must not reach the (undefined) conversion.
+      const double budget = std::floor(static_cast<double>(*capacity) * *config.fraction);
+      if (budget < static_cast<double>(*capacity)) limit = static_cast<std::size_t>(budget);
+    }
+    limit = std::min(limit, kMaxAllocationBytes);
   }
   if (limit < kDefaultAlignment) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device, ": the budget comes out at ", limit,

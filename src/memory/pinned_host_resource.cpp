@@ -62,10 +62,6 @@ void* PinnedHostResource::do_allocate(std::size_t bytes, std::size_t /*alignment
   if (mlock(ptr, mapped) != 0) {
     const int error_number = errno;
     munmap(ptr, mapped);
-    {
-      std::lock_guard lock(mutex_);
-      ++stats_.num_ooms;
-    }
     TP_THROW(DeviceError, "memory",
              describe_lock_failure(name(), error_number, bytes, mapped, current_memlock_limit()));
   }

@@ -67,7 +67,10 @@ class ReplayRun {
       throw;
     }
     for (std::thread& worker : workers) worker.join();
-    if (error_) std::rethrow_exception(error_);
+    if (error_) {
+      release_leftovers();  // give back what the replay still holds before the error leaves
+      std::rethrow_exception(error_);
+    }
 
     ReplayResult result;
     for (const Tally& tally : tallies) {

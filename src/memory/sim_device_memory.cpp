@@ -33,11 +33,14 @@ bool SimDeviceMemory::take(std::size_t bytes) noexcept {
   do {
     if (used > capacity_ || bytes > capacity_ - used) return false;
   } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  const std::size_t now = used + bytes;
+  return true;
+}
+
+void SimDeviceMemory::raise_peak() noexcept {
+  const std::size_t now = used_.load(std::memory_order_relaxed);
   std::size_t peak = peak_used_.load(std::memory_order_relaxed);
   while (now > peak && !peak_used_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
-  return true;
 }
 
 void SimDeviceMemory::give_back(std::size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }
@@ -68,6 +71,7 @@ void* SimDeviceMemory::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
     give_back(mapped);
     throw_out_of_memory(bytes, mapped, tag, std::string("mmap failed: ") + std::strerror(error_number));
   }
+  raise_peak();  // only once the memory exists: a refused mmap leaves the peak alone
   std::lock_guard lock(mutex_);
   stats_.record_allocation(bytes, mapped, 0);  // reserved bytes are used_, shared with committed pages
   ++stats_.upstream_allocs;
@@ -120,6 +124,7 @@ void SimDeviceMemory::commit(void* ptr, std::size_t bytes) {
     throw;
   }
   committed_.fetch_add(bytes, std::memory_order_relaxed);
+  raise_peak();
 }
 
 void SimDeviceMemory::decommit(void* ptr, std::size_t bytes) noexcept {

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
 
 namespace tp::memory {
 namespace {
@@ -189,6 +190,10 @@ Trace::Trace(std::string source, std::vector<TraceEvent> events, std::span<const
       TP_THROW(DataError, "trace", where(index), ": ", to_string(event.action),
                " of 0 bytes; sizes must be at least 1 (drop the line)");
     }
+    if (event.size > kMaxAllocationBytes) {
+      TP_THROW(DataError, "trace", where(index), ": size ", event.size, " is above the largest allocation any ",
+               "resource accepts (", kMaxAllocationBytes, " bytes); the size column is corrupt");
+    }
     switch (event.action) {
       case TraceAction::allocate_failure:
         ++failure_count_;
@@ -206,6 +211,10 @@ Trace::Trace(std::string source, std::vector<TraceEvent> events, std::span<const
         }
         freed.erase(event.pointer);
         ++allocation_count_;
+        if (live_bytes > kMaxAllocationBytes - event.size) {
+          TP_THROW(DataError, "trace", where(index), ": live bytes pass ", kMaxAllocationBytes,
+                   ", more than any device holds; the size column is corrupt");
+        }
         live_bytes += event.size;
         peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes);
         break;

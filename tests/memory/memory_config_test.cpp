@@ -184,4 +184,14 @@ TEST(EnvOverrides, ReadsTheProcessEnvironmentByDefault) {
   EXPECT_EQ(result.allocator, AllocatorKind::system);
 }
 
+TEST(MemoryConfig, HugeCapacitiesClampInsteadOfOverflowing) {
+  const std::size_t huge = std::numeric_limits<std::size_t>::max();
+  MemoryConfig config;
+  EXPECT_EQ(tp::memory::resolve_limit_bytes(config, huge), tp::memory::kMaxAllocationBytes);
+  config.fraction = 1.0;  // capacity x 1.0 rounds to 2^64 in double: must not reach the conversion
+  EXPECT_EQ(tp::memory::resolve_limit_bytes(config, huge), tp::memory::kMaxAllocationBytes);
+  config.fraction = 0.5;
+  EXPECT_EQ(tp::memory::resolve_limit_bytes(config, huge), tp::memory::kMaxAllocationBytes);
+}
+
 }  // namespace

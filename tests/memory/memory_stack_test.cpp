@@ -349,4 +349,26 @@ TEST(MemoryStack, EnvironmentOverridesReachTheStack) {
   EXPECT_EQ(stack->config().policy, GrowthPolicy::grow);
 }
 
+TEST(MemoryStack, SystemBudgetCountsPagesNotRequestedBytes) {
+  MemoryConfig config;
+  config.device = "sim:0";
+  config.allocator = AllocatorKind::system;
+  config.fraction = 0.5;
+  auto stack = tp::memory::make_sim_device_memory_stack(config, 64 * kMiB);
+  // Each 1-byte request takes a page of the device: the 32 MiB budget must stop them at 32 MiB of pages.
+  const std::size_t page = stack->allocation_granularity();
+  ASSERT_GT(page, 1u);
+  std::vector<void*> blocks;
+  try {
+    for (std::size_t i = 0; i < 64 * kMiB / page; ++i) blocks.push_back(stack->allocate(1));
+    ADD_FAILURE() << "the budget was never enforced";
+  } catch (const OutOfMemoryError& error) {
+    EXPECT_EQ(error.report().rounded_bytes, page);
+  }
+  EXPECT_EQ(blocks.size(), 32 * kMiB / page);
+  EXPECT_LE(stack->stats().bytes_reserved, 32 * kMiB);
+  for (void* block : blocks) stack->deallocate(block, 1);
+  EXPECT_EQ(stack->stats().bytes_in_use, 0u);
+}
+
 }  // namespace

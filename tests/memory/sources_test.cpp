@@ -27,6 +27,7 @@
 
 namespace {
 
+using tp::kGiB;
 using tp::kKiB;
 using tp::kMiB;
 using tp::memory::HostResource;
@@ -192,7 +193,8 @@ int pinned_refusal_child() {
     // The resource stays usable for what the limit allows.
     void* small_ptr = pinned.allocate(4 * kKiB);
     pinned.deallocate(small_ptr, 4 * kKiB);
-    return good && pinned.stats().bytes_in_use == 0 ? 0 : 1;
+    // A refused lock is a DeviceError, not an out-of-memory: num_ooms stays 0.
+    return good && pinned.stats().bytes_in_use == 0 && pinned.stats().num_ooms == 0 ? 0 : 1;
   } catch (...) {
     return 1;
   }
@@ -207,6 +209,37 @@ TEST(PinnedHostResource, RefusedLockThrowsDeviceError) {
   ASSERT_TRUE(WIFEXITED(status));
   if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "mlock could not be made to fail here (text checked by the seam)";
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// In a child with a 4 GiB address-space limit: a 32 GiB request fits the simulated capacity but mmap
+// refuses it. The OOM must leave used bytes and the reserved peak untouched. Exit 0 as expected.
+int refused_mmap_child() {
+  const rlimit address_space{4 * kGiB, 4 * kGiB};
+  if (setrlimit(RLIMIT_AS, &address_space) != 0) return 2;
+  SimDeviceMemory device(64 * kGiB, "sim:0");
+  try {
+    void* ptr = device.allocate(32 * kGiB);
+    device.deallocate(ptr, 32 * kGiB);
+    return 2;
+  } catch (const tp::OutOfMemoryError&) {
+    const auto stats = device.stats();
+    return device.used_bytes() == 0 && stats.peak_bytes_reserved == 0 && stats.num_ooms == 1 ? 0 : 1;
+  }
+}
+
+TEST(SimDeviceMemory, RefusedMmapLeavesThePeakAlone) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers reserve more address space than the limit this test sets";
+#else
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(refused_mmap_child());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "mmap could not be made to fail here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
 }
 
 // ---- HostVirtualMemory ---------------------------------------------------------------------------------

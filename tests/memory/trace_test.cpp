@@ -63,6 +63,10 @@ INSTANTIATE_TEST_SUITE_P(
     Trace, MalformedTrace,
     ::testing::Values(
         Malformed{"empty", "", "t.csv:1:", "empty"},
+        Malformed{"size above any resource", kHeader + "0,1,allocate,0x1000,72057594037927937,0x0\n", "t.csv:2:",
+                  "above the largest allocation"},
+        Malformed{"live bytes overflow", kHeader + "0,1,allocate,0x1000,72057594037927936,0x0\n" +
+                                             "0,2,allocate,0x2000,1,0x0\n", "t.csv:3:", "live bytes pass"},
         Malformed{"wrong header", "Thread,Time,Action,Pointer,Size\n" + kAlloc, "t.csv:1:", "header"},
         Malformed{"header missing", kAlloc, "t.csv:1:", "header"},
         Malformed{"five columns", kHeader + kAlloc + "0,2,free,0x1000,64\n", "t.csv:3:", "5 columns"},

@@ -124,6 +124,10 @@ TEST_F(ReplayCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
       {"replay", "--trace"},
       {"replay --trace " + directory_.string(), "directory"},
       {"trace generate --kind bogus --output " + path("x.csv"), "bogus"},
+      {"replay --trace " + path("good.csv") + " --capacity 100", "--capacity 100"},
+      {"replay --trace " + path("good.csv") + " --capacity 18446744073709551615", "--capacity"},
+      {"--no-such-flag", "tensorpool --help"},
+      {"replay --trace " + path("good.csv") + " --json=maybe", "--json"},
   };
   for (const Case& c : cases) {
     const CliRun result = run(c.arguments);

@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 
+// Exit codes: 0 success, 2 bad input (usage, files, values), 3 out of memory.
 int main(int argc, char** argv) {
   CLI::App app{"tensorpool: a deep-learning runtime in which device memory is a first-class citizen"};
   app.require_subcommand(1);
@@ -14,8 +15,12 @@ int main(int argc, char** argv) {
   tp::cli::add_trace_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& success) {  // --help, --version
+    return app.exit(success);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // One line and exit code 2 for every usage error, like every other bad input.
+    std::cerr << "tensorpool: " << error.what() << "; run 'tensorpool --help' for the options\n";
+    return 2;
   } catch (const std::bad_alloc& error) {
     std::cerr << "tensorpool: " << error.what() << '\n';
     return 3;

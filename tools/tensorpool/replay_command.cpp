@@ -61,14 +61,17 @@ std::size_t parse_repeat(const std::string& text) {
 
 // Enough for every allocator on a well-behaved trace: twice the peak of live bytes, in whole GiB.
 std::size_t default_capacity(const memory::Trace& trace) {
-  return std::max(kGiB, memory::round_up(2 * trace.peak_live_bytes(), kGiB));
+  const std::size_t peak = trace.peak_live_bytes();  // <= kMaxAllocationBytes, so doubling cannot overflow
+  return std::min(memory::kMaxAllocationBytes, std::max(kGiB, memory::round_up(2 * peak, kGiB)));
 }
 
 std::size_t resolve_capacity(const ReplayArguments& arguments, const memory::Trace& trace) {
   if (arguments.capacity.empty()) return default_capacity(trace);
   const std::size_t capacity = parse_bytes(arguments.capacity, "--capacity");
-  if (capacity == 0) {
-    TP_THROW(InvalidArgument, "replay", "--capacity 0 holds nothing; pass the simulated device's size, e.g. 1GiB");
+  // One 2 MiB granule is the least every allocator (the expandable arena commits whole granules) can use.
+  if (capacity < 2 * kMiB || capacity > memory::kMaxAllocationBytes) {
+    TP_THROW(InvalidArgument, "replay", "--capacity ", arguments.capacity, " is outside [2MiB, ",
+             format_bytes(memory::kMaxAllocationBytes), "]; pass the simulated device's size, e.g. 1GiB");
   }
   return capacity;
 }

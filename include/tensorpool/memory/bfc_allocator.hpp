@@ -100,6 +100,7 @@ class BfcAllocator final : public MemoryResource {
 
   const BfcOptions& options() const noexcept { return options_; }
   std::size_t max_alignment() const noexcept override { return kGranularity; }
+  std::size_t allocation_granularity() const noexcept override { return kGranularity; }
 
   // Bin that holds a free chunk of `bytes` (>= kGranularity): floor(log2(bytes / 256)), capped at 20.
   static int bin_for_size(std::size_t bytes) noexcept;

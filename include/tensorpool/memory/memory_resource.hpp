@@ -45,6 +45,8 @@ class MemoryResource {
   const std::string& name() const noexcept { return name_; }
   // Largest alignment allocate() honours.
   virtual std::size_t max_alignment() const noexcept { return kDefaultAlignment; }
+  // Requests are served in whole units of this many bytes: a request of n takes n rounded up to it.
+  virtual std::size_t allocation_granularity() const noexcept { return 1; }
 
  private:
   virtual void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) = 0;

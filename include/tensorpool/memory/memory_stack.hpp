@@ -53,6 +53,7 @@ class MemoryStack final : public MemoryResource {
   MemoryResource& allocator() const noexcept { return *allocator_; }
 
   std::size_t max_alignment() const noexcept override { return top_->max_alignment(); }
+  std::size_t allocation_granularity() const noexcept override { return top_->allocation_granularity(); }
 
  private:
   friend std::unique_ptr<MemoryStack> detail::build_memory_stack(const MemoryConfig&, std::unique_ptr<MemoryResource>,

@@ -23,6 +23,7 @@ class PinnedHostResource final : public MemoryResource {
 
   // The page size: mappings are page aligned.
   std::size_t max_alignment() const noexcept override;
+  std::size_t allocation_granularity() const noexcept override { return page_size_; }
 
   // The text of the DeviceError thrown when mlock fails (a seam for tests: root cannot be made to fail).
   // `memlock_limit` is the soft RLIMIT_MEMLOCK in bytes, nullopt when unlimited.

@@ -20,6 +20,7 @@ class ResourceAdaptor : public MemoryResource {
   MemoryResource& upstream() noexcept { return upstream_; }
   const MemoryResource& upstream() const noexcept { return upstream_; }
   std::size_t max_alignment() const noexcept override { return upstream_.max_alignment(); }
+  std::size_t allocation_granularity() const noexcept override { return upstream_.allocation_granularity(); }
 
  protected:
   // Owns the upstream; throws tp::InvalidArgument naming this adaptor when it is null.

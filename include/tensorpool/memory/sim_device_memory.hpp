@@ -33,6 +33,7 @@ class SimDeviceMemory final : public MemoryResource, public VirtualMemory {
   // Both interfaces name the device the same way.
   const std::string& name() const noexcept override { return MemoryResource::name(); }
   std::size_t max_alignment() const noexcept override { return page_size_; }
+  std::size_t allocation_granularity() const noexcept override { return page_size_; }
 
   // Always engaged: the device's capacity in bytes.
   std::optional<std::size_t> capacity() const noexcept override { return capacity_; }
@@ -56,6 +57,8 @@ class SimDeviceMemory final : public MemoryResource, public VirtualMemory {
 
   // Takes `bytes` of the capacity or returns false; never crosses the wall.
   bool take(std::size_t bytes) noexcept;
+  // Raises the reserved peak to the current use, once taken bytes are really mapped or committed.
+  void raise_peak() noexcept;
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                         const std::string& what);
   void give_back(std::size_t bytes) noexcept;
