@@ -201,10 +201,18 @@ void ExpandableArena::unlink(std::uint32_t index) noexcept {
   free_node(index);
 }
 
+void ExpandableArena::prepare_carve(const Placement& placement, std::size_t size) {
+  // carve takes at most one new node: have one on the spare list (free_node cannot allocate).
+  if (spare_nodes_.empty()) free_node(new_node());
+  if (placement.block == kNone) {
+    const std::size_t slots = (extent_ + size) / kBlockAlignment;
+    if (block_at_.size() < slots) block_at_.resize(slots, kNone);
+  }
+}
+
+// prepare_carve(placement, size) ran since the last change: nothing here allocates or throws.
 std::uint32_t ExpandableArena::carve(const Placement& placement, std::size_t size) {
   if (placement.block == kNone) {  // grow the extent; the tail block is never free
-    const std::size_t slots = (extent_ + size) / kBlockAlignment;
-    if (block_at_.size() < slots) block_at_.resize(slots, kNone);  // before any change: it may throw
     const std::uint32_t index = new_node();
     nodes_[index].offset = extent_;
     nodes_[index].size = size;
@@ -222,7 +230,7 @@ std::uint32_t ExpandableArena::carve(const Placement& placement, std::size_t siz
     return hole;
   }
   // The hole stays free with what is left ([taken | rest] or [rest | taken]); the taken block is a new node.
-  const std::uint32_t taken = new_node();  // may reallocate nodes_: index, don't hold references
+  const std::uint32_t taken = new_node();  // from the spare list (prepare_carve)
   nodes_[taken].offset = placement.offset;
   nodes_[taken].size = size;
   const bool low_end = placement.offset == nodes_[hole].offset;
@@ -272,10 +280,12 @@ void ExpandableArena::release_block(std::uint32_t index) {
 void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/, const AllocationTag& tag) {
   const std::size_t size = round_up(bytes, kBlockAlignment);
   std::lock_guard lock(mutex_);
+  // Strong exception safety: prepare_carve reserves what carve needs before commit_for commits anything, and
+  // nothing from the commit to the return allocates or throws.
   Placement placement = best_fit(size);
+  if (placement.valid) prepare_carve(placement, size);
   if (!placement.valid || !commit_for(placement, size)) {
     // Give every cached granule back and place the request where it commits the least, then retry once.
-    ++stats_.num_retries;
     decommit_cached(0);
     placement = fewest_commits(size);
     if (!placement.valid) {
@@ -283,12 +293,14 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
                           "the reserved virtual range of " + format_bytes(range_bytes_) +
                               " has no room left (set ArenaOptions::reserve_bytes larger)");
     }
+    prepare_carve(placement, size);
     if (!commit_for(placement, size)) {
       throw_out_of_memory(bytes, size, tag,
                           "committing " + std::to_string(placement.new_granules) + " more granule(s) of " +
                               format_bytes(granularity_) + " would cross the limit or the capacity of " +
                               memory_->name() + "; every wholly free granule was already decommitted");
     }
+    ++stats_.num_retries;  // served only after the cache was given back
   }
   const std::uint32_t index = carve(placement, size);
   Block& block = nodes_[index];

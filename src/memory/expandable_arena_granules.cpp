@@ -1,7 +1,7 @@
 // ExpandableArena: granule bookkeeping (commit on demand, per-granule user counts, the cache of wholly free
 // granules and the release policy). The caller holds mutex_.
 #include <algorithm>
-#include <utility>
+#include <cstdint>
 #include <vector>
 
 #include "tensorpool/memory/expandable_arena.hpp"
@@ -11,13 +11,17 @@ namespace tp::memory {
 
 // ---- granules ------------------------------------------------------------------------------------------
 
-// `placement` counted the uncommitted granules it touches (new_granules); nothing has changed since.
+// `placement` counted the uncommitted granules it touches (new_granules); nothing has changed since. Throws
+// only before the first commit (growing the granule table) or, rethrowing after undoing its commits, when the
+// source throws something other than OutOfMemoryError.
 bool ExpandableArena::commit_for(const Placement& placement, std::size_t size) {
   const std::size_t needed = placement.new_granules;
   if (needed == 0) return true;  // every granule it touches is committed, hence in granules_
   const std::size_t first = first_granule(placement.offset);
   const std::size_t end = end_granule(placement.offset, size);
   if (granules_.size() < end) granules_.resize(end);
+  // decommit_oldest (on the noexcept free path) collects at most one entry per granule.
+  if (decommit_scratch_.capacity() < granules_.size()) decommit_scratch_.reserve(granules_.capacity());
   // Committed bytes rise above their high-water mark only for granules in use: cached granules elsewhere
   // are given back first, so caching never raises the peak.
   if (committed_granules_ + needed > high_water_granules_) {
@@ -26,9 +30,26 @@ bool ExpandableArena::commit_for(const Placement& placement, std::size_t size) {
   const std::size_t limit_granules = options_.limit_bytes / granularity_;
   if (committed_granules_ > limit_granules || needed > limit_granules - committed_granules_) return false;
 
-  // Runs of uncommitted granules, committed one call each; on a refusal the earlier runs are undone.
+  // Runs of uncommitted granules, committed one call each; on a refusal the earlier runs are undone. Those
+  // are the granules of [first, granule) committed with no users and off the cached list: before this call
+  // every committed granule without users was cached.
+  const auto undo = [this, first](std::size_t stop) noexcept {
+    for (std::size_t index = first; index < stop;) {
+      const auto fresh = [this](std::size_t at) {
+        return granules_[at].committed && granules_[at].users == 0 && !granules_[at].cached;
+      };
+      if (!fresh(index)) {
+        ++index;
+        continue;
+      }
+      std::size_t run_end = index;
+      while (run_end < stop && fresh(run_end)) ++run_end;
+      decommit_run(index, run_end - index);
+      index = run_end;
+    }
+    stats_.bytes_reserved = committed_granules_ * granularity_;
+  };
   std::size_t granule = first;
-  std::vector<std::pair<std::size_t, std::size_t>> done;
   while (granule < end) {
     if (granules_[granule].committed) {
       ++granule;
@@ -39,14 +60,15 @@ bool ExpandableArena::commit_for(const Placement& placement, std::size_t size) {
     try {
       memory_->commit(base_ + granule * granularity_, (run_end - granule) * granularity_);
     } catch (const OutOfMemoryError&) {
-      for (const auto& [run_first, run_count] : done) decommit_run(run_first, run_count);
-      stats_.bytes_reserved = committed_granules_ * granularity_;
+      undo(granule);
       return false;
+    } catch (...) {
+      undo(granule);
+      throw;
     }
     ++stats_.upstream_allocs;
     for (std::size_t marked = granule; marked < run_end; ++marked) granules_[marked].committed = true;
     committed_granules_ += run_end - granule;
-    if (run_end < end) done.emplace_back(granule, run_end - granule);  // only a later run can fail
     granule = run_end;
   }
   high_water_granules_ = std::max(high_water_granules_, committed_granules_);
@@ -117,7 +139,10 @@ std::size_t ExpandableArena::decommit_cached(std::size_t keep_bytes) noexcept {
 
 std::size_t ExpandableArena::decommit_oldest(std::size_t count, std::size_t skip_first,
                                              std::size_t skip_end) noexcept {
-  std::vector<std::size_t> victims;
+  // No allocation: decommit_scratch_ has room for every granule (commit_for reserves it as granules_ grows),
+  // and std::sort works in place.
+  std::vector<std::uint32_t>& victims = decommit_scratch_;
+  victims.clear();
   std::uint32_t index = lru_oldest_;
   while (victims.size() < count && index != kNone) {
     const std::uint32_t newer = granules_[index].newer;
@@ -134,8 +159,10 @@ std::size_t ExpandableArena::decommit_oldest(std::size_t count, std::size_t skip
     decommit_run(victims[first], last - first);
     first = last;
   }
+  const std::size_t released = victims.size() * granularity_;
+  victims.clear();
   stats_.bytes_reserved = committed_granules_ * granularity_;
-  return victims.size() * granularity_;
+  return released;
 }
 
 }  // namespace tp::memory

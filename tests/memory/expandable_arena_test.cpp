@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,7 +20,43 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 
+// Allocation-failure seam for this test binary: while g_fail_from >= 0, every operator new on this thread
+// from the g_fail_from-th call on (counting from 0) throws std::bad_alloc. g_allocations counts the calls.
 namespace {
+thread_local long g_fail_from = -1;
+thread_local long g_allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (g_fail_from >= 0 && g_allocations++ >= g_fail_from) throw std::bad_alloc();
+  if (void* ptr = std::malloc(bytes == 0 ? 1 : bytes)) return ptr;
+  throw std::bad_alloc();
+}
+// GCC sees the inlined std::free pair with a `new` expression elsewhere; here they do match.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void operator delete(void* ptr) noexcept { std::free(ptr); }
+void operator delete(void* ptr, std::size_t /*bytes*/) noexcept { std::free(ptr); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace {
+
+// Arms the seam for its scope: allocations number `succeed` onwards fail.
+class FailAllocations {
+ public:
+  explicit FailAllocations(long succeed) noexcept {
+    g_allocations = 0;
+    g_fail_from = succeed;
+  }
+  ~FailAllocations() { g_fail_from = -1; }
+  FailAllocations(const FailAllocations&) = delete;
+  FailAllocations& operator=(const FailAllocations&) = delete;
+  static long attempted() noexcept { return g_allocations; }
+};
 
 using tp::kKiB;
 using tp::kMiB;
@@ -253,7 +291,7 @@ TEST(ExpandableArena, OutOfMemoryReportsAndLeavesTheArenaUsable) {
   }
   auto stats = arena.stats();
   EXPECT_EQ(stats.num_ooms, 1u);
-  EXPECT_EQ(stats.num_retries, 1u);
+  EXPECT_EQ(stats.num_retries, 0u);  // the retry served nothing
   EXPECT_EQ(arena.check_invariants(), "");
   void* b = arena.allocate(6 * kMiB);  // exactly what is left
   EXPECT_EQ(arena.committed_bytes(), 16 * kMiB);
@@ -301,6 +339,111 @@ TEST(ExpandableArena, RetriesAfterTheSourceRefuses) {
   arena.deallocate(c, 3 * kMiB);
   arena.deallocate(s, 256);
   device.deallocate(other, 12 * kMiB);
+}
+
+TEST(ExpandableArena, RetriesCountOnlyRequestsTheRetryServed) {
+  // num_retries: requests served only after the cache was given back; a request that fails anyway is an OOM.
+  SimDeviceMemory device(16 * kMiB);
+  ExpandableArena arena(device, options(64 * kMiB, kGranule));
+  EXPECT_THROW((void)arena.allocate(65 * kMiB), tp::OutOfMemoryError);  // larger than the limit
+  auto stats = arena.stats();
+  EXPECT_EQ(stats.num_ooms, 1u);
+  EXPECT_EQ(stats.num_retries, 0u);
+  EXPECT_THROW((void)arena.allocate(20 * kMiB), tp::OutOfMemoryError);  // larger than the source
+  stats = arena.stats();
+  EXPECT_EQ(stats.num_ooms, 2u);
+  EXPECT_EQ(stats.num_retries, 0u);
+  void* x = arena.allocate(12 * kMiB);  // granules 0..5
+  void* s = arena.allocate(256);        // granule 6
+  arena.deallocate(x, 12 * kMiB);       // granule 0 stays cached
+  void* other = device.allocate(12 * kMiB);
+  void* c = arena.allocate(3 * kMiB);  // refused until granule 0 is decommitted
+  stats = arena.stats();
+  EXPECT_EQ(stats.num_retries, 1u);
+  EXPECT_EQ(stats.num_ooms, 2u);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(c, 3 * kMiB);
+  arena.deallocate(s, 256);
+  device.deallocate(other, 12 * kMiB);
+}
+
+TEST(ExpandableArena, AllocateIsStronglyExceptionSafe) {
+  // Every allocation inside allocate fails in turn, from the first on: a request either succeeds or throws
+  // std::bad_alloc leaving the arena as it was, with no granule committed for nobody (trim() gets it back).
+  struct Scenario {
+    const char* name;
+    std::size_t hole;  // bytes freed before the request, 0 for none
+  };
+  for (const Scenario scenario : {Scenario{"grow the extent", 0}, Scenario{"split a hole", 8 * kMiB}}) {
+    SCOPED_TRACE(scenario.name);
+    bool threw = false;
+    bool served = false;
+    for (long succeed = 0; !served; ++succeed) {
+      ASSERT_LT(succeed, 64);
+      HostVirtualMemory memory;
+      ExpandableArena arena(memory, options(64 * kMiB, 0));
+      void* keep = nullptr;
+      if (scenario.hole != 0) {  // [hole | 2 MiB in use]: the request splits the hole (granule 0, uncommitted)
+        void* hole = arena.allocate(scenario.hole);
+        keep = arena.allocate(kGranule);
+        arena.deallocate(hole, scenario.hole);
+      }
+      const std::size_t committed = arena.committed_bytes();
+      const auto blocks = arena.blocks().size();
+      void* ptr = nullptr;
+      try {
+        FailAllocations fail(succeed);
+        ptr = arena.allocate(kMiB);
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      ASSERT_EQ(arena.check_invariants(), "") << "after " << succeed << " allocations";
+      if (ptr == nullptr) {
+        EXPECT_EQ(arena.committed_bytes(), committed) << "after " << succeed << " allocations";
+        EXPECT_EQ(arena.blocks().size(), blocks);
+        EXPECT_EQ(arena.trim(), 0u);
+      } else {
+        served = true;
+        std::memset(ptr, 3, kMiB);
+        EXPECT_EQ(arena.blocks().size(), blocks + 1);
+        arena.deallocate(ptr, kMiB);
+      }
+      if (keep != nullptr) arena.deallocate(keep, kGranule);
+      EXPECT_EQ(arena.trim(), 0u);
+      EXPECT_EQ(arena.check_invariants(), "");
+      EXPECT_EQ(memory.committed_bytes(), 0u);
+    }
+    EXPECT_TRUE(threw) << "no allocation failed: the seam is not exercised";
+  }
+}
+
+TEST(ExpandableArena, DeallocateAndTrimNeverAllocate) {
+  // Frees run where allocation may fail (deallocate is noexcept): with every operator new failing they
+  // complete, keep every invariant and give the granules back, also after the granule table grew.
+  for (const std::size_t threshold : {std::size_t{0}, 4 * kMiB}) {
+    SCOPED_TRACE("release_threshold " + std::to_string(threshold));
+    HostVirtualMemory memory;
+    ExpandableArena arena(memory, options(64 * kMiB, threshold));
+    std::vector<void*> pieces;
+    for (int i = 0; i < 24; ++i) pieces.push_back(arena.allocate(kGranule + 256 * static_cast<std::size_t>(i)));
+    long attempted = 0;
+    {
+      FailAllocations fail(0);
+      for (std::size_t i = 0; i < pieces.size(); i += 2) {
+        arena.deallocate(pieces[i], kGranule + 256 * i);
+      }
+      for (std::size_t i = 1; i < pieces.size(); i += 2) {
+        arena.deallocate(pieces[i], kGranule + 256 * i);
+      }
+      (void)arena.trim();
+      attempted = FailAllocations::attempted();
+    }
+    EXPECT_EQ(attempted, 0);
+    EXPECT_EQ(arena.check_invariants(), "");
+    EXPECT_EQ(arena.committed_bytes(), 0u);
+    EXPECT_EQ(memory.committed_bytes(), 0u);
+    EXPECT_EQ(arena.stats().bytes_in_use, 0u);
+  }
 }
 
 TEST(ExpandableArena, SourceCapacityBoundsTheArena) {

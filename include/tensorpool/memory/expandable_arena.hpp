@@ -33,7 +33,12 @@
 //     granules beyond it. (3) trim() decommits every cached granule.
 //   - Committed bytes never exceed options.limit_bytes. When a commit would cross the limit, or the source
 //     refuses it (its capacity), every cached granule is decommitted, the request is placed wherever it
-//     commits the fewest new granules, and it is retried once (num_retries) before tp::OutOfMemoryError.
+//     commits the fewest new granules, and it is retried once before tp::OutOfMemoryError (num_retries
+//     counts the requests the retry served, as BFC does; a request that still fails counts in num_ooms only).
+//   - Exceptions. allocate is strongly exception-safe: whatever the bookkeeping of a placement needs (a spare
+//     block node, in-use slots, granule table and decommit scratch room) is reserved before the first commit,
+//     nothing after the commit allocates, and a commit that fails part-way decommits what it committed.
+//     deallocate and trim never allocate.
 //
 // Invariants (check_invariants() verifies them; the tests call it after every random operation):
 //   blocks cover [0, extent) without gaps, in address order; no two adjacent blocks are both free; the
@@ -159,6 +164,9 @@ class ExpandableArena final : public MemoryResource {
   Placement place_in(std::uint32_t block, std::size_t size) const;
   Placement place_at_end(std::size_t size) const;
   bool commit_for(const Placement& placement, std::size_t size);  // false when the limit or the source refuses
+  // Reserves what carve(placement, size) needs (a spare node; slots when it grows the extent), so that nothing
+  // after commit_for allocates. May throw; changes nothing observable.
+  void prepare_carve(const Placement& placement, std::size_t size);
   // Address-order list: link a node before/after a block, unlink one (and recycle its node).
   void link_before(std::uint32_t index, std::uint32_t at) noexcept;
   void link_after(std::uint32_t index, std::uint32_t at) noexcept;
@@ -169,6 +177,7 @@ class ExpandableArena final : public MemoryResource {
   void release_block(std::uint32_t index);
   std::size_t decommit_cached(std::size_t keep_bytes) noexcept;
   // Decommits up to `count` cached granules, least recently freed first, skipping [skip_first, skip_end).
+  // Allocation-free: collects the victims in decommit_scratch_, whose capacity covers granules_.
   std::size_t decommit_oldest(std::size_t count, std::size_t skip_first, std::size_t skip_end) noexcept;
   void decommit_run(std::size_t first_granule, std::size_t count) noexcept;
   std::uint32_t new_node();
@@ -234,6 +243,7 @@ class ExpandableArena final : public MemoryResource {
   std::size_t slots_in_use_ = 0;          // entries of block_at_ that are not kNone
   std::size_t in_use_count_ = 0;
   std::vector<Granule> granules_;                            // covers the largest extent so far
+  std::vector<std::uint32_t> decommit_scratch_;              // empty; capacity >= granules_.size()
   std::uint32_t lru_oldest_ = kNone;                         // cached granules, least recently freed first
   std::uint32_t lru_newest_ = kNone;
   std::size_t cached_count_ = 0;
