@@ -209,13 +209,18 @@ char* BfcAllocator::obtain_from_source(std::size_t bytes) noexcept {
     return static_cast<char*>(source_.allocate(bytes, kGranularity));
   } catch (const std::bad_alloc&) {  // tp::OutOfMemoryError included
     return nullptr;
-  } catch (const Error&) {  // a source that cannot serve this size at all
+  } catch (const Error& error) {  // e.g. a pinned source whose mlock limit is reached: say so in the OOM
+    try {
+      source_refusal_ = error.what();
+    } catch (const std::bad_alloc&) {  // the OOM report is still raised, only without this detail
+    }
     return nullptr;
   }
 }
 
 // Obtains a region big enough for `rounded`: TF's Extend. False when the limit or the source refuses.
 bool BfcAllocator::extend(std::size_t rounded) {
+  source_refusal_.clear();
   const std::size_t available = limit_ - stats_.bytes_reserved;
   if (rounded > available) return false;
   // A request larger than the next region takes the next region size doubled until it fits (TF).
@@ -390,6 +395,7 @@ void BfcAllocator::throw_out_of_memory(std::size_t bytes, std::size_t rounded, c
   report.detail = detail::concat("BFC: ", regions_.size(), " region(s) from '", source_.name(), "', ",
                                  options_.growth == GrowthPolicy::grow ? "grow" : "preallocate",
                                  ", garbage collection ", options_.garbage_collection ? "on" : "off");
+  if (!source_refusal_.empty()) report.detail += "; the source refused with: " + source_refusal_;
   throw OutOfMemoryError(std::move(report));
 }
 

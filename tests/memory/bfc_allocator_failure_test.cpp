@@ -187,5 +187,31 @@ TEST(BfcAllocatorDeathTest, AbortsOnForeignDoubleOrMismatchedFree) {
   EXPECT_CONSISTENT(bfc);
 }
 
+// A source that fails with a device error (as a pinned source does at its mlock limit), not an OOM.
+class DeviceErrorSource final : public MemoryResource {
+ public:
+  DeviceErrorSource() : MemoryResource("locked_source") {}
+
+ private:
+  void* do_allocate(std::size_t, std::size_t, const AllocationTag&) override {
+    TP_THROW(DeviceError, "memory", "locked_source: mlock refused (RLIMIT_MEMLOCK)");
+  }
+  void do_deallocate(void*, std::size_t) noexcept override {}
+  MemoryStats do_stats() const override { return {}; }
+};
+
+TEST(BfcAllocator, OutOfMemoryReportCarriesTheSourcesOwnError) {
+  DeviceErrorSource source;
+  BfcAllocator bfc(source, grow_options(16 * kMiBytes));
+  try {
+    (void)bfc.allocate(kMiBytes);
+    FAIL() << "the source never serves";
+  } catch (const OutOfMemoryError& error) {
+    const std::string text = error.what();
+    EXPECT_NE(text.find("the source refused with"), std::string::npos) << text;
+    EXPECT_NE(text.find("RLIMIT_MEMLOCK"), std::string::npos) << text;
+  }
+}
+
 }  // namespace
 }  // namespace tp::memory

@@ -185,6 +185,7 @@ class BfcAllocator final : public MemoryResource {
   std::pmr::unsynchronized_pool_resource bin_nodes_;  // recycles bin set nodes: no malloc per op when warm
   std::vector<Bin> bins_;
   std::size_t next_region_bytes_;  // TF's curr_region_allocation_bytes_
+  std::string source_refusal_;     // the source's error (not a plain OOM) during the last extend, for reports
   MemoryStats stats_;
 };
 
