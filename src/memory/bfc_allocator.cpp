@@ -364,6 +364,16 @@ void BfcAllocator::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   }
 }
 
+std::size_t BfcAllocator::do_allocated_size(const void* ptr, std::size_t bytes) const noexcept {
+  std::lock_guard lock(mutex_);
+  const Region* region = region_for(ptr);
+  if (region == nullptr) return bytes;
+  const auto offset = static_cast<std::size_t>(static_cast<const char*>(ptr) - region->base);
+  if (offset % kGranularity != 0) return bytes;
+  const ChunkHandle handle = region->handles[offset / kGranularity];
+  return handle != kInvalidChunk && chunks_[handle].in_use ? chunks_[handle].size : bytes;
+}
+
 BfcAllocator::ChunkHandle BfcAllocator::chunk_for(Region* region, void* ptr, std::size_t bytes) const noexcept {
   if (region == nullptr) abort_bad_free(ptr, bytes, "the pointer was not allocated by this allocator");
   const auto offset = static_cast<std::size_t>(static_cast<char*>(ptr) - region->base);

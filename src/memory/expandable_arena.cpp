@@ -314,6 +314,16 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   return base_ + block.offset;
 }
 
+std::size_t ExpandableArena::do_allocated_size(const void* ptr, std::size_t bytes) const noexcept {
+  std::lock_guard lock(mutex_);
+  const auto address = static_cast<const char*>(ptr);
+  if (address < base_ || address >= base_ + extent_) return bytes;
+  const auto offset = static_cast<std::size_t>(address - base_);
+  if (offset % kBlockAlignment != 0) return bytes;
+  const std::uint32_t index = block_at_[offset / kBlockAlignment];
+  return index != kNone && nodes_[index].in_use ? nodes_[index].size : bytes;
+}
+
 void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
   const auto address = static_cast<char*>(ptr);

@@ -121,6 +121,10 @@ MemoryStats MemoryStack::do_stats() const {
 
 void MemoryStack::do_reset_peak() { top_->reset_peak(); }
 
+std::size_t MemoryStack::do_allocated_size(const void* ptr, std::size_t bytes) const noexcept {
+  return top_->allocated_size(ptr, bytes);
+}
+
 std::unique_ptr<MemoryStack> make_memory_stack(const MemoryConfig& config, std::unique_ptr<MemoryResource> source,
                                                std::unique_ptr<VirtualMemory> virtual_memory,
                                                std::optional<std::size_t> source_capacity) {

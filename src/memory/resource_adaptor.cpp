@@ -35,4 +35,8 @@ MemoryStats ResourceAdaptor::do_stats() const { return upstream_.stats(); }
 
 void ResourceAdaptor::do_reset_peak() { upstream_.reset_peak(); }
 
+std::size_t ResourceAdaptor::do_allocated_size(const void* ptr, std::size_t bytes) const noexcept {
+  return upstream_.allocated_size(ptr, bytes);
+}
+
 }  // namespace tp::memory

@@ -23,10 +23,10 @@ enum class AllocationKind : std::uint8_t {
 std::string_view to_string(AllocationKind kind) noexcept;
 
 struct AllocationTag {
-  std::string name;                  // tensor name, e.g. "dense/kernel"
-  std::string op;                    // op that produced it, e.g. "MatMul"
-  std::vector<std::int64_t> shape;   // logical shape; empty for untyped buffers
-  std::string dtype;                 // "float32", ...; empty for untyped buffers
+  std::string name{};                // tensor name, e.g. "dense/kernel"
+  std::string op{};                  // op that produced it, e.g. "MatMul"
+  std::vector<std::int64_t> shape{}; // logical shape; empty for untyped buffers
+  std::string dtype{};               // "float32", ...; empty for untyped buffers
   AllocationKind kind = AllocationKind::unknown;
   std::int64_t step = -1;            // training step, -1 outside a step
 

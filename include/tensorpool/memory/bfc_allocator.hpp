@@ -143,6 +143,7 @@ class BfcAllocator final : public MemoryResource {
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
+  std::size_t do_allocated_size(const void* ptr, std::size_t bytes) const noexcept override;
 
   // All below require mutex_ held.
   ChunkHandle find_chunk(std::size_t rounded) const;

@@ -156,6 +156,7 @@ class ExpandableArena final : public MemoryResource {
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
+  std::size_t do_allocated_size(const void* ptr, std::size_t bytes) const noexcept override;
 
   // All below: the caller holds mutex_.
   Placement best_fit(std::size_t size) const;

@@ -41,6 +41,11 @@ class MemoryResource {
   MemoryStats stats() const { return do_stats(); }
   // Peaks restart from the current values (in use, reserved, requested).
   void reset_peak() { do_reset_peak(); }
+  // What the allocator really set aside for a live allocation of `bytes` at `ptr` (its chunk or block after
+  // rounding; `bytes` where the resource does not round). Per-tensor accounting reports it next to `bytes`.
+  std::size_t allocated_size(const void* ptr, std::size_t bytes) const noexcept {
+    return do_allocated_size(ptr, bytes);
+  }
 
   const std::string& name() const noexcept { return name_; }
   // Largest alignment allocate() honours.
@@ -54,6 +59,7 @@ class MemoryResource {
   virtual std::size_t do_trim() { return 0; }
   virtual MemoryStats do_stats() const = 0;
   virtual void do_reset_peak() {}
+  virtual std::size_t do_allocated_size(const void* /*ptr*/, std::size_t bytes) const noexcept { return bytes; }
 
   std::string name_;
 };

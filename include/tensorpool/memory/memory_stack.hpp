@@ -67,6 +67,7 @@ class MemoryStack final : public MemoryResource {
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
+  std::size_t do_allocated_size(const void* ptr, std::size_t bytes) const noexcept override;
 
   // Immutable after construction. Declared source first so the layers (top_) are destroyed before it.
   const MemoryConfig config_;

@@ -34,6 +34,7 @@ class ResourceAdaptor : public MemoryResource {
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
+  std::size_t do_allocated_size(const void* ptr, std::size_t bytes) const noexcept override;
 
   // Immutable after construction.
   std::unique_ptr<MemoryResource> owned_upstream_;  // null when borrowed

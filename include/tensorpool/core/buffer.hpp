@@ -1,0 +1,47 @@
+#pragma once
+// Buffer: one allocation on one device, shared (through std::shared_ptr) by every tensor and view over it and
+// by every stream task that touches it. Its destructor is the only place its memory goes back: to the
+// device's memory stack, which records the free against the allocation's tag. Because tasks hold the
+// buffers they use, the destructor runs only after the last pending work on it (stream-ordered reuse).
+
+#include <cstddef>
+
+#include "tensorpool/memory/allocation_tag.hpp"
+
+namespace tp {
+
+namespace device {
+class Device;
+}
+
+class Buffer {
+ public:
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  device::Device& device() const noexcept { return device_; }
+  // Bytes asked for (what per-tensor accounting sums to the allocator's bytes_requested).
+  std::size_t bytes() const noexcept { return bytes_; }
+  // Bytes the allocator set aside for it (its chunk after rounding).
+  std::size_t allocated_bytes() const noexcept { return allocated_bytes_; }
+  const memory::AllocationTag& tag() const noexcept { return tag_; }
+
+  // The device address. On a device that is not host_accessible(), only a task running on one of that
+  // device's streams may touch it; anywhere else this throws tp::DeviceError naming the device and the fix
+  // (copy to the host), so host code cannot silently read device memory.
+  void* data() const;
+
+ private:
+  friend class device::Device;
+  Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
+         memory::AllocationTag tag) noexcept;
+
+  device::Device& device_;
+  void* const data_;  // null iff bytes_ == 0
+  const std::size_t bytes_;
+  const std::size_t allocated_bytes_;
+  const memory::AllocationTag tag_;
+};
+
+}  // namespace tp

@@ -1,0 +1,126 @@
+#pragma once
+// Device: one place tensors live and kernels run, with its own memory stack (built from a MemoryConfig) and
+// one or more Streams. Backends (src/backend/<kind>) derive from it and supply the streams and the copy
+// primitives; everything else (allocation with stream-ordered reuse, staging of copies, the debug poison,
+// access checks) lives here once.
+//
+// Invariants: every Buffer this device hands out is returned through release() exactly once, by the
+// Buffer's destructor; live_buffers() counts those not yet returned. Buffers must not outlive their device
+// (the DeviceManager keeps devices for the life of the process). Streams outlive every task they run.
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpool/device/device_id.hpp"
+#include "tensorpool/device/stream.hpp"
+#include "tensorpool/memory/allocation_tag.hpp"
+#include "tensorpool/memory/memory_config.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
+
+namespace tp {
+class Buffer;
+}
+
+namespace tp::device {
+
+struct DeviceOptions {
+  std::size_t num_streams = 1;
+  // Debug: fill freed memory with kPoisonByte before it goes back to the allocator, so a kernel that reads
+  // a buffer after its release sees NaN (0xFFFF... as float) instead of plausible stale values.
+  bool poison_freed = false;
+};
+
+inline constexpr unsigned char kPoisonByte = 0xFF;
+
+class Device {
+ public:
+  virtual ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceId& id() const noexcept { return id_; }
+  DeviceKind kind() const noexcept { return id_.kind; }
+  std::string name() const { return id_.str(); }
+  // The physical device this one is carved from (differs after visible-device reordering or a split).
+  const DeviceId& physical_id() const noexcept { return physical_id_; }
+  // Bytes of the physical memory behind this device (for a logical device: its share).
+  std::size_t capacity_bytes() const noexcept { return capacity_bytes_; }
+  memory::MemoryStack& memory() const noexcept { return *memory_; }
+  bool poison_freed() const noexcept { return options_.poison_freed; }
+  // Whether host code may read and write this device's memory directly (cpu); otherwise only copies and
+  // kernels running on its streams may (sim, cuda).
+  virtual bool host_accessible() const noexcept = 0;
+
+  std::size_t num_streams() const noexcept { return streams_.size(); }
+  // Throws tp::InvalidArgument naming the index and the count when out of range.
+  Stream& stream(std::size_t index = 0) const;
+  // Waits for every stream; rethrows the first task error any of them kept.
+  void synchronize();
+
+  // A buffer of `bytes` (0 gives an empty buffer with no memory), tagged for the profiler and OOM reports.
+  // When the stack is out of memory while stream work is pending, waits for that work (whose buffers then
+  // return in stream order) and retries once before the tp::OutOfMemoryError propagates.
+  std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {});
+  std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
+
+  // Enqueues on `stream` (one of this device's) a copy of `bytes` host bytes into `dst` at `dst_offset`. The
+  // source is staged before this returns, so the caller may reuse `src` at once (as a pageable
+  // cudaMemcpyAsync). Throws tp::InvalidArgument on a foreign stream or buffer or an out-of-range span.
+  void copy_from_host(Stream& stream, const void* src, const std::shared_ptr<Buffer>& dst, std::size_t dst_offset,
+                      std::size_t bytes);
+  // Copies `bytes` of `src` at `src_offset` into host memory `dst`, in `stream`'s order, and returns once
+  // they are there (rethrowing a kept stream error).
+  void copy_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* dst,
+                    std::size_t bytes);
+
+ protected:
+  Device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
+         DeviceOptions options);
+  // Backends call this once from their constructor.
+  void set_streams(std::vector<std::unique_ptr<Stream>> streams);
+  // Backends call this first thing in their destructor: waits for all work, then joins the streams, while
+  // the derived object (whose primitives the tasks call) is still alive.
+  void shut_down() noexcept;
+
+ private:
+  friend class tp::Buffer;
+  friend void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                   Stream& dst_stream, const std::shared_ptr<Buffer>& dst, std::size_t dst_offset,
+                   std::size_t bytes);
+
+  // Called by ~Buffer only.
+  void release(void* ptr, std::size_t bytes) noexcept;
+
+  // Backend primitives. The enqueue_* ones put the copy on `stream` (of this device); `host` memory stays
+  // valid until the enqueued work has run (callers capture its owner in the task).
+  virtual void enqueue_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                               void* host, std::size_t bytes) = 0;
+  virtual void enqueue_from_host(Stream& stream, const void* host, const std::shared_ptr<Buffer>& dst,
+                                 std::size_t dst_offset, std::size_t bytes,
+                                 std::shared_ptr<void> host_owner) = 0;
+  virtual void enqueue_within(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                              const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) = 0;
+  // Host memory for staging copies (from pageable host memory, and between devices): pinned where the
+  // backend has it.
+  virtual std::shared_ptr<void> staging_buffer(std::size_t bytes) = 0;
+  virtual void poison(void* ptr, std::size_t bytes) noexcept = 0;
+
+  const DeviceId id_;
+  const DeviceId physical_id_;
+  const std::size_t capacity_bytes_;
+  const DeviceOptions options_;
+  std::unique_ptr<memory::MemoryStack> memory_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // set once by the backend's constructor
+  std::atomic<std::size_t> live_buffers_{0};
+};
+
+// Copies `bytes` from `src` (on src_stream's device) to `dst` (on dst_stream's device) in stream order on
+// both sides: the destination's work after this call sees the bytes; the source buffer is not reused before
+// the copy has read it. Between two devices the bytes go through the source device's staging memory.
+void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
+          const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
+
+}  // namespace tp::device

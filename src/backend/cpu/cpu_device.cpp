@@ -1,0 +1,39 @@
+// The cpu backend: host memory under the device's budget, inline streams (kernels run in the calling thread,
+// in stream order), host code may touch the memory directly. Staging is pageable: a host-to-host copy gains
+// nothing from pinning.
+#include "device/host_addressable_device.hpp"
+#include "device/inline_stream.hpp"
+#include "tensorpool/device/backends.hpp"
+
+namespace tp::device {
+
+namespace {
+
+class CpuDevice final : public HostAddressableDevice {
+ public:
+  CpuDevice(DeviceId id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
+            const DeviceOptions& options)
+      : HostAddressableDevice(id, id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/false) {
+    create_streams<InlineStream>(options.num_streams);
+  }
+  ~CpuDevice() override { shut_down(); }
+
+  bool host_accessible() const noexcept override { return true; }
+};
+
+// The budget is the config's limit, or its fraction of `capacity_bytes`, or `capacity_bytes` itself.
+memory::MemoryConfig with_budget(memory::MemoryConfig config, std::size_t capacity_bytes) {
+  config.limit_bytes = memory::resolve_limit_bytes(config, capacity_bytes);
+  config.fraction.reset();
+  return config;
+}
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device(DeviceId id, std::size_t capacity_bytes, const memory::MemoryConfig& config,
+                                        const DeviceOptions& options) {
+  auto memory = memory::make_host_memory_stack(with_budget(config, capacity_bytes));
+  return std::make_unique<CpuDevice>(id, capacity_bytes, std::move(memory), options);
+}
+
+}  // namespace tp::device

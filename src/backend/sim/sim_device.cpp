@@ -1,0 +1,32 @@
+// The sim backend: an accelerator simulated on the CPU. Its memory is a SimDeviceMemory of fixed capacity
+// (a hard wall, like a GPU's), reached only by kernels and copies running on its streams, each served by a
+// worker thread; copies are staged through pinned host memory, as a GPU's DMA engine needs.
+#include "device/host_addressable_device.hpp"
+#include "device/worker_stream.hpp"
+#include "tensorpool/device/backends.hpp"
+
+namespace tp::device {
+
+namespace {
+
+class SimDevice final : public HostAddressableDevice {
+ public:
+  SimDevice(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
+            std::unique_ptr<memory::MemoryStack> memory, const DeviceOptions& options)
+      : HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/true) {
+    create_streams<WorkerStream>(options.num_streams);
+  }
+  ~SimDevice() override { shut_down(); }
+
+  bool host_accessible() const noexcept override { return false; }
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_sim_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
+                                        const memory::MemoryConfig& config, const DeviceOptions& options) {
+  auto memory = memory::make_sim_device_memory_stack(config, capacity_bytes);
+  return std::make_unique<SimDevice>(id, physical_id, capacity_bytes, std::move(memory), options);
+}
+
+}  // namespace tp::device

@@ -1,0 +1,28 @@
+#include "tensorpool/core/buffer.hpp"
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/device.hpp"
+#include "tensorpool/device/stream.hpp"
+
+namespace tp {
+
+Buffer::Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
+               memory::AllocationTag tag) noexcept
+    : device_(device), data_(data), bytes_(bytes), allocated_bytes_(allocated_bytes), tag_(std::move(tag)) {}
+
+Buffer::~Buffer() { device_.release(data_, bytes_); }
+
+void* Buffer::data() const {
+  if (!device_.host_accessible()) {
+    const device::Stream* stream = device::Stream::current();
+    if (stream == nullptr || &stream->device() != &device_) {
+      TP_THROW(DeviceError, "device", "host code touched ", device_.name(), " memory (", tag_.describe(),
+               ") outside a kernel or copy on that device's streams; copy it to the host first"
+               " (Tensor::to_vector or copy_to_host), or enqueue the code on one of ", device_.name(),
+               "'s streams");
+    }
+  }
+  return data_;
+}
+
+}  // namespace tp

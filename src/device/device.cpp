@@ -1,0 +1,156 @@
+#include "tensorpool/device/device.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "tensorpool/core/buffer.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::device {
+
+Device::Device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
+               std::unique_ptr<memory::MemoryStack> memory, DeviceOptions options)
+    : id_(id), physical_id_(physical_id), capacity_bytes_(capacity_bytes), options_(options),
+      memory_(std::move(memory)) {
+  if (memory_ == nullptr) TP_THROW(InvalidArgument, "device", id_.str(), ": a device needs a memory stack");
+  if (options_.num_streams == 0) {
+    TP_THROW(InvalidArgument, "device", id_.str(), ": num_streams = 0; a device needs at least one stream");
+  }
+}
+
+Device::~Device() {
+  const std::size_t live = live_buffers();
+  if (live != 0) {
+    // A buffer that outlives its device would return memory to a destroyed stack: say so loudly.
+    std::fprintf(stderr, "[device] %s destroyed with %zu live buffers; they must be released first\n",
+                 id_.str().c_str(), live);
+  }
+}
+
+void Device::set_streams(std::vector<std::unique_ptr<Stream>> streams) { streams_ = std::move(streams); }
+
+void Device::shut_down() noexcept {
+  for (const auto& stream : streams_) stream->wait_idle();
+  streams_.clear();
+}
+
+Stream& Device::stream(std::size_t index) const {
+  if (index >= streams_.size()) {
+    TP_THROW(InvalidArgument, "device", id_.str(), " has no stream ", index, "; it has ", streams_.size(),
+             " (indexes 0..", streams_.size() - 1, ")");
+  }
+  return *streams_[index];
+}
+
+void Device::synchronize() {
+  for (const auto& stream : streams_) stream->wait_idle();
+  for (const auto& stream : streams_) stream->synchronize();
+}
+
+std::shared_ptr<Buffer> Device::allocate(std::size_t bytes, const memory::AllocationTag& tag) {
+  void* ptr = nullptr;
+  if (bytes != 0) {
+    try {
+      ptr = memory_->allocate(bytes, memory::kDefaultAlignment, tag);
+    } catch (const OutOfMemoryError&) {
+      bool pending = false;
+      for (const auto& stream : streams_) pending = pending || !stream->idle();
+      if (!pending) throw;
+      // Buffers released while their work was pending come back once it completes.
+      for (const auto& stream : streams_) {
+        if (Stream::current() != stream.get()) stream->wait_idle();
+      }
+      ptr = memory_->allocate(bytes, memory::kDefaultAlignment, tag);
+    }
+  }
+  const std::size_t allocated = ptr != nullptr ? memory_->allocated_size(ptr, bytes) : 0;
+  live_buffers_.fetch_add(1, std::memory_order_relaxed);
+  try {
+    return std::shared_ptr<Buffer>(new Buffer(*this, ptr, bytes, allocated, tag));
+  } catch (...) {
+    live_buffers_.fetch_sub(1, std::memory_order_relaxed);
+    if (ptr != nullptr) memory_->deallocate(ptr, bytes);
+    throw;
+  }
+}
+
+void Device::release(void* ptr, std::size_t bytes) noexcept {
+  if (ptr != nullptr) {
+    if (options_.poison_freed) poison(ptr, bytes);
+    memory_->deallocate(ptr, bytes);
+  }
+  live_buffers_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+namespace {
+
+void check_span(const Device& device, const std::shared_ptr<Buffer>& buffer, std::size_t offset, std::size_t bytes,
+                const char* role) {
+  if (buffer == nullptr) TP_THROW(InvalidArgument, "device", "copy: the ", role, " buffer is null");
+  if (&buffer->device() != &device) {
+    TP_THROW(InvalidArgument, "device", "copy: the ", role, " buffer lives on ", buffer->device().name(),
+             ", not on ", device.name(), " whose stream was given");
+  }
+  if (offset > buffer->bytes() || bytes > buffer->bytes() - offset) {
+    TP_THROW(InvalidArgument, "device", "copy: ", role, " bytes [", offset, ", ", offset + bytes,
+             ") fall outside its buffer of ", buffer->bytes(), " bytes on ", device.name());
+  }
+}
+
+void check_stream(const Device& device, const Stream& stream) {
+  if (&stream.device() != &device) {
+    TP_THROW(InvalidArgument, "device", "copy: stream ", stream.name(), " does not belong to ", device.name());
+  }
+}
+
+}  // namespace
+
+void Device::copy_from_host(Stream& stream, const void* src, const std::shared_ptr<Buffer>& dst,
+                            std::size_t dst_offset, std::size_t bytes) {
+  check_stream(*this, stream);
+  check_span(*this, dst, dst_offset, bytes, "destination");
+  if (bytes == 0) return;
+  if (src == nullptr) TP_THROW(InvalidArgument, "device", "copy_from_host: the source is null");
+  std::shared_ptr<void> staging = staging_buffer(bytes);
+  std::memcpy(staging.get(), src, bytes);
+  const void* staged = staging.get();
+  enqueue_from_host(stream, staged, dst, dst_offset, bytes, std::move(staging));
+}
+
+void Device::copy_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* dst,
+                          std::size_t bytes) {
+  check_stream(*this, stream);
+  check_span(*this, src, src_offset, bytes, "source");
+  if (bytes == 0) return;
+  if (dst == nullptr) TP_THROW(InvalidArgument, "device", "copy_to_host: the destination is null");
+  const std::shared_ptr<void> staging = staging_buffer(bytes);
+  enqueue_to_host(stream, src, src_offset, staging.get(), bytes);
+  stream.synchronize();  // staging stays alive (held here) until the copy has run
+  std::memcpy(dst, staging.get(), bytes);
+}
+
+void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
+          const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) {
+  Device& source = src_stream.device();
+  Device& target = dst_stream.device();
+  check_span(source, src, src_offset, bytes, "source");
+  check_span(target, dst, dst_offset, bytes, "destination");
+  if (bytes == 0) return;
+  if (&source == &target) {
+    if (&src_stream != &dst_stream) dst_stream.wait(src_stream.record());
+    target.enqueue_within(dst_stream, src, src_offset, dst, dst_offset, bytes);
+    return;
+  }
+  // Through the source's staging memory: the destination's task holds it, and runs only after the source's
+  // task has filled it (the event), so it is neither freed nor read early.
+  std::shared_ptr<void> staging = source.staging_buffer(bytes);
+  void* staged = staging.get();
+  source.enqueue_to_host(src_stream, src, src_offset, staged, bytes);
+  dst_stream.wait(src_stream.record());
+  target.enqueue_from_host(dst_stream, staged, dst, dst_offset, bytes, std::move(staging));
+}
+
+}  // namespace tp::device

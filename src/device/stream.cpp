@@ -1,0 +1,64 @@
+#include "tensorpool/device/stream.hpp"
+
+#include <utility>
+
+#include "tensorpool/device/device.hpp"
+
+namespace tp::device {
+
+namespace {
+thread_local Stream* current_stream = nullptr;
+}
+
+Stream* Stream::current() noexcept { return current_stream; }
+
+std::string Stream::name() const { return device_.name() + "/stream:" + std::to_string(index_); }
+
+void Stream::enqueue(Task task) {
+  // Behind a kept error the stream skips kernels and copies; record()/wait() tasks are not wrapped, so
+  // events still complete and no stream waiting on this one hangs.
+  do_enqueue([this, task = std::move(task)] {
+    if (!has_error_.load(std::memory_order_acquire)) task();
+  });
+}
+
+Event Stream::record() {
+  Event event = Event::pending();
+  do_enqueue([event] { event.complete(); });
+  return event;
+}
+
+void Stream::wait(const Event& event) {
+  if (event.query()) return;
+  do_enqueue([event] { event.synchronize(); });
+}
+
+void Stream::synchronize() {
+  wait_idle();
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(error_mutex_);
+    error = std::exchange(error_, nullptr);
+    has_error_.store(false, std::memory_order_release);
+  }
+  if (error != nullptr) std::rethrow_exception(error);
+}
+
+void Stream::run(Task& task, bool propagate) {
+  Stream* const outer = std::exchange(current_stream, this);
+  try {
+    task();
+  } catch (...) {
+    current_stream = outer;
+    task = nullptr;  // drop the captures (buffers) before reporting, as on success
+    if (propagate) throw;
+    std::lock_guard lock(error_mutex_);
+    if (error_ == nullptr) error_ = std::current_exception();
+    has_error_.store(true, std::memory_order_release);
+    return;
+  }
+  current_stream = outer;
+  task = nullptr;
+}
+
+}  // namespace tp::device

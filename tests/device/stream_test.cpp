@@ -1,0 +1,131 @@
+// Streams and events: order within a stream, order across streams through events, asynchronous errors.
+#include "tensorpool/device/stream.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "device/support/device_test_support.hpp"
+#include "tensorpool/core/error.hpp"
+
+namespace tp::device {
+namespace {
+
+using testing::Backend;
+using testing::Gate;
+using testing::make_device;
+
+TEST(Stream, RunsTasksInEnqueueOrder) {
+  for (Backend backend : {Backend::cpu, Backend::sim}) {
+    auto device = make_device(backend);
+    std::vector<int> seen;
+    for (int task = 0; task < 1000; ++task) device->stream().enqueue([&seen, task] { seen.push_back(task); });
+    device->stream().synchronize();
+    ASSERT_EQ(seen.size(), 1000u);
+    for (int task = 0; task < 1000; ++task) ASSERT_EQ(seen[static_cast<std::size_t>(task)], task);
+  }
+}
+
+TEST(Stream, NamesItsDeviceAndIndex) {
+  auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.num_streams = 2});
+  EXPECT_EQ(device->stream(1).name(), "sim:0/stream:1");
+  EXPECT_EQ(&device->stream(1).device(), device.get());
+  EXPECT_THROW(device->stream(2), InvalidArgument);
+}
+
+TEST(Stream, CurrentIsSetOnlyInsideTasks) {
+  auto device = make_device(Backend::sim);
+  EXPECT_EQ(Stream::current(), nullptr);
+  Stream* inside = testing::run_on(device->stream(), [] { return Stream::current(); });
+  EXPECT_EQ(inside, &device->stream());
+}
+
+TEST(Event, CompletesOnlyAfterTheWorkBeforeIt) {
+  auto device = make_device(Backend::sim);
+  Gate gate;
+  device->stream().enqueue([&gate] { gate.wait(); });
+  Event event = device->stream().record();
+  EXPECT_FALSE(event.query());
+  EXPECT_FALSE(device->stream().idle());
+  gate.open();
+  event.synchronize();
+  EXPECT_TRUE(event.query());
+  EXPECT_TRUE(Event().query());  // never recorded: complete
+}
+
+TEST(Event, OrdersWorkAcrossStreams) {
+  auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.num_streams = 2});
+  Gate gate;
+  std::atomic<int> produced{0};
+  int consumed = -1;
+  device->stream(0).enqueue([&] {
+    gate.wait();
+    produced = 42;
+  });
+  device->stream(1).wait(device->stream(0).record());
+  device->stream(1).enqueue([&] { consumed = produced.load(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(device->stream(1).idle());  // held behind stream 0's event
+  gate.open();
+  device->stream(1).synchronize();
+  EXPECT_EQ(consumed, 42);
+}
+
+TEST(Stream, KeepsAnAsynchronousErrorForSynchronizeAndSkipsTheWorkBehindIt) {
+  auto device = make_device(Backend::sim);
+  bool ran_after_error = false;
+  device->stream().enqueue([] { throw std::runtime_error("kernel failed"); });
+  device->stream().enqueue([&] { ran_after_error = true; });
+  Event event = device->stream().record();
+  event.synchronize();  // events still complete behind an error
+  try {
+    device->stream().synchronize();
+    FAIL() << "synchronize() did not rethrow the task's error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "kernel failed");
+  }
+  EXPECT_FALSE(ran_after_error);
+  // Reported once; the stream works again.
+  bool ran_later = false;
+  device->stream().enqueue([&] { ran_later = true; });
+  device->stream().synchronize();
+  EXPECT_TRUE(ran_later);
+}
+
+TEST(Stream, InlineStreamRaisesFromEnqueue) {
+  auto device = make_device(Backend::cpu);
+  EXPECT_THROW(device->stream().enqueue([] { throw std::runtime_error("kernel failed"); }), std::runtime_error);
+  device->stream().synchronize();  // nothing kept
+}
+
+TEST(Stream, SynchronizeOfTheDeviceWaitsForEveryStream) {
+  auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.num_streams = 3});
+  std::atomic<int> done{0};
+  for (std::size_t stream = 0; stream < 3; ++stream) {
+    for (int task = 0; task < 50; ++task) device->stream(stream).enqueue([&done] { ++done; });
+  }
+  device->synchronize();
+  EXPECT_EQ(done.load(), 150);
+}
+
+TEST(Stream, ManyHostThreadsEnqueueConcurrently) {
+  for (Backend backend : {Backend::cpu, Backend::sim}) {
+    auto device = make_device(backend);
+    std::atomic<int> done{0};
+    std::vector<std::thread> threads;
+    for (int thread = 0; thread < 4; ++thread) {
+      threads.emplace_back([&] {
+        for (int task = 0; task < 200; ++task) device->stream().enqueue([&done] { ++done; });
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    device->synchronize();
+    EXPECT_EQ(done.load(), 800);
+  }
+}
+
+}  // namespace
+}  // namespace tp::device
