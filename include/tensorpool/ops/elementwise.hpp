@@ -1,0 +1,32 @@
+#pragma once
+// Elementwise arithmetic on floating tensors (f32, f64). Binary ops take y of x's shape, of x's last dimension
+// (broadcast over rows, as a bias), or a scalar (shape []); anything else names both shapes in the error.
+
+#include "tensorpool/ops/op_context.hpp"
+
+namespace tp::ops {
+
+enum class Arithmetic { add, sub, mul, div };
+
+void binary_into(Arithmetic op, const Tensor& x, const Tensor& y, const Tensor& out, const OpContext& context = {});
+Tensor binary(Arithmetic op, const Tensor& x, const Tensor& y, const OpContext& context = {});
+inline Tensor add(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+  return binary(Arithmetic::add, x, y, context);
+}
+inline Tensor sub(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+  return binary(Arithmetic::sub, x, y, context);
+}
+inline Tensor mul(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+  return binary(Arithmetic::mul, x, y, context);
+}
+inline Tensor div(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+  return binary(Arithmetic::div, x, y, context);
+}
+
+// out = alpha * x.
+void scale_into(const Tensor& x, double alpha, const Tensor& out, const OpContext& context = {});
+Tensor scale(const Tensor& x, double alpha, const OpContext& context = {});
+// y += alpha * x, in place.
+void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context = {});
+
+}  // namespace tp::ops

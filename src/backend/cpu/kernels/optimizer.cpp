@@ -1,0 +1,78 @@
+#include "backend/cpu/kernels/optimizer.hpp"
+
+#include <cmath>
+#include <string_view>
+
+#include "backend/cpu/kernels/check.hpp"
+#include "tensorpool/core/error.hpp"
+
+namespace tp::backend::cpu {
+namespace {
+
+template <typename T>
+void check_beta(std::string_view name, T beta) {
+  if (!(beta >= T{0} && beta < T{1})) {
+    TP_THROW(InvalidArgument, detail::kComponent, "adam_update: ", name, " = ", beta, " is outside [0, 1)");
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void sgd_update(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T momentum, bool nesterov) {
+  constexpr std::string_view kKernel = "sgd_update";
+  detail::check_size(kKernel, "n", n);
+  detail::check_pointer(kKernel, "param", param, n);
+  detail::check_pointer(kKernel, "grad", grad, n);
+  if (velocity == nullptr) {
+    if (momentum != T{0}) {
+      TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": momentum = ", momentum,
+               " needs a velocity buffer, but velocity is null");
+    }
+    for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    velocity[i] = momentum * velocity[i] - lr * grad[i];
+    param[i] += nesterov ? momentum * velocity[i] - lr * grad[i] : velocity[i];
+  }
+}
+
+template <typename T>
+void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T epsilon,
+                 std::int64_t step) {
+  constexpr std::string_view kKernel = "adam_update";
+  detail::check_size(kKernel, "n", n);
+  if (step < 1) TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": step = ", step, " must be >= 1");
+  check_beta("beta1", beta1);
+  check_beta("beta2", beta2);
+  if (!(epsilon >= T{0})) {
+    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": epsilon = ", epsilon, " must be >= 0");
+  }
+  detail::check_pointer(kKernel, "param", param, n);
+  detail::check_pointer(kKernel, "grad", grad, n);
+  detail::check_pointer(kKernel, "m", m, n);
+  detail::check_pointer(kKernel, "v", v, n);
+  const auto t = static_cast<double>(step);
+  const auto b1 = static_cast<double>(beta1);
+  const auto b2 = static_cast<double>(beta2);
+  const auto alpha =
+      static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  const T one_minus_beta1 = T{1} - beta1;
+  const T one_minus_beta2 = T{1} - beta2;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T g = grad[i];
+    m[i] += (g - m[i]) * one_minus_beta1;
+    v[i] += (g * g - v[i]) * one_minus_beta2;
+    param[i] -= m[i] * alpha / (std::sqrt(v[i]) + epsilon);
+  }
+}
+
+template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
+template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
+template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
+                                 std::int64_t);
+template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double, double,
+                                  double, std::int64_t);
+
+}  // namespace tp::backend::cpu

@@ -1,0 +1,44 @@
+#pragma once
+// In-place optimizer updates of one parameter buffer, with Keras semantics (Keras 2.11+ / Keras 3).
+//
+// SGD, with g = grad:
+//   velocity == nullptr (momentum must be 0):  param -= lr * g
+//   otherwise:  velocity = momentum * velocity - lr * g
+//               param += velocity                                   (classic)
+//               param += momentum * velocity - lr * g               (nesterov, with the updated velocity)
+//
+// Adam, at step t >= 1 (the 1-based count of updates, including this one):
+//   alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t)                  (computed once, in double)
+//   m    += (g - m) * (1 - beta1)
+//   v    += (g * g - v) * (1 - beta2)
+//   param -= m * alpha / (sqrt(v) + epsilon)
+// Elementwise arithmetic runs in T, as Keras does in the variable's dtype. Keras's defaults are the k*
+// constants below. All buffers hold n elements and must not overlap. Bad hyperparameters a kernel can see
+// (step < 1, beta outside [0, 1), negative epsilon, momentum != 0 without a velocity buffer) throw
+// tp::InvalidArgument naming the argument and value.
+
+#include <cstdint>
+
+namespace tp::backend::cpu {
+
+inline constexpr double kAdamLearningRate = 1e-3;
+inline constexpr double kAdamBeta1 = 0.9;
+inline constexpr double kAdamBeta2 = 0.999;
+inline constexpr double kAdamEpsilon = 1e-7;
+inline constexpr double kSgdLearningRate = 1e-2;
+
+template <typename T>
+void sgd_update(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T momentum, bool nesterov);
+
+template <typename T>
+void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T epsilon,
+                 std::int64_t step);
+
+extern template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
+extern template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
+extern template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float,
+                                        float, std::int64_t);
+extern template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double,
+                                         double, double, std::int64_t);
+
+}  // namespace tp::backend::cpu

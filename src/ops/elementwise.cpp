@@ -1,0 +1,126 @@
+#include "tensorpool/ops/elementwise.hpp"
+
+#include "backend/cpu/kernels/elementwise.hpp"
+#include "ops/op_support.hpp"
+
+namespace tp::ops {
+
+namespace {
+
+std::string_view name_of(Arithmetic op) {
+  switch (op) {
+    case Arithmetic::add:
+      return "Add";
+    case Arithmetic::sub:
+      return "Sub";
+    case Arithmetic::mul:
+      return "Mul";
+    case Arithmetic::div:
+      return "Div";
+  }
+  return "Binary";
+}
+
+backend::cpu::BinaryOp kernel_op(Arithmetic op) {
+  switch (op) {
+    case Arithmetic::add:
+      return backend::cpu::BinaryOp::add;
+    case Arithmetic::sub:
+      return backend::cpu::BinaryOp::sub;
+    case Arithmetic::mul:
+      return backend::cpu::BinaryOp::mul;
+    case Arithmetic::div:
+      return backend::cpu::BinaryOp::div;
+  }
+  return backend::cpu::BinaryOp::add;
+}
+
+enum class Broadcast { same, row, scalar };
+
+Broadcast check_binary(std::string_view op, const Tensor& x, const Tensor& y) {
+  detail::require_floating(op, {"x", x});
+  detail::require_same_dtype(op, {"x", x}, {"y", y});
+  if (y.shape() == x.shape()) return Broadcast::same;
+  if (y.shape().rank() == 0) return Broadcast::scalar;
+  if (y.shape().rank() == 1 && x.shape().rank() >= 1 &&
+      y.shape().dim(0) == x.shape().dim(-1 + static_cast<std::int64_t>(x.shape().rank()))) {
+    return Broadcast::row;
+  }
+  TP_THROW(InvalidArgument, "ops", op, ": x ", x.shape(), " and y ", y.shape(),
+           " do not broadcast; y must have x's shape, x's last dimension, or be a scalar []");
+}
+
+}  // namespace
+
+void binary_into(Arithmetic op, const Tensor& x, const Tensor& y, const Tensor& out, const OpContext& context) {
+  const std::string_view name = name_of(op);
+  device::Device& device = detail::common_device(name, {{"x", x}, {"y", y}, {"out", out}});
+  const Broadcast broadcast = check_binary(name, x, y);
+  detail::require_same_dtype(name, {"x", x}, {"out", out});
+  detail::require_shape(name, {"out", out}, x.shape());
+  device::Stream& stream = detail::stream_for(name, device, context);
+  const backend::cpu::BinaryOp kernel = kernel_op(op);
+  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
+    stream.enqueue([x, y, out, kernel, broadcast] {
+      const std::int64_t n = x.num_elements();
+      switch (broadcast) {
+        case Broadcast::same:
+          backend::cpu::binary<T>(kernel, x.data<T>(), y.data<T>(), out.data<T>(), n);
+          break;
+        case Broadcast::row: {
+          const std::int64_t cols = y.shape().dim(0);
+          backend::cpu::binary_row_broadcast<T>(kernel, x.data<T>(), y.data<T>(), out.data<T>(),
+                                                cols == 0 ? 0 : n / cols, cols);
+          break;
+        }
+        case Broadcast::scalar:
+          backend::cpu::binary_scalar<T>(kernel, x.data<T>(), y.data<T>()[0], out.data<T>(), n);
+          break;
+      }
+    });
+  });
+}
+
+Tensor binary(Arithmetic op, const Tensor& x, const Tensor& y, const OpContext& context) {
+  device::Device& device = detail::common_device(name_of(op), {{"x", x}, {"y", y}});
+  check_binary(name_of(op), x, y);
+  Tensor out = detail::allocate_output(name_of(op), x.shape(), x.dtype(), device, context);
+  binary_into(op, x, y, out, context);
+  return out;
+}
+
+void scale_into(const Tensor& x, double alpha, const Tensor& out, const OpContext& context) {
+  device::Device& device = detail::common_device("Scale", {{"x", x}, {"out", out}});
+  detail::require_floating("Scale", {"x", x});
+  detail::require_same_dtype("Scale", {"x", x}, {"out", out});
+  detail::require_shape("Scale", {"out", out}, x.shape());
+  device::Stream& stream = detail::stream_for("Scale", device, context);
+  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
+    stream.enqueue([x, alpha, out] {
+      backend::cpu::scale<T>(x.data<T>(), static_cast<T>(alpha), out.data<T>(), x.num_elements());
+    });
+  });
+}
+
+Tensor scale(const Tensor& x, double alpha, const OpContext& context) {
+  device::Device& device = detail::common_device("Scale", {{"x", x}});
+  detail::require_floating("Scale", {"x", x});
+  Tensor out = detail::allocate_output("Scale", x.shape(), x.dtype(), device, context);
+  scale_into(x, alpha, out, context);
+  return out;
+}
+
+void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context) {
+  device::Device& device = detail::common_device("AddScaled", {{"y", y}, {"x", x}});
+  detail::require_floating("AddScaled", {"y", y});
+  detail::require_same_dtype("AddScaled", {"y", y}, {"x", x});
+  detail::require_shape("AddScaled", {"x", x}, y.shape());
+  device::Stream& stream = detail::stream_for("AddScaled", device, context);
+  detail::dispatch_floating(y.dtype(), [&]<typename T>(T) {
+    stream.enqueue([y, alpha, x] {
+      backend::cpu::add_scaled<T>(y.data<T>(), static_cast<T>(alpha), x.data<T>(), y.num_elements());
+    });
+  });
+}
+
+}  // namespace tp::ops

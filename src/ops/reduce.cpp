@@ -1,0 +1,107 @@
+#include "tensorpool/ops/reduce.hpp"
+
+#include "backend/cpu/kernels/reduce.hpp"
+#include "ops/op_support.hpp"
+
+namespace tp::ops {
+
+namespace {
+
+// x viewed as [outer, axis, inner] around the reduced axis.
+struct AxisSplit {
+  std::int64_t outer = 1, axis = 1, inner = 1;
+  Shape reduced;
+};
+
+AxisSplit split_axis(std::string_view op, const Tensor& x, std::int64_t axis) {
+  const auto rank = static_cast<std::int64_t>(x.shape().rank());
+  if (axis < -rank || axis >= rank) {
+    TP_THROW(InvalidArgument, "ops", op, ": axis ", axis, " is out of range for x of shape ", x.shape(), " (rank ",
+             rank, "; valid axes are ", -rank, "..", rank - 1, ")");
+  }
+  if (axis < 0) axis += rank;
+  AxisSplit split;
+  std::vector<std::int64_t> kept;
+  for (std::int64_t dim = 0; dim < rank; ++dim) {
+    const std::int64_t size = x.shape().dim(dim);
+    if (dim < axis) split.outer *= size;
+    if (dim == axis) split.axis = size;
+    if (dim > axis) split.inner *= size;
+    if (dim != axis) kept.push_back(size);
+  }
+  split.reduced = Shape(std::move(kept));
+  return split;
+}
+
+std::string_view name_of(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::sum:
+      return "Sum";
+    case Reduction::mean:
+      return "Mean";
+    case Reduction::max:
+      return "Max";
+  }
+  return "Reduce";
+}
+
+}  // namespace
+
+void reduce_into(const Tensor& x, std::int64_t axis, Reduction reduction, const Tensor& out, const OpContext& context) {
+  const std::string_view op = name_of(reduction);
+  device::Device& device = detail::common_device(op, {{"x", x}, {"out", out}});
+  detail::require_floating(op, {"x", x});
+  detail::require_same_dtype(op, {"x", x}, {"out", out});
+  const AxisSplit split = split_axis(op, x, axis);
+  detail::require_shape(op, {"out", out}, split.reduced);
+  device::Stream& stream = detail::stream_for(op, device, context);
+  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
+    stream.enqueue([x, out, split, reduction] {
+      switch (reduction) {
+        case Reduction::sum:
+          backend::cpu::reduce_sum<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner);
+          break;
+        case Reduction::mean:
+          backend::cpu::reduce_mean<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner);
+          break;
+        case Reduction::max:
+          backend::cpu::reduce_max<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner);
+          break;
+      }
+    });
+  });
+}
+
+Tensor reduce(const Tensor& x, std::int64_t axis, Reduction reduction, const OpContext& context) {
+  const std::string_view op = name_of(reduction);
+  device::Device& device = detail::common_device(op, {{"x", x}});
+  detail::require_floating(op, {"x", x});
+  Tensor out = detail::allocate_output(op, split_axis(op, x, axis).reduced, x.dtype(), device, context);
+  reduce_into(x, axis, reduction, out, context);
+  return out;
+}
+
+void argmax_into(const Tensor& x, std::int64_t axis, const Tensor& out, const OpContext& context) {
+  device::Device& device = detail::common_device("ArgMax", {{"x", x}, {"out", out}});
+  detail::require_floating("ArgMax", {"x", x});
+  const AxisSplit split = split_axis("ArgMax", x, axis);
+  if (out.dtype() != DType::i64) {
+    TP_THROW(InvalidArgument, "ops", "ArgMax: out is ", tp::name_of(out.dtype()), out.shape(), "; it must be int64");
+  }
+  detail::require_shape("ArgMax", {"out", out}, split.reduced);
+  device::Stream& stream = detail::stream_for("ArgMax", device, context);
+  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
+    stream.enqueue([x, out, split] {
+      backend::cpu::argmax<T>(x.data<T>(), out.data<std::int64_t>(), split.outer, split.axis, split.inner);
+    });
+  });
+}
+
+Tensor argmax(const Tensor& x, std::int64_t axis, const OpContext& context) {
+  device::Device& device = detail::common_device("ArgMax", {{"x", x}});
+  Tensor out = detail::allocate_output("ArgMax", split_axis("ArgMax", x, axis).reduced, DType::i64, device, context);
+  argmax_into(x, axis, out, context);
+  return out;
+}
+
+}  // namespace tp::ops

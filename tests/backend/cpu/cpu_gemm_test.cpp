@@ -1,0 +1,159 @@
+// matmul against a float64 triple loop, for every transpose combination and shapes with 1, odd and empty
+// extents. Tolerance: an element of C is a k-term dot product, whose rounding error grows like sqrt(k) in
+// practice (k in the worst case); we allow (abs + rel * magnitude) * sqrt(max(k, 1)), where magnitude is
+// |alpha| * sum |a||b| + |beta * c| (the sum of the magnitudes of the terms), with float rel 1e-5 /
+// abs 1e-6 and double rel 1e-13 / abs 1e-14. A wrong transpose or leading dimension is off by O(1).
+
+#include "backend/cpu/kernels/gemm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/kernel_test_support.hpp"
+
+namespace {
+
+using tp::backend::cpu::matmul;
+using tp::backend::cpu::Transpose;
+using tp_test::expect_invalid;
+
+template <typename T>
+struct Tolerance;
+template <>
+struct Tolerance<float> {
+  static constexpr double rel = 1e-5;
+  static constexpr double abs = 1e-6;
+};
+template <>
+struct Tolerance<double> {
+  static constexpr double rel = 1e-13;
+  static constexpr double abs = 1e-14;
+};
+
+struct Case {
+  std::int64_t m;
+  std::int64_t n;
+  std::int64_t k;
+};
+
+// Element (row, col) of a stored matrix with `cols` columns.
+template <typename T>
+double at(const std::vector<T>& matrix, std::int64_t cols, std::int64_t row, std::int64_t col) {
+  return static_cast<double>(matrix[static_cast<std::size_t>(row * cols + col)]);
+}
+
+template <typename T>
+void check_case(std::mt19937& rng, Case shape, Transpose ta, Transpose tb, T alpha, T beta) {
+  const auto [m, n, k] = shape;
+  SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n << " k=" << k << " ta=" << (ta == Transpose::yes)
+                                    << " tb=" << (tb == Transpose::yes) << " alpha=" << alpha << " beta=" << beta);
+  const std::vector<T> a = tp_test::random_vector<T>(rng, m * k);
+  const std::vector<T> b = tp_test::random_vector<T>(rng, k * n);
+  std::vector<T> c = tp_test::random_vector<T>(rng, m * n);
+  const std::int64_t a_cols = ta == Transpose::yes ? m : k;  // A stored k x m when transposed
+  const std::int64_t b_cols = tb == Transpose::yes ? k : n;
+  std::vector<double> expected(c.size());
+  std::vector<double> magnitude(c.size());
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      double sum_abs = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const double left = ta == Transpose::yes ? at(a, a_cols, p, i) : at(a, a_cols, i, p);
+        const double right = tb == Transpose::yes ? at(b, b_cols, j, p) : at(b, b_cols, p, j);
+        sum += left * right;
+        sum_abs += std::fabs(left * right);
+      }
+      const auto index = static_cast<std::size_t>(i * n + j);
+      const double old = beta == T{0} ? 0.0 : static_cast<double>(beta) * static_cast<double>(c[index]);
+      expected[index] = static_cast<double>(alpha) * sum + old;
+      magnitude[index] = std::fabs(static_cast<double>(alpha)) * sum_abs + std::fabs(old);
+    }
+  }
+  matmul(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data());
+  const double growth = std::sqrt(static_cast<double>(std::max<std::int64_t>(k, 1)));
+  for (std::size_t index = 0; index < c.size(); ++index) {
+    const double tolerance = (Tolerance<T>::abs + Tolerance<T>::rel * magnitude[index]) * growth;
+    ASSERT_NEAR(static_cast<double>(c[index]), expected[index], tolerance) << "element " << index;
+  }
+}
+
+template <typename T>
+class MatmulTest : public ::testing::Test {};
+using FloatTypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(MatmulTest, FloatTypes);
+
+TYPED_TEST(MatmulTest, MatchesFloat64ReferenceForAllTransposes) {
+  using T = TypeParam;
+  const std::uint32_t seed = tp_test::test_seed();
+  TP_TRACE_SEED(seed);
+  std::mt19937 rng(seed);
+  const std::vector<Case> cases = {{1, 1, 1}, {7, 13, 5}, {13, 5, 7},  {1, 9, 1},   {9, 1, 3},
+                                   {3, 4, 1}, {16, 17, 31}, {64, 33, 65}, {2, 3, 200}};
+  for (const Case& shape : cases) {
+    for (Transpose ta : {Transpose::no, Transpose::yes}) {
+      for (Transpose tb : {Transpose::no, Transpose::yes}) {
+        check_case<T>(rng, shape, ta, tb, T{1}, T{0});
+        check_case<T>(rng, shape, ta, tb, T{0.5}, T{-1.25});
+      }
+    }
+  }
+}
+
+TYPED_TEST(MatmulTest, EmptyOutputTouchesNothingAndEmptyKScalesC) {
+  using T = TypeParam;
+  const std::uint32_t seed = tp_test::test_seed();
+  TP_TRACE_SEED(seed);
+  std::mt19937 rng(seed);
+  for (const Case& shape : {Case{0, 3, 4}, Case{3, 0, 4}, Case{0, 0, 0}, Case{3, 4, 0}, Case{1, 1, 0}}) {
+    for (Transpose ta : {Transpose::no, Transpose::yes}) {
+      for (Transpose tb : {Transpose::no, Transpose::yes}) {
+        check_case<T>(rng, shape, ta, tb, T{2}, T{-0.5});
+        check_case<T>(rng, shape, ta, tb, T{1}, T{0});
+      }
+    }
+  }
+  // Null pointers are fine where a matrix has no elements.
+  std::vector<T> c{T{1}, T{2}};
+  matmul<T>(Transpose::no, Transpose::no, 2, 1, 0, T{1}, nullptr, nullptr, T{3}, c.data());
+  EXPECT_EQ(c, (std::vector<T>{T{3}, T{6}}));
+  const std::vector<T> b(35, T{1});  // 7 x 5: a real matrix even though m == 0 leaves nothing to read
+  matmul<T>(Transpose::no, Transpose::no, 0, 5, 7, T{1}, nullptr, b.data(), T{3}, nullptr);
+}
+
+TYPED_TEST(MatmulTest, BetaZeroOverwritesNaNInC) {
+  using T = TypeParam;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const std::vector<T> a{T{1}, T{2}, T{3}, T{4}};  // [[1, 2], [3, 4]]
+  const std::vector<T> b{T{5}, T{6}, T{7}, T{8}};  // [[5, 6], [7, 8]]
+  std::vector<T> c(4, nan);
+  matmul(Transpose::no, Transpose::no, 2, 2, 2, T{1}, a.data(), b.data(), T{0}, c.data());
+  EXPECT_EQ(c, (std::vector<T>{T{19}, T{22}, T{43}, T{50}}));
+  std::vector<T> c_t(4, nan);  // A^T B^T = (BA)^T: [[23, 31], [34, 46]]
+  matmul(Transpose::yes, Transpose::yes, 2, 2, 2, T{1}, a.data(), b.data(), T{0}, c_t.data());
+  EXPECT_EQ(c_t, (std::vector<T>{T{23}, T{31}, T{34}, T{46}}));
+  std::vector<T> c_empty_k(4, nan);
+  matmul<T>(Transpose::no, Transpose::no, 2, 2, 0, T{1}, nullptr, nullptr, T{0}, c_empty_k.data());
+  EXPECT_EQ(c_empty_k, std::vector<T>(4, T{0}));
+}
+
+TEST(Matmul, RejectsNegativeSizesNullPointersAndBlasOverflow) {
+  std::vector<float> buffer(16, 1.0F);
+  float* data = buffer.data();
+  expect_invalid([&] { matmul(Transpose::no, Transpose::no, -1, 2, 2, 1.0F, data, data, 0.0F, data); },
+                 {"[cpu]", "matmul", "m = -1"});
+  expect_invalid([&] { matmul(Transpose::no, Transpose::no, 2, 2, -3, 1.0F, data, data, 0.0F, data); },
+                 {"k = -3"});
+  expect_invalid([&] { matmul<float>(Transpose::no, Transpose::no, 2, 2, 2, 1.0F, nullptr, data, 0.0F, data); },
+                 {"a is null", "4 elements"});
+  expect_invalid([&] { matmul<float>(Transpose::no, Transpose::no, 2, 3, 2, 1.0F, data, data, 0.0F, nullptr); },
+                 {"c is null", "6 elements"});
+  const std::int64_t huge = std::int64_t{1} << 31;
+  expect_invalid([&] { matmul<double>(Transpose::no, Transpose::no, huge, 1, 1, 1.0, nullptr, nullptr, 0.0, nullptr); },
+                 {"m = 2147483648", "BLAS limit"});
+}
+
+}  // namespace
