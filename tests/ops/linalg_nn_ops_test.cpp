@@ -136,6 +136,10 @@ TEST_P(MlpOps, SoftmaxCrossEntropyMatchesTheReferenceForBothLabelTypes) {
     testing::expect_near_all(result.loss.to_vector<float>(), loss_ref, 1e-5);
     testing::expect_near_all(result.gradient.to_vector<float>(), grad_ref, 1e-5);
   }
+  // From the softmax's probabilities (Keras' from_logits=False): the same loss, up to the 1e-7 clip.
+  CrossEntropy from_probabilities = sparse_cross_entropy(softmax(logits), labels32, CrossEntropyInput::probabilities);
+  const auto losses = from_probabilities.loss.to_vector<float>();
+  for (std::int64_t r = 0; r < rows; ++r) EXPECT_NEAR(losses[r], std::min(loss_ref[r], -std::log(1e-7)), 1e-4);
 }
 
 TEST_P(MlpOps, AnOutOfRangeLabelIsAnErrorNamingIt) {

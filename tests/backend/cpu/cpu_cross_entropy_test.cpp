@@ -126,11 +126,22 @@ TYPED_TEST(CrossEntropyTest, FromProbabilitiesMatchesReferenceAndClips) {
   std::vector<T> loss(4);
   std::vector<T> grad(probs.size(), T{-1});
   sparse_categorical_cross_entropy_from_probs(probs.data(), labels.data(), loss.data(), grad.data(), 4, 3);
-  const std::vector<double> expected_loss{-std::log(static_cast<double>(T{0.5})), -std::log(kProbabilityEpsilon),
-                                          -std::log(1 - kProbabilityEpsilon), -std::log(static_cast<double>(eps))};
+  // Keras divides by the row's sum of clipped probabilities S: loss = log S - log c[label].
+  const double e = kProbabilityEpsilon;
+  const auto half = static_cast<double>(T{0.5});
+  const auto at_eps = static_cast<double>(eps);
+  const double sum0 = static_cast<double>(T{0.2}) + half + static_cast<double>(T{0.3});
+  const double sum1 = static_cast<double>(T{0.6}) + static_cast<double>(T{0.4}) + e;
+  const double sum2 = e + (1 - e) + e;
+  const double sum3 = at_eps + half + half;
+  const std::vector<double> expected_loss{std::log(sum0) - std::log(half), std::log(sum1) - std::log(e),
+                                          std::log(sum2) - std::log(1 - e), std::log(sum3) - std::log(at_eps)};
   tp_test::expect_all_near(loss, expected_loss, tolerance, 0);
-  const std::vector<double> expected_grad{0, -1 / static_cast<double>(T{0.5}), 0, 0, 0, 0, 0, 0, 0,
-                                          -1 / static_cast<double>(eps), 0, 0};
+  // Entries outside the clip range (0 and 1 here) get no gradient.
+  const std::vector<double> expected_grad{1 / sum0, 1 / sum0 - 1 / half, 1 / sum0,
+                                          1 / sum1, 1 / sum1, 0,
+                                          0,        0,        0,
+                                          1 / sum3 - 1 / at_eps, 1 / sum3, 1 / sum3};
   tp_test::expect_all_near(grad, expected_grad, tolerance, 0);
 }
 

@@ -57,13 +57,19 @@ void sparse_categorical_cross_entropy_from_probs(const T* probs, const Label* la
   constexpr double kLow = kProbabilityEpsilon;
   constexpr double kHigh = 1.0 - kProbabilityEpsilon;
   for (std::int64_t r = 0; r < rows; ++r) {
+    const T* row = probs + r * cols;
     const auto label = static_cast<std::int64_t>(labels[r]);
-    const auto probability = static_cast<double>(probs[r * cols + label]);
-    loss[r] = static_cast<T>(-std::log(std::clamp(probability, kLow, kHigh)));
+    double clipped_sum = 0;
+    for (std::int64_t c = 0; c < cols; ++c) clipped_sum += std::clamp(static_cast<double>(row[c]), kLow, kHigh);
+    const auto probability = static_cast<double>(row[label]);
+    loss[r] = static_cast<T>(std::log(clipped_sum) - std::log(std::clamp(probability, kLow, kHigh)));
     if (dprobs == nullptr) continue;
     T* grad = dprobs + r * cols;
-    std::fill(grad, grad + cols, T{0});
-    if (probability >= kLow && probability <= kHigh) grad[label] = static_cast<T>(-1.0 / probability);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const auto value = static_cast<double>(row[c]);
+      const bool inside = value >= kLow && value <= kHigh;
+      grad[c] = inside ? static_cast<T>(1.0 / clipped_sum - (c == label ? 1.0 / value : 0.0)) : T{0};
+    }
   }
 }
 

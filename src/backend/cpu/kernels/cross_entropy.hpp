@@ -7,13 +7,12 @@
 //   loss[r]       = logsumexp(logits[r, :]) - logits[r, label[r]]       (stable: shifted by the row max)
 //   dlogits[r, c] = softmax(logits[r, :])[c] - (c == label[r])          (d loss[r] / d logits[r, c])
 //
-// From probabilities, with p' = clip(probs[r, label[r]], eps, 1 - eps) and eps = kProbabilityEpsilon = 1e-7
-// (Keras's backend epsilon):
-//   loss[r]       = -log(p')
-//   dprobs[r, c]  = c == label[r] and eps <= p <= 1 - eps ? -1 / p : 0   (the clip passes gradient only
-//                                                                         inside its range, as tf.clip_by_value)
-// Keras's TensorFlow path takes log(clip(p)) through a softmax cross-entropy, which also divides by the
-// row's sum of clipped probabilities; for rows that sum to 1 (softmax outputs) the two agree to within eps.
+// From probabilities, as Keras computes it (log of the clipped probabilities through a softmax
+// cross-entropy), with c = clip(probs[r, :], eps, 1 - eps), eps = kProbabilityEpsilon = 1e-7 (Keras's backend
+// epsilon) and S = sum of c over the row:
+//   loss[r]       = log(S) - log(c[label[r]])      (= -log p[label] for rows that sum to 1, as softmax outputs)
+//   dprobs[r, c]  = 1 / S - (c == label[r]) / p     where eps <= p <= 1 - eps, else 0 (the clip passes gradient
+//                                                    only inside its range, as tf.clip_by_value)
 //
 // Every label must lie in [0, cols); all labels are checked before anything is written, and a bad one throws
 // tp::InvalidArgument naming the row, the label value and the class count. So cols == 0 with rows > 0
