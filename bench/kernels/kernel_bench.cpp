@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
   auto sim = tp::device::make_sim_device({tp::device::DeviceKind::sim, 0}, {tp::device::DeviceKind::sim, 0},
                                          1 * tp::kGiB, config, {});
   config.device = "cpu:0";
-  auto cpu = tp::device::make_cpu_device({tp::device::DeviceKind::cpu, 0}, 1 * tp::kGiB, config, {});
+  auto cpu = tp::device::make_cpu_device({tp::device::DeviceKind::cpu, 0}, {tp::device::DeviceKind::cpu, 0},
+                                         1 * tp::kGiB, config, {});
 
   const std::vector<GemmCase> shapes = {
       {"forward dense 1 (b=32)", 32, 512, 784, false, false}, {"forward dense 1", 128, 512, 784, false, false},

@@ -8,5 +8,7 @@ namespace tp::cli {
 void add_replay_command(CLI::App& app);
 // `tensorpool trace generate`: writes the synthetic traces of trace_generators.hpp (trace_command.cpp).
 void add_trace_command(CLI::App& app);
+// `tensorpool devices`: lists the devices and their memory figures (devices_command.cpp).
+void add_devices_command(CLI::App& app);
 
 }  // namespace tp::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "tensorpool 0.1.0");
   tp::cli::add_replay_command(app);
   tp::cli::add_trace_command(app);
+  tp::cli::add_devices_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& success) {  // --help, --version

@@ -11,9 +11,9 @@ namespace {
 
 class CpuDevice final : public HostAddressableDevice {
  public:
-  CpuDevice(DeviceId id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
+  CpuDevice(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
             const DeviceOptions& options)
-      : HostAddressableDevice(id, id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/false) {
+      : HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/false) {
     create_streams<InlineStream>(options.num_streams);
   }
   ~CpuDevice() override { shut_down(); }
@@ -30,10 +30,10 @@ memory::MemoryConfig with_budget(memory::MemoryConfig config, std::size_t capaci
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device(DeviceId id, std::size_t capacity_bytes, const memory::MemoryConfig& config,
-                                        const DeviceOptions& options) {
+std::unique_ptr<Device> make_cpu_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
+                                        const memory::MemoryConfig& config, const DeviceOptions& options) {
   auto memory = memory::make_host_memory_stack(with_budget(config, capacity_bytes));
-  return std::make_unique<CpuDevice>(id, capacity_bytes, std::move(memory), options);
+  return std::make_unique<CpuDevice>(id, physical_id, capacity_bytes, std::move(memory), options);
 }
 
 }  // namespace tp::device

@@ -26,7 +26,8 @@ inline memory::MemoryConfig grow_config(const char* name, std::size_t limit_byte
 inline std::unique_ptr<Device> make_device(Backend backend, std::size_t capacity_bytes = 64 * kMiB,
                                            DeviceOptions options = {}, int index = 0) {
   if (backend == Backend::cpu) {
-    return make_cpu_device({DeviceKind::cpu, index}, capacity_bytes, grow_config("cpu", capacity_bytes), options);
+    return make_cpu_device({DeviceKind::cpu, index}, {DeviceKind::cpu, index}, capacity_bytes,
+                           grow_config("cpu", capacity_bytes), options);
   }
   return make_sim_device({DeviceKind::sim, index}, {DeviceKind::sim, index}, capacity_bytes,
                          grow_config("sim", capacity_bytes), options);

@@ -1,0 +1,132 @@
+#pragma once
+// DeviceManager: the process's devices. It is configured first (simulated devices, visible devices, logical
+// splits, per-device memory configs) and materialises the devices on first use (devices(), device(), info());
+// configuring after that throws tp::InvalidArgument, as TensorFlow refuses to change logical devices once
+// initialised.
+//
+// Building the list, in order:
+//   1. physical devices: cpu:0, then `sim_devices` simulated accelerators of `sim_memory_bytes` each;
+//   2. visible devices (TP_VISIBLE_DEVICES="sim:1,sim:0"): only the named accelerators stay, in that order,
+//      renumbered from 0 (so with "sim:1,sim:0" the device sim:0 is physical sim:1, as CUDA_VISIBLE_DEVICES);
+//      cpu:0 always stays;
+//   3. logical splits: a visible device split into N logical devices, each with its own memory limit (the
+//      limits together must fit in its capacity), numbered in sequence with the others of its kind (a split
+//      of sim:0 into 2 plus an unsplit sim:1 gives sim:0 and sim:1, both physical sim:0, and sim:2, physical
+//      sim:1). Each logical device is a device of its own whose capacity is its limit.
+// Each device's memory stack comes from its MemoryConfig: memory_configs[final id], else
+// default_memory_config (bfc, grow on demand, tracked: unlike TensorFlow, which preallocates, we grow), with
+// `device` set to the device's name and the TP_ALLOW_GROWTH / TP_ALLOCATOR / TP_MEMORY_FRACTION overrides
+// applied.
+//
+// Errors: a visible entry, split or memory config naming a device that does not exist throws
+// tp::InvalidArgument naming it and listing the devices that do; so do duplicates and bad limits. These are
+// checked when the devices are materialised (configuration calls may come in any order); a failed
+// materialisation builds no devices and leaves the manager configurable, so the caller may fix it and retry.
+//
+// Thread safety: every member is thread-safe. Devices live as long as the manager; buffers must be dropped
+// before it is destroyed.
+
+#include <cstddef>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensorpool/device/device.hpp"
+#include "tensorpool/device/device_id.hpp"
+#include "tensorpool/memory/memory_config.hpp"
+
+namespace tp::device {
+
+// Upper bound of DeviceManagerOptions::sim_devices (and TP_SIM_DEVICES).
+inline constexpr int kMaxSimDevices = 64;
+// Least memory of a simulated device (sim_memory_bytes, TP_SIM_MEMORY): one 2 MiB granule, the least every
+// allocator can use (the expandable arena commits whole granules). Logical devices may be smaller.
+inline constexpr std::size_t kMinSimMemoryBytes = std::size_t{2} << 20;
+
+struct LogicalDeviceConfig {
+  std::size_t memory_limit_bytes = 0;  // > 0
+};
+
+// A device's figures for `tensorpool devices` and reports.
+struct DeviceInfo {
+  std::string name;           // "sim:0"
+  std::string kind;           // "sim"
+  std::string physical;       // "sim:1"
+  std::size_t capacity_bytes = 0;
+  std::size_t limit_bytes = 0;
+  std::size_t in_use_bytes = 0;
+  std::size_t reserved_bytes = 0;
+  std::size_t peak_in_use_bytes = 0;
+  std::string allocator;      // "bfc"
+  std::string policy;         // "grow" | "preallocate"
+  std::size_t streams = 0;
+};
+
+struct DeviceManagerOptions {
+  int sim_devices = 0;                                  // 0..kMaxSimDevices
+  std::size_t sim_memory_bytes = std::size_t{1} << 30;  // each; >= kMinSimMemoryBytes
+  std::optional<std::vector<DeviceId>> visible_devices;         // unset: all
+  std::map<DeviceId, std::vector<LogicalDeviceConfig>> splits;  // keyed by visible (renumbered) id; cpu:0 too
+  std::map<DeviceId, memory::MemoryConfig> memory_configs;      // keyed by final id; else the default
+  memory::MemoryConfig default_memory_config = default_device_memory_config();
+  DeviceOptions device_options;
+  std::size_t cpu_memory_bytes = 0;  // cpu:0's capacity; 0: the host's physical memory
+
+  // bfc, GrowthPolicy::grow, tracking on, the whole capacity as the budget.
+  static memory::MemoryConfig default_device_memory_config();
+};
+
+class DeviceManager {
+ public:
+  explicit DeviceManager(DeviceManagerOptions options = {}, memory::GetEnv get_env = ::getenv);
+  ~DeviceManager();
+  DeviceManager(const DeviceManager&) = delete;
+  DeviceManager& operator=(const DeviceManager&) = delete;
+
+  // The process-wide manager, configured from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
+  // TP_VISIBLE_DEVICES and the memory overrides) at its first use.
+  static DeviceManager& instance();
+
+  // Configuration: each throws tp::InvalidArgument once devices exist, or naming the bad value (a count
+  // outside 0..kMaxSimDevices, memory below kMinSimMemoryBytes, a duplicate visible entry, an empty split or
+  // a zero limit).
+  void set_sim_devices(int count, std::size_t memory_bytes);
+  void set_visible_devices(std::vector<DeviceId> visible);
+  void set_logical_devices(DeviceId visible_device, std::vector<LogicalDeviceConfig> logical);
+  void set_memory_config(DeviceId device, memory::MemoryConfig config);
+  void set_device_options(DeviceOptions options);
+
+  // Materialises the devices on first call. Listed cpu devices first, then the accelerators, each kind in
+  // index order.
+  std::vector<Device*> devices();
+  std::vector<Device*> devices(DeviceKind kind);
+  // Throws tp::InvalidArgument naming the id and the devices that exist.
+  Device& device(DeviceId id);
+  Device& device(std::string_view name) { return device(parse_device_id(name)); }
+  std::vector<DeviceInfo> info();
+  bool initialised() const;
+
+ private:
+  void check_not_initialised(std::string_view what) const;  // requires mutex_
+  void materialise();  // requires mutex_
+
+  mutable std::mutex mutex_;  // guards everything below
+  DeviceManagerOptions options_;
+  memory::GetEnv get_env_;
+  std::vector<std::unique_ptr<Device>> devices_;  // empty until materialised
+  bool initialised_ = false;
+};
+
+// Reads TP_SIM_DEVICES (an integer in 0..kMaxSimDevices), TP_SIM_MEMORY (bytes >= 2MiB, e.g. "1GiB") and
+// TP_VISIBLE_DEVICES (a comma-separated list of device ids, spaces allowed; an empty value hides every
+// accelerator, as CUDA_VISIBLE_DEVICES="") into `options`; unset variables leave it as it is. A bad value
+// (malformed, out of range, an empty or duplicate list entry) throws tp::InvalidArgument naming the variable,
+// its value and the accepted form.
+void apply_device_env(DeviceManagerOptions& options, const memory::GetEnv& get_env = ::getenv);
+
+}  // namespace tp::device

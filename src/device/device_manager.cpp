@@ -1,0 +1,326 @@
+// DeviceManager: configuration is plain data until the first devices()/device()/info() call, which plans the
+// device list (physical -> visible -> logical, see the header) and builds every device through the backend
+// factories. Planning is a pure function of the options, so a failed plan or build leaves no devices behind
+// and the manager still configurable.
+#include "tensorpool/device/device_manager.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/device/backends.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
+
+namespace tp::device {
+namespace {
+
+// One device to build: its final id, the physical device behind it, and the bytes it may use.
+struct PlannedDevice {
+  DeviceId id;
+  DeviceId physical;
+  std::size_t capacity_bytes = 0;
+};
+
+std::string join(const std::vector<DeviceId>& ids) {
+  if (ids.empty()) return "none";
+  std::string text;
+  for (const DeviceId& id : ids) text += (text.empty() ? "" : ", ") + id.str();
+  return text;
+}
+
+std::string_view policy_name(memory::GrowthPolicy policy) noexcept {
+  return policy == memory::GrowthPolicy::grow ? "grow" : "preallocate";
+}
+
+void validate_sim_devices(int count, std::size_t memory_bytes) {
+  if (count < 0 || count > kMaxSimDevices) {
+    TP_THROW(InvalidArgument, "device", "sim_devices = ", count, " is outside 0..", kMaxSimDevices,
+             "; ask for at most ", kMaxSimDevices, " simulated devices");
+  }
+  if (memory_bytes < kMinSimMemoryBytes || memory_bytes > memory::kMaxAllocationBytes) {
+    TP_THROW(InvalidArgument, "device", "sim_memory_bytes = ", memory_bytes, " is outside [", kMinSimMemoryBytes, ", ",
+             memory::kMaxAllocationBytes, "]; give each simulated device's memory in bytes, e.g. 1 GiB = ", kGiB);
+  }
+}
+
+void validate_visible(const std::vector<DeviceId>& visible) {
+  for (std::size_t i = 0; i < visible.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (visible[i] == visible[j]) {
+        TP_THROW(InvalidArgument, "device", "visible devices (", join(visible), ") list ", visible[i].str(),
+                 " twice; list each device once");
+      }
+    }
+  }
+}
+
+void validate_split(const DeviceId& device, const std::vector<LogicalDeviceConfig>& logical) {
+  if (logical.empty()) {
+    TP_THROW(InvalidArgument, "device", "the logical split of ", device.str(),
+             " is empty; give at least one logical device with its memory limit");
+  }
+  for (std::size_t i = 0; i < logical.size(); ++i) {
+    if (logical[i].memory_limit_bytes == 0) {
+      TP_THROW(InvalidArgument, "device", "logical device ", i, " of ", device.str(),
+               " has a memory limit of 0 bytes; give each logical device a positive limit");
+    }
+  }
+}
+
+// Step 1 and 2 of the header: cpu:0 (always), then the visible accelerators renumbered per kind in the
+// order listed (all of them, in physical order, when no visible list is set).
+std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std::size_t cpu_capacity) {
+  std::vector<PlannedDevice> physical;
+  for (int index = 0; index < options.sim_devices; ++index) {
+    physical.push_back({{DeviceKind::sim, index}, {DeviceKind::sim, index}, options.sim_memory_bytes});
+  }
+  std::vector<PlannedDevice> visible{{{DeviceKind::cpu, 0}, {DeviceKind::cpu, 0}, cpu_capacity}};
+  if (!options.visible_devices) {
+    visible.insert(visible.end(), physical.begin(), physical.end());
+    return visible;
+  }
+  validate_visible(*options.visible_devices);
+  std::map<DeviceKind, int> next_index;
+  for (const DeviceId& wanted : *options.visible_devices) {
+    if (wanted == DeviceId{DeviceKind::cpu, 0}) continue;  // cpu:0 is always visible
+    const auto found = std::find_if(physical.begin(), physical.end(),
+                                    [&](const PlannedDevice& device) { return device.physical == wanted; });
+    if (found == physical.end()) {
+      std::vector<DeviceId> existing{{DeviceKind::cpu, 0}};
+      for (const PlannedDevice& device : physical) existing.push_back(device.physical);
+      TP_THROW(InvalidArgument, "device", "visible device ", wanted.str(), " does not exist; the physical devices are ",
+               join(existing), " (TP_SIM_DEVICES sets how many simulated devices there are)");
+    }
+    visible.push_back({{wanted.kind, next_index[wanted.kind]++}, found->physical, found->capacity_bytes});
+  }
+  return visible;
+}
+
+// Step 3: each visible device, or each of its logical devices, numbered in sequence per kind.
+std::vector<PlannedDevice> plan_devices(const DeviceManagerOptions& options, std::size_t cpu_capacity) {
+  const std::vector<PlannedDevice> visible = plan_visible(options, cpu_capacity);
+  for (const auto& [device, logical] : options.splits) {
+    const bool exists =
+        std::any_of(visible.begin(), visible.end(), [&](const PlannedDevice& planned) { return planned.id == device; });
+    if (!exists) {
+      std::vector<DeviceId> existing;
+      for (const PlannedDevice& planned : visible) existing.push_back(planned.id);
+      TP_THROW(InvalidArgument, "device", "cannot split ", device.str(),
+               ": no such visible device; the visible devices are ", join(existing));
+    }
+    validate_split(device, logical);
+  }
+  std::vector<PlannedDevice> planned;
+  std::map<DeviceKind, int> next_index;
+  for (const PlannedDevice& device : visible) {
+    const auto split = options.splits.find(device.id);
+    if (split == options.splits.end()) {
+      planned.push_back({{device.id.kind, next_index[device.id.kind]++}, device.physical, device.capacity_bytes});
+      continue;
+    }
+    std::size_t sum = 0;
+    for (const LogicalDeviceConfig& logical : split->second) {
+      // Saturates instead of wrapping, so an absurd sum still fails the check below.
+      sum = logical.memory_limit_bytes > std::numeric_limits<std::size_t>::max() - sum
+                ? std::numeric_limits<std::size_t>::max()
+                : sum + logical.memory_limit_bytes;
+    }
+    if (sum > device.capacity_bytes) {
+      TP_THROW(InvalidArgument, "device", "the logical devices of ", device.id.str(), " (physical ",
+               device.physical.str(), ") ask for ", format_bytes(sum), " (", sum, " bytes) in all, more than its ",
+               format_bytes(device.capacity_bytes), " (", device.capacity_bytes,
+               " bytes); lower their memory limits so they fit");
+    }
+    for (const LogicalDeviceConfig& logical : split->second) {
+      planned.push_back({{device.id.kind, next_index[device.id.kind]++}, device.physical, logical.memory_limit_bytes});
+    }
+  }
+  return planned;
+}
+
+}  // namespace
+
+memory::MemoryConfig DeviceManagerOptions::default_device_memory_config() {
+  memory::MemoryConfig config;
+  config.allocator = memory::AllocatorKind::bfc;
+  // Grow on demand, unlike TensorFlow's preallocation: several logical devices and processes can then share
+  // a device without each taking its whole budget up front (TP_ALLOW_GROWTH=false restores preallocation).
+  config.policy = memory::GrowthPolicy::grow;
+  config.tracking = true;
+  return config;
+}
+
+DeviceManager::DeviceManager(DeviceManagerOptions options, memory::GetEnv get_env)
+    : options_(std::move(options)), get_env_(std::move(get_env)) {
+  if (!get_env_) get_env_ = [](const char*) -> const char* { return nullptr; };
+}
+
+DeviceManager::~DeviceManager() {
+  // Accelerators before cpu:0, newest first, the reverse of their construction.
+  while (!devices_.empty()) devices_.pop_back();
+}
+
+DeviceManager& DeviceManager::instance() {
+  // Built (and the environment read) at the first call; a bad variable throws here, and the next call
+  // tries again.
+  static DeviceManager manager(
+      [] {
+        DeviceManagerOptions options;
+        apply_device_env(options, ::getenv);
+        return options;
+      }(),
+      ::getenv);
+  return manager;
+}
+
+void DeviceManager::check_not_initialised(std::string_view what) const {
+  if (!initialised_) return;
+  std::vector<DeviceId> existing;
+  for (const auto& device : devices_) existing.push_back(device->id());
+  TP_THROW(InvalidArgument, "device", "cannot set ", what, ": devices are already initialised (", join(existing),
+           "); configure them before their first use");
+}
+
+void DeviceManager::set_sim_devices(int count, std::size_t memory_bytes) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the simulated devices");
+  validate_sim_devices(count, memory_bytes);
+  options_.sim_devices = count;
+  options_.sim_memory_bytes = memory_bytes;
+}
+
+void DeviceManager::set_visible_devices(std::vector<DeviceId> visible) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the visible devices");
+  validate_visible(visible);
+  options_.visible_devices = std::move(visible);
+}
+
+void DeviceManager::set_logical_devices(DeviceId visible_device, std::vector<LogicalDeviceConfig> logical) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the logical devices of " + visible_device.str());
+  validate_split(visible_device, logical);
+  options_.splits[visible_device] = std::move(logical);
+}
+
+void DeviceManager::set_memory_config(DeviceId device, memory::MemoryConfig config) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the memory config of " + device.str());
+  config.device = device.str();
+  config.validate();
+  options_.memory_configs[device] = std::move(config);
+}
+
+void DeviceManager::set_device_options(DeviceOptions options) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the device options");
+  if (options.num_streams == 0) {
+    TP_THROW(InvalidArgument, "device", "DeviceOptions::num_streams = 0; every device needs at least one stream");
+  }
+  options_.device_options = options;
+}
+
+void DeviceManager::materialise() {
+  if (initialised_) return;
+  validate_sim_devices(options_.sim_devices, options_.sim_memory_bytes);
+  const std::size_t cpu_capacity =
+      options_.cpu_memory_bytes != 0 ? options_.cpu_memory_bytes : memory::host_physical_memory_bytes();
+  if (cpu_capacity == 0) {
+    TP_THROW(InvalidArgument, "device",
+             "the host's physical memory is unknown, so cpu:0 has no budget; set "
+             "DeviceManagerOptions::cpu_memory_bytes");
+  }
+  const std::vector<PlannedDevice> plan = plan_devices(options_, cpu_capacity);
+  for (const auto& [id, config] : options_.memory_configs) {
+    const bool exists =
+        std::any_of(plan.begin(), plan.end(), [&](const PlannedDevice& device) { return device.id == id; });
+    if (!exists) {
+      std::vector<DeviceId> existing;
+      for (const PlannedDevice& device : plan) existing.push_back(device.id);
+      TP_THROW(InvalidArgument, "device", "a memory config is set for ", id.str(),
+               ", which does not exist; the devices are ", join(existing));
+    }
+  }
+  // Built into a local list: if one device fails, the ones built so far are destroyed and nothing changes.
+  std::vector<std::unique_ptr<Device>> built;
+  for (const PlannedDevice& device : plan) {
+    const auto configured = options_.memory_configs.find(device.id);
+    memory::MemoryConfig config =
+        configured != options_.memory_configs.end() ? configured->second : options_.default_memory_config;
+    config.device = device.id.str();
+    config = memory::apply_env_overrides(std::move(config), get_env_);
+    if (device.id.kind == DeviceKind::cpu) {
+      built.push_back(
+          make_cpu_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
+    } else {
+      built.push_back(
+          make_sim_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
+    }
+  }
+  devices_ = std::move(built);
+  initialised_ = true;
+}
+
+std::vector<Device*> DeviceManager::devices() {
+  const std::lock_guard lock(mutex_);
+  materialise();
+  std::vector<Device*> result;
+  for (const auto& device : devices_) result.push_back(device.get());
+  return result;
+}
+
+std::vector<Device*> DeviceManager::devices(DeviceKind kind) {
+  const std::lock_guard lock(mutex_);
+  materialise();
+  std::vector<Device*> result;
+  for (const auto& device : devices_) {
+    if (device->kind() == kind) result.push_back(device.get());
+  }
+  return result;
+}
+
+Device& DeviceManager::device(DeviceId id) {
+  const std::lock_guard lock(mutex_);
+  materialise();
+  for (const auto& device : devices_) {
+    if (device->id() == id) return *device;
+  }
+  std::vector<DeviceId> existing;
+  for (const auto& device : devices_) existing.push_back(device->id());
+  TP_THROW(InvalidArgument, "device", "device ", id.str(), " does not exist; the devices are ", join(existing),
+           id.kind == DeviceKind::sim ? " (TP_SIM_DEVICES sets how many simulated devices there are)" : "");
+}
+
+std::vector<DeviceInfo> DeviceManager::info() {
+  const std::lock_guard lock(mutex_);
+  materialise();
+  std::vector<DeviceInfo> result;
+  for (const auto& device : devices_) {
+    const memory::MemoryStack& stack = device->memory();
+    const memory::MemoryStats stats = stack.stats();
+    DeviceInfo info;
+    info.name = device->name();
+    info.kind = std::string(to_string(device->kind()));
+    info.physical = device->physical_id().str();
+    info.capacity_bytes = device->capacity_bytes();
+    info.limit_bytes = stack.limit_bytes();
+    info.in_use_bytes = stats.bytes_in_use;
+    info.reserved_bytes = stats.bytes_reserved;
+    info.peak_in_use_bytes = stats.peak_bytes_in_use;
+    info.allocator = std::string(memory::to_string(stack.config().allocator));
+    info.policy = std::string(policy_name(stack.config().policy));
+    info.streams = device->num_streams();
+    result.push_back(std::move(info));
+  }
+  return result;
+}
+
+bool DeviceManager::initialised() const {
+  const std::lock_guard lock(mutex_);
+  return initialised_;
+}
+
+}  // namespace tp::device
