@@ -7,10 +7,15 @@
 namespace tp {
 
 Buffer::Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
-               memory::AllocationTag tag) noexcept
-    : device_(device), data_(data), bytes_(bytes), allocated_bytes_(allocated_bytes), tag_(std::move(tag)) {}
+               memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through) noexcept
+    : device_(device),
+      data_(data),
+      bytes_(bytes),
+      allocated_bytes_(allocated_bytes),
+      tag_(std::move(tag)),
+      through_(std::move(through)) {}
 
-Buffer::~Buffer() { device_.release(data_, bytes_); }
+Buffer::~Buffer() { device_.release(data_, bytes_, through_.get()); }
 
 void* Buffer::data() const {
   if (!device_.host_accessible()) {

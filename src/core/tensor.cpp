@@ -41,6 +41,17 @@ Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, devi
   return tensor;
 }
 
+Tensor Tensor::from_buffer(std::shared_ptr<Buffer> buffer, std::size_t offset_bytes, const Shape& shape,
+                           DType dtype) {
+  if (buffer == nullptr) TP_THROW(InvalidArgument, "tensor", "from_buffer: the buffer is null");
+  const std::size_t bytes = byte_size(shape, dtype);
+  if (offset_bytes > buffer->bytes() || bytes > buffer->bytes() - offset_bytes) {
+    TP_THROW(InvalidArgument, "tensor", "from_buffer: ", name_of(dtype), shape, " at offset ", offset_bytes, " needs ",
+             bytes, " bytes but the buffer '", buffer->tag().name, "' holds ", buffer->bytes());
+  }
+  return Tensor(std::move(buffer), shape, dtype, offset_bytes);
+}
+
 void Tensor::check_defined(const char* what) const {
   if (buffer_ == nullptr) TP_THROW(InvalidArgument, "tensor", what, " of an undefined tensor (default-constructed)");
 }

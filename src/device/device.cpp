@@ -50,11 +50,13 @@ void Device::synchronize() {
   for (const auto& stream : streams_) stream->synchronize();
 }
 
-std::shared_ptr<Buffer> Device::allocate(std::size_t bytes, const memory::AllocationTag& tag) {
+std::shared_ptr<Buffer> Device::allocate(std::size_t bytes, const memory::AllocationTag& tag,
+                                         std::shared_ptr<memory::MemoryResource> through) {
+  memory::MemoryResource& resource = through != nullptr ? *through : *memory_;
   void* ptr = nullptr;
   if (bytes != 0) {
     try {
-      ptr = memory_->allocate(bytes, memory::kDefaultAlignment, tag);
+      ptr = resource.allocate(bytes, memory::kDefaultAlignment, tag);
     } catch (const OutOfMemoryError&) {
       bool pending = false;
       for (const auto& stream : streams_) pending = pending || !stream->idle();
@@ -63,24 +65,24 @@ std::shared_ptr<Buffer> Device::allocate(std::size_t bytes, const memory::Alloca
       for (const auto& stream : streams_) {
         if (Stream::current() != stream.get()) stream->wait_idle();
       }
-      ptr = memory_->allocate(bytes, memory::kDefaultAlignment, tag);
+      ptr = resource.allocate(bytes, memory::kDefaultAlignment, tag);
     }
   }
-  const std::size_t allocated = ptr != nullptr ? memory_->allocated_size(ptr, bytes) : 0;
+  const std::size_t allocated = ptr != nullptr ? resource.allocated_size(ptr, bytes) : 0;
   live_buffers_.fetch_add(1, std::memory_order_relaxed);
   try {
-    return std::shared_ptr<Buffer>(new Buffer(*this, ptr, bytes, allocated, tag));
+    return std::shared_ptr<Buffer>(new Buffer(*this, ptr, bytes, allocated, tag, std::move(through)));
   } catch (...) {
     live_buffers_.fetch_sub(1, std::memory_order_relaxed);
-    if (ptr != nullptr) memory_->deallocate(ptr, bytes);
+    if (ptr != nullptr) resource.deallocate(ptr, bytes);
     throw;
   }
 }
 
-void Device::release(void* ptr, std::size_t bytes) noexcept {
+void Device::release(void* ptr, std::size_t bytes, memory::MemoryResource* through) noexcept {
   if (ptr != nullptr) {
     if (options_.poison_freed) poison(ptr, bytes);
-    memory_->deallocate(ptr, bytes);
+    (through != nullptr ? *through : *memory_).deallocate(ptr, bytes);
   }
   live_buffers_.fetch_sub(1, std::memory_order_relaxed);
 }

@@ -9,6 +9,7 @@
 
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/statistics_adaptor.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 
 namespace tp {
@@ -161,6 +162,34 @@ TEST(Tensor, CopyRangesAreChecked) {
   auto other = make_device(Backend::sim, 64 * kMiB, {}, 1);
   EXPECT_THROW(other->copy_from_host(other->stream(), host.data(), buffer, 0, 8), InvalidArgument);
   EXPECT_THROW(device->copy_from_host(other->stream(), host.data(), buffer, 0, 8), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tp
+
+namespace tp {
+namespace {
+
+TEST(Tensor, FromBufferViewsARangeOfOneAllocation) {
+  auto device = make_device(Backend::cpu);
+  auto arena = device->allocate(1024, {.name = "arena"});
+  Tensor first = Tensor::from_buffer(arena, 0, Shape{4, 4}, DType::f32);
+  Tensor second = Tensor::from_buffer(arena, 512, Shape{64}, DType::f64);
+  EXPECT_EQ(static_cast<char*>(second.data()) - static_cast<char*>(first.data()), 512);
+  EXPECT_THROW(Tensor::from_buffer(arena, 520, Shape{64}, DType::f64), InvalidArgument);
+  EXPECT_THROW(Tensor::from_buffer(nullptr, 0, Shape{1}, DType::f32), InvalidArgument);
+}
+
+TEST(Tensor, ABufferAllocatedThroughAnAdaptorReturnsToIt) {
+  auto device = make_device(Backend::sim);
+  auto through = std::make_shared<memory::StatisticsAdaptor>(device->memory(), "session");
+  {
+    auto buffer = device->allocate(4096, {.name = "charged"}, through);
+    EXPECT_EQ(through->stats().bytes_requested, 4096u);
+    EXPECT_EQ(device->memory().stats().bytes_requested, 4096u);
+  }
+  EXPECT_EQ(through->stats().bytes_requested, 0u);
+  EXPECT_EQ(device->memory().stats().bytes_requested, 0u);
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 // buffers they use, the destructor runs only after the last pending work on it (stream-ordered reuse).
 
 #include <cstddef>
+#include <memory>
 
 #include "tensorpool/memory/allocation_tag.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
 
 namespace tp {
 
@@ -35,13 +37,14 @@ class Buffer {
  private:
   friend class device::Device;
   Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
-         memory::AllocationTag tag) noexcept;
+         memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through) noexcept;
 
   device::Device& device_;
   void* const data_;  // null iff bytes_ == 0
   const std::size_t bytes_;
   const std::size_t allocated_bytes_;
   const memory::AllocationTag tag_;
+  const std::shared_ptr<memory::MemoryResource> through_;  // where the memory goes back; null: the device's stack
 };
 
 }  // namespace tp

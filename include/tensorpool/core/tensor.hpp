@@ -53,6 +53,10 @@ class Tensor {
   static Tensor from_vector(std::span<const T> values, const Shape& shape, device::Device& device,
                            const TensorTag& tag = {}, device::Stream* stream = nullptr);
 
+  // A view of `shape` and `dtype` over `buffer` from `offset_bytes` (the executor's planned tensors inside
+  // one arena). Throws tp::InvalidArgument naming the range when it does not fit in the buffer.
+  static Tensor from_buffer(std::shared_ptr<Buffer> buffer, std::size_t offset_bytes, const Shape& shape, DType dtype);
+
   bool defined() const noexcept { return buffer_ != nullptr; }
   const Shape& shape() const noexcept { return shape_; }
   DType dtype() const noexcept { return dtype_; }

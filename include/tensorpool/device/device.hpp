@@ -63,7 +63,10 @@ class Device {
   // A buffer of `bytes` (0 gives an empty buffer with no memory), tagged for the profiler and OOM reports.
   // When the stack is out of memory while stream work is pending, waits for that work (whose buffers then
   // return in stream order) and retries once before the tp::OutOfMemoryError propagates.
-  std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {});
+  // `through`, when given, is a resource layered over this device's memory() (a session's quota adaptor):
+  // the buffer is allocated from it and returned to it, and holds it until then.
+  std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {},
+                                   std::shared_ptr<memory::MemoryResource> through = nullptr);
   std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
 
   // Enqueues on `stream` (one of this device's) a copy of `bytes` host bytes into `dst` at `dst_offset`. The
@@ -91,8 +94,8 @@ class Device {
                    Stream& dst_stream, const std::shared_ptr<Buffer>& dst, std::size_t dst_offset,
                    std::size_t bytes);
 
-  // Called by ~Buffer only.
-  void release(void* ptr, std::size_t bytes) noexcept;
+  // Called by ~Buffer only; `through` is the resource the buffer came from (null: memory()).
+  void release(void* ptr, std::size_t bytes, memory::MemoryResource* through) noexcept;
 
   // Backend primitives. The enqueue_* ones put the copy on `stream` (of this device); `host` memory stays
   // valid until the enqueued work has run (callers capture its owner in the task).
