@@ -30,6 +30,13 @@ Device::~Device() {
   }
 }
 
+std::shared_ptr<void> Device::extension(const std::string& key, const std::function<std::shared_ptr<void>()>& create) {
+  std::lock_guard lock(extensions_mutex_);
+  auto found = extensions_.find(key);
+  if (found == extensions_.end()) found = extensions_.emplace(key, create()).first;
+  return found->second;
+}
+
 void Device::set_streams(std::vector<std::unique_ptr<Stream>> streams) { streams_ = std::move(streams); }
 
 void Device::shut_down() noexcept {

@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -69,6 +72,10 @@ class Device {
                                    std::shared_ptr<memory::MemoryResource> through = nullptr);
   std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
 
+  // State that a higher layer keeps per device (the runtime's memory arbiter), created by `create` on the
+  // first request for `key` and destroyed with the device. Thread-safe.
+  std::shared_ptr<void> extension(const std::string& key, const std::function<std::shared_ptr<void>()>& create);
+
   // Enqueues on `stream` (one of this device's) a copy of `bytes` host bytes into `dst` at `dst_offset`. The
   // source is staged before this returns, so the caller may reuse `src` at once (as a pageable
   // cudaMemcpyAsync). Throws tp::InvalidArgument on a foreign stream or buffer or an out-of-range span.
@@ -118,6 +125,8 @@ class Device {
   std::unique_ptr<memory::MemoryStack> memory_;
   std::vector<std::unique_ptr<Stream>> streams_;  // set once by the backend's constructor
   std::atomic<std::size_t> live_buffers_{0};
+  std::mutex extensions_mutex_;  // guards extensions_
+  std::map<std::string, std::shared_ptr<void>, std::less<>> extensions_;
 };
 
 // Copies `bytes` from `src` (on src_stream's device) to `dst` (on dst_stream's device) in stream order on
