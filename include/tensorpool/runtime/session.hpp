@@ -1,0 +1,87 @@
+#pragma once
+// Session: runs a Graph on devices. run(feeds, fetches, targets) prunes the graph to what the fetches and
+// targets need, specialises its types for the feeds, places nodes (placer.hpp), inserts copies between
+// devices, plans each device's memory (static_planner.hpp) and executes the kernels on the devices' streams.
+// The prepared step is cached per (feeds' types, fetches, targets), so a training loop prepares once.
+//
+// Memory: every byte the session holds on a device is allocated through its quota adaptor over the device's
+// stack, charged to the session's client of the device's arbiter. With the planner on, a step runs from one
+// arena per device allocated when the step is first prepared: in steady state a step makes no call into
+// the device's allocator. Variables persist across runs (allocated at first use, initialised from their
+// `initializer` attribute). Fetched tensors are returned on cpu:0 (host memory). close() (or the destructor)
+// returns all of the session's device memory at once.
+//
+// Thread safety: one run at a time per session (run() serialises callers); several sessions may run at once.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/graph/graph.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/memory_stats.hpp"
+#include "tensorpool/runtime/memory_plan.hpp"
+#include "tensorpool/runtime/session_options.hpp"
+
+namespace tp::device {
+class Device;
+}
+
+namespace tp::runtime {
+
+struct Executable;
+
+using FeedMap = std::map<std::string, Tensor, std::less<>>;               // placeholder name -> value
+using FeedTypes = std::map<std::string, graph::TensorType, std::less<>>;  // placeholder name -> type
+
+class Session {
+ public:
+  // Copies the graph (later edits to it do not reach the session) and validates it.
+  explicit Session(const graph::Graph& graph, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Fetches are output names ("node" for output 0, "node:1"); targets are node names run for their effects.
+  // Throws tp::InvalidArgument before any kernel runs for a missing feed, a feed of the wrong dtype or shape,
+  // an unknown name; tp::OutOfMemoryError when the session's quota or the device is exhausted.
+  std::vector<Tensor> run(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                          const std::vector<std::string>& targets = {}, const RunOptions& options = {});
+
+  // The memory plan of that step, without running it (and without allocating its arena).
+  MemoryPlan plan(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+                  const std::vector<std::string>& targets = {});
+
+  // Variables: a copy on cpu:0, and assignment from a tensor on any device (shape and dtype must match).
+  Tensor read_variable(std::string_view name);
+  void assign_variable(std::string_view name, const Tensor& value);
+  std::vector<std::string> variable_names() const;
+
+  // The session's own usage of a device (its quota adaptor's view).
+  memory::MemoryStats memory_stats(std::string_view device) const;
+  const SessionOptions& options() const noexcept { return options_; }
+  const std::string& name() const noexcept { return options_.name; }
+
+  // Returns every byte the session holds on every device; the session cannot run afterwards.
+  void close();
+  bool closed() const noexcept { return closed_; }
+
+ private:
+  struct State;
+  Executable& executable(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+                         const std::vector<std::string>& targets);
+  std::shared_ptr<memory::MemoryResource> memory_of(device::Device& device);
+  Tensor& variable(graph::NodeId id, device::Device& device);
+  device::Device& variable_device(graph::NodeId id);
+  void bind(Executable& executable);
+
+  SessionOptions options_;
+  std::unique_ptr<State> state_;
+  mutable std::mutex mutex_;  // serialises run(), plan(), variable access and close()
+  bool closed_ = false;
+};
+
+}  // namespace tp::runtime

@@ -1,0 +1,45 @@
+#pragma once
+// What a Session is allowed to use and how it runs.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorpool/memory/memory_config.hpp"
+
+namespace tp::device {
+class DeviceManager;
+}
+
+namespace tp::runtime {
+
+class MemoryArbiter;
+
+struct SessionOptions {  // {} initialisers: designated initialisers may name any subset
+  std::string name = "session";              // names the session in reports and quota errors
+  std::vector<std::string> visible_devices{};  // device names the session may use; empty: all
+  std::string default_device{};                // empty: the first visible accelerator, else cpu:0
+  bool soft_placement = true;                // nodes without a kernel on their device go to cpu:0
+  bool planner = true;                       // off: every tensor from the online allocator, every step
+  // The session's share of each device it uses: allocations beyond it raise OutOfMemoryError naming the
+  // session and the quota while other sessions run on. Unset: the device's whole budget.
+  std::optional<std::size_t> memory_quota_bytes{};
+  // The arbiter that holds the quotas (several processes can share one over shared memory); null: the
+  // process's in-process arbiter of each device.
+  MemoryArbiter* arbiter = nullptr;
+  // Per-device memory configuration (allow growth, fraction, limit, allocator), applied to the device manager
+  // before the devices exist. A device that already exists with another configuration is an error (as
+  // TensorFlow fixes GPU options at the first session).
+  std::map<std::string, memory::MemoryConfig> device_memory{};
+  int intra_op_threads = 0;                  // > 0: threads of the BLAS (process-wide); 0: its default
+  device::DeviceManager* devices = nullptr;  // null: DeviceManager::instance()
+};
+
+struct RunOptions {
+  std::int64_t step = 1;  // the training step kernels see (Adam's bias correction counts from 1)
+};
+
+}  // namespace tp::runtime

@@ -1,0 +1,205 @@
+#include "runtime/executable.hpp"
+
+#include <charconv>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/graph/op_registry.hpp"
+#include "tensorpool/graph/type_inference.hpp"
+
+namespace tp::runtime {
+
+graph::Output resolve_output(const graph::Graph& graph, std::string_view text) {
+  const std::size_t colon = text.rfind(':');
+  std::string_view node_name = text;
+  int index = 0;
+  if (colon != std::string_view::npos) {
+    const std::string_view index_text = text.substr(colon + 1);
+    const auto [end, error] = std::from_chars(index_text.data(), index_text.data() + index_text.size(), index);
+    if (error == std::errc() && end == index_text.data() + index_text.size())
+      node_name = text.substr(0, colon);
+    else
+      index = 0;
+  }
+  const std::optional<graph::NodeId> node = graph.find(node_name);
+  if (!node) TP_THROW(InvalidArgument, "session", "fetch '", text, "' names no node of the graph");
+  const graph::Node& found = graph.node(*node);
+  if (index < 0 || index >= static_cast<int>(found.outputs.size())) {
+    TP_THROW(InvalidArgument, "session", "fetch '", text, "': node '", found.name, "' (", found.op, ") has ",
+             found.outputs.size(), " outputs");
+  }
+  return {*node, index};
+}
+
+namespace {
+
+std::string value_name(const graph::Graph& graph, graph::Output output) {
+  return graph.node(output.node).name + ":" + std::to_string(output.index);
+}
+
+class Builder {
+ public:
+  Builder(const graph::Graph& graph, Executable& executable, const std::vector<std::vector<graph::TensorType>>& types,
+          const Placement& placement)
+      : graph_(graph), executable_(executable), types_(types), placement_(placement) {}
+
+  // The value holding `output` on `device`, adding a copy step (reading the producer's value) when needed.
+  std::size_t value_on(graph::Output output, device::Device* device) {
+    const auto found = where_.find({output, device});
+    if (found != where_.end()) return found->second;
+    const std::size_t source = where_.at({output, placement_.device_of[static_cast<std::size_t>(output.node)]});
+    const std::size_t copy = add_value(output, device, "@" + device->name());
+    Step step{Step::Kind::copy, output.node, {source}, {copy}, device, {}};
+    add_step(std::move(step));
+    return copy;
+  }
+
+  std::size_t add_value(graph::Output output, device::Device* device, std::string suffix = {}) {
+    const graph::Node& node = graph_.node(output.node);
+    const graph::TensorType& type =
+        types_[static_cast<std::size_t>(output.node)][static_cast<std::size_t>(output.index)];
+    Value value;
+    value.name = value_name(graph_, output) + suffix;
+    value.op = node.op;
+    value.output = output;
+    value.device = device;
+    value.shape = type.shape();
+    value.dtype = type.dtype;
+    value.variable = node.op == "Variable" && suffix.empty();
+    value.first_step = executable_.steps.size();
+    value.last_step = value.first_step;
+    executable_.values.push_back(std::move(value));
+    const std::size_t index = executable_.values.size() - 1;
+    where_[{output, device}] = index;
+    return index;
+  }
+
+  void add_step(Step step) {
+    for (std::size_t input : step.inputs) executable_.values[input].last_step = executable_.steps.size();
+    executable_.steps.push_back(std::move(step));
+  }
+
+ private:
+  const graph::Graph& graph_;
+  Executable& executable_;
+  const std::vector<std::vector<graph::TensorType>>& types_;
+  const Placement& placement_;
+  std::map<std::pair<graph::Output, device::Device*>, std::size_t> where_;
+};
+
+void plan_layouts(Executable& executable) {
+  std::map<device::Device*, std::size_t> layout_of;
+  for (std::size_t index = 0; index < executable.values.size(); ++index) {
+    const Value& value = executable.values[index];
+    if (value.variable) continue;
+    auto [it, inserted] = layout_of.emplace(value.device, executable.layouts.size());
+    if (inserted) executable.layouts.push_back({value.device, {}, {}, nullptr});
+    executable.layouts[it->second].values.push_back(index);
+  }
+  for (DeviceLayout& layout : executable.layouts) {
+    std::map<std::size_t, std::size_t> request_of;  // value index -> request index
+    std::vector<BufferRequest> requests;
+    for (std::size_t value_index : layout.values) {
+      const Value& value = executable.values[value_index];
+      BufferRequest request{value.name, value.bytes(), value.first_step, value.last_step, -1};
+      if (value.share_with >= 0 && request_of.contains(static_cast<std::size_t>(value.share_with))) {
+        request.share_with = static_cast<std::int64_t>(request_of.at(static_cast<std::size_t>(value.share_with)));
+      }
+      request_of[value_index] = requests.size();
+      requests.push_back(std::move(request));
+    }
+    layout.plan = plan_static(requests);
+    for (std::size_t request = 0; request < layout.values.size(); ++request) {
+      Value& value = executable.values[layout.values[request]];
+      value.offset = layout.plan.buffers[request].offset;
+      value.in_place = layout.plan.buffers[request].shared;
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Executable> prepare(const graph::Graph& graph,
+                                    const std::map<std::string, graph::TensorType, std::less<>>& feeds,
+                                    const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+                                    const PlacementOptions& placement_options) {
+  auto executable = std::make_unique<Executable>();
+  std::vector<graph::Output> fetch_outputs;
+  std::vector<graph::NodeId> roots;
+  for (const std::string& fetch : fetches) {
+    fetch_outputs.push_back(resolve_output(graph, fetch));
+    roots.push_back(fetch_outputs.back().node);
+  }
+  for (const std::string& target : targets) {
+    const std::optional<graph::NodeId> node = graph.find(target);
+    if (!node) TP_THROW(InvalidArgument, "session", "target '", target, "' names no node of the graph");
+    roots.push_back(*node);
+  }
+  if (roots.empty()) TP_THROW(InvalidArgument, "session", "run() needs at least one fetch or target");
+  const std::vector<bool> needed = graph::ancestors(graph, roots);
+
+  std::map<graph::NodeId, graph::TensorType> placeholder_types;
+  for (const auto& [name, type] : feeds) {
+    const std::optional<graph::NodeId> node = graph.find(name);
+    if (!node || graph.node(*node).op != "Placeholder") {
+      TP_THROW(InvalidArgument, "session", "feed '", name, "' names no Placeholder of the graph");
+    }
+    if (needed[static_cast<std::size_t>(*node)]) placeholder_types[*node] = type;
+  }
+  const auto types = graph::infer_types(graph, placeholder_types, needed);
+
+  std::vector<graph::NodeId> schedule;
+  for (graph::NodeId id = 0; id < static_cast<graph::NodeId>(graph.size()); ++id) {
+    if (needed[static_cast<std::size_t>(id)]) schedule.push_back(id);
+  }
+  const Placement placement = place(graph, schedule, placement_options);
+  executable->placement_log = placement.log;
+  Builder builder(graph, *executable, types, placement);
+  const graph::OpRegistry& registry = graph::OpRegistry::global();
+
+  // Feeds first (they are copied in at the start of the step), variables bound, then the kernels in order.
+  for (graph::NodeId id : schedule) {
+    const graph::Node& node = graph.node(id);
+    device::Device* device = placement.device_of[static_cast<std::size_t>(id)];
+    if (node.op == "Placeholder") {
+      const std::size_t value = builder.add_value({id, 0}, device);
+      executable->feeds[node.name] = value;
+      builder.add_step({Step::Kind::feed, id, {}, {value}, device, {}});
+    } else if (node.op == "Variable") {
+      builder.add_value({id, 0}, device);
+      executable->variables.push_back(id);
+    }
+  }
+  for (graph::NodeId id : schedule) {
+    const graph::Node& node = graph.node(id);
+    if (node.op == "Placeholder" || node.op == "Variable") continue;
+    device::Device* device = placement.device_of[static_cast<std::size_t>(id)];
+    Step step{Step::Kind::kernel, id, {}, {}, device, {}};
+    for (const graph::Output& input : node.inputs) step.inputs.push_back(builder.value_on(input, device));
+    for (graph::NodeId control : node.control_inputs) {
+      device::Device* other = placement.device_of[static_cast<std::size_t>(control)];
+      if (other != device) step.waits_for.push_back(other);
+    }
+    for (int output = 0; output < static_cast<int>(node.outputs.size()); ++output) {
+      step.outputs.push_back(builder.add_value({id, output}, device));
+    }
+    const graph::OpDef& op = registry.get(node.op);
+    if (op.may_reuse_input && !step.inputs.empty() && !step.outputs.empty()) {
+      const Value& input = executable->values[step.inputs[0]];
+      const Value& output = executable->values[step.outputs[0]];
+      if (!input.variable && input.device == output.device && input.dtype == output.dtype) {
+        executable->values[step.outputs[0]].share_with = static_cast<std::int64_t>(step.inputs[0]);
+      }
+    }
+    builder.add_step(std::move(step));
+  }
+  for (const graph::Output& output : fetch_outputs) {
+    const std::size_t value = builder.value_on(output, placement.device_of[static_cast<std::size_t>(output.node)]);
+    executable->values[value].fetched = true;
+    executable->values[value].last_step = executable->steps.size();
+    executable->fetches.push_back(value);
+  }
+  plan_layouts(*executable);
+  return executable;
+}
+
+}  // namespace tp::runtime

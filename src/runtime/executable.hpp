@@ -1,0 +1,79 @@
+#pragma once
+// Executable: one prepared step of a Session: the pruned schedule with its copies between devices, every
+// tensor value with its device, type and lifetime, and each device's static memory plan. Built once per
+// (feed types, fetches, targets) and reused by every run of that step.
+//
+// Invariants: steps are in an order where every value is produced (by a feed, kernel or copy step, or bound
+// as a variable) before any step reads it; a value's first_step <= last_step; values read by a step live on
+// that step's device; each planned value of a device appears exactly once in its DeviceLayout.
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/device/device.hpp"
+#include "tensorpool/graph/graph.hpp"
+#include "tensorpool/runtime/placer.hpp"
+#include "tensorpool/runtime/static_planner.hpp"
+
+namespace tp::runtime {
+
+struct Value {
+  std::string name;  // "node:index", with "@device" for a copy
+  std::string op;
+  graph::Output output;
+  device::Device* device = nullptr;
+  Shape shape;
+  DType dtype = DType::f32;
+  bool variable = false;  // bound to the session's persistent tensor of node `output.node`
+  bool fetched = false;
+  std::size_t first_step = 0;
+  std::size_t last_step = 0;
+  std::int64_t share_with = -1;  // a value this one may reuse in place
+  std::size_t offset = 0;        // in the device's arena (planned values)
+  bool in_place = false;
+  Tensor tensor;  // bound when the step runs (or once, into the arena)
+
+  std::size_t bytes() const { return byte_size(shape, dtype); }
+};
+
+struct Step {
+  enum class Kind { feed, kernel, copy };
+  Kind kind = Kind::kernel;
+  graph::NodeId node = -1;          // the kernel's node, or the fed placeholder
+  std::vector<std::size_t> inputs;  // value indexes
+  std::vector<std::size_t> outputs;
+  device::Device* device = nullptr;        // where the step runs (a copy: its destination)
+  std::vector<device::Device*> waits_for;  // devices whose earlier work must finish first (control inputs)
+};
+
+struct DeviceLayout {
+  device::Device* device = nullptr;
+  std::vector<std::size_t> values;  // planned values on the device, in request order
+  StaticPlan plan;
+  std::shared_ptr<Buffer> arena;  // allocated at the first run with the planner on
+};
+
+struct Executable {
+  std::vector<Step> steps;
+  std::vector<Value> values;
+  std::vector<DeviceLayout> layouts;
+  std::map<std::string, std::size_t, std::less<>> feeds;  // placeholder name -> value
+  std::vector<std::size_t> fetches;
+  std::vector<graph::NodeId> variables;  // Variable nodes the step binds
+  std::vector<std::string> placement_log;
+};
+
+// Throws tp::InvalidArgument naming the offending name, node or feed before anything runs.
+std::unique_ptr<Executable> prepare(const graph::Graph& graph,
+                                    const std::map<std::string, graph::TensorType, std::less<>>& feeds,
+                                    const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+                                    const PlacementOptions& placement);
+
+// "node" -> {node, 0}; "node:1" -> {node, 1}. Throws naming the text when unknown or out of range.
+graph::Output resolve_output(const graph::Graph& graph, std::string_view text);
+
+}  // namespace tp::runtime

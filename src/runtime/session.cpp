@@ -1,0 +1,410 @@
+#include "tensorpool/runtime/session.hpp"
+
+#include <cblas.h>
+
+#include <cstdio>
+
+#include "runtime/executable.hpp"
+#include "runtime/session_memory.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/graph/attributes.hpp"
+#include "tensorpool/graph/op_registry.hpp"
+#include "tensorpool/ops/init.hpp"
+
+namespace tp::runtime {
+
+struct Session::State {
+  graph::Graph graph;
+  std::vector<device::Device*> devices;
+  device::Device* default_device = nullptr;
+  device::Device* cpu = nullptr;
+  std::map<device::Device*, std::shared_ptr<memory::MemoryResource>> memory;  // the session's charge per device
+  std::map<std::string, Tensor, std::less<>> variables;                       // by Variable node name
+  std::map<std::string, std::unique_ptr<Executable>> executables;             // by step signature
+};
+
+namespace {
+
+std::vector<device::Device*> visible_devices(device::DeviceManager& manager, const SessionOptions& options) {
+  for (const auto& [name, config] : options.device_memory) {
+    const device::DeviceId id = device::parse_device_id(name, "SessionOptions::device_memory key");
+    if (!manager.initialised()) {
+      manager.set_memory_config(id, config);
+      continue;
+    }
+    const memory::MemoryConfig& actual = manager.device(id).memory().config();
+    if (actual.policy != config.policy || actual.allocator != config.allocator ||
+        actual.limit_bytes != config.limit_bytes || actual.fraction != config.fraction) {
+      TP_THROW(InvalidArgument, "session", "session '", options.name, "' asks for its own memory configuration of ",
+               name, ", but ", name,
+               " already exists with another one; device memory is configured before the "
+               "first session (or through TP_ALLOW_GROWTH / TP_ALLOCATOR / TP_MEMORY_FRACTION)");
+    }
+  }
+  std::vector<device::Device*> all = manager.devices();
+  if (options.visible_devices.empty()) return all;
+  std::vector<device::Device*> visible;
+  for (const std::string& name : options.visible_devices) visible.push_back(&manager.device(name));
+  return visible;
+}
+
+std::string signature(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+                      const std::vector<std::string>& targets) {
+  std::string key;
+  for (const auto& [name, type] : feeds) key += name + "=" + type.to_string() + ";";
+  key += "|";
+  for (const std::string& fetch : fetches) key += fetch + ";";
+  key += "|";
+  for (const std::string& target : targets) key += target + ";";
+  return key;
+}
+
+FeedTypes types_of(const FeedMap& feeds) {
+  FeedTypes types;
+  for (const auto& [name, tensor] : feeds) {
+    if (!tensor.defined()) TP_THROW(InvalidArgument, "session", "feed '", name, "' is an undefined tensor");
+    types[name] = graph::TensorType{tensor.dtype(), tensor.shape().dims()};
+  }
+  return types;
+}
+
+memory::AllocationKind kind_of_variable(const graph::Node& node) {
+  const std::string kind = graph::attribute_string(node, "kind", "parameter");
+  if (kind == "parameter") return memory::AllocationKind::parameter;
+  if (kind == "optimizer_state") return memory::AllocationKind::optimizer_state;
+  if (kind == "gradient") return memory::AllocationKind::gradient;
+  TP_THROW(InvalidArgument, "session", "Variable '", node.name, "': kind '", kind,
+           "' is not parameter, optimizer_state or gradient");
+}
+
+// Fills a new variable from its `initializer` attribute (zeros by default).
+void initialise(const graph::Node& node, const Tensor& tensor, device::Stream& stream) {
+  const std::string initializer = graph::attribute_string(node, "initializer", "zeros");
+  const auto seed = static_cast<std::uint64_t>(graph::attribute_int(node, "seed", 0));
+  const ops::OpContext context{.stream = &stream};
+  if (initializer == "zeros") {
+    ops::fill(tensor, 0.0, context);
+  } else if (initializer == "ones") {
+    ops::fill(tensor, 1.0, context);
+  } else if (initializer == "constant") {
+    ops::fill(tensor, graph::attribute_float(node, "value"), context);
+  } else if (initializer == "glorot_uniform") {
+    ops::glorot_uniform(tensor, seed, context);
+  } else if (initializer == "uniform") {
+    ops::uniform(tensor, graph::attribute_float(node, "low", -0.05), graph::attribute_float(node, "high", 0.05), seed,
+                 0, context);
+  } else if (initializer == "normal") {
+    ops::normal(tensor, graph::attribute_float(node, "mean", 0.0), graph::attribute_float(node, "stddev", 0.05), seed,
+                0, context);
+  } else {
+    TP_THROW(InvalidArgument, "session", "Variable '", node.name, "': initializer '", initializer,
+             "' is not zeros, ones, constant, glorot_uniform, uniform or normal");
+  }
+}
+
+}  // namespace
+
+Session::Session(const graph::Graph& graph, SessionOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>()) {
+  graph.validate();
+  state_->graph = graph;
+  device::DeviceManager& manager = options_.devices != nullptr ? *options_.devices : device::DeviceManager::instance();
+  state_->devices = visible_devices(manager, options_);
+  for (device::Device* device : state_->devices) {
+    if (device->kind() == device::DeviceKind::cpu && state_->cpu == nullptr) state_->cpu = device;
+    if (device->kind() != device::DeviceKind::cpu && state_->default_device == nullptr) state_->default_device = device;
+  }
+  if (state_->cpu == nullptr) {
+    state_->cpu = &manager.device("cpu:0");  // fetched results land on the host even when cpu:0 runs nothing
+  }
+  if (!options_.default_device.empty()) {
+    state_->default_device = &manager.device(options_.default_device);
+  } else if (state_->default_device == nullptr) {
+    state_->default_device = state_->cpu;
+  }
+  if (options_.intra_op_threads < 0) {
+    TP_THROW(InvalidArgument, "session", "intra_op_threads = ", options_.intra_op_threads, " must be >= 0");
+  }
+  if (options_.intra_op_threads > 0) openblas_set_num_threads(options_.intra_op_threads);
+  for (device::Device* device : state_->devices) {
+    state_->memory[device] = make_session_memory(*device, options_);
+  }
+}
+
+Session::~Session() { close(); }
+
+namespace {
+
+// Waits for a device's work without reporting its errors (close() must not throw).
+void drain(device::Device& device) noexcept {
+  try {
+    device.synchronize();
+  } catch (...) {  // the run that enqueued the failing work has reported it, or never will
+  }
+}
+
+}  // namespace
+
+void Session::close() {
+  std::lock_guard lock(mutex_);
+  if (closed_) return;
+  for (device::Device* device : state_->devices) drain(*device);
+  state_->executables.clear();
+  state_->variables.clear();
+  for (device::Device* device : state_->devices) drain(*device);  // buffers held by finished tasks come back
+  state_->memory.clear();
+  closed_ = true;
+}
+
+namespace {
+
+void check_open(bool closed, const std::string& name) {
+  if (closed) TP_THROW(InvalidArgument, "session", "session '", name, "' is closed");
+}
+
+}  // namespace
+
+Executable& Session::executable(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+                                const std::vector<std::string>& targets) {
+  check_open(closed_, options_.name);
+  const std::string key = signature(feeds, fetches, targets);
+  auto found = state_->executables.find(key);
+  if (found != state_->executables.end()) return *found->second;
+  PlacementOptions placement{state_->devices, state_->default_device, options_.soft_placement};
+  if (std::find(placement.devices.begin(), placement.devices.end(), state_->cpu) == placement.devices.end()) {
+    placement.devices.push_back(state_->cpu);
+  }
+  std::unique_ptr<Executable> prepared = prepare(state_->graph, feeds, fetches, targets, placement);
+  for (const std::string& line : prepared->placement_log) std::fprintf(stderr, "%s\n", line.c_str());
+  return *state_->executables.emplace(key, std::move(prepared)).first->second;
+}
+
+std::shared_ptr<memory::MemoryResource> Session::memory_of(device::Device& device) {
+  auto found = state_->memory.find(&device);
+  if (found == state_->memory.end()) {  // cpu:0 reached by soft placement though not listed as visible
+    found = state_->memory.emplace(&device, make_session_memory(device, options_)).first;
+  }
+  return found->second;
+}
+
+device::Device& Session::variable_device(graph::NodeId id) {
+  const std::string& requested = state_->graph.node(id).device;
+  if (requested.empty()) return *state_->default_device;
+  for (device::Device* candidate : state_->devices) {
+    if (candidate->name() == requested) return *candidate;
+  }
+  TP_THROW(InvalidArgument, "session", "Variable '", state_->graph.node(id).name, "' requests ", requested,
+           ", which is not a device of session '", options_.name, "'");
+}
+
+Tensor& Session::variable(graph::NodeId id, device::Device& device) {
+  const graph::Node& node = state_->graph.node(id);
+  auto found = state_->variables.find(node.name);
+  if (found != state_->variables.end()) {
+    if (&found->second.device() != &device) {
+      TP_THROW(InvalidArgument, "session", "Variable '", node.name, "' lives on ", found->second.device().name(),
+               " but this step places it on ", device.name(), "; pin it with Node::device");
+    }
+    return found->second;
+  }
+  const DType dtype = graph::attribute_dtype(node, "dtype");
+  const Shape shape(graph::attribute_ints(node, "shape"));
+  memory::AllocationTag tag{node.name, "Variable", shape.dims(), std::string(name_of(dtype)), kind_of_variable(node)};
+  Tensor tensor =
+      Tensor::from_buffer(device.allocate(byte_size(shape, dtype), tag, memory_of(device)), 0, shape, dtype);
+  initialise(node, tensor, device.stream(0));
+  return state_->variables.emplace(node.name, std::move(tensor)).first->second;
+}
+
+void Session::bind(Executable& executable) {
+  for (graph::NodeId id : executable.variables) {
+    for (Value& value : executable.values) {
+      if (value.variable && value.output.node == id) value.tensor = variable(id, *value.device);
+    }
+  }
+  if (!options_.planner) return;
+  for (DeviceLayout& layout : executable.layouts) {
+    if (layout.arena != nullptr) continue;
+    memory::AllocationTag tag{options_.name + "/arena", "Session", {}, {}, memory::AllocationKind::activation};
+    layout.arena = layout.device->allocate(layout.plan.arena_bytes, tag, memory_of(*layout.device));
+    for (std::size_t index : layout.values) {
+      Value& value = executable.values[index];
+      value.tensor = Tensor::from_buffer(layout.arena, value.offset, value.shape, value.dtype);
+    }
+  }
+}
+
+std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                                 const std::vector<std::string>& targets, const RunOptions& options) {
+  std::lock_guard lock(mutex_);
+  Executable& step = executable(types_of(feeds), fetches, targets);
+  for (const auto& [name, value] : step.feeds) {
+    if (!feeds.contains(name)) TP_THROW(InvalidArgument, "session", "placeholder '", name, "' is not fed");
+  }
+  bind(step);
+  const graph::OpRegistry& registry = graph::OpRegistry::global();
+  // Online mode: values are allocated at their first step and dropped after their last.
+  std::vector<std::vector<std::size_t>> release_after(step.steps.size() + 1);
+  if (!options_.planner) {
+    for (std::size_t index = 0; index < step.values.size(); ++index) {
+      const Value& value = step.values[index];
+      if (!value.variable) release_after[std::min(value.last_step, step.steps.size())].push_back(index);
+    }
+  }
+  for (std::size_t index = 0; index < step.steps.size(); ++index) {
+    const Step& current = step.steps[index];
+    device::Stream& stream = current.device->stream(0);
+    for (device::Device* other : current.waits_for) stream.wait(other->stream(0).record());
+    if (!options_.planner) {
+      for (std::size_t output : current.outputs) {
+        Value& value = step.values[output];
+        const graph::Node& node = state_->graph.node(value.output.node);
+        memory::AllocationTag tag{value.name,
+                                  node.op,
+                                  value.shape.dims(),
+                                  std::string(name_of(value.dtype)),
+                                  memory::AllocationKind::activation,
+                                  options.step};
+        value.tensor = Tensor::from_buffer(current.device->allocate(value.bytes(), tag, memory_of(*current.device)), 0,
+                                           value.shape, value.dtype);
+      }
+    }
+    switch (current.kind) {
+      case Step::Kind::feed: {
+        const Tensor& fed = feeds.find(state_->graph.node(current.node).name)->second;
+        const Tensor& slot = step.values[current.outputs[0]].tensor;
+        device::copy(fed.device().stream(0), fed.buffer(), fed.offset_bytes(), stream, slot.buffer(),
+                     slot.offset_bytes(), slot.nbytes());
+        break;
+      }
+      case Step::Kind::copy: {
+        const Tensor& source = step.values[current.inputs[0]].tensor;
+        const Tensor& target = step.values[current.outputs[0]].tensor;
+        device::copy(source.device().stream(0), source.buffer(), source.offset_bytes(), stream, target.buffer(),
+                     target.offset_bytes(), target.nbytes());
+        break;
+      }
+      case Step::Kind::kernel: {
+        const graph::Node& node = state_->graph.node(current.node);
+        graph::KernelContext context{node, {}, {}, stream, options.step};
+        for (std::size_t input : current.inputs) context.inputs.push_back(step.values[input].tensor);
+        for (std::size_t output : current.outputs) context.outputs.push_back(step.values[output].tensor);
+        registry.get(node.op).kernels.at(current.device->kind())(context);
+        break;
+      }
+    }
+    for (std::size_t released : release_after[index]) {
+      if (!step.values[released].fetched) step.values[released].tensor = Tensor();
+    }
+  }
+  std::vector<Tensor> results;
+  for (std::size_t fetch : step.fetches) {
+    const Value& value = step.values[fetch];
+    results.push_back(value.tensor.to(*state_->cpu, {.name = value.name, .kind = memory::AllocationKind::activation}));
+  }
+  for (std::size_t released : release_after[step.steps.size()]) step.values[released].tensor = Tensor();
+  for (device::Device* device : state_->devices) device->synchronize();
+  return results;
+}
+
+MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+                         const std::vector<std::string>& targets) {
+  std::lock_guard lock(mutex_);
+  const Executable& step = executable(feeds, fetches, targets);
+  MemoryPlan plan;
+  plan.steps = step.steps.size();
+  plan.placement_log = step.placement_log;
+  for (const DeviceLayout& layout : step.layouts) {
+    DevicePlan device_plan;
+    device_plan.device = layout.device->name();
+    device_plan.arena_bytes = layout.plan.arena_bytes;
+    device_plan.lower_bound_bytes = layout.plan.lower_bound_bytes;
+    device_plan.strategy = layout.plan.strategy;
+    plan.devices.push_back(device_plan);
+  }
+  auto device_plan_of = [&plan](const device::Device& device) -> DevicePlan& {
+    for (DevicePlan& device_plan : plan.devices) {
+      if (device_plan.device == device.name()) return device_plan;
+    }
+    DevicePlan added;
+    added.device = device.name();
+    plan.devices.push_back(added);
+    return plan.devices.back();
+  };
+  for (const Value& value : step.values) {
+    if (value.variable) {
+      device_plan_of(*value.device).variable_bytes += value.bytes();
+      continue;
+    }
+    PlannedTensor tensor;
+    tensor.name = value.name;
+    tensor.device = value.device->name();
+    tensor.op = value.op;
+    tensor.dtype = std::string(name_of(value.dtype));
+    tensor.shape = value.shape.dims();
+    tensor.bytes = value.bytes();
+    tensor.planned_bytes = value.in_place ? 0 : memory::round_up(value.bytes(), kPlanAlignment);
+    tensor.offset = value.offset;
+    tensor.first_step = value.first_step;
+    tensor.last_step = value.last_step;
+    tensor.in_place = value.in_place;
+    plan.tensors.push_back(std::move(tensor));
+  }
+  for (DevicePlan& device_plan : plan.devices) {
+    device_plan.planned_peak_bytes = device_plan.variable_bytes + device_plan.arena_bytes;
+  }
+  return plan;
+}
+
+Tensor Session::read_variable(std::string_view name) {
+  std::lock_guard lock(mutex_);
+  check_open(closed_, options_.name);
+  const auto found = state_->variables.find(name);
+  if (found == state_->variables.end()) {
+    TP_THROW(InvalidArgument, "session", "session '", options_.name, "' has no variable '", name,
+             "' yet (variables are created by the first run that uses them)");
+  }
+  return found->second.to(*state_->cpu, {.name = std::string(name), .kind = memory::AllocationKind::parameter});
+}
+
+void Session::assign_variable(std::string_view name, const Tensor& value) {
+  std::lock_guard lock(mutex_);
+  check_open(closed_, options_.name);
+  Tensor* target = nullptr;
+  const auto found = state_->variables.find(name);
+  if (found != state_->variables.end()) {
+    target = &found->second;
+  } else {
+    const std::optional<graph::NodeId> node = state_->graph.find(name);
+    if (!node || state_->graph.node(*node).op != "Variable") {
+      TP_THROW(InvalidArgument, "session", "assign_variable: '", name, "' is not a Variable of the graph");
+    }
+    target = &variable(*node, variable_device(*node));
+  }
+  if (!value.defined() || value.dtype() != target->dtype() || value.shape() != target->shape()) {
+    TP_THROW(InvalidArgument, "session", "assign_variable '", name, "': the variable is ", name_of(target->dtype()),
+             target->shape(), " but the value is ",
+             value.defined() ? std::string(name_of(value.dtype())) + value.shape().to_string() : "undefined");
+  }
+  device::copy(value.device().stream(0), value.buffer(), value.offset_bytes(), target->device().stream(0),
+               target->buffer(), target->offset_bytes(), target->nbytes());
+  target->device().synchronize();
+}
+
+std::vector<std::string> Session::variable_names() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : state_->variables) names.push_back(name);
+  return names;
+}
+
+memory::MemoryStats Session::memory_stats(std::string_view device_name) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [device, resource] : state_->memory) {
+    if (device->name() == device_name) return resource->stats();
+  }
+  TP_THROW(InvalidArgument, "session", "session '", options_.name, "' holds no memory on ", device_name);
+}
+
+}  // namespace tp::runtime

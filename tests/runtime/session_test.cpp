@@ -1,0 +1,200 @@
+// Sessions: a training step through the placer, the static planner and the executor; the plan is known before
+// the first run and matches what the device measures; steady-state steps make no allocator calls; planner on
+// and off agree; placement across devices and soft placement; feed errors; variables; close().
+#include "tensorpool/runtime/session.hpp"
+
+#include <gtest/gtest.h>
+
+#include "runtime/support/mlp_graph.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/graph/op_registry.hpp"
+
+namespace tp::runtime {
+namespace {
+
+using testing::build_mlp;
+using testing::make_batch;
+
+constexpr std::int64_t kIn = 12, kHidden = 16, kClasses = 4, kRows = 32;
+
+FeedMap feeds_of(device::DeviceManager& manager, const testing::Batch& batch) {
+  device::Device& cpu = manager.device("cpu:0");
+  return {{"x", Tensor::from_vector<float>(batch.x, Shape{kRows, kIn}, cpu)},
+          {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, cpu)}};
+}
+
+std::vector<float> train(device::DeviceManager& manager, bool planner, int steps, const std::string& device = "sim:0") {
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, device);
+  Session session(mlp.graph, {.name = planner ? "planned" : "online", .planner = planner, .devices = &manager});
+  std::vector<float> losses;
+  for (int step = 1; step <= steps; ++step) {
+    const auto batch = make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step % 4));
+    const auto fetched = session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = step});
+    losses.push_back(fetched.at(0).to_vector<float>().at(0));
+  }
+  return losses;
+}
+
+TEST(Session, TrainsTheMlpAndTheLossFalls) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  const std::vector<float> losses = train(manager, true, 40);
+  EXPECT_LT(losses.back(), 0.6F * losses.front()) << "first " << losses.front() << " last " << losses.back();
+}
+
+TEST(Session, PlannerOnAndOffComputeTheSameNumbers) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  EXPECT_EQ(train(manager, true, 5), train(manager, false, 5));
+}
+
+TEST(Session, ThePlanIsKnownBeforeTheFirstRunAndTheDeviceMeasuresExactlyIt) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+  Session session(mlp.graph, {.devices = &manager});
+  device::Device& sim = manager.device("sim:0");
+  const FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
+  const MemoryPlan plan = session.plan(types, {mlp.loss}, mlp.updates);
+  EXPECT_EQ(sim.memory().stats().bytes_requested, 0u) << "plan() allocated";
+  ASSERT_EQ(plan.devices.size(), 1u);
+  const DevicePlan& device_plan = plan.devices[0];
+  EXPECT_EQ(device_plan.device, "sim:0");
+  const std::size_t parameters = (kIn * kHidden + kHidden + kHidden * kClasses + kClasses) * sizeof(float);
+  EXPECT_EQ(device_plan.variable_bytes, 3 * parameters);  // weights plus Adam's m and v
+  EXPECT_GE(device_plan.arena_bytes, device_plan.lower_bound_bytes);
+  EXPECT_LE(static_cast<double>(device_plan.arena_bytes), 1.02 * static_cast<double>(device_plan.lower_bound_bytes));
+  EXPECT_FALSE(plan.tensors.empty());
+
+  sim.memory().reset_peak();
+  const auto batch = make_batch(kRows, kIn, kClasses, 1);
+  session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = 1});
+  EXPECT_EQ(sim.memory().stats().peak_bytes_requested, device_plan.planned_peak_bytes);
+  // Steady state: later steps make no call into the device's allocator.
+  const std::uint64_t allocations = sim.memory().stats().num_allocs;
+  for (int step = 2; step <= 4; ++step) session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = step});
+  EXPECT_EQ(sim.memory().stats().num_allocs, allocations);
+}
+
+TEST(Session, CloseReturnsAllOfTheSessionsMemory) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  device::Device& sim = manager.device("sim:0");
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+  Session session(mlp.graph, {.devices = &manager});
+  session.run(feeds_of(manager, make_batch(kRows, kIn, kClasses, 1)), {mlp.loss}, mlp.updates);
+  EXPECT_GT(sim.memory().stats().bytes_requested, 0u);
+  EXPECT_GT(session.memory_stats("sim:0").bytes_requested, 0u);
+  session.close();
+  EXPECT_EQ(sim.memory().stats().bytes_requested, 0u);
+  EXPECT_THROW(session.run({}, {mlp.loss}), InvalidArgument);
+}
+
+TEST(Session, VariablesPersistAndCanBeReadAndAssigned) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+  Session session(mlp.graph, {.devices = &manager});
+  const auto batch = make_batch(kRows, kIn, kClasses, 1);
+  session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = 1});
+  const std::vector<float> after_one = session.read_variable("dense/bias").to_vector<float>();
+  EXPECT_NE(after_one, std::vector<float>(kHidden, 0.0F));  // Adam moved it
+  const std::vector<float> ones(kHidden, 1.0F);
+  session.assign_variable("dense/bias", Tensor::from_vector<float>(ones, Shape{kHidden}, manager.device("cpu:0")));
+  EXPECT_EQ(session.read_variable("dense/bias").to_vector<float>(), ones);
+  EXPECT_THROW(session.assign_variable("dense/bias", Tensor::from_vector<float>(ones, Shape{kHidden / 2, 2},
+                                                                                 manager.device("cpu:0"))),
+               InvalidArgument);
+  EXPECT_THROW(session.read_variable("nope"), InvalidArgument);
+}
+
+TEST(Session, BadFeedsAndNamesFailBeforeAnyKernelRuns) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+  Session session(mlp.graph, {.devices = &manager});
+  device::Device& cpu = manager.device("cpu:0");
+  const auto batch = make_batch(kRows, kIn, kClasses, 1);
+  FeedMap feeds = feeds_of(manager, batch);
+  auto expect_error = [&](const FeedMap& bad, const std::vector<std::string>& fetches, const std::string& needle) {
+    try {
+      session.run(bad, fetches, mlp.updates);
+      FAIL() << "no error; expected one naming " << needle;
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find(needle), std::string::npos) << error.what();
+    }
+  };
+  FeedMap missing = feeds;
+  missing.erase("labels");
+  expect_error(missing, {mlp.loss}, "labels");
+  FeedMap wrong_dtype = feeds;
+  wrong_dtype["labels"] = Tensor::from_vector<float>(std::vector<float>(kRows), Shape{kRows}, cpu);
+  expect_error(wrong_dtype, {mlp.loss}, "labels");
+  FeedMap wrong_shape = feeds;
+  wrong_shape["x"] = Tensor::from_vector<float>(std::vector<float>(kRows * 3), Shape{kRows, 3}, cpu);
+  expect_error(wrong_shape, {mlp.loss}, "x");
+  expect_error(feeds, {"no_such_node"}, "no_such_node");
+  EXPECT_EQ(manager.device("sim:0").memory().stats().bytes_requested, 0u) << "an error left memory behind";
+}
+
+TEST(Session, PlacesAcrossDevicesWithCopiesAndAgreesWithOneDevice) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  testing::MlpGraph split = build_mlp(kIn, kHidden, kClasses);
+  // The second layer and everything after it on sim:1; the rest stays on the default device (sim:0).
+  for (const graph::Node& node : split.graph.nodes()) {
+    if (node.name.rfind("dense_1", 0) == 0 || node.name == "xent" || node.name == "loss" ||
+        node.name.find("gradients/dense_1") != std::string::npos) {
+      split.graph.mutable_node(node.id).device = "sim:1";
+    }
+  }
+  Session session(split.graph, {.devices = &manager});
+  const FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
+  const MemoryPlan plan = session.plan(types, {split.loss}, split.updates);
+  EXPECT_EQ(plan.devices.size(), 2u);
+  bool copied = false;
+  for (const PlannedTensor& tensor : plan.tensors) copied = copied || tensor.name.find("@sim:1") != std::string::npos;
+  EXPECT_TRUE(copied);
+  std::vector<float> split_losses;
+  for (int step = 1; step <= 5; ++step) {
+    const auto batch = make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step % 4));
+    split_losses.push_back(session.run(feeds_of(manager, batch), {split.loss}, split.updates, {.step = step})
+                               .at(0)
+                               .to_vector<float>()
+                               .at(0));
+  }
+  EXPECT_EQ(split_losses, train(manager, true, 5));
+}
+
+TEST(Session, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
+  graph::OpRegistry& registry = graph::OpRegistry::global();
+  if (registry.find("TestCpuOnlyNegate") == nullptr) {
+    graph::OpDef negate;
+    negate.name = "TestCpuOnlyNegate";
+    negate.num_inputs = 1;
+    negate.infer = [](const graph::InferenceContext& context) { return context.inputs; };
+    negate.kernels[device::DeviceKind::cpu] = [](graph::KernelContext& context) {
+      const Tensor input = context.inputs[0];
+      const Tensor output = context.outputs[0];
+      context.stream.enqueue([input, output] {
+        for (std::int64_t i = 0; i < input.num_elements(); ++i) output.data<float>()[i] = -input.data<float>()[i];
+      });
+    };
+    registry.add(std::move(negate));
+  }
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  graph::Graph g;
+  const graph::Output x = graph::placeholder(g, "x", DType::f32, {3});
+  const graph::Output negated = g.add("TestCpuOnlyNegate", {g.add("Relu", {x}, {}, "relu")}, {}, "negate");
+  g.add("Scale", {negated}, {{"alpha", 2.0}}, "double");
+  const FeedMap feeds = {{"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
+  Session soft(g, {.default_device = "sim:0", .devices = &manager});
+  EXPECT_EQ(soft.run(feeds, {"double"}).at(0).to_vector<float>(), (std::vector<float>{0, -4, -6}));
+  const MemoryPlan plan = soft.plan({{"x", {DType::f32, {3}}}}, {"double"});
+  ASSERT_EQ(plan.placement_log.size(), 1u);
+  EXPECT_NE(plan.placement_log[0].find("negate"), std::string::npos);
+  Session hard(g, {.default_device = "sim:0", .soft_placement = false, .devices = &manager});
+  try {
+    hard.run(feeds, {"double"});
+    FAIL() << "hard placement ran an op without a kernel";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("negate"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("sim:0"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace tp::runtime
