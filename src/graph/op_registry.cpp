@@ -17,6 +17,7 @@ void register_builtin_ops(OpRegistry& registry) {
   detail::register_array_ops(registry);
   detail::register_reduce_ops(registry);
   detail::register_state_ops(registry);
+  detail::register_collective_ops(registry);
 }
 
 }  // namespace

@@ -45,10 +45,10 @@ void check_ops_and_references(const std::vector<Node>& nodes, const OpRegistry& 
       for (const std::string& name : registry.names()) names += (names.empty() ? "" : ", ") + name;
       TP_GRAPH_FAIL(node, "unknown op '", node.op, "'; registered ops: ", names);
     }
-    if (node.inputs.size() != static_cast<std::size_t>(definition->num_inputs)) {
+    if (!definition->collective && node.inputs.size() != static_cast<std::size_t>(definition->num_inputs)) {
       TP_GRAPH_FAIL(node, "takes ", definition->num_inputs, " input(s) but has ", node.inputs.size());
     }
-    if (node.outputs.size() != static_cast<std::size_t>(definition->num_outputs)) {
+    if (!definition->collective && node.outputs.size() != static_cast<std::size_t>(definition->num_outputs)) {
       TP_GRAPH_FAIL(node, "has ", node.outputs.size(), " output type(s) but the op declares ", definition->num_outputs);
     }
     for (std::size_t index = 0; index < node.inputs.size(); ++index) {
@@ -60,7 +60,10 @@ void check_ops_and_references(const std::vector<Node>& nodes, const OpRegistry& 
       const Node& producer = nodes[static_cast<std::size_t>(input.node)];
       // Declared arity, not the stored types: those are checked below, once the structure is known good.
       const OpDef* producer_definition = registry.find(producer.op);
-      const int producer_outputs = producer_definition != nullptr ? producer_definition->num_outputs : 0;
+      const int producer_outputs =
+          producer_definition == nullptr ? 0
+          : producer_definition->collective ? static_cast<int>(producer.outputs.size())
+                                            : producer_definition->num_outputs;
       if (input.index < 0 || input.index >= producer_outputs) {
         TP_GRAPH_FAIL(node, "input ", index, " refers to output ", input.index, " of ", detail::label(producer),
                      ", which has ", producer_outputs, " output(s)");

@@ -46,7 +46,7 @@ class Builder {
   std::size_t value_on(graph::Output output, device::Device* device) {
     const auto found = where_.find({output, device});
     if (found != where_.end()) return found->second;
-    const std::size_t source = where_.at({output, placement_.device_of[static_cast<std::size_t>(output.node)]});
+    const std::size_t source = where_.at({output, home_.at(output)});
     const std::size_t copy = add_value(output, device, "@" + device->name());
     Step step{Step::Kind::copy, output.node, {source}, {copy}, device, {}};
     add_step(std::move(step));
@@ -70,8 +70,11 @@ class Builder {
     executable_.values.push_back(std::move(value));
     const std::size_t index = executable_.values.size() - 1;
     where_[{output, device}] = index;
+    if (suffix.empty()) home_[output] = device;
     return index;
   }
+
+  device::Device* home(graph::Output output) const { return home_.at(output); }
 
   void add_step(Step step) {
     for (std::size_t input : step.inputs) executable_.values[input].last_step = executable_.steps.size();
@@ -84,6 +87,7 @@ class Builder {
   const std::vector<std::vector<graph::TensorType>>& types_;
   const Placement& placement_;
   std::map<std::pair<graph::Output, device::Device*>, std::size_t> where_;
+  std::map<graph::Output, device::Device*> home_;  // where each output is produced
 };
 
 void plan_layouts(Executable& executable) {
@@ -172,6 +176,20 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
   for (graph::NodeId id : schedule) {
     const graph::Node& node = graph.node(id);
     if (node.op == "Placeholder" || node.op == "Variable") continue;
+    const graph::OpDef& op = registry.get(node.op);
+    if (op.collective) {  // inputs stay on their devices; output j on the device of input j % inputs
+      Step step{Step::Kind::kernel, id, {}, {}, placement.device_of[static_cast<std::size_t>(node.inputs[0].node)], {}};
+      for (const graph::Output& input : node.inputs) {
+        step.inputs.push_back(builder.value_on(input, placement.device_of[static_cast<std::size_t>(input.node)]));
+      }
+      for (std::size_t output = 0; output < node.outputs.size(); ++output) {
+        device::Device* device = executable->values[step.inputs[output % step.inputs.size()]].device;
+        step.outputs.push_back(builder.add_value({id, static_cast<int>(output)}, device));
+      }
+      step.device = executable->values[step.inputs[0]].device;
+      builder.add_step(std::move(step));
+      continue;
+    }
     device::Device* device = placement.device_of[static_cast<std::size_t>(id)];
     Step step{Step::Kind::kernel, id, {}, {}, device, {}};
     for (const graph::Output& input : node.inputs) step.inputs.push_back(builder.value_on(input, device));
@@ -182,7 +200,6 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     for (int output = 0; output < static_cast<int>(node.outputs.size()); ++output) {
       step.outputs.push_back(builder.add_value({id, output}, device));
     }
-    const graph::OpDef& op = registry.get(node.op);
     if (op.may_reuse_input && !step.inputs.empty() && !step.outputs.empty()) {
       const Value& input = executable->values[step.inputs[0]];
       const Value& output = executable->values[step.outputs[0]];
@@ -193,7 +210,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     builder.add_step(std::move(step));
   }
   for (const graph::Output& output : fetch_outputs) {
-    const std::size_t value = builder.value_on(output, placement.device_of[static_cast<std::size_t>(output.node)]);
+    const std::size_t value = builder.value_on(output, builder.home(output));
     executable->values[value].fetched = true;
     executable->values[value].last_step = executable->steps.size();
     executable->fetches.push_back(value);

@@ -71,6 +71,10 @@ struct OpDef {
   bool may_reuse_input = false;
   // The op mutates its inputs (variable updates) or has effects beyond its outputs; never pruned or reused.
   bool stateful = false;
+  // A collective (AllReduce): it takes one or more inputs, each on its own device, and num_inputs and
+  // num_outputs are not checked; output j lives on the device of input j % inputs. The executor leaves its
+  // inputs where they are (no copies) and its kernel moves data between the devices itself.
+  bool collective = false;
 };
 
 // Invariants: names are unique; every definition has `infer`; a definition is never removed or changed once

@@ -30,6 +30,7 @@ void register_math_ops(OpRegistry& registry);    // Add, Sub, Mul, Div, Scale, C
 void register_array_ops(OpRegistry& registry);   // Reshape, Broadcast, ScaleRows
 void register_reduce_ops(OpRegistry& registry);  // Sum, Mean, Max, ArgMax, CorrectCount
 void register_state_ops(OpRegistry& registry);   // ApplySgd, ApplyAdam
+void register_collective_ops(OpRegistry& registry);  // AllReduce (src/distribute/all_reduce_op.cpp)
 
 // The same kernel for DeviceKind::cpu and DeviceKind::sim (the tensor ops dispatch on the tensors' device).
 Kernels cpu_and_sim(Kernel kernel);

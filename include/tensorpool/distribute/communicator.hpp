@@ -1,0 +1,40 @@
+#pragma once
+// Communicator: collectives between replicas, one tensor per participant, each on its own device. This
+// issue's transports are in-process (between local devices): a ring (reduce-scatter then all-gather, each
+// device sending 2(R-1)/R of the data) and reduction-to-one (everything to participant 0, summed there, then
+// broadcast back) as the simple alternative. The multi-worker issue implements the same interface over MPI.
+//
+// Stream order: a collective enqueues its copies and additions on each participant's device stream 0 and
+// returns; work enqueued later on those streams sees the result, and the tensors stay alive until it has run.
+// Every participant ends with bitwise the same values (each chunk is reduced once, then copied).
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tensorpool/core/tensor.hpp"
+
+namespace tp::distribute {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string_view name() const noexcept = 0;
+
+  // Elements of working space participant `index` of `participants` needs to all-reduce `elements` elements.
+  virtual std::int64_t scratch_elements(std::int64_t elements, std::size_t participants, std::size_t index) const = 0;
+  // In place: each tensor becomes the elementwise sum over all of them. Tensors share one floating dtype and
+  // element count; scratch[i] lives on tensors[i]'s device with at least scratch_elements(...) elements.
+  // Throws tp::InvalidArgument naming the mismatch.
+  void all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+
+ private:
+  virtual void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) = 0;
+};
+
+// "ring" or "reduce_to_one"; anything else throws tp::InvalidArgument naming it and the accepted names.
+std::unique_ptr<Communicator> make_communicator(std::string_view algorithm);
+
+}  // namespace tp::distribute

@@ -1,0 +1,86 @@
+#pragma once
+// Sequential: a Keras-like model. Layers are added, compile() fixes the optimizer, loss and strategy and
+// builds the training graph (model_graph), and a Session (with the static memory planner) runs it.
+//
+//   tp::train::Sequential model({784}, {{.units = 512, .activation = Activation::relu},
+//                                       {.units = 10, .activation = Activation::softmax}});
+//   model.compile({.optimizer = Adam{}, .loss = Loss::sparse_categorical_crossentropy},
+//                 Strategy::mirrored({"sim:0", "sim:1"}));
+//   History history = model.fit(train, {.epochs = 5, .batch_size = 32, .validation = &test});
+//
+// A step feeds each replica its rows of the global batch (rows split as evenly as possible), runs the
+// forward and backward passes and the updates, and returns the global mean loss and the correct count.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/runtime/memory_plan.hpp"
+#include "tensorpool/runtime/session.hpp"
+#include "tensorpool/runtime/session_options.hpp"
+#include "tensorpool/train/layers.hpp"
+#include "tensorpool/train/strategy.hpp"
+
+namespace tp::train {
+
+struct CompileOptions {
+  Optimizer optimizer = Adam{};
+  Loss loss = Loss::sparse_categorical_crossentropy;
+  bool from_logits = false;
+  std::uint64_t seed = 42;  // initialisers (identical on every replica)
+};
+
+struct StepResult {
+  double loss = 0;     // mean over the batch
+  double correct = 0;  // examples whose argmax matched (classification)
+  std::int64_t examples = 0;
+};
+
+class Sequential {
+ public:
+  explicit Sequential(std::vector<std::int64_t> input_shape, std::vector<Dense> layers = {});
+  ~Sequential();
+  Sequential(const Sequential&) = delete;
+  Sequential& operator=(const Sequential&) = delete;
+
+  // Before compile() only; throws tp::InvalidArgument afterwards.
+  void add(Dense layer);
+  // Builds the graph and the session. The strategy's devices must exist in the session's device manager.
+  void compile(const CompileOptions& options, const Strategy& strategy = {}, runtime::SessionOptions session = {});
+
+  // One training step on a global batch: features [B, ...input_shape] float32 and labels [B] int32 (or
+  // [B, units] float32 for mean squared error), on any device. `step` counts from 1.
+  StepResult train_step(const Tensor& features, const Tensor& labels, std::int64_t step);
+  // The loss and correct count without updating anything.
+  StepResult test_step(const Tensor& features, const Tensor& labels);
+  // The output layer's values for a batch, on cpu:0, [B, units].
+  Tensor predict_step(const Tensor& features);
+
+  // The memory plan of a training step at `batch_size`, per device, before running it.
+  runtime::MemoryPlan plan(std::int64_t batch_size);
+  // Replica 0's variables ("dense/kernel", "dense/kernel/adam_m", ...), copied to cpu:0, and assignment of
+  // every replica from such a list (checkpoint restore).
+  std::vector<std::pair<std::string, Tensor>> variables();
+  void assign_variables(const std::vector<std::pair<std::string, Tensor>>& values);
+
+  const std::vector<std::string>& devices() const noexcept { return devices_; }
+  std::size_t replicas() const noexcept { return devices_.size(); }
+  runtime::Session& session();
+  bool has_accuracy() const;
+
+ private:
+  struct Compiled;
+  runtime::FeedMap feeds(const Tensor& features, const Tensor* labels) const;
+  std::vector<std::string> loss_and_correct_fetches() const;
+  StepResult collect(const std::vector<Tensor>& fetched, std::int64_t examples) const;
+
+  std::vector<std::int64_t> input_shape_;
+  std::vector<Dense> layers_;
+  std::vector<std::string> devices_;
+  std::unique_ptr<Compiled> compiled_;
+};
+
+}  // namespace tp::train

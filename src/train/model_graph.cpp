@@ -1,0 +1,193 @@
+#include "train/model_graph.hpp"
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/graph/autodiff.hpp"
+#include "tensorpool/graph/builder.hpp"
+
+namespace tp::train {
+
+namespace {
+
+struct Builder {
+  graph::Graph& graph;
+  std::string device;
+  std::string prefix;  // "replica_1/" or "" for one replica
+
+  graph::Output add(std::string_view op, std::vector<graph::Output> inputs, graph::Attributes attributes,
+                    const std::string& name) {
+    const graph::Output output = graph.add(op, std::move(inputs), std::move(attributes), prefix + name);
+    graph.mutable_node(output.node).device = device;
+    return output;
+  }
+  graph::NodeId add_node(std::string_view op, std::vector<graph::Output> inputs, graph::Attributes attributes,
+                         const std::string& name) {
+    const graph::NodeId id = graph.add_node(op, std::move(inputs), std::move(attributes), prefix + name);
+    graph.mutable_node(id).device = device;
+    return id;
+  }
+  graph::Output variable(const std::string& name, std::vector<std::int64_t> dims, const std::string& initializer,
+                         std::uint64_t seed, const std::string& kind) {
+    const graph::Output output = graph::variable(graph, prefix + name, DType::f32, std::move(dims));
+    graph::Node& node = graph.mutable_node(output.node);
+    node.device = device;
+    node.attributes["initializer"] = initializer;
+    node.attributes["seed"] = static_cast<std::int64_t>(seed);
+    node.attributes["kind"] = kind;
+    return output;
+  }
+  graph::Output placeholder(const std::string& name, DType dtype, std::vector<std::int64_t> dims) {
+    const graph::Output output = graph::placeholder(graph, prefix + name, dtype, std::move(dims));
+    graph.mutable_node(output.node).device = device;
+    return output;
+  }
+};
+
+std::vector<std::string> layer_names(const std::vector<Dense>& layers) {
+  std::vector<std::string> names;
+  int unnamed = 0;
+  for (const Dense& layer : layers) {
+    if (!layer.name.empty()) {
+      names.push_back(layer.name);
+    } else {
+      names.push_back(unnamed == 0 ? "dense" : "dense_" + std::to_string(unnamed));
+      ++unnamed;
+    }
+  }
+  return names;
+}
+
+void check_spec(const ModelSpec& spec, std::size_t replicas) {
+  if (replicas == 0) TP_THROW(InvalidArgument, "train", "a model needs at least one device");
+  if (spec.layers.empty()) TP_THROW(InvalidArgument, "train", "the model has no layers; add a Dense layer");
+  if (spec.input_shape.empty()) TP_THROW(InvalidArgument, "train", "the model's input shape is empty");
+  for (std::int64_t dim : spec.input_shape) {
+    if (dim <= 0) TP_THROW(InvalidArgument, "train", "input dimension ", dim, " must be positive");
+  }
+  for (std::size_t index = 0; index < spec.layers.size(); ++index) {
+    if (spec.layers[index].units <= 0) {
+      TP_THROW(InvalidArgument, "train", "layer ", index, " has ", spec.layers[index].units, " units; it needs >= 1");
+    }
+  }
+}
+
+}  // namespace
+
+ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::string>& devices) {
+  check_spec(spec, devices.size());
+  ModelGraph model;
+  graph::Graph& g = model.graph;
+  std::int64_t features = 1;
+  for (std::int64_t dim : spec.input_shape) features *= dim;
+  const std::vector<std::string> names = layer_names(spec.layers);
+  const graph::Output inv_global_batch = graph::placeholder(g, model.inv_global_batch, DType::f32, {});
+  const bool fused_softmax = spec.loss == Loss::sparse_categorical_crossentropy && !spec.from_logits &&
+                             spec.layers.back().activation == Activation::softmax;
+  const std::int64_t classes = spec.layers.back().units;
+  std::vector<std::vector<graph::Output>> parameters(devices.size());
+  std::vector<graph::Output> losses;
+  for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+    Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
+    ReplicaNodes nodes;
+    graph::Output h = builder.placeholder("x", DType::f32, {-1, features});
+    nodes.x = g.node(h.node).name;
+    const graph::Output labels = spec.loss == Loss::sparse_categorical_crossentropy
+                                     ? builder.placeholder("labels", DType::i32, {-1})
+                                     : builder.placeholder("labels", DType::f32, {-1, classes});
+    nodes.labels = g.node(labels.node).name;
+    std::int64_t fan_in = features;
+    graph::Output logits = h;
+    for (std::size_t index = 0; index < spec.layers.size(); ++index) {
+      const Dense& layer = spec.layers[index];
+      const std::uint64_t seed = spec.seed * 1000 + index;  // the same for every replica: identical starts
+      const graph::Output kernel =
+          builder.variable(names[index] + "/kernel", {fan_in, layer.units}, "glorot_uniform", seed, "parameter");
+      parameters[replica].push_back(kernel);
+      h = builder.add("MatMul", {h, kernel}, {}, names[index] + "/MatMul");
+      if (layer.use_bias) {
+        const graph::Output bias = builder.variable(names[index] + "/bias", {layer.units}, "zeros", 0, "parameter");
+        parameters[replica].push_back(bias);
+        h = builder.add("BiasAdd", {h, bias}, {}, names[index] + "/BiasAdd");
+      }
+      logits = h;
+      if (layer.activation == Activation::relu) h = builder.add("Relu", {h}, {}, names[index] + "/Relu");
+      if (layer.activation == Activation::softmax) h = builder.add("Softmax", {h}, {}, names[index] + "/Softmax");
+      fan_in = layer.units;
+    }
+    nodes.predictions = g.node(h.node).name;
+    graph::Output per_example;
+    if (spec.loss == Loss::sparse_categorical_crossentropy) {
+      const bool probabilities = !fused_softmax && !spec.from_logits;
+      const graph::NodeId xent =
+          builder.add_node("SparseSoftmaxCrossEntropy", {fused_softmax || spec.from_logits ? logits : h, labels},
+                           {{"input", std::string(probabilities ? "probabilities" : "logits")}}, "loss/xent");
+      per_example = {xent, 0};
+      nodes.correct = g.node(builder.add("CorrectCount", {h, labels}, {}, "metrics/correct").node).name;
+      model.has_accuracy = true;
+    } else {
+      const graph::Output error = builder.add("Sub", {h, labels}, {}, "loss/error");
+      const graph::Output squared = builder.add("Mul", {error, error}, {}, "loss/squared");
+      per_example = builder.add("Mean", {squared}, {{"axis", std::int64_t{1}}}, "loss/mean_over_outputs");
+    }
+    const graph::Output sum = builder.add("Sum", {per_example}, {{"axis", std::int64_t{0}}}, "loss/sum");
+    const graph::Output loss = builder.add("Mul", {sum, inv_global_batch}, {}, "loss");
+    nodes.loss = g.node(loss.node).name;
+    losses.push_back(loss);
+    model.replicas.push_back(nodes);
+  }
+  // Gradients per replica, then (mirrored) all-reduced, then the same update on every replica.
+  std::vector<std::vector<std::optional<graph::Output>>> gradients;
+  for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+    gradients.push_back(graph::gradients(g, losses[replica], parameters[replica]));
+  }
+  model.variables.resize(devices.size());
+  for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+    for (const graph::Output& parameter : parameters[replica])
+      model.variables[replica].push_back(g.node(parameter.node).name);
+  }
+  for (std::size_t index = 0; index < parameters[0].size(); ++index) {
+    std::vector<graph::Output> reduced;
+    if (devices.size() == 1) {
+      reduced.push_back(*gradients[0][index]);
+    } else {
+      std::vector<graph::Output> inputs;
+      for (std::size_t replica = 0; replica < devices.size(); ++replica) inputs.push_back(*gradients[replica][index]);
+      const std::string& name = g.node(parameters[0][index].node).name;
+      const graph::NodeId all_reduce = g.add_node("AllReduce", inputs, {{"algorithm", spec.all_reduce}},
+                                                  "all_reduce/" + name.substr(name.find('/') + 1));
+      for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+        reduced.push_back({all_reduce, static_cast<int>(replica)});
+      }
+    }
+    for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+      Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
+      const graph::Output parameter = parameters[replica][index];
+      const std::string base = g.node(parameter.node).name.substr(builder.prefix.size());
+      const std::vector<std::int64_t> dims = g.type_of(parameter).dims;
+      graph::NodeId update = -1;
+      if (const Adam* adam = std::get_if<Adam>(&spec.optimizer)) {
+        const graph::Output m = builder.variable(base + "/adam_m", dims, "zeros", 0, "optimizer_state");
+        const graph::Output v = builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state");
+        model.variables[replica].push_back(g.node(m.node).name);
+        model.variables[replica].push_back(g.node(v.node).name);
+        update = builder.add_node("ApplyAdam", {parameter, reduced[replica], m, v},
+                                  {{"learning_rate", adam->learning_rate},
+                                   {"beta1", adam->beta1},
+                                   {"beta2", adam->beta2},
+                                   {"epsilon", adam->epsilon}},
+                                  base + "/ApplyAdam");
+      } else {
+        const Sgd& sgd = std::get<Sgd>(spec.optimizer);
+        const graph::Output velocity = builder.variable(base + "/momentum", dims, "zeros", 0, "optimizer_state");
+        model.variables[replica].push_back(g.node(velocity.node).name);
+        update = builder.add_node(
+            "ApplySgd", {parameter, reduced[replica], velocity},
+            {{"learning_rate", sgd.learning_rate}, {"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}},
+            base + "/ApplySgd");
+      }
+      model.updates.push_back(g.node(update).name);
+    }
+  }
+  return model;
+}
+
+}  // namespace tp::train
