@@ -22,6 +22,7 @@ struct Session::State {
   std::map<device::Device*, std::shared_ptr<memory::MemoryResource>> memory;  // the session's charge per device
   std::map<std::string, Tensor, std::less<>> variables;                       // by Variable node name
   std::map<std::string, std::unique_ptr<Executable>> executables;             // by step signature
+  std::map<device::Device*, std::shared_ptr<Buffer>> arenas;                  // shared by the executables
 };
 
 namespace {
@@ -151,6 +152,7 @@ void Session::close() {
   if (closed_) return;
   for (device::Device* device : state_->devices) drain(*device);
   state_->executables.clear();
+  state_->arenas.clear();
   state_->variables.clear();
   for (device::Device* device : state_->devices) drain(*device);  // buffers held by finished tasks come back
   state_->memory.clear();
@@ -224,10 +226,24 @@ void Session::bind(Executable& executable) {
     }
   }
   if (!options_.planner) return;
+  // One arena per device, shared by every prepared step (runs are serialised, so steps never overlap): it
+  // grows to the largest step's plan, and the device holds variables plus that largest arena.
   for (DeviceLayout& layout : executable.layouts) {
-    if (layout.arena != nullptr) continue;
-    memory::AllocationTag tag{options_.name + "/arena", "Session", {}, {}, memory::AllocationKind::activation};
-    layout.arena = layout.device->allocate(layout.plan.arena_bytes, tag, memory_of(*layout.device));
+    std::shared_ptr<Buffer>& arena = state_->arenas[layout.device];
+    if (arena == nullptr || arena->bytes() < layout.plan.arena_bytes) {
+      for (auto& [key, prepared] : state_->executables) {  // drop every view of the old arena before it goes
+        for (DeviceLayout& other : prepared->layouts) {
+          if (other.device != layout.device || other.arena == nullptr) continue;
+          other.arena = nullptr;
+          for (std::size_t index : other.values) prepared->values[index].tensor = Tensor();
+        }
+      }
+      arena = nullptr;
+      memory::AllocationTag tag{options_.name + "/arena", "Session", {}, {}, memory::AllocationKind::activation};
+      arena = layout.device->allocate(layout.plan.arena_bytes, tag, memory_of(*layout.device));
+    }
+    if (layout.arena == arena) continue;
+    layout.arena = arena;
     for (std::size_t index : layout.values) {
       Value& value = executable.values[index];
       value.tensor = Tensor::from_buffer(layout.arena, value.offset, value.shape, value.dtype);

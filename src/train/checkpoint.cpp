@@ -94,11 +94,11 @@ void apply_retention(const fs::path& directory, const CheckpointFile& newest, st
 
 void ensure_directory(const fs::path& directory) {
   std::error_code error;
-  fs::create_directories(directory, error);
-  if (error) throw_os_error("cannot create the directory", directory, error);
-  if (!fs::is_directory(directory, error)) {
+  if (fs::exists(directory, error) && !fs::is_directory(directory, error)) {
     TP_THROW(DeviceError, "train", "checkpoint: '", directory.string(), "' exists and is not a directory");
   }
+  fs::create_directories(directory, error);
+  if (error) throw_os_error("cannot create the directory", directory, error);
 }
 
 }  // namespace

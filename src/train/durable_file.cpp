@@ -28,8 +28,11 @@ DurableFileWriter::DurableFileWriter(std::filesystem::path target, std::string_v
   temporary_ = target_;
   temporary_ += ".tmp";
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot create", temporary_, errno);
-  buffer_.reserve(kBufferBytes);
+  if (fd_ < 0) {
+    // Not fail(): whatever is at that path is not a file we created, so it is not ours to remove.
+    const int error_number = errno;
+    TP_THROW(DeviceError, "train", what_, ": cannot create '", temporary_.string(), "': ", std::strerror(error_number));
+  }
 }
 
 DurableFileWriter::~DurableFileWriter() {

@@ -10,5 +10,6 @@ void add_replay_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 // `tensorpool devices`: lists the devices and their memory figures (devices_command.cpp).
 void add_devices_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace tp::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tensorpool: a deep-learning runtime in which device memory is a first-class citizen"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tensorpool 0.1.0");
+  tp::cli::add_train_command(app);
   tp::cli::add_replay_command(app);
   tp::cli::add_trace_command(app);
   tp::cli::add_devices_command(app);

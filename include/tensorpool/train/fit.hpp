@@ -1,0 +1,48 @@
+#pragma once
+// fit() and evaluate(): the training loop of a compiled Sequential over a batched Dataset, as Keras's.
+//
+// fit() runs `epochs` epochs of train_step over the dataset's batches (its shuffle order per epoch), calls
+// the callbacks, evaluates the validation dataset at each epoch end, and returns the history. With a
+// checkpoint directory it resumes from the latest valid checkpoint there (variables, optimizer state, step,
+// epoch and the batch within it: the data order is a pure function of the seed and the epoch, so a run
+// killed mid-epoch continues at the same step) and saves one at each epoch end and every
+// `checkpoint_every_steps` steps.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "tensorpool/data/dataset.hpp"
+#include "tensorpool/train/callbacks.hpp"
+#include "tensorpool/train/sequential.hpp"
+
+namespace tp::train {
+
+struct FitOptions {
+  std::int64_t epochs = 5;
+  const data::Dataset* validation = nullptr;  // batched; evaluated at each epoch end
+  std::vector<std::shared_ptr<Callback>> callbacks{};
+  std::filesystem::path checkpoint_dir{};     // empty: no checkpoints
+  std::int64_t checkpoint_every_steps = 0;    // 0: at epoch ends only
+};
+
+struct Evaluation {
+  double loss = 0;
+  double accuracy = 0;
+  std::int64_t examples = 0;
+  double seconds = 0;
+};
+
+struct FitResult {
+  History history{};
+  std::int64_t steps = 0;               // optimizer steps of the whole run (resumed ones included)
+  std::int64_t resumed_from_step = 0;   // 0 when the run started fresh
+  double train_seconds = 0;             // wall time of the training epochs run now (validation excluded)
+  std::int64_t train_samples = 0;       // samples trained now
+};
+
+FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options = {});
+Evaluation evaluate(Sequential& model, const data::Dataset& dataset);
+
+}  // namespace tp::train

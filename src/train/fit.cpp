@@ -1,0 +1,134 @@
+#include "tensorpool/train/fit.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/train/checkpoint.hpp"
+#include "tensorpool/train/host_tensor.hpp"
+
+namespace tp::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+CheckpointState capture(Sequential& model, std::int64_t step, std::int64_t epoch, std::int64_t batch,
+                        std::uint64_t seed) {
+  CheckpointState state;
+  for (const auto& [name, tensor] : model.variables()) state.tensors[name] = to_host(tensor);
+  state.step = step;
+  state.epoch = epoch;
+  state.batch_in_epoch = batch;
+  state.rng_seed = seed;
+  return state;
+}
+
+void restore(Sequential& model, const CheckpointState& state, device::Device& host) {
+  std::vector<std::pair<std::string, Tensor>> values;
+  for (const auto& [name, tensor] : state.tensors) values.emplace_back(name, to_device(tensor, host, {.name = name}));
+  model.assign_variables(values);
+}
+
+}  // namespace
+
+Evaluation evaluate(Sequential& model, const data::Dataset& dataset) {
+  const auto start = Clock::now();
+  Evaluation evaluation;
+  double loss_sum = 0;
+  double correct = 0;
+  data::BatchIterator batches = dataset.epoch(0);
+  while (std::optional<data::Batch> batch = batches.next()) {
+    const StepResult result = model.test_step(batch->features, batch->labels);
+    loss_sum += result.loss * static_cast<double>(result.examples);
+    correct += result.correct;
+    evaluation.examples += result.examples;
+  }
+  if (evaluation.examples > 0) {
+    evaluation.loss = loss_sum / static_cast<double>(evaluation.examples);
+    evaluation.accuracy = correct / static_cast<double>(evaluation.examples);
+  }
+  evaluation.seconds = seconds_since(start);
+  return evaluation;
+}
+
+FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options) {
+  if (options.epochs < 0) TP_THROW(InvalidArgument, "train", "epochs = ", options.epochs, " must be >= 0");
+  CallbackList callbacks(options.callbacks);
+  FitResult result;
+  std::int64_t step = 0, first_epoch = 0, first_batch = 0;
+  const std::uint64_t seed = train.settings().shuffle_seed.value_or(0);
+  if (!options.checkpoint_dir.empty()) {
+    if (std::optional<CheckpointState> state = load_latest_checkpoint(options.checkpoint_dir)) {
+      restore(model, *state, model.session().options().devices->device("cpu:0"));
+      step = state->step;
+      first_epoch = state->epoch;
+      first_batch = state->batch_in_epoch;
+      result.resumed_from_step = step;
+      std::fprintf(stderr, "[train] resumed from step %lld (epoch %lld, batch %lld) in %s\n",
+                   static_cast<long long>(step), static_cast<long long>(first_epoch + 1),
+                   static_cast<long long>(first_batch), options.checkpoint_dir.c_str());
+    }
+  }
+  std::int64_t current_epoch = first_epoch, current_batch = first_batch;
+  if (!options.checkpoint_dir.empty()) {
+    callbacks.add(std::make_shared<CheckpointCallback>(
+        options.checkpoint_dir, [&] { return capture(model, step, current_epoch, current_batch, seed); },
+        CheckpointCallbackOptions{.every_steps = options.checkpoint_every_steps}));
+  }
+  const std::int64_t batches_per_epoch = train.batches_per_epoch();
+  callbacks.on_train_begin({.epochs = options.epochs,
+                            .initial_epoch = first_epoch,
+                            .batches_per_epoch = batches_per_epoch,
+                            .samples_per_epoch = train.shard_size(),
+                            .has_validation = options.validation != nullptr});
+  for (std::int64_t epoch = first_epoch; epoch < options.epochs; ++epoch) {
+    callbacks.on_epoch_begin(epoch);
+    const auto start = Clock::now();
+    double loss_sum = 0, correct = 0;
+    std::int64_t samples = 0;
+    data::BatchIterator batches = train.epoch(epoch, epoch == first_epoch ? first_batch : 0);
+    while (std::optional<data::Batch> batch = batches.next()) {
+      const StepResult step_result = model.train_step(batch->features, batch->labels, ++step);
+      loss_sum += step_result.loss * static_cast<double>(step_result.examples);
+      correct += step_result.correct;
+      samples += step_result.examples;
+      current_epoch = epoch;
+      current_batch = batch->index + 1;
+      BatchLogs logs{.epoch = epoch,
+                     .batch = batch->index,
+                     .batches_per_epoch = batches_per_epoch,
+                     .step = step,
+                     .loss = loss_sum / static_cast<double>(samples),
+                     .samples = samples,
+                     .elapsed_seconds = seconds_since(start)};
+      if (model.has_accuracy()) logs.accuracy = correct / static_cast<double>(samples);
+      callbacks.on_batch_end(logs);
+    }
+    const double seconds = seconds_since(start);
+    result.train_seconds += seconds;
+    result.train_samples += samples;
+    EpochLogs logs{.epoch = epoch,
+                   .loss = samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0,
+                   .seconds = seconds,
+                   .samples_per_second = seconds > 0 ? static_cast<double>(samples) / seconds : 0.0};
+    if (model.has_accuracy() && samples > 0) logs.accuracy = correct / static_cast<double>(samples);
+    if (options.validation != nullptr) {
+      const Evaluation validation = evaluate(model, *options.validation);
+      logs.val_loss = validation.loss;
+      if (model.has_accuracy()) logs.val_accuracy = validation.accuracy;
+    }
+    current_epoch = epoch + 1;  // a checkpoint taken now resumes at the next epoch's start
+    current_batch = 0;
+    callbacks.on_epoch_end(logs);
+    result.history.epochs.push_back(logs);
+  }
+  callbacks.on_train_end(result.history);
+  result.steps = step;
+  return result;
+}
+
+}  // namespace tp::train
