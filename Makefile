@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 TRACE ?= bench/traces/data/training.csv
 
-.PHONY: all deps configure build run test bench sanitize tsan clean
+.PHONY: all deps configure build run replay test bench sanitize tsan clean
 
 all: build
 
@@ -18,8 +18,13 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The main job. Until training exists it is the allocator replay demo: every allocator on a bundled trace.
+# The main job: the Keras-example MLP on Fashion-MNIST, mirrored over two sim devices, with a memory summary.
+TRAIN_FLAGS ?=
 run: build
+	@$(BUILD_DIR)/bin/tensorpool train $(TRAIN_FLAGS)
+
+# The allocator replay demo on a bundled trace (the main job of the memory core).
+replay: build
 	@$(BUILD_DIR)/bin/tensorpool replay --trace $(TRACE) --allocator all
 
 test: build
@@ -27,6 +32,8 @@ test: build
 
 bench: build
 	@$(BUILD_DIR)/bench/tp_replay_bench --traces bench/traces/data
+	@$(BUILD_DIR)/bench/tp_kernel_bench
+	@$(BUILD_DIR)/bench/tp_planner_bench
 
 # The memory, core, device and kernel tests again, in an address+undefined sanitizer build (what .ci/run does after `make test`).
 sanitize: deps
