@@ -29,7 +29,7 @@ std::filesystem::path locate(const std::filesystem::path& directory, const std::
 }
 
 IdxArray read_images(const std::filesystem::path& path) {
-  IdxArray images = read_idx(path, {.type = IdxType::u8, .ndims = 3, .file_kind = "image file", .items = "images"});
+  IdxArray images = read_idx(path, {.type = IdxType::u8, .ndims = 3, .file_kind = "an image file", .items = "images"});
   if (images.dims[1] != kFashionMnistImageSide || images.dims[2] != kFashionMnistImageSide) {
     TP_THROW(DataError, "data", path.string(), ": images are ", images.dims[1], "x", images.dims[2],
              "; Fashion-MNIST images are 28x28");
@@ -38,7 +38,7 @@ IdxArray read_images(const std::filesystem::path& path) {
 }
 
 IdxArray read_labels(const std::filesystem::path& path) {
-  IdxArray labels = read_idx(path, {.type = IdxType::u8, .ndims = 1, .file_kind = "label file", .items = "labels"});
+  IdxArray labels = read_idx(path, {.type = IdxType::u8, .ndims = 1, .file_kind = "a label file", .items = "labels"});
   const std::span<const std::uint8_t> values = labels.values<std::uint8_t>();
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (values[i] >= kFashionMnistClasses) {

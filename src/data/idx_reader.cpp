@@ -55,7 +55,7 @@ Header check_magic(IdxInput& input, const IdxExpectation& expect) {
   }
   const std::uint32_t value = detail::load_big_endian_u32(magic);
   if (magic[0] != 0 || magic[1] != 0) {
-    TP_THROW(DataError, "data", name, ": bad magic ", hex32(value), " for an ", expect.file_kind,
+    TP_THROW(DataError, "data", name, ": bad magic ", hex32(value), " for ", expect.file_kind,
              ": an IDX magic starts with two zero bytes (0x0000TTNN: type TT, NN dimensions); is this an IDX file?");
   }
   const std::optional<IdxType> type = idx_type_from_code(magic[2]);
@@ -75,7 +75,7 @@ Header check_magic(IdxInput& input, const IdxExpectation& expect) {
     const std::size_t want_rank = expect.ndims.value_or(ndims);
     const std::uint32_t want = (std::uint32_t{static_cast<std::uint8_t>(want_type)} << 8) |
                                static_cast<std::uint32_t>(want_rank);
-    TP_THROW(DataError, "data", name, ": bad magic ", hex32(value), " for an ", expect.file_kind, ": expected ",
+    TP_THROW(DataError, "data", name, ": bad magic ", hex32(value), " for ", expect.file_kind, ": expected ",
              hex32(want), " (", to_string(want_type), ", ", plural(want_rank, "dimension", "dimensions"),
              "), the file holds ", to_string(*type), " with ", plural(ndims, "dimension", "dimensions"));
   }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "device/denormals.hpp"
 #include "tensorpool/device/device.hpp"
 
 namespace tp::device {
@@ -45,6 +46,7 @@ void Stream::synchronize() {
 }
 
 void Stream::run(Task& task, bool propagate) {
+  const ScopedFlushDenormals flush_denormals;
   Stream* const outer = std::exchange(current_stream, this);
   try {
     task();

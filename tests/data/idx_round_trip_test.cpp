@@ -71,7 +71,7 @@ void check_all_shapes() {
   const std::vector<std::vector<std::int64_t>> shapes = {{11}, {3, 5}, {2, 3, 4}, {2, 1, 3, 2}};
   for (const auto& dims : shapes) {
     for (const IdxCompression compression : {IdxCompression::none, IdxCompression::gzip}) {
-      SCOPED_TRACE(::testing::Message() << idx_type_of<T>() << " " << dims.size() << " dims "
+      SCOPED_TRACE(::testing::Message() << to_string(idx_type_of<T>()) << " " << dims.size() << " dims "
                                         << (compression == IdxCompression::gzip ? "gzip" : "raw"));
       check_round_trip<T>(dir, dims, compression);
     }
@@ -106,21 +106,6 @@ TEST(IdxRoundTripTest, ReadsHandWrittenBigEndianValues) {
   const IdxArray ints = read_idx(dir / "i32");
   EXPECT_EQ(ints.dims, (std::vector<std::int64_t>{1, 1}));
   EXPECT_EQ(ints.values<std::int32_t>()[0], 0x01020304);
-}
-
-TEST(IdxRoundTripTest, ConcatenatedGzipMembersAreInflatedInSequence) {
-  TempDir dir;
-  // gzip allows `cat a.gz b.gz`. Two complete IDX files so joined read as one whose payload is followed by
-  // the second file's 8 + 5 bytes: the count proves the second member was inflated, not skipped.
-  write_idx(dir / "a.gz", testing::pattern_u8({4, 3}), IdxCompression::gzip);
-  write_idx(dir / "b.gz", testing::pattern_u8({5}), IdxCompression::gzip);
-  std::vector<std::uint8_t> joined = testing::read_bytes(dir / "a.gz");
-  const std::vector<std::uint8_t> second = testing::read_bytes(dir / "b.gz");
-  joined.insert(joined.end(), second.begin(), second.end());
-  testing::write_bytes(dir / "joined.gz", joined);
-  const std::string message = testing::data_error_message([&] { read_idx(dir / "joined.gz"); });
-  EXPECT_NE(message.find("joined.gz: trailing bytes"), std::string::npos) << message;
-  EXPECT_NE(message.find("but 13 more bytes follow"), std::string::npos) << message;
 }
 
 TEST(IdxRoundTripTest, ArrayInvariantIsChecked) {

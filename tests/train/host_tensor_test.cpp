@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "device/support/device_test_support.hpp"
 #include "support/checkpoint_test_support.hpp"
 #include "tensorpool/core/error.hpp"
@@ -58,7 +60,9 @@ TEST_P(HostTensorTest, MismatchedBytesAreRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HostTensorTest, ::testing::Values(Backend::sim, Backend::cpu),
-                         [](const auto& info) { return info.param == Backend::sim ? "sim" : "cpu"; });
+                         [](const ::testing::TestParamInfo<Backend>& param_info) {
+                           return param_info.param == Backend::sim ? "sim" : "cpu";
+                         });
 
 }  // namespace
 }  // namespace tp::train

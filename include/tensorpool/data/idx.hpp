@@ -90,7 +90,7 @@ struct IdxArray {
 struct IdxExpectation {
   std::optional<IdxType> type{};
   std::optional<std::size_t> ndims{};
-  std::string file_kind = "IDX file";  // "image file", "label file"
+  std::string file_kind = "an IDX file";  // with its article: "an image file", "a label file"
   std::string items = "items";         // what the first dimension counts: "images", "labels"
 };
 

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,9 +79,17 @@ inline CheckpointState sample_state(std::int64_t step) {
   return state;
 }
 
+// The whole file (empty when it cannot be read). Sized reads: istreambuf_iterator trips GCC 12's
+// -Wnull-dereference.
 inline std::vector<std::uint8_t> read_bytes(const std::filesystem::path& file) {
+  std::error_code error;
+  const auto size = std::filesystem::file_size(file, error);
+  if (error) return {};
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
   std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<std::size_t>(in.gcount()));
+  return bytes;
 }
 
 inline void write_bytes(const std::filesystem::path& file, const std::vector<std::uint8_t>& bytes) {
@@ -91,8 +98,8 @@ inline void write_bytes(const std::filesystem::path& file, const std::vector<std
 }
 
 inline std::string read_text(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::vector<std::uint8_t> bytes = read_bytes(file);
+  return {bytes.begin(), bytes.end()};
 }
 
 }  // namespace tp::train::testing

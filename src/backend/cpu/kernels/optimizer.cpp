@@ -60,11 +60,18 @@ void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T be
       static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
   const T one_minus_beta1 = T{1} - beta1;
   const T one_minus_beta2 = T{1} - beta2;
+  // The four arrays never overlap (distinct tensors); saying so lets the compiler vectorise the loop.
+  T* __restrict__ out_param = param;
+  T* __restrict__ out_m = m;
+  T* __restrict__ out_v = v;
+  const T* __restrict__ in_grad = grad;
   for (std::int64_t i = 0; i < n; ++i) {
-    const T g = grad[i];
-    m[i] += (g - m[i]) * one_minus_beta1;
-    v[i] += (g * g - v[i]) * one_minus_beta2;
-    param[i] -= m[i] * alpha / (std::sqrt(v[i]) + epsilon);
+    const T g = in_grad[i];
+    const T m_i = out_m[i] + (g - out_m[i]) * one_minus_beta1;
+    const T v_i = out_v[i] + (g * g - out_v[i]) * one_minus_beta2;
+    out_m[i] = m_i;
+    out_v[i] = v_i;
+    out_param[i] -= m_i * alpha / (std::sqrt(v_i) + epsilon);
   }
 }
 
