@@ -28,7 +28,9 @@ std::string csv_number(const std::optional<double>& value) { return value ? csv_
 // Whether an existing non-empty `path` starts with the header line. False for a missing or empty file.
 bool has_rows(const std::filesystem::path& path) {
   std::error_code error;
-  if (!std::filesystem::exists(path, error) || std::filesystem::file_size(path, error) == 0 || error) return false;
+  if (!std::filesystem::exists(path, error)) return false;
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (error || size == 0) return false;  // unreadable: open() reports it with the OS's reason
   std::ifstream existing(path);
   std::string first_line;
   std::getline(existing, first_line);

@@ -144,19 +144,23 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
     for (const graph::Output& parameter : parameters[replica])
       model.variables[replica].push_back(g.node(parameter.node).name);
   }
+  // One AllReduce for every gradient (a single bucket): one collective per step, not one per parameter.
+  graph::NodeId all_reduce = -1;
+  const std::size_t replicas = devices.size();
+  if (replicas > 1) {
+    std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
+    for (std::size_t index = 0; index < parameters[0].size(); ++index) {
+      for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*gradients[replica][index]);
+    }
+    all_reduce = g.add_node("AllReduce", inputs,
+                            {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}},
+                            "all_reduce/gradients");
+  }
   for (std::size_t index = 0; index < parameters[0].size(); ++index) {
     std::vector<graph::Output> reduced;
-    if (devices.size() == 1) {
-      reduced.push_back(*gradients[0][index]);
-    } else {
-      std::vector<graph::Output> inputs;
-      for (std::size_t replica = 0; replica < devices.size(); ++replica) inputs.push_back(*gradients[replica][index]);
-      const std::string& name = g.node(parameters[0][index].node).name;
-      const graph::NodeId all_reduce = g.add_node("AllReduce", inputs, {{"algorithm", spec.all_reduce}},
-                                                  "all_reduce/" + name.substr(name.find('/') + 1));
-      for (std::size_t replica = 0; replica < devices.size(); ++replica) {
-        reduced.push_back({all_reduce, static_cast<int>(replica)});
-      }
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      reduced.push_back(replicas == 1 ? *gradients[0][index]
+                                      : graph::Output{all_reduce, static_cast<int>(index * replicas + replica)});
     }
     for (std::size_t replica = 0; replica < devices.size(); ++replica) {
       Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
