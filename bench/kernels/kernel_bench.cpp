@@ -6,14 +6,22 @@
 //   raw cblas_sgemm on host buffers of the same shapes; overhead = ours / raw - 1.
 //   Copy: Device::copy_from_host + stream synchronize into a sim device (staged through pinned memory) against
 //   one memcpy of the same size between host buffers.
+//
+// --sgemm-rate prints instead one JSON line, the roofline input of bench/peers/compare_torch.py: the
+// single-threaded (openblas_set_num_threads(1)) raw cblas_sgemm rate over the GEMMs of one MLP training step
+// (784-512-10; forward 2 GEMMs, layer-2 input gradient, both weight gradients) at batch 32 and 128, weighted
+// by FLOPs (total FLOPs / total time of one call of each), median of the rounds.
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "tensorpool/core/buffer.hpp"
@@ -123,6 +131,102 @@ void bench_copy(tp::device::Device& device, std::size_t bytes, int rounds, doubl
               pair.baseline / pair.ours);
 }
 
+// The GEMMs of one training step of the 784-512-10 MLP at batch `batch` (row-major, as ops::matmul_into calls
+// them): 2 x (784x512 + 512x10 + 512x10 + 784x512 + 512x10) = 1,636,352 FLOPs per sample.
+std::vector<GemmCase> training_gemms(std::int64_t batch) {
+  return {
+      {"forward dense 1", batch, 512, 784, false, false},
+      {"forward dense 2", batch, 10, 512, false, false},
+      {"grad input 2 (dy W^T)", batch, 512, 10, false, true},
+      {"grad kernel 1 (x^T dy)", 784, 512, batch, true, false},
+      {"grad kernel 2 (h^T dy)", 512, 10, batch, true, false},
+  };
+}
+
+// --sgemm-rate: one JSON line {"sgemm_gflops": X, "shapes": [...], ...}. Each round times every GEMM once
+// (time_per_call over `seconds`); the round's rate is its total FLOPs over its total time; medians of rounds.
+int sgemm_rate(int rounds, double seconds) {
+  openblas_set_num_threads(1);
+  const std::vector<std::int64_t> batches = {32, 128};
+  struct Case {
+    std::int64_t batch;
+    GemmCase shape;
+    std::vector<float> a, b, c;
+    std::vector<double> seconds_per_call;
+  };
+  std::vector<Case> cases;
+  for (std::int64_t batch : batches) {
+    for (const GemmCase& shape : training_gemms(batch)) {
+      Case entry{batch, shape, std::vector<float>(static_cast<std::size_t>(shape.m * shape.k)),
+                 std::vector<float>(static_cast<std::size_t>(shape.k * shape.n)),
+                 std::vector<float>(static_cast<std::size_t>(shape.m * shape.n)), {}};
+      for (std::size_t i = 0; i < entry.a.size(); ++i) entry.a[i] = static_cast<float>(i % 17) * 0.0625F - 0.5F;
+      for (std::size_t i = 0; i < entry.b.size(); ++i) entry.b[i] = static_cast<float>(i % 13) * 0.0625F - 0.375F;
+      cases.push_back(std::move(entry));
+    }
+  }
+  auto flops_of = [](const GemmCase& shape) { return 2.0 * static_cast<double>(shape.m * shape.n * shape.k); };
+  std::vector<double> total_rates;
+  std::vector<std::vector<double>> batch_rates(batches.size());
+  // Process CPU time over wall time: well under 1 means the core was shared and the rate is understated.
+  const std::clock_t cpu_start = std::clock();
+  const auto wall_start = Clock::now();
+  for (int round = 0; round < rounds; ++round) {
+    double total_flops = 0, total_time = 0;
+    std::vector<double> batch_flops(batches.size(), 0), batch_time(batches.size(), 0);
+    for (Case& entry : cases) {
+      const GemmCase& shape = entry.shape;
+      const auto lda = static_cast<int>(shape.transpose_a ? shape.m : shape.k);
+      const auto ldb = static_cast<int>(shape.transpose_b ? shape.k : shape.n);
+      const double per_call = time_per_call(
+          [&] {
+            cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
+                        shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m),
+                        static_cast<int>(shape.n), static_cast<int>(shape.k), 1.0F, entry.a.data(), lda, entry.b.data(),
+                        ldb, 0.0F, entry.c.data(), static_cast<int>(shape.n));
+          },
+          seconds);
+      entry.seconds_per_call.push_back(per_call);
+      const auto index = static_cast<std::size_t>(
+          std::find(batches.begin(), batches.end(), entry.batch) - batches.begin());
+      total_flops += flops_of(shape);
+      total_time += per_call;
+      batch_flops[index] += flops_of(shape);
+      batch_time[index] += per_call;
+    }
+    total_rates.push_back(total_flops / total_time);
+    for (std::size_t index = 0; index < batches.size(); ++index)
+      batch_rates[index].push_back(batch_flops[index] / batch_time[index]);
+  }
+  const double cpu_per_wall = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC /
+                              std::chrono::duration<double>(Clock::now() - wall_start).count();
+  double flops_per_sample = 0;  // batch 1: every GEMM is linear in the batch
+  for (const GemmCase& shape : training_gemms(1)) flops_per_sample += flops_of(shape);
+  std::printf(
+      "{\"sgemm_gflops\": %.3f, \"threads\": 1, \"rounds\": %d, \"seconds\": %g, \"flops_per_sample\": %.0f, "
+      "\"cpu_per_wall\": %.3f",
+      median(total_rates) / 1e9, rounds, seconds, flops_per_sample, cpu_per_wall);
+  std::printf(", \"by_batch\": {");
+  for (std::size_t index = 0; index < batches.size(); ++index)
+    std::printf("%s\"%lld\": %.3f", index ? ", " : "", static_cast<long long>(batches[index]),
+                median(batch_rates[index]) / 1e9);
+  std::printf("}, \"shapes\": [");
+  for (std::size_t index = 0; index < cases.size(); ++index) {
+    const Case& entry = cases[index];
+    const double per_call = median(entry.seconds_per_call);
+    std::printf(
+        "%s{\"batch\": %lld, \"role\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"transpose_a\": %s, "
+        "\"transpose_b\": %s, \"flops\": %.0f, \"us_per_call\": %.3f, \"gflops\": %.3f}",
+        index ? ", " : "", static_cast<long long>(entry.batch), entry.shape.role,
+        static_cast<long long>(entry.shape.m), static_cast<long long>(entry.shape.n),
+        static_cast<long long>(entry.shape.k), entry.shape.transpose_a ? "true" : "false",
+        entry.shape.transpose_b ? "true" : "false", flops_of(entry.shape), per_call * 1e6,
+        flops_of(entry.shape) / per_call / 1e9);
+  }
+  std::printf("]}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,7 +236,13 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "alternating rounds per pair (the median is reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--seconds", seconds, "minimum seconds per timed measurement")->check(CLI::PositiveNumber);
+  bool sgemm_rate_only = false;
+  app.add_flag("--sgemm-rate", sgemm_rate_only,
+               "print only one JSON line: the single-threaded raw cblas_sgemm rate over the MLP training GEMMs "
+               "at batch 32 and 128 (FLOP-weighted, median of --rounds), the roofline input of "
+               "bench/peers/compare_torch.py");
   CLI11_PARSE(app, argc, argv);
+  if (sgemm_rate_only) return sgemm_rate(rounds, seconds);
 
   tp::memory::MemoryConfig config;
   config.policy = tp::memory::GrowthPolicy::grow;

@@ -13,7 +13,7 @@
 //   - an exception thrown while assembling a batch (a custom map, running out of memory) is rethrown by the
 //     consumer's next() call that would have returned that batch, after the batches before it; the iterator
 //     then keeps rethrowing it.
-// A BatchIterator is used from one thread at a time.
+// A BatchIterator is used from one thread at a time; a moved-from one may only be destroyed or assigned to.
 
 #include <cstddef>
 #include <cstdint>
