@@ -94,6 +94,28 @@ TEST(Sequential, ThePlanCoversEveryReplicaAndAnOddBatchSplits) {
   EXPECT_TRUE(std::isfinite(result.loss));
 }
 
+TEST(Sequential, MeanSquaredErrorRegressionLearns) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  Sequential model({kIn}, {{.units = 16, .activation = Activation::relu}, {.units = 2}});
+  model.compile({.optimizer = Sgd{.learning_rate = 0.05, .momentum = 0.9}, .loss = Loss::mean_squared_error},
+                Strategy::mirrored({"sim:0", "sim:1"}), {.devices = &manager});
+  std::vector<double> losses;
+  for (int step = 1; step <= 80; ++step) {
+    const auto made = runtime::testing::make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step % 8));
+    std::vector<float> targets;  // regress the first two features
+    for (std::int64_t row = 0; row < kRows; ++row) {
+      targets.push_back(made.x[static_cast<std::size_t>(row * kIn)]);
+      targets.push_back(made.x[static_cast<std::size_t>(row * kIn + 1)]);
+    }
+    device::Device& cpu = manager.device("cpu:0");
+    losses.push_back(model.train_step(Tensor::from_vector<float>(made.x, Shape{kRows, kIn}, cpu),
+                                      Tensor::from_vector<float>(targets, Shape{kRows, 2}, cpu), step)
+                         .loss);
+  }
+  EXPECT_LT(losses.back(), 0.2 * losses.front()) << "first " << losses.front() << " last " << losses.back();
+  EXPECT_FALSE(model.has_accuracy());
+}
+
 TEST(Sequential, BadInputsAreRejectedNamingThem) {
   device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
   Sequential model = mlp();
