@@ -64,7 +64,7 @@ inline MlpGraph build_mlp(std::int64_t in, std::int64_t hidden, std::int64_t cla
   const std::vector<graph::Output> parameters = {w1, b1, w2, b2};
   const auto grads = graph::gradients(g, loss, parameters);
   for (std::size_t index = 0; index < parameters.size(); ++index) {
-    const std::string& name = g.node(parameters[index].node).name;
+    const std::string name = g.node(parameters[index].node).name;  // a copy: adding nodes moves them
     const std::vector<std::int64_t> dims = g.type_of(parameters[index]).dims;
     const graph::Output m = variable(name + "/m", dims, "zeros", "optimizer_state");
     const graph::Output v = variable(name + "/v", dims, "zeros", "optimizer_state");
