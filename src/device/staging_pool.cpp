@@ -1,6 +1,7 @@
 #include "device/staging_pool.hpp"
 
 #include <cstdio>
+#include <new>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
@@ -53,10 +54,17 @@ std::shared_ptr<void> StagingPool::acquire(std::size_t bytes) {
     stack = stack_;
   }
   void* block = nullptr;
+  std::string refusal;
   try {
     block = stack->allocate(bytes);
   } catch (const DeviceError& error) {  // the OS refused to lock pages
-    fall_back_to_pageable(error.what());
+    refusal = error.what();
+  } catch (const std::bad_alloc& error) {  // the BFC layer reports a refused mlock (RLIMIT_MEMLOCK) as OOM
+    if (!pinned()) throw;
+    refusal = error.what();
+  }
+  if (block == nullptr) {
+    fall_back_to_pageable(refusal);
     {
       std::lock_guard lock(mutex_);
       stack = stack_;
