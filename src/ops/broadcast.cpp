@@ -12,36 +12,6 @@ namespace {
 constexpr std::string_view kBroadcast = "BroadcastAxis";
 constexpr std::string_view kScaleRows = "ScaleRows";
 
-// out viewed as [outer, axis, inner] around the inserted axis, which must be in range for out's rank.
-struct InsertedAxis {
-  std::int64_t outer = 1, axis = 1, inner = 1;
-  Shape reduced;  // out's shape without the axis: what x must be
-};
-
-std::int64_t normalized_axis(std::int64_t axis, std::int64_t out_rank, const Shape& x_shape) {
-  if (axis < -out_rank || axis >= out_rank) {
-    TP_THROW(InvalidArgument, "ops", kBroadcast, ": axis ", axis, " is out of range for inserting an axis into x ",
-             x_shape, " (valid axes are ", -out_rank, "..", out_rank - 1, ")");
-  }
-  return axis < 0 ? axis + out_rank : axis;
-}
-
-InsertedAxis split_out(const Tensor& x, std::int64_t axis, const Tensor& out) {
-  const auto rank = static_cast<std::int64_t>(out.shape().rank());
-  axis = normalized_axis(axis, rank, x.shape());
-  InsertedAxis split;
-  std::vector<std::int64_t> kept;
-  for (std::int64_t dim = 0; dim < rank; ++dim) {
-    const std::int64_t size = out.shape().dim(dim);
-    if (dim < axis) split.outer *= size;
-    if (dim == axis) split.axis = size;
-    if (dim > axis) split.inner *= size;
-    if (dim != axis) kept.push_back(size);
-  }
-  split.reduced = Shape(std::move(kept));
-  return split;
-}
-
 }  // namespace
 
 void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out, BroadcastMode mode,
@@ -53,10 +23,10 @@ void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out, 
     TP_THROW(InvalidArgument, "ops", kBroadcast, ": out ", out.shape(), " must have one more axis than x ",
              x.shape());
   }
-  const InsertedAxis split = split_out(x, axis, out);
-  if (x.shape() != split.reduced) {
+  const detail::AxisSplit split = detail::split_axis(kBroadcast, out.shape(), axis);
+  if (x.shape() != split.without_axis) {
     TP_THROW(InvalidArgument, "ops", kBroadcast, ": x ", x.shape(), " does not match out ", out.shape(),
-             " without axis ", axis, " (", split.reduced, ")");
+             " without axis ", axis, " (", split.without_axis, ")");
   }
   device::Stream& stream = detail::stream_for(kBroadcast, device, context);
   detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
@@ -73,9 +43,12 @@ Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size, Bro
   device::Device& device = detail::common_device(kBroadcast, {{"x", x}});
   detail::require_floating(kBroadcast, {"x", x});
   if (size < 0) TP_THROW(InvalidArgument, "ops", kBroadcast, ": size ", size, " is negative");
-  const auto out_rank = static_cast<std::int64_t>(x.shape().rank()) + 1;
-  const std::int64_t position = normalized_axis(axis, out_rank, x.shape());
   std::vector<std::int64_t> dims = x.shape().dims();
+  const auto out_rank = static_cast<std::int64_t>(dims.size()) + 1;
+  std::vector<std::int64_t> probe = dims;
+  probe.push_back(1);
+  detail::split_axis(kBroadcast, Shape(probe), axis);  // checks the axis against out's rank
+  const std::int64_t position = axis < 0 ? axis + out_rank : axis;
   dims.insert(dims.begin() + position, size);
   Tensor out = detail::allocate_output(kBroadcast, Shape(std::move(dims)), x.dtype(), device, context);
   broadcast_axis_into(x, axis, out, mode, context);

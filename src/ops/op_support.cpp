@@ -61,6 +61,26 @@ void require_shape(std::string_view op, const Argument& argument, const Shape& e
   }
 }
 
+AxisSplit split_axis(std::string_view op, const Shape& shape, std::int64_t axis) {
+  const auto rank = static_cast<std::int64_t>(shape.rank());
+  if (axis < -rank || axis >= rank) {
+    TP_THROW(InvalidArgument, "ops", op, ": axis ", axis, " is out of range for shape ", shape, " (rank ", rank,
+             "; valid axes are ", -rank, "..", rank - 1, ")");
+  }
+  if (axis < 0) axis += rank;
+  AxisSplit split;
+  std::vector<std::int64_t> kept;
+  for (std::int64_t dim = 0; dim < rank; ++dim) {
+    const std::int64_t size = shape.dim(dim);
+    if (dim < axis) split.outer *= size;
+    if (dim == axis) split.axis = size;
+    if (dim > axis) split.inner *= size;
+    if (dim != axis) kept.push_back(size);
+  }
+  split.without_axis = Shape(std::move(kept));
+  return split;
+}
+
 Tensor allocate_output(std::string_view op, const Shape& shape, DType dtype, device::Device& device,
                        const OpContext& context) {
   TensorTag tag = context.output;

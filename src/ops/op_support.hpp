@@ -28,6 +28,14 @@ void require_same_dtype(std::string_view op, const Argument& first, const Argume
 void require_rank(std::string_view op, const Argument& argument, std::size_t rank);
 void require_shape(std::string_view op, const Argument& argument, const Shape& expected);
 
+// `shape` viewed as [outer, axis, inner] around one axis (in [-rank, rank), negative from the end), and the
+// shape without that axis. Throws tp::InvalidArgument naming the op, the axis and the shape when out of range.
+struct AxisSplit {
+  std::int64_t outer = 1, axis = 1, inner = 1;
+  Shape without_axis;
+};
+AxisSplit split_axis(std::string_view op, const Shape& shape, std::int64_t axis);
+
 // An output of `shape` and `dtype` on `device`, tagged with the context's tag (op and kind filled in).
 Tensor allocate_output(std::string_view op, const Shape& shape, DType dtype, device::Device& device,
                        const OpContext& context);

@@ -7,30 +7,8 @@ namespace tp::ops {
 
 namespace {
 
-// x viewed as [outer, axis, inner] around the reduced axis.
-struct AxisSplit {
-  std::int64_t outer = 1, axis = 1, inner = 1;
-  Shape reduced;
-};
-
-AxisSplit split_axis(std::string_view op, const Tensor& x, std::int64_t axis) {
-  const auto rank = static_cast<std::int64_t>(x.shape().rank());
-  if (axis < -rank || axis >= rank) {
-    TP_THROW(InvalidArgument, "ops", op, ": axis ", axis, " is out of range for x of shape ", x.shape(), " (rank ",
-             rank, "; valid axes are ", -rank, "..", rank - 1, ")");
-  }
-  if (axis < 0) axis += rank;
-  AxisSplit split;
-  std::vector<std::int64_t> kept;
-  for (std::int64_t dim = 0; dim < rank; ++dim) {
-    const std::int64_t size = x.shape().dim(dim);
-    if (dim < axis) split.outer *= size;
-    if (dim == axis) split.axis = size;
-    if (dim > axis) split.inner *= size;
-    if (dim != axis) kept.push_back(size);
-  }
-  split.reduced = Shape(std::move(kept));
-  return split;
+detail::AxisSplit split_axis(std::string_view op, const Tensor& x, std::int64_t axis) {
+  return detail::split_axis(op, x.shape(), axis);
 }
 
 std::string_view name_of(Reduction reduction) {
@@ -52,8 +30,8 @@ void reduce_into(const Tensor& x, std::int64_t axis, Reduction reduction, const 
   device::Device& device = detail::common_device(op, {{"x", x}, {"out", out}});
   detail::require_floating(op, {"x", x});
   detail::require_same_dtype(op, {"x", x}, {"out", out});
-  const AxisSplit split = split_axis(op, x, axis);
-  detail::require_shape(op, {"out", out}, split.reduced);
+  const detail::AxisSplit split = split_axis(op, x, axis);
+  detail::require_shape(op, {"out", out}, split.without_axis);
   device::Stream& stream = detail::stream_for(op, device, context);
   detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
     stream.enqueue([x, out, split, reduction] {
@@ -76,7 +54,7 @@ Tensor reduce(const Tensor& x, std::int64_t axis, Reduction reduction, const OpC
   const std::string_view op = name_of(reduction);
   device::Device& device = detail::common_device(op, {{"x", x}});
   detail::require_floating(op, {"x", x});
-  Tensor out = detail::allocate_output(op, split_axis(op, x, axis).reduced, x.dtype(), device, context);
+  Tensor out = detail::allocate_output(op, split_axis(op, x, axis).without_axis, x.dtype(), device, context);
   reduce_into(x, axis, reduction, out, context);
   return out;
 }
@@ -84,11 +62,11 @@ Tensor reduce(const Tensor& x, std::int64_t axis, Reduction reduction, const OpC
 void argmax_into(const Tensor& x, std::int64_t axis, const Tensor& out, const OpContext& context) {
   device::Device& device = detail::common_device("ArgMax", {{"x", x}, {"out", out}});
   detail::require_floating("ArgMax", {"x", x});
-  const AxisSplit split = split_axis("ArgMax", x, axis);
+  const detail::AxisSplit split = split_axis("ArgMax", x, axis);
   if (out.dtype() != DType::i64) {
     TP_THROW(InvalidArgument, "ops", "ArgMax: out is ", tp::name_of(out.dtype()), out.shape(), "; it must be int64");
   }
-  detail::require_shape("ArgMax", {"out", out}, split.reduced);
+  detail::require_shape("ArgMax", {"out", out}, split.without_axis);
   device::Stream& stream = detail::stream_for("ArgMax", device, context);
   detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
     stream.enqueue([x, out, split] {
@@ -99,7 +77,7 @@ void argmax_into(const Tensor& x, std::int64_t axis, const Tensor& out, const Op
 
 Tensor argmax(const Tensor& x, std::int64_t axis, const OpContext& context) {
   device::Device& device = detail::common_device("ArgMax", {{"x", x}});
-  Tensor out = detail::allocate_output("ArgMax", split_axis("ArgMax", x, axis).reduced, DType::i64, device, context);
+  Tensor out = detail::allocate_output("ArgMax", split_axis("ArgMax", x, axis).without_axis, DType::i64, device, context);
   argmax_into(x, axis, out, context);
   return out;
 }
