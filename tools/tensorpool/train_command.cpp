@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -41,7 +42,7 @@ struct TrainArguments {
   std::string history_csv;
   std::string all_reduce = "ring";
   std::uint64_t seed = 42;
-  int intra_op_threads = 1;
+  int intra_op_threads = 0;  // 0: the cores divided between the devices (at least 1 each)
   std::int64_t limit_train = 0;
 };
 
@@ -147,6 +148,15 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
   return devices;
 }
 
+// BLAS threads: as given, or the machine's cores shared between the devices' streams, so that replicas running
+// at once do not oversubscribe the cores.
+int intra_op_threads(const TrainArguments& arguments, std::size_t devices) {
+  if (arguments.intra_op_threads < 0) TP_THROW(InvalidArgument, "train", "--intra-op-threads must be >= 0");
+  if (arguments.intra_op_threads > 0) return arguments.intra_op_threads;
+  const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / static_cast<int>(std::max<std::size_t>(1, devices)));
+}
+
 void run_train(const TrainArguments& arguments) {
   const std::vector<std::string> names = split_devices(arguments.devices);
   train::Strategy strategy;
@@ -180,7 +190,7 @@ void run_train(const TrainArguments& arguments) {
                                   {.units = 10, .activation = train::Activation::softmax}});
   model.compile(
       {.optimizer = train::Adam{}, .loss = train::Loss::sparse_categorical_crossentropy, .seed = arguments.seed},
-      strategy, {.name = "train", .intra_op_threads = arguments.intra_op_threads});
+      strategy, {.name = "train", .intra_op_threads = intra_op_threads(arguments, names.size())});
   const runtime::MemoryPlan plan = model.plan(arguments.batch_size);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
@@ -241,7 +251,9 @@ void add_train_command(CLI::App& app) {
   command->add_option("--history-csv", arguments->history_csv, "write the per-epoch history as CSV");
   command->add_option("--all-reduce", arguments->all_reduce, "ring | reduce_to_one")->capture_default_str();
   command->add_option("--seed", arguments->seed, "initialisation and shuffle seed")->capture_default_str();
-  command->add_option("--intra-op-threads", arguments->intra_op_threads, "BLAS threads (per process)")
+  command
+      ->add_option("--intra-op-threads", arguments->intra_op_threads,
+                   "BLAS threads (per process); 0: the cores divided between the devices")
       ->capture_default_str();
   command->add_option("--limit-train", arguments->limit_train, "train on about this many examples (quick runs)");
   command->callback([arguments] { run_train(*arguments); });
