@@ -2,6 +2,8 @@
 // folder, or $TP_CLI) under a controlled environment (every TP_* device and memory variable unset unless a
 // case sets it) and checks the table, the JSON and the exit codes for good and bad input.
 #include <gtest/gtest.h>
+
+#include "tools/support/cli_runner.hpp"
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -20,32 +22,16 @@ namespace fs = std::filesystem;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-fs::path cli_path() {
-  if (const char* overridden = std::getenv("TP_CLI")) return overridden;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin" / "tensorpool";
-}
+using tp::cli::testing::cli_path;
+using tp::cli::testing::CliRun;
 
 // Runs `tensorpool <arguments>` with the variables tensorpool reads unset, then `variables` ("NAME=value ...")
 // set.
 CliRun run(const std::string& arguments, const std::string& variables = "") {
-  const std::string command =
-      "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH -u TP_ALLOCATOR "
-      "-u TP_MEMORY_FRACTION " +
-      variables + " '" + cli_path().string() + "' " + arguments + " 2>&1";
-  CliRun result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t read = 0;
-  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return tp::cli::testing::run_cli(arguments,
+                               "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
+                               "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION " +
+                                   variables);
 }
 
 int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }

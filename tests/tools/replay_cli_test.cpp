@@ -1,6 +1,8 @@
 // `tensorpool replay` and `tensorpool trace generate` end to end: runs the built binary (build/bin/tensorpool,
 // found next to this test's build folder, or $TP_CLI) and checks exit codes and output for good and bad input.
 #include <gtest/gtest.h>
+
+#include "tools/support/cli_runner.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,28 +20,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using tp::cli::testing::cli_path;
+using tp::cli::testing::CliRun;
 
-fs::path cli_path() {
-  if (const char* overridden = std::getenv("TP_CLI")) return overridden;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin" / "tensorpool";
-}
-
-CliRun run(const std::string& arguments) {
-  const std::string command = "'" + cli_path().string() + "' " + arguments + " 2>&1";
-  CliRun result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t read = 0;
-  while ((read = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), read);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+CliRun run(const std::string& arguments) { return tp::cli::testing::run_cli(arguments); }
 
 class ReplayCli : public ::testing::Test {
  protected:

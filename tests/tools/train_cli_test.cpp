@@ -2,6 +2,8 @@
 // test accuracy and the memory summary and writes the summary JSON; a run killed with SIGKILL after its first
 // checkpoint resumes at that step when the same command runs again; bad flags exit 2 with one line.
 #include <gtest/gtest.h>
+
+#include "tools/support/cli_runner.hpp"
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,28 +23,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path cli_path() {
-  if (const char* overridden = std::getenv("TP_CLI")) return overridden;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "bin" / "tensorpool";
-}
+using tp::cli::testing::cli_path;
+using tp::cli::testing::CliRun;
+using tp::cli::testing::run_cli;
 
 const fs::path kData = "/usr/share/datasets/fashion-mnist";
-
-struct CliRun {
-  int status = -1;
-  std::string output;
-};
-
-CliRun run_cli(const std::string& arguments) {
-  const std::string command = "'" + cli_path().string() + "' " + arguments + " 2>&1";
-  CliRun result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) result.output += buffer.data();
-  result.status = WEXITSTATUS(::pclose(pipe));
-  return result;
-}
 
 class TrainCli : public ::testing::Test {
  protected:
@@ -63,7 +48,7 @@ class TrainCli : public ::testing::Test {
 TEST_F(TrainCli, AShortRunPrintsThePlanTheEpochsAndTheMemorySummary) {
   const fs::path summary = directory_ / "summary.json";
   const CliRun run = run_cli("train --epochs 1 --limit-train 2000 --summary-json '" + summary.string() + "'");
-  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("planned peak on sim:0"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("Epoch 1/1"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("Test accuracy"), std::string::npos) << run.output;
@@ -99,7 +84,7 @@ TEST_F(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
   ASSERT_TRUE(saved) << "no checkpoint within 30 s";
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
   const CliRun resumed = run_cli(arguments);
-  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from step"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("Epoch 3/3"), std::string::npos) << resumed.output;
 }
@@ -109,7 +94,7 @@ TEST_F(TrainCli, BadFlagsExitWithCodeTwoAndOneLine) {
                                        std::string("train --data /nonexistent --epochs 1"),
                                        std::string("train --allocator tlsf")}) {
     const CliRun run = run_cli(arguments);
-    EXPECT_EQ(run.status, 2) << arguments << ": " << run.output;
+    EXPECT_EQ(run.exit_code, 2) << arguments << ": " << run.output;
     EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << arguments << ": " << run.output;
   }
 }
