@@ -34,19 +34,23 @@ bench: build
 	@$(BUILD_DIR)/bench/tp_replay_bench --traces bench/traces/data
 	@$(BUILD_DIR)/bench/tp_kernel_bench
 	@$(BUILD_DIR)/bench/tp_planner_bench
+	@$(BUILD_DIR)/bench/tp_profiler_bench
+	@$(BUILD_DIR)/bench/tp_collective_bench
+	@mpirun --allow-run-as-root --oversubscribe -np 2 $(BUILD_DIR)/bench/tp_collective_bench
 
 # Every library test again (not the tools' or benchmarks'), in an address+undefined sanitizer build (.ci/run).
 sanitize: deps
 	@cmake -S . -B $(SANITIZE_DIR) -DCMAKE_BUILD_TYPE=Debug -DTP_SANITIZE=address,undefined \
 	  -DTP_BUILD_BENCH=OFF > $(SANITIZE_DIR).configure.log 2>&1 || (cat $(SANITIZE_DIR).configure.log; exit 1)
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
-	@cd $(SANITIZE_DIR) && ctest -j $(JOBS) -L 'memory|core|device|backend|ops|graph|runtime|distribute|data|train' --output-on-failure --timeout 900
+	@cd $(SANITIZE_DIR) && ctest -j $(JOBS) -L 'memory|core|device|backend|ops|graph|runtime|distribute|data|train|profile' --output-on-failure --timeout 900
 
 # The concurrency-heavy memory tests under ThreadSanitizer.
 TSAN_DIR ?= build-tsan
 TSAN_TESTS ?= concurrency_test bfc_allocator_property_test expandable_arena_test adaptors_test replay_test \
   stream_test stream_ordered_reuse_test tensor_test session_test shared_device_sessions_test \
-  arbiter_conformance_test quota_adaptor_test communicator_test sequential_test prefetch_test
+  arbiter_conformance_test quota_adaptor_test communicator_test sequential_test prefetch_test inter_op_test \
+  memory_profiler_test peer_copy_test
 tsan: deps
 	@cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DTP_SANITIZE=thread -DTP_BUILD_BENCH=OFF \
 	  -DTP_BUILD_TOOLS=OFF > $(TSAN_DIR).configure.log 2>&1 || (cat $(TSAN_DIR).configure.log; exit 1)

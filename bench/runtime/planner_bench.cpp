@@ -1,7 +1,8 @@
 // tp_planner_bench: the static memory planner on the MLP training step (784-512-10, Adam, one sim device),
 // batch 32 and 128: planned peak against the liveness lower bound and against the online BFC allocator's
 // peak reserved bytes for the same step, and step time with the planner on and off, alternating rounds
-// (medians). Synthetic data: the figures do not depend on the values.
+// (medians), and with two inter-op threads over two streams of the device. Synthetic data: the figures do
+// not depend on the values.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -24,25 +25,30 @@ struct Measured {
   tp::runtime::DevicePlan plan;
 };
 
-tp::device::DeviceManagerOptions one_sim_device() {
+tp::device::DeviceManagerOptions one_sim_device(std::size_t streams) {
   tp::device::DeviceManagerOptions options;
+  options.device_options.num_streams = streams;
   options.sim_devices = 1;
   options.sim_memory_bytes = 1 * tp::kGiB;
   return options;
 }
 
 struct Model {
-  Model() : manager(one_sim_device(), [](const char*) -> const char* { return nullptr; }) {}
+  explicit Model(std::size_t streams)
+      : manager(one_sim_device(streams), [](const char*) -> const char* { return nullptr; }) {}
   tp::device::DeviceManager manager;
   tp::train::Sequential sequential{
       {784}, {{.units = 512, .activation = Activation::relu}, {.units = 10, .activation = Activation::softmax}}};
   tp::Tensor x, labels;
 };
 
-std::unique_ptr<Model> make_model(bool planner, std::int64_t batch) {
-  auto model = std::make_unique<Model>();
+std::unique_ptr<Model> make_model(bool planner, std::int64_t batch, int inter_op_threads = 1) {
+  auto model = std::make_unique<Model>(static_cast<std::size_t>(inter_op_threads));
   model->sequential.compile({}, tp::train::Strategy::one_device("sim:0"),
-                            {.name = planner ? "planned" : "online", .planner = planner, .devices = &model->manager});
+                            {.name = planner ? "planned" : "online",
+                             .planner = planner,
+                             .inter_op_threads = inter_op_threads,
+                             .devices = &model->manager});
   std::mt19937 engine(1);
   std::uniform_real_distribution<float> pixel(0.0F, 1.0F);
   std::vector<float> x(static_cast<std::size_t>(batch * 784));
@@ -78,30 +84,36 @@ int main(int argc, char** argv) {
 
   std::printf(
       "| batch | lower bound | planned arena | arena / bound | planned peak | online BFC peak reserved |"
-      " online / planned | step ms planner on | step ms planner off | off / on |\n");
-  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+      " online / planned | step ms planner on | step ms planner off | off / on | step ms 2 inter-op threads |"
+      " 2 threads / 1 |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (std::int64_t batch : {32, 128}) {
     auto planned = make_model(true, batch);
     auto online = make_model(false, batch);
+    auto concurrent = make_model(true, batch, 2);
     const tp::runtime::DevicePlan plan = planned->sequential.plan(batch).devices.at(0);
-    std::int64_t planned_step = 0, online_step = 0;
+    std::int64_t planned_step = 0, online_step = 0, concurrent_step = 0;
     time_steps(*planned, 3, planned_step);  // warm up: variables, arena, BLAS buffers
     time_steps(*online, 3, online_step);
+    time_steps(*concurrent, 3, concurrent_step);
     tp::memory::MemoryResource& online_memory = online->manager.device("sim:0").memory();
     online_memory.reset_peak();
     time_steps(*online, 1, online_step);
     const std::size_t online_reserved = online_memory.stats().peak_bytes_reserved;
-    std::vector<double> on, off;
+    std::vector<double> on, off, two_threads;
     for (int round = 0; round < rounds; ++round) {
       on.push_back(time_steps(*planned, steps, planned_step));
       off.push_back(time_steps(*online, steps, online_step));
+      two_threads.push_back(time_steps(*concurrent, steps, concurrent_step));
     }
-    std::printf("| %lld | %s | %s | %.4f | %s | %s | %.3f | %.3f | %.3f | %.3f |\n", static_cast<long long>(batch),
-                tp::format_bytes(plan.lower_bound_bytes).c_str(), tp::format_bytes(plan.arena_bytes).c_str(),
+    std::printf("| %lld | %s | %s | %.4f | %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                static_cast<long long>(batch), tp::format_bytes(plan.lower_bound_bytes).c_str(),
+                tp::format_bytes(plan.arena_bytes).c_str(),
                 static_cast<double>(plan.arena_bytes) / static_cast<double>(plan.lower_bound_bytes),
                 tp::format_bytes(plan.planned_peak_bytes).c_str(), tp::format_bytes(online_reserved).c_str(),
                 static_cast<double>(online_reserved) / static_cast<double>(plan.planned_peak_bytes), median(on) * 1e3,
-                median(off) * 1e3, median(off) / median(on));
+                median(off) * 1e3, median(off) / median(on), median(two_threads) * 1e3,
+                median(two_threads) / median(on));
   }
   return 0;
 }

@@ -13,7 +13,10 @@ namespace tp::device {
 
 Device::Device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                std::unique_ptr<memory::MemoryStack> memory, DeviceOptions options)
-    : id_(id), physical_id_(physical_id), capacity_bytes_(capacity_bytes), options_(options),
+    : id_(id),
+      physical_id_(physical_id),
+      capacity_bytes_(capacity_bytes),
+      options_(options),
       memory_(std::move(memory)) {
   if (memory_ == nullptr) TP_THROW(InvalidArgument, "device", id_.str(), ": a device needs a memory stack");
   if (options_.num_streams == 0) {
@@ -100,8 +103,8 @@ void check_span(const Device& device, const std::shared_ptr<Buffer>& buffer, std
                 const char* role) {
   if (buffer == nullptr) TP_THROW(InvalidArgument, "device", "copy: the ", role, " buffer is null");
   if (&buffer->device() != &device) {
-    TP_THROW(InvalidArgument, "device", "copy: the ", role, " buffer lives on ", buffer->device().name(),
-             ", not on ", device.name(), " whose stream was given");
+    TP_THROW(InvalidArgument, "device", "copy: the ", role, " buffer lives on ", buffer->device().name(), ", not on ",
+             device.name(), " whose stream was given");
   }
   if (offset > buffer->bytes() || bytes > buffer->bytes() - offset) {
     TP_THROW(InvalidArgument, "device", "copy: ", role, " bytes [", offset, ", ", offset + bytes,
@@ -117,8 +120,8 @@ void check_stream(const Device& device, const Stream& stream) {
 
 }  // namespace
 
-void Device::copy_from_host(Stream& stream, const void* src, const std::shared_ptr<Buffer>& dst,
-                            std::size_t dst_offset, std::size_t bytes) {
+void Device::copy_from_host(Stream& stream, const void* src, const std::shared_ptr<Buffer>& dst, std::size_t dst_offset,
+                            std::size_t bytes) {
   check_stream(*this, stream);
   check_span(*this, dst, dst_offset, bytes, "destination");
   if (bytes == 0) return;
@@ -141,6 +144,13 @@ void Device::copy_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, st
   std::memcpy(dst, staging.get(), bytes);
 }
 
+void* Device::unchecked_address(const Buffer& buffer) noexcept { return buffer.data_; }
+
+void Device::enqueue_peer(Stream&, const std::shared_ptr<Buffer>&, std::size_t, const std::shared_ptr<Buffer>&,
+                          std::size_t, std::size_t) {
+  TP_THROW(DeviceError, "device", name(), " has no peer access; device::copy stages through host memory");
+}
+
 void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
           const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) {
   Device& source = src_stream.device();
@@ -151,6 +161,12 @@ void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t sr
   if (&source == &target) {
     if (&src_stream != &dst_stream) dst_stream.wait(src_stream.record());
     target.enqueue_within(dst_stream, src, src_offset, dst, dst_offset, bytes);
+    return;
+  }
+  if (source.peer_access(target)) {
+    dst_stream.wait(src_stream.record());  // the source's bytes are ready
+    target.enqueue_peer(dst_stream, src, src_offset, dst, dst_offset, bytes);
+    src_stream.wait(dst_stream.record());  // the source's later work may overwrite them only once read
     return;
   }
   // Through the source's staging memory: the destination's task holds it, and runs only after the source's

@@ -54,6 +54,19 @@ class HostAddressableDevice : public Device {
       std::memmove(address(dst, dst_offset), address(src, src_offset), bytes);
     });
   }
+  // Two accelerators of one process whose memory is host memory underneath reach each other directly, as
+  // GPUs with peer access do. The cpu is left out: its inline streams would block the host on the peer.
+  bool peer_access(const Device& other) const noexcept override {
+    return kind() != DeviceKind::cpu && other.kind() != DeviceKind::cpu &&
+           dynamic_cast<const HostAddressableDevice*>(&other) != nullptr;
+  }
+  void enqueue_peer(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                    const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) override {
+    stream.enqueue([src, src_offset, dst, dst_offset, bytes] {
+      std::memcpy(static_cast<char*>(unchecked_address(*dst)) + dst_offset,
+                  static_cast<const char*>(unchecked_address(*src)) + src_offset, bytes);
+    });
+  }
   std::shared_ptr<void> staging_buffer(std::size_t bytes) override { return staging_->acquire(bytes); }
   void poison(void* ptr, std::size_t bytes) noexcept override { std::memset(ptr, kPoisonByte, bytes); }
 

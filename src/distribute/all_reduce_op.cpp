@@ -9,6 +9,7 @@
 //   P * R + R + r       the communicator's working space on replica r.
 // Every output is planned by the executor like any tensor, so a steady-state step makes no allocator call.
 // Not differentiable.
+#include "distribute/collective_support.hpp"
 #include "graph/ops/op_support.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/distribute/communicator.hpp"
@@ -18,45 +19,9 @@ namespace tp::graph::detail {
 
 namespace {
 
-struct Layout {
-  std::size_t replicas = 0;
-  std::size_t tensors = 0;  // per replica
-};
-
-Layout layout_of(const Node& node, std::size_t inputs) {
-  const std::int64_t replicas = attribute_int(node, "replicas", static_cast<std::int64_t>(inputs));
-  if (replicas <= 0 || inputs % static_cast<std::size_t>(replicas) != 0) {
-    TP_THROW(InvalidArgument, "graph", "AllReduce '", node.name, "': ", inputs, " inputs do not split into ", replicas,
-             " replicas");
-  }
-  return {static_cast<std::size_t>(replicas), inputs / static_cast<std::size_t>(replicas)};
-}
-
-std::int64_t elements_of(const TensorType& type) {
-  std::int64_t elements = 1;
-  for (std::int64_t dim : type.dims) elements = dim < 0 || elements < 0 ? -1 : elements * dim;
-  return elements;
-}
-
 std::vector<TensorType> infer_all_reduce(const InferenceContext& context) {
   const Layout layout = layout_of(context.node, context.inputs.size());
-  std::int64_t bucket = 0;
-  for (std::size_t tensor = 0; tensor < layout.tensors; ++tensor) {
-    const std::size_t first = tensor * layout.replicas;
-    require_float(context, static_cast<int>(first), "tensor " + std::to_string(tensor));
-    for (std::size_t replica = 1; replica < layout.replicas; ++replica) {
-      if (context.inputs[first + replica] != context.inputs[first]) {
-        TP_THROW(InvalidArgument, "graph", "AllReduce '", context.node.name, "': tensor ", tensor, " of replica ",
-                 replica, " is ", context.inputs[first + replica].to_string(), " but replica 0's is ",
-                 context.inputs[first].to_string());
-      }
-    }
-    if (context.inputs[first].dtype != context.inputs[0].dtype) {
-      TP_THROW(InvalidArgument, "graph", "AllReduce '", context.node.name, "': all tensors must share one dtype");
-    }
-    const std::int64_t elements = elements_of(context.inputs[first]);
-    bucket = elements < 0 || bucket < 0 ? -1 : bucket + elements;
-  }
+  const std::int64_t bucket = check_parameter_major(context, layout, "AllReduce");
   std::vector<TensorType> outputs(context.inputs.begin(), context.inputs.end());
   const DType dtype = context.inputs[0].dtype;
   const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
@@ -65,22 +30,10 @@ std::vector<TensorType> infer_all_reduce(const InferenceContext& context) {
     outputs.push_back(TensorType{dtype, {layout.tensors == 1 ? 0 : bucket}});
   }
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
-    const std::int64_t scratch =
-        reduced < 0 ? -1 : communicator->scratch_elements(reduced, layout.replicas, replica);
+    const std::int64_t scratch = reduced < 0 ? -1 : communicator->scratch_elements(reduced, layout.replicas, replica);
     outputs.push_back(TensorType{dtype, {scratch}});
   }
   return outputs;
-}
-
-// source -> target on one device, in its stream order.
-void copy_within(const Tensor& source, const Tensor& target) {
-  device::Stream& stream = source.device().stream(0);
-  device::copy(stream, source.buffer(), source.offset_bytes(), stream, target.buffer(), target.offset_bytes(),
-               target.nbytes());
-}
-
-Tensor flat_range(const Tensor& tensor, std::int64_t begin, std::int64_t end) {
-  return tensor.reshape(Shape{tensor.num_elements()}).slice(begin, end);
 }
 
 void all_reduce_kernel(KernelContext& context) {
@@ -130,6 +83,7 @@ void register_collective_ops(OpRegistry& registry) {
   all_reduce.infer = infer_all_reduce;
   all_reduce.kernels = cpu_and_sim(all_reduce_kernel);
   registry.add(std::move(all_reduce));
+  register_sharding_ops(registry);
 }
 
 }  // namespace tp::graph::detail

@@ -1,7 +1,10 @@
 #include "tensorpool/distribute/communicator.hpp"
 
+#include <algorithm>
+
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
+#include "tensorpool/distribute/mpi.hpp"
 #include "tensorpool/ops/elementwise.hpp"
 
 namespace tp::distribute {
@@ -23,9 +26,10 @@ void accumulate(const Tensor& target, const Tensor& addend) {
   ops::add_scaled(target, 1.0, addend, {.stream = &target.device().stream(0)});
 }
 
-// Ring over R participants: chunk k is [k * chunk, min(n, (k + 1) * chunk)). Reduce-scatter: in step s,
-// participant r sends chunk (r - s) mod R to r + 1, which adds it to its own; after R - 1 steps participant r
-// holds the full sum of chunk (r + 1) mod R. All-gather: R - 1 steps passing the reduced chunks on.
+// Ring over R participants, chunks as Communicator::chunk. Reduce-scatter: in step s, participant r sends
+// chunk (r - s - 1) mod R to r + 1, which adds it to its own; after R - 1 steps participant r holds the full
+// sum of chunk r. All-gather: in step s participant r passes chunk (r - s) mod R on to r + 1. Each device
+// sends 2(R-1)/R of the data for an all-reduce.
 class RingCommunicator final : public Communicator {
  public:
   std::string_view name() const noexcept override { return "ring"; }
@@ -35,37 +39,42 @@ class RingCommunicator final : public Communicator {
   }
 
  private:
-  void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
+  static std::int64_t wrap(std::int64_t value, std::int64_t participants) {
+    return ((value % participants) + participants) % participants;
+  }
+
+  void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     const auto participants = static_cast<std::int64_t>(tensors.size());
-    if (participants <= 1) return;
     const std::int64_t elements = tensors[0].num_elements();
-    const std::int64_t chunk = scratch_elements(elements, tensors.size(), 0);
-    auto chunk_range = [&](std::int64_t k) {
-      const std::int64_t begin = std::min(elements, k * chunk);
-      return std::pair{begin, std::min(elements, begin + chunk)};
-    };
-    auto wrap = [participants](std::int64_t value) { return ((value % participants) + participants) % participants; };
     for (std::int64_t step = 0; step + 1 < participants; ++step) {
       for (std::int64_t rank = 0; rank < participants; ++rank) {
-        const auto [begin, end] = chunk_range(wrap(rank - step));
+        const auto [begin, end] =
+            chunk(elements, tensors.size(), static_cast<std::size_t>(wrap(rank - step - 1, participants)));
         if (begin == end) continue;
-        const auto next = static_cast<std::size_t>(wrap(rank + 1));
+        const auto next = static_cast<std::size_t>(wrap(rank + 1, participants));
         const Tensor received = range(scratch[next], 0, end - begin);
         send(range(tensors[static_cast<std::size_t>(rank)], begin, end), received);
         accumulate(range(tensors[next], begin, end), received);
       }
     }
+  }
+
+  void do_all_gather(std::span<const Tensor> tensors) override {
+    const auto participants = static_cast<std::int64_t>(tensors.size());
+    const std::int64_t elements = tensors[0].num_elements();
     for (std::int64_t step = 0; step + 1 < participants; ++step) {
       for (std::int64_t rank = 0; rank < participants; ++rank) {
-        const auto [begin, end] = chunk_range(wrap(rank + 1 - step));
+        const auto [begin, end] =
+            chunk(elements, tensors.size(), static_cast<std::size_t>(wrap(rank - step, participants)));
         if (begin == end) continue;
-        const auto next = static_cast<std::size_t>(wrap(rank + 1));
+        const auto next = static_cast<std::size_t>(wrap(rank + 1, participants));
         send(range(tensors[static_cast<std::size_t>(rank)], begin, end), range(tensors[next], begin, end));
       }
     }
   }
 };
 
+// Everything to participant 0, summed there, then sent back: the simple alternative to the ring.
 class ReduceToOneCommunicator final : public Communicator {
  public:
   std::string_view name() const noexcept override { return "reduce_to_one"; }
@@ -74,8 +83,8 @@ class ReduceToOneCommunicator final : public Communicator {
   }
 
  private:
-  void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
-    if (tensors.size() <= 1) return;
+  void reduce_into_first(std::span<const Tensor> tensors, std::span<const Tensor> scratch) {
+    if (tensors.size() <= 1) return;  // nothing to receive (and no scratch to receive into)
     const std::int64_t elements = tensors[0].num_elements();
     const Tensor received = range(scratch[0], 0, elements);
     const Tensor total = range(tensors[0], 0, elements);
@@ -83,39 +92,97 @@ class ReduceToOneCommunicator final : public Communicator {
       send(range(tensors[rank], 0, elements), received);
       accumulate(total, received);
     }
-    for (std::size_t rank = 1; rank < tensors.size(); ++rank) send(total, range(tensors[rank], 0, elements));
+  }
+
+  void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
+    reduce_into_first(tensors, scratch);
+    const std::int64_t elements = tensors[0].num_elements();
+    for (std::size_t rank = 1; rank < tensors.size(); ++rank) {
+      send(range(tensors[0], 0, elements), range(tensors[rank], 0, elements));
+    }
+  }
+
+  void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
+    reduce_into_first(tensors, scratch);
+    const std::int64_t elements = tensors[0].num_elements();
+    for (std::size_t rank = 1; rank < tensors.size(); ++rank) {
+      const auto [begin, end] = chunk(elements, tensors.size(), rank);
+      if (begin < end) send(range(tensors[0], begin, end), range(tensors[rank], begin, end));
+    }
+  }
+
+  void do_all_gather(std::span<const Tensor> tensors) override {
+    const std::int64_t elements = tensors[0].num_elements();
+    for (std::size_t rank = 1; rank < tensors.size(); ++rank) {
+      const auto [begin, end] = chunk(elements, tensors.size(), rank);
+      if (begin < end) send(range(tensors[rank], begin, end), range(tensors[0], begin, end));
+    }
+    for (std::size_t rank = 1; rank < tensors.size(); ++rank) {
+      send(range(tensors[0], 0, elements), range(tensors[rank], 0, elements));
+    }
   }
 };
 
 }  // namespace
 
-void Communicator::all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) {
-  if (tensors.empty()) TP_THROW(InvalidArgument, "distribute", name(), " all_reduce: no tensors");
-  if (scratch.size() != tensors.size()) {
-    TP_THROW(InvalidArgument, "distribute", name(), " all_reduce: ", tensors.size(), " tensors but ", scratch.size(),
-             " scratch buffers");
+std::pair<std::int64_t, std::int64_t> Communicator::chunk(std::int64_t elements, std::size_t participants,
+                                                          std::size_t index) {
+  const auto count = static_cast<std::int64_t>(std::max<std::size_t>(participants, 1));
+  const std::int64_t size = (elements + count - 1) / count;
+  const std::int64_t begin = std::min(elements, static_cast<std::int64_t>(index) * size);
+  return {begin, std::min(elements, begin + size)};
+}
+
+void Communicator::do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) {
+  do_reduce_scatter(tensors, scratch);
+  do_all_gather(tensors);
+}
+
+void Communicator::check(std::string_view collective, std::span<const Tensor> tensors, std::span<const Tensor> scratch,
+                         bool needs_scratch) const {
+  if (tensors.empty()) TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": no tensors");
+  if (needs_scratch && scratch.size() != tensors.size()) {
+    TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": ", tensors.size(), " tensors but ",
+             scratch.size(), " scratch buffers");
   }
   for (std::size_t index = 0; index < tensors.size(); ++index) {
     const Tensor& tensor = tensors[index];
     if (tensor.dtype() != tensors[0].dtype() || tensor.num_elements() != tensors[0].num_elements()) {
-      TP_THROW(InvalidArgument, "distribute", name(), " all_reduce: participant ", index, " holds ",
+      TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": participant ", index, " holds ",
                name_of(tensor.dtype()), tensor.shape(), " but participant 0 holds ", name_of(tensors[0].dtype()),
                tensors[0].shape());
     }
+    if (!needs_scratch) continue;
     const std::int64_t needed = scratch_elements(tensor.num_elements(), tensors.size(), index);
     if (scratch[index].num_elements() < needed || &scratch[index].device() != &tensor.device() ||
         scratch[index].dtype() != tensor.dtype()) {
-      TP_THROW(InvalidArgument, "distribute", name(), " all_reduce: participant ", index, " needs ", needed,
+      TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": participant ", index, " needs ", needed,
                " elements of ", name_of(tensor.dtype()), " scratch on ", tensor.device().name());
     }
   }
+}
+
+void Communicator::all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) {
+  check("all_reduce", tensors, scratch, true);
   do_all_reduce(tensors, scratch);
+}
+
+void Communicator::reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) {
+  check("reduce_scatter", tensors, scratch, true);
+  do_reduce_scatter(tensors, scratch);
+}
+
+void Communicator::all_gather(std::span<const Tensor> tensors) {
+  check("all_gather", tensors, {}, false);
+  do_all_gather(tensors);
 }
 
 std::unique_ptr<Communicator> make_communicator(std::string_view algorithm) {
   if (algorithm == "ring") return std::make_unique<RingCommunicator>();
   if (algorithm == "reduce_to_one") return std::make_unique<ReduceToOneCommunicator>();
-  TP_THROW(InvalidArgument, "distribute", "all-reduce algorithm '", algorithm, "' is not ring or reduce_to_one");
+  if (algorithm == "mpi") return make_mpi_communicator();
+  TP_THROW(InvalidArgument, "distribute", "all-reduce algorithm '", algorithm,
+           "' is not ring, reduce_to_one or mpi (across the workers of an mpirun job)");
 }
 
 }  // namespace tp::distribute

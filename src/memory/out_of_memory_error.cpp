@@ -68,6 +68,7 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
          << " Reduce the batch size, free tensors you no longer need, or raise the limit"
          << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
   }
+  if (!report.suggestion.empty()) text << "\n  Suggested fix: " << report.suggestion;
   if (!report.largest_live.empty()) {
     text << "\n  Largest live allocations:";
     for (const LiveAllocation& live : report.largest_live) {

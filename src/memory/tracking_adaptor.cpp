@@ -31,6 +31,10 @@ void* TrackingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, con
       largest.push_back(LiveAllocation{live.bytes, std::move(live.tag)});
     }
     error.amend([&largest](OutOfMemoryReport& report) { report.largest_live = std::move(largest); });
+    {
+      const std::lock_guard lock(mutex_);
+      for (AllocationObserver* observer : observers_) observer->on_failure(bytes, tag);
+    }
     throw;
   }
   try {

@@ -3,6 +3,7 @@
 #include "backend/cpu/kernels/activations.hpp"
 #include "backend/cpu/kernels/bias.hpp"
 #include "backend/cpu/kernels/cross_entropy.hpp"
+#include "backend/cpu/kernels/half_nn.hpp"
 #include "backend/cpu/kernels/softmax.hpp"
 #include "ops/op_support.hpp"
 
@@ -15,7 +16,7 @@ std::int64_t cols_of(const Tensor& x) { return x.shape().dim(1); }
 
 void check_bias_add(const Tensor& x, const Tensor& bias) {
   detail::require_rank("BiasAdd", {"x", x}, 2);
-  detail::require_floating("BiasAdd", {"x", x});
+  detail::require_floating_or_half("BiasAdd", {"x", x});
   detail::require_same_dtype("BiasAdd", {"x", x}, {"bias", bias});
   detail::require_shape("BiasAdd", {"bias", bias}, Shape{cols_of(x)});
 }
@@ -28,6 +29,14 @@ void bias_add_into(const Tensor& x, const Tensor& bias, const Tensor& out, const
   detail::require_same_dtype("BiasAdd", {"x", x}, {"out", out});
   detail::require_shape("BiasAdd", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("BiasAdd", device, context);
+  if (detail::is_half(x.dtype())) {
+    detail::dispatch_half(x.dtype(), [&]<typename H>(H) {
+      stream.enqueue([x, bias, out] {
+        backend::cpu::bias_add_half<H>(x.data<H>(), bias.data<H>(), out.data<H>(), rows_of(x), cols_of(x));
+      });
+    });
+    return;
+  }
   detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
     stream.enqueue([x, bias, out] {
       backend::cpu::bias_add<T>(x.data<T>(), bias.data<T>(), out.data<T>(), rows_of(x), cols_of(x));
@@ -46,10 +55,18 @@ Tensor bias_add(const Tensor& x, const Tensor& bias, const OpContext& context) {
 void bias_add_grad_into(const Tensor& dy, const Tensor& dbias, const OpContext& context) {
   device::Device& device = detail::common_device("BiasAddGrad", {{"dy", dy}, {"dbias", dbias}});
   detail::require_rank("BiasAddGrad", {"dy", dy}, 2);
-  detail::require_floating("BiasAddGrad", {"dy", dy});
+  detail::require_floating_or_half("BiasAddGrad", {"dy", dy});
   detail::require_same_dtype("BiasAddGrad", {"dy", dy}, {"dbias", dbias});
   detail::require_shape("BiasAddGrad", {"dbias", dbias}, Shape{cols_of(dy)});
   device::Stream& stream = detail::stream_for("BiasAddGrad", device, context);
+  if (detail::is_half(dy.dtype())) {
+    detail::dispatch_half(dy.dtype(), [&]<typename H>(H) {
+      stream.enqueue([dy, dbias] {
+        backend::cpu::bias_add_grad_half<H>(dy.data<H>(), dbias.data<H>(), rows_of(dy), cols_of(dy));
+      });
+    });
+    return;
+  }
   detail::dispatch_floating(dy.dtype(), [&]<typename T>(T) {
     stream.enqueue(
         [dy, dbias] { backend::cpu::bias_add_grad<T>(dy.data<T>(), dbias.data<T>(), rows_of(dy), cols_of(dy)); });
@@ -66,10 +83,16 @@ Tensor bias_add_grad(const Tensor& dy, const OpContext& context) {
 
 void relu_into(const Tensor& x, const Tensor& out, const OpContext& context) {
   device::Device& device = detail::common_device("Relu", {{"x", x}, {"out", out}});
-  detail::require_floating("Relu", {"x", x});
+  detail::require_floating_or_half("Relu", {"x", x});
   detail::require_same_dtype("Relu", {"x", x}, {"out", out});
   detail::require_shape("Relu", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("Relu", device, context);
+  if (detail::is_half(x.dtype())) {
+    detail::dispatch_half(x.dtype(), [&]<typename H>(H) {
+      stream.enqueue([x, out] { backend::cpu::relu_half<H>(x.data<H>(), out.data<H>(), x.num_elements()); });
+    });
+    return;
+  }
   detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
     stream.enqueue([x, out] { backend::cpu::relu<T>(x.data<T>(), out.data<T>(), x.num_elements()); });
   });
@@ -77,7 +100,7 @@ void relu_into(const Tensor& x, const Tensor& out, const OpContext& context) {
 
 Tensor relu(const Tensor& x, const OpContext& context) {
   device::Device& device = detail::common_device("Relu", {{"x", x}});
-  detail::require_floating("Relu", {"x", x});
+  detail::require_floating_or_half("Relu", {"x", x});
   Tensor out = detail::allocate_output("Relu", x.shape(), x.dtype(), device, context);
   relu_into(x, out, context);
   return out;
@@ -85,12 +108,19 @@ Tensor relu(const Tensor& x, const OpContext& context) {
 
 void relu_grad_into(const Tensor& dy, const Tensor& x, const Tensor& dx, const OpContext& context) {
   device::Device& device = detail::common_device("ReluGrad", {{"dy", dy}, {"x", x}, {"dx", dx}});
-  detail::require_floating("ReluGrad", {"x", x});
+  detail::require_floating_or_half("ReluGrad", {"x", x});
   detail::require_same_dtype("ReluGrad", {"x", x}, {"dy", dy});
   detail::require_same_dtype("ReluGrad", {"x", x}, {"dx", dx});
   detail::require_shape("ReluGrad", {"dy", dy}, x.shape());
   detail::require_shape("ReluGrad", {"dx", dx}, x.shape());
   device::Stream& stream = detail::stream_for("ReluGrad", device, context);
+  if (detail::is_half(x.dtype())) {
+    detail::dispatch_half(x.dtype(), [&]<typename H>(H) {
+      stream.enqueue(
+          [dy, x, dx] { backend::cpu::relu_grad_half<H>(dy.data<H>(), x.data<H>(), dx.data<H>(), x.num_elements()); });
+    });
+    return;
+  }
   detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
     stream.enqueue(
         [dy, x, dx] { backend::cpu::relu_grad<T>(dy.data<T>(), x.data<T>(), dx.data<T>(), x.num_elements()); });
@@ -99,7 +129,7 @@ void relu_grad_into(const Tensor& dy, const Tensor& x, const Tensor& dx, const O
 
 Tensor relu_grad(const Tensor& dy, const Tensor& x, const OpContext& context) {
   device::Device& device = detail::common_device("ReluGrad", {{"dy", dy}, {"x", x}});
-  detail::require_floating("ReluGrad", {"x", x});
+  detail::require_floating_or_half("ReluGrad", {"x", x});
   Tensor dx = detail::allocate_output("ReluGrad", x.shape(), x.dtype(), device, context);
   relu_grad_into(dy, x, dx, context);
   return dx;

@@ -39,6 +39,14 @@ void require_floating(std::string_view op, const Argument& argument) {
   }
 }
 
+void require_floating_or_half(std::string_view op, const Argument& argument) {
+  const DType dtype = argument.tensor.dtype();
+  if (!is_floating(dtype)) {
+    TP_THROW(InvalidArgument, "ops", op, ": ", argument.name, " is ", name_of(dtype), argument.tensor.shape(),
+             "; this op takes float32 or float64, or float16 / bfloat16 (cast first)");
+  }
+}
+
 void require_same_dtype(std::string_view op, const Argument& first, const Argument& second) {
   if (first.tensor.dtype() != second.tensor.dtype()) {
     TP_THROW(InvalidArgument, "ops", op, ": ", first.name, " is ", name_of(first.tensor.dtype()), first.tensor.shape(),

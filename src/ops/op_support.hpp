@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/half.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/ops/op_context.hpp"
 
@@ -24,6 +25,9 @@ device::Device& common_device(std::string_view op, std::initializer_list<Argumen
 device::Stream& stream_for(std::string_view op, device::Device& device, const OpContext& context);
 
 void require_floating(std::string_view op, const Argument& argument);
+// The MLP path's ops (MatMul, BiasAdd(Grad), Relu(Grad)) also take float16 and bfloat16 (mixed precision).
+void require_floating_or_half(std::string_view op, const Argument& argument);
+inline bool is_half(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
 void require_same_dtype(std::string_view op, const Argument& first, const Argument& second);
 void require_rank(std::string_view op, const Argument& argument, std::size_t rank);
 void require_shape(std::string_view op, const Argument& argument, const Shape& expected);
@@ -47,6 +51,16 @@ void dispatch_floating(DType dtype, Function&& function) {
     std::forward<Function>(function)(float{});
   } else {
     std::forward<Function>(function)(double{});
+  }
+}
+
+// Calls function(H{}) with H = tp::Half or tp::BFloat16 for a dtype for which is_half holds.
+template <typename Function>
+void dispatch_half(DType dtype, Function&& function) {
+  if (dtype == DType::f16) {
+    std::forward<Function>(function)(Half{});
+  } else {
+    std::forward<Function>(function)(BFloat16{});
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "runtime/step_dependencies.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/op_registry.hpp"
 #include "tensorpool/graph/type_inference.hpp"
@@ -48,7 +49,7 @@ class Builder {
     if (found != where_.end()) return found->second;
     const std::size_t source = where_.at({output, home_.at(output)});
     const std::size_t copy = add_value(output, device, "@" + device->name());
-    Step step{Step::Kind::copy, output.node, {source}, {copy}, device, {}};
+    Step step{.kind = Step::Kind::copy, .node = output.node, .inputs = {source}, .outputs = {copy}, .device = device};
     add_step(std::move(step));
     return copy;
   }
@@ -77,7 +78,11 @@ class Builder {
   device::Device* home(graph::Output output) const { return home_.at(output); }
 
   void add_step(Step step) {
-    for (std::size_t input : step.inputs) executable_.values[input].last_step = executable_.steps.size();
+    for (std::size_t input : step.inputs) {
+      Value& value = executable_.values[input];
+      value.last_step = executable_.steps.size();
+      if (value.readers.empty() || value.readers.back() != value.last_step) value.readers.push_back(value.last_step);
+    }
     executable_.steps.push_back(std::move(step));
   }
 
@@ -167,7 +172,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     if (node.op == "Placeholder") {
       const std::size_t value = builder.add_value({id, 0}, device);
       executable->feeds[node.name] = value;
-      builder.add_step({Step::Kind::feed, id, {}, {value}, device, {}});
+      builder.add_step({.kind = Step::Kind::feed, .node = id, .outputs = {value}, .device = device});
     } else if (node.op == "Variable") {
       builder.add_value({id, 0}, device);
       executable->variables.push_back(id);
@@ -178,7 +183,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     if (node.op == "Placeholder" || node.op == "Variable") continue;
     const graph::OpDef& op = registry.get(node.op);
     if (op.collective) {  // inputs stay on their devices; output j on the device of input j % inputs
-      Step step{Step::Kind::kernel, id, {}, {}, placement.device_of[static_cast<std::size_t>(node.inputs[0].node)], {}};
+      Step step{.kind = Step::Kind::kernel, .node = id};
       for (const graph::Output& input : node.inputs) {
         step.inputs.push_back(builder.value_on(input, placement.device_of[static_cast<std::size_t>(input.node)]));
       }
@@ -191,12 +196,8 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
       continue;
     }
     device::Device* device = placement.device_of[static_cast<std::size_t>(id)];
-    Step step{Step::Kind::kernel, id, {}, {}, device, {}};
+    Step step{.kind = Step::Kind::kernel, .node = id, .device = device};
     for (const graph::Output& input : node.inputs) step.inputs.push_back(builder.value_on(input, device));
-    for (graph::NodeId control : node.control_inputs) {
-      device::Device* other = placement.device_of[static_cast<std::size_t>(control)];
-      if (other != device) step.waits_for.push_back(other);
-    }
     for (int output = 0; output < static_cast<int>(node.outputs.size()); ++output) {
       step.outputs.push_back(builder.add_value({id, output}, device));
     }
@@ -216,6 +217,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     executable->fetches.push_back(value);
   }
   plan_layouts(*executable);
+  add_dependencies(graph, *executable);
   return executable;
 }
 

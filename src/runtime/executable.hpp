@@ -6,6 +6,12 @@
 // Invariants: steps are in an order where every value is produced (by a feed, kernel or copy step, or bound
 // as a variable) before any step reads it; a value's first_step <= last_step; values read by a step live on
 // that step's device; each planned value of a device appears exactly once in its DeviceLayout.
+//
+// Concurrency: a step may start once every step in its `after` has been launched and its streams wait on
+// their events (assign_streams). `after` holds the data producers, control inputs, every step that reads or
+// writes memory of the arena this step's outputs reuse (the planner's reuse is only safe in that order),
+// the readers a variable update must follow (and the updates a later read must follow), and the previous
+// stateful or collective step. Every entry of `after` is a smaller index: schedule order is one valid order.
 
 #include <cstddef>
 #include <map>
@@ -32,8 +38,9 @@ struct Value {
   bool fetched = false;
   std::size_t first_step = 0;
   std::size_t last_step = 0;
-  std::int64_t share_with = -1;  // a value this one may reuse in place
-  std::size_t offset = 0;        // in the device's arena (planned values)
+  std::int64_t share_with = -1;      // a value this one may reuse in place
+  std::vector<std::size_t> readers;  // steps that read the value, in schedule order
+  std::size_t offset = 0;            // in the device's arena (planned values)
   bool in_place = false;
   Tensor tensor;  // bound when the step runs (or once, into the arena)
 
@@ -43,11 +50,18 @@ struct Value {
 struct Step {
   enum class Kind { feed, kernel, copy };
   Kind kind = Kind::kernel;
-  graph::NodeId node = -1;          // the kernel's node, or the fed placeholder
-  std::vector<std::size_t> inputs;  // value indexes
-  std::vector<std::size_t> outputs;
-  device::Device* device = nullptr;        // where the step runs (a copy: its destination)
-  std::vector<device::Device*> waits_for;  // devices whose earlier work must finish first (control inputs)
+  graph::NodeId node = -1;            // the kernel's node, or the fed placeholder
+  std::vector<std::size_t> inputs{};  // value indexes
+  std::vector<std::size_t> outputs{};
+  device::Device* device = nullptr;       // where the step runs (a copy: its destination)
+  std::vector<std::size_t> after{};       // steps that must come first (see the invariants above)
+  std::vector<std::size_t> successors{};  // the steps whose `after` holds this one
+  // Set by assign_streams: the stream a kernel runs on is streams[0] (lane `lane` of its device); copies
+  // and collectives also touch the other streams listed. record[i]: a later step on another stream waits
+  // for this step's work on streams[i], so the run records an event there.
+  std::size_t lane = 0;
+  std::vector<device::Stream*> streams{};
+  std::vector<bool> record{};
 };
 
 struct DeviceLayout {
@@ -65,6 +79,8 @@ struct Executable {
   std::vector<std::size_t> fetches;
   std::vector<graph::NodeId> variables;  // Variable nodes the step binds
   std::vector<std::string> placement_log;
+  std::size_t streams_for_threads = 0;  // the inter-op thread count assign_streams last used (0: never)
+  bool multi_lane = false;              // some kernel runs on a stream other than its device's stream 0
 };
 
 // Throws tp::InvalidArgument naming the offending name, node or feed before anything runs.

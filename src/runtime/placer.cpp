@@ -55,7 +55,8 @@ Placement place(const graph::Graph& graph, std::span<const graph::NodeId> nodes,
       const auto [it, inserted] = by_group_name.emplace(node.colocation_group, static_cast<std::size_t>(id));
       if (!inserted) groups.join(static_cast<std::size_t>(id), it->second);
     }
-    if (registry.get(node.op).stateful && node.op != "Variable") {
+    const graph::OpDef& op = registry.get(node.op);
+    if (op.stateful && !op.collective && node.op != "Variable") {  // a collective's variables span devices
       for (const graph::Output& input : node.inputs) {
         if (graph.node(input.node).op == "Variable")
           groups.join(static_cast<std::size_t>(id), static_cast<std::size_t>(input.node));

@@ -2,10 +2,14 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "runtime/executable.hpp"
 #include "runtime/session_memory.hpp"
+#include "runtime/step_dependencies.hpp"
+#include "runtime/step_runner.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/graph/attributes.hpp"
@@ -23,6 +27,7 @@ struct Session::State {
   std::map<std::string, Tensor, std::less<>> variables;                       // by Variable node name
   std::map<std::string, std::unique_ptr<Executable>> executables;             // by step signature
   std::map<device::Device*, std::shared_ptr<Buffer>> arenas;                  // shared by the executables
+  std::unique_ptr<StepRunner> runner;                                         // the inter-op threads
 };
 
 namespace {
@@ -128,6 +133,11 @@ Session::Session(const graph::Graph& graph, SessionOptions options)
     TP_THROW(InvalidArgument, "session", "intra_op_threads = ", options_.intra_op_threads, " must be >= 0");
   }
   if (options_.intra_op_threads > 0) openblas_set_num_threads(options_.intra_op_threads);
+  if (options_.inter_op_threads < 0) {
+    TP_THROW(InvalidArgument, "session", "inter_op_threads = ", options_.inter_op_threads,
+             " must be >= 0 (0 or 1: ops one after another)");
+  }
+  state_->runner = std::make_unique<StepRunner>(static_cast<std::size_t>(std::max(1, options_.inter_op_threads)));
   for (device::Device* device : state_->devices) {
     state_->memory[device] = make_session_memory(*device, options_);
   }
@@ -178,6 +188,7 @@ Executable& Session::executable(const FeedTypes& feeds, const std::vector<std::s
     placement.devices.push_back(state_->cpu);
   }
   std::unique_ptr<Executable> prepared = prepare(state_->graph, feeds, fetches, targets, placement);
+  assign_streams(state_->graph, *prepared, state_->runner->threads());
   for (const std::string& line : prepared->placement_log) std::fprintf(stderr, "%s\n", line.c_str());
   return *state_->executables.emplace(key, std::move(prepared)).first->second;
 }
@@ -260,18 +271,30 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
   }
   bind(step);
   const graph::OpRegistry& registry = graph::OpRegistry::global();
-  // Online mode: values are allocated at their first step and dropped after their last.
-  std::vector<std::vector<std::size_t>> release_after(step.steps.size() + 1);
+  // Online mode: values are allocated by their producer and dropped once their last reader has launched
+  // (its work holds the buffer until it has run).
+  std::unique_ptr<std::atomic<std::size_t>[]> readers_left;
   if (!options_.planner) {
+    readers_left = std::make_unique<std::atomic<std::size_t>[]>(step.values.size());
     for (std::size_t index = 0; index < step.values.size(); ++index) {
-      const Value& value = step.values[index];
-      if (!value.variable) release_after[std::min(value.last_step, step.steps.size())].push_back(index);
+      readers_left[index].store(step.values[index].readers.size(), std::memory_order_relaxed);
     }
   }
-  for (std::size_t index = 0; index < step.steps.size(); ++index) {
+  for (const Step& current : step.steps) memory_of(*current.device);  // launches then only look the memory up
+  // events[i][j]: where step i's work on its stream j ends, for later steps on other streams.
+  std::vector<std::vector<device::Event>> events(step.steps.size());
+  auto launch = [&](std::size_t index) {
     const Step& current = step.steps[index];
-    device::Stream& stream = current.device->stream(0);
-    for (device::Device* other : current.waits_for) stream.wait(other->stream(0).record());
+    for (std::size_t earlier : current.after) {
+      const Step& producer = step.steps[earlier];
+      for (std::size_t position = 0; position < producer.streams.size(); ++position) {
+        if (!producer.record[position]) continue;
+        for (device::Stream* stream : current.streams) {
+          if (stream != producer.streams[position]) stream->wait(events[earlier][position]);
+        }
+      }
+    }
+    device::Stream& stream = *current.streams[0];
     if (!options_.planner) {
       for (std::size_t output : current.outputs) {
         Value& value = step.values[output];
@@ -310,16 +333,44 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
         break;
       }
     }
-    for (std::size_t released : release_after[index]) {
-      if (!step.values[released].fetched) step.values[released].tensor = Tensor();
+    std::vector<device::Event>& recorded = events[index];
+    recorded.assign(current.streams.size(), device::Event());
+    for (std::size_t position = 0; position < current.streams.size(); ++position) {
+      if (current.record[position]) recorded[position] = current.streams[position]->record();
     }
+    if (!options_.planner) {
+      for (std::size_t output : current.outputs) {
+        Value& value = step.values[output];
+        if (value.readers.empty() && !value.fetched) value.tensor = Tensor();  // an output nothing reads
+      }
+      for (std::size_t input : current.inputs) {
+        Value& value = step.values[input];
+        if (value.variable || value.fetched) continue;
+        if (readers_left[input].fetch_sub(1, std::memory_order_acq_rel) == 1) value.tensor = Tensor();
+      }
+    }
+  };
+  try {
+    state_->runner->run(step.steps, launch);
+  } catch (...) {
+    for (device::Device* device : state_->devices) drain(*device);
+    throw;
+  }
+  // A fetch is copied on its device's stream 0; values made on other lanes are complete only once their
+  // streams are.
+  if (step.multi_lane) {
+    for (device::Device* device : state_->devices) device->synchronize();
   }
   std::vector<Tensor> results;
   for (std::size_t fetch : step.fetches) {
     const Value& value = step.values[fetch];
     results.push_back(value.tensor.to(*state_->cpu, {.name = value.name, .kind = memory::AllocationKind::activation}));
   }
-  for (std::size_t released : release_after[step.steps.size()]) step.values[released].tensor = Tensor();
+  if (!options_.planner) {
+    for (Value& value : step.values) {
+      if (!value.variable) value.tensor = Tensor();
+    }
+  }
   for (device::Device* device : state_->devices) device->synchronize();
   return results;
 }
@@ -351,6 +402,15 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
   for (const Value& value : step.values) {
     if (value.variable) {
       device_plan_of(*value.device).variable_bytes += value.bytes();
+      const graph::Node& node = state_->graph.node(value.output.node);
+      plan.variables.push_back({.name = node.name,
+                                .device = value.device->name(),
+                                .op = node.op,
+                                .dtype = std::string(name_of(value.dtype)),
+                                .shape = value.shape.dims(),
+                                .kind = kind_of_variable(node),
+                                .bytes = value.bytes(),
+                                .planned_bytes = value.bytes()});
       continue;
     }
     PlannedTensor tensor;

@@ -74,7 +74,7 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
     }
   }
   std::int64_t current_epoch = first_epoch, current_batch = first_batch;
-  if (!options.checkpoint_dir.empty()) {
+  if (!options.checkpoint_dir.empty() && options.write_checkpoints) {
     callbacks.add(std::make_shared<CheckpointCallback>(
         options.checkpoint_dir, [&] { return capture(model, step, current_epoch, current_batch, seed); },
         CheckpointCallbackOptions{.every_steps = options.checkpoint_every_steps}));

@@ -1,8 +1,12 @@
 #include "train/model_graph.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/autodiff.hpp"
 #include "tensorpool/graph/builder.hpp"
+#include "train/sharded_update.hpp"
 
 namespace tp::train {
 
@@ -34,6 +38,11 @@ struct Builder {
     node.attributes["seed"] = static_cast<std::int64_t>(seed);
     node.attributes["kind"] = kind;
     return output;
+  }
+  // `value` in `dtype`: itself when it already is, else a Cast node named `name`.
+  graph::Output cast(graph::Output value, DType dtype, const std::string& name) {
+    if (graph.type_of(value).dtype == dtype) return value;
+    return add("Cast", {value}, {{"dtype", dtype}}, name);
   }
   graph::Output placeholder(const std::string& name, DType dtype, std::vector<std::int64_t> dims) {
     const graph::Output output = graph::placeholder(graph, prefix + name, dtype, std::move(dims));
@@ -83,12 +92,15 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
   const bool fused_softmax = spec.loss == Loss::sparse_categorical_crossentropy && !spec.from_logits &&
                              spec.layers.back().activation == Activation::softmax;
   const std::int64_t classes = spec.layers.back().units;
+  // The batch is fed in the first layer's compute dtype (Sequential casts it on the host): under mixed
+  // precision the input's copy to the device and its device memory are halved too.
+  model.input_dtype = spec.layers.front().policy.value_or(spec.policy).compute_dtype();
   std::vector<std::vector<graph::Output>> parameters(devices.size());
   std::vector<graph::Output> losses;
   for (std::size_t replica = 0; replica < devices.size(); ++replica) {
     Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
     ReplicaNodes nodes;
-    graph::Output h = builder.placeholder("x", DType::f32, {-1, features});
+    graph::Output h = builder.placeholder("x", model.input_dtype, {-1, features});
     nodes.x = g.node(h.node).name;
     const graph::Output labels = spec.loss == Loss::sparse_categorical_crossentropy
                                      ? builder.placeholder("labels", DType::i32, {-1})
@@ -98,19 +110,25 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
     graph::Output logits = h;
     for (std::size_t index = 0; index < spec.layers.size(); ++index) {
       const Dense& layer = spec.layers[index];
+      const DType compute = layer.policy.value_or(spec.policy).compute_dtype();
+      const std::string& name = names[index];
       const std::uint64_t seed = spec.seed * 1000 + index;  // the same for every replica: identical starts
+      h = builder.cast(h, compute, name + "/Cast");         // autocast of the layer's input, as Keras
       const graph::Output kernel =
-          builder.variable(names[index] + "/kernel", {fan_in, layer.units}, "glorot_uniform", seed, "parameter");
+          builder.variable(name + "/kernel", {fan_in, layer.units}, "glorot_uniform", seed, "parameter");
       parameters[replica].push_back(kernel);
-      h = builder.add("MatMul", {h, kernel}, {}, names[index] + "/MatMul");
+      h = builder.add("MatMul", {h, builder.cast(kernel, compute, name + "/kernel/Cast")}, {}, name + "/MatMul");
       if (layer.use_bias) {
-        const graph::Output bias = builder.variable(names[index] + "/bias", {layer.units}, "zeros", 0, "parameter");
+        const graph::Output bias = builder.variable(name + "/bias", {layer.units}, "zeros", 0, "parameter");
         parameters[replica].push_back(bias);
-        h = builder.add("BiasAdd", {h, bias}, {}, names[index] + "/BiasAdd");
+        h = builder.add("BiasAdd", {h, builder.cast(bias, compute, name + "/bias/Cast")}, {}, name + "/BiasAdd");
       }
+      const bool last = index + 1 == spec.layers.size();
+      // The output layer's values go to softmax and the loss in float32.
+      if (last) h = builder.cast(h, DType::f32, name + "/Cast_output");
       logits = h;
-      if (layer.activation == Activation::relu) h = builder.add("Relu", {h}, {}, names[index] + "/Relu");
-      if (layer.activation == Activation::softmax) h = builder.add("Softmax", {h}, {}, names[index] + "/Softmax");
+      if (layer.activation == Activation::relu) h = builder.add("Relu", {h}, {}, name + "/Relu");
+      if (layer.activation == Activation::softmax) h = builder.add("Softmax", {h}, {}, name + "/Softmax");
       fan_in = layer.units;
     }
     nodes.predictions = g.node(h.node).name;
@@ -134,21 +152,46 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
     losses.push_back(loss);
     model.replicas.push_back(nodes);
   }
-  // Gradients per replica, then (mirrored) all-reduced, then the same update on every replica.
+  // Gradients per replica, then (mirrored) all-reduced, then the same update on every replica. With loss
+  // scaling the gradients are those of loss x scale, divided by the scale in float32 (exact: a power of two).
+  const bool loss_scaling = std::any_of(spec.layers.begin(), spec.layers.end(), [&](const Dense& layer) {
+    return layer.policy.value_or(spec.policy).needs_loss_scaling();
+  });
+  std::optional<graph::Output> loss_scale;
+  if (loss_scaling) {
+    model.loss_scale = "loss_scale";
+    loss_scale = graph::placeholder(g, model.loss_scale, DType::f32, {});
+  }
   std::vector<std::vector<std::optional<graph::Output>>> gradients;
   for (std::size_t replica = 0; replica < devices.size(); ++replica) {
-    gradients.push_back(graph::gradients(g, losses[replica], parameters[replica]));
+    Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
+    const graph::Output target =
+        loss_scaling ? builder.add("Mul", {losses[replica], *loss_scale}, {}, "loss/scaled") : losses[replica];
+    gradients.push_back(graph::gradients(g, target, parameters[replica]));
+    for (std::size_t index = 0; index < parameters[replica].size(); ++index) {
+      std::optional<graph::Output>& gradient = gradients[replica][index];
+      if (!gradient) continue;
+      if (loss_scaling) {
+        const std::string base = g.node(parameters[replica][index].node).name.substr(builder.prefix.size());
+        gradient = builder.add("Div", {*gradient, *loss_scale}, {}, base + "/unscale");
+      }
+      model.replicas[replica].gradients.push_back(g.node(gradient->node).name);
+    }
   }
   model.variables.resize(devices.size());
   for (std::size_t replica = 0; replica < devices.size(); ++replica) {
     for (const graph::Output& parameter : parameters[replica])
       model.variables[replica].push_back(g.node(parameter.node).name);
   }
+  if (spec.shard != Shard::none) {  // ZeRO: sharded optimizer state (and gradients)
+    add_sharded_updates(spec, devices, parameters, gradients, loss_scaling, model);
+    return model;
+  }
   // One AllReduce for every gradient (a single bucket): one collective per step, not one per parameter.
   graph::NodeId all_reduce = -1;
   const std::size_t replicas = devices.size();
-  if (replicas > 1) {
-    std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
+  if (replicas > 1 || spec.all_reduce == "mpi") {  // across workers even with one local replica
+    std::vector<graph::Output> inputs;             // parameter-major: gradient p of replica r is input p * R + r
     for (std::size_t index = 0; index < parameters[0].size(); ++index) {
       for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*gradients[replica][index]);
     }
@@ -156,11 +199,26 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
                             {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}},
                             "all_reduce/gradients");
   }
+  // Loss scaling: one flag per replica, the product of AllFinite over its reduced gradients (so every replica
+  // takes the same decision), gating its updates.
+  std::vector<std::optional<graph::Output>> apply(replicas);
+  for (std::size_t replica = 0; loss_scaling && replica < replicas; ++replica) {
+    Builder builder{g, devices[replica], replicas > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
+    for (std::size_t index = 0; index < parameters[0].size(); ++index) {
+      const graph::Output reduced = all_reduce < 0
+                                        ? *gradients[0][index]
+                                        : graph::Output{all_reduce, static_cast<int>(index * replicas + replica)};
+      const graph::Output finite = builder.add("AllFinite", {reduced}, {}, "loss_scale/AllFinite");
+      apply[replica] =
+          apply[replica] ? builder.add("Mul", {*apply[replica], finite}, {}, "loss_scale/all_finite") : finite;
+    }
+    model.replicas[replica].all_finite = g.node(apply[replica]->node).name;
+  }
   for (std::size_t index = 0; index < parameters[0].size(); ++index) {
     std::vector<graph::Output> reduced;
     for (std::size_t replica = 0; replica < replicas; ++replica) {
-      reduced.push_back(replicas == 1 ? *gradients[0][index]
-                                      : graph::Output{all_reduce, static_cast<int>(index * replicas + replica)});
+      reduced.push_back(all_reduce < 0 ? *gradients[0][index]
+                                       : graph::Output{all_reduce, static_cast<int>(index * replicas + replica)});
     }
     for (std::size_t replica = 0; replica < devices.size(); ++replica) {
       Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
@@ -173,7 +231,9 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
         const graph::Output v = builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state");
         model.variables[replica].push_back(g.node(m.node).name);
         model.variables[replica].push_back(g.node(v.node).name);
-        update = builder.add_node("ApplyAdam", {parameter, reduced[replica], m, v},
+        std::vector<graph::Output> inputs{parameter, reduced[replica], m, v};
+        if (apply[replica]) inputs.push_back(*apply[replica]);
+        update = builder.add_node(apply[replica] ? "ApplyAdamIf" : "ApplyAdam", inputs,
                                   {{"learning_rate", adam->learning_rate},
                                    {"beta1", adam->beta1},
                                    {"beta2", adam->beta2},
@@ -183,8 +243,10 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
         const Sgd& sgd = std::get<Sgd>(spec.optimizer);
         const graph::Output velocity = builder.variable(base + "/momentum", dims, "zeros", 0, "optimizer_state");
         model.variables[replica].push_back(g.node(velocity.node).name);
+        std::vector<graph::Output> inputs{parameter, reduced[replica], velocity};
+        if (apply[replica]) inputs.push_back(*apply[replica]);
         update = builder.add_node(
-            "ApplySgd", {parameter, reduced[replica], velocity},
+            apply[replica] ? "ApplySgdIf" : "ApplySgd", inputs,
             {{"learning_rate", sgd.learning_rate}, {"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}},
             base + "/ApplySgd");
       }

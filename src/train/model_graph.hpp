@@ -5,6 +5,12 @@
 // replicas' losses add up to the global mean), the number of correct predictions, the predictions, the
 // gradients, then (mirrored) one AllReduce per parameter and the optimizer's update of every replica.
 //
+// Mixed precision (spec.policy, Dense::policy): each layer casts its input and its float32 variables to its
+// compute dtype ("dense/Cast", "dense/kernel/Cast"), the output layer's values are cast back to float32
+// ("dense_1/Cast_output") before softmax and the loss. With float16 anywhere, the loss is multiplied by the
+// fed "loss_scale" before differentiation, each variable's gradient divided by it ("<var>/unscale"), and the
+// updates are ApplyAdamIf / ApplySgdIf gated on the product of AllFinite over the (reduced) gradients.
+//
 // Invariants: every replica's variables are listed in the same order in `variables[r]`, with identical
 // initialisers, so replicas start and stay bitwise equal; one device means one replica and no AllReduce.
 
@@ -14,6 +20,8 @@
 
 #include "tensorpool/graph/graph.hpp"
 #include "tensorpool/train/layers.hpp"
+#include "tensorpool/train/loss_scale.hpp"
+#include "tensorpool/train/strategy.hpp"
 
 namespace tp::train {
 
@@ -24,19 +32,26 @@ struct ModelSpec {
   Loss loss = Loss::sparse_categorical_crossentropy;
   bool from_logits = false;
   std::string all_reduce = "ring";
+  Shard shard = Shard::none;  // ZeRO (train/sharded_update.hpp); mirrored over >= 2 devices only
   std::uint64_t seed = 0;
+  DTypePolicy policy{};           // the model's; a layer's own policy overrides it
+  LossScaleOptions loss_scale{};  // used when some layer computes in float16
 };
 
 struct ReplicaNodes {
   std::string x, labels, loss, correct, predictions;
+  std::vector<std::string> gradients{};  // per parameter: its float32 gradient (unscaled), before any AllReduce
+  std::string all_finite{};              // loss scaling: 1 when every (reduced) gradient is finite, else 0
 };
 
 struct ModelGraph {
   graph::Graph graph;
   std::vector<ReplicaNodes> replicas;
-  std::vector<std::string> updates;                  // optimizer update nodes (run as targets)
-  std::vector<std::vector<std::string>> variables;   // per replica: parameters then optimizer slots
+  std::vector<std::string> updates;                 // optimizer update nodes (run as targets)
+  std::vector<std::vector<std::string>> variables;  // per replica: parameters then optimizer slots
   std::string inv_global_batch = "inv_global_batch";
+  std::string loss_scale{};        // loss scaling: the float32 scalar placeholder of the scale; empty without it
+  DType input_dtype = DType::f32;  // of the "x" placeholders: the first layer's compute dtype
   bool has_accuracy = false;
 };
 

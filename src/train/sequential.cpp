@@ -2,6 +2,8 @@
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/ops/cast.hpp"
 #include "tensorpool/runtime/session.hpp"
 #include "train/model_graph.hpp"
 
@@ -12,6 +14,9 @@ struct Sequential::Compiled {
   std::unique_ptr<runtime::Session> session;
   device::DeviceManager* manager = nullptr;
   CompileOptions options;
+  std::optional<DynamicLossScale> loss_scale;  // when the graph scales the loss (some layer in float16)
+  int workers = 1;                             // processes of a multi-worker job (MPI world size)
+  int rank = 0;                                // this worker's
 };
 
 namespace {
@@ -32,6 +37,10 @@ std::vector<std::string> strategy_devices(const Strategy& strategy, device::Devi
   if (strategy.kind == Strategy::Kind::one) accelerators.resize(1);
   return accelerators;
 }
+
+constexpr char kLossScaleCurrent[] = "loss_scale/current";
+constexpr char kLossScaleGoodSteps[] = "loss_scale/good_steps";
+constexpr char kLossScaleSkippedSteps[] = "loss_scale/skipped_steps";
 
 std::string strip_replica(const std::string& name) {
   return name.rfind("replica_", 0) == 0 ? name.substr(name.find('/') + 1) : name;
@@ -54,9 +63,33 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
   compiled->manager = session.devices != nullptr ? session.devices : &device::DeviceManager::instance();
   compiled->options = options;
   devices_ = strategy_devices(strategy, *compiled->manager);
-  ModelSpec spec{input_shape_,        layers_,     options.optimizer, options.loss, options.from_logits,
-                 strategy.all_reduce, options.seed};
+  if (strategy.kind == Strategy::Kind::multi_worker) {
+    const distribute::MpiWorld& world = distribute::mpi_world();  // throws when built without MPI
+    compiled->workers = world.size;
+    compiled->rank = world.rank;
+    if (strategy.all_reduce != "mpi") {
+      TP_THROW(InvalidArgument, "train", "the multi-worker strategy reduces through MPI; all_reduce '",
+               strategy.all_reduce, "' must be mpi");
+    }
+  }
+  if (strategy.shard != Shard::none && (strategy.kind != Strategy::Kind::mirrored || devices_.size() < 2)) {
+    TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
+             " needs the mirrored strategy over two or more devices (ZeRO splits state between replicas); this "
+             "strategy has ",
+             devices_.size(), " device(s)");
+  }
+  ModelSpec spec{.input_shape = input_shape_,
+                 .layers = layers_,
+                 .optimizer = options.optimizer,
+                 .loss = options.loss,
+                 .from_logits = options.from_logits,
+                 .all_reduce = strategy.all_reduce,
+                 .shard = strategy.shard,
+                 .seed = options.seed,
+                 .policy = options.policy,
+                 .loss_scale = options.loss_scale};
   compiled->model = build_model_graph(spec, devices_);
+  if (!compiled->model.loss_scale.empty()) compiled->loss_scale.emplace(options.loss_scale);
   session.devices = compiled->manager;
   if (session.default_device.empty()) session.default_device = devices_.front();
   compiled->session = std::make_unique<runtime::Session>(compiled->model.graph, std::move(session));
@@ -83,14 +116,23 @@ runtime::FeedMap Sequential::feeds(const Tensor& features, const Tensor* labels)
     TP_THROW(InvalidArgument, "train", "labels ", labels->shape(), " do not match the ", rows,
              " examples of the batch");
   }
-  const Tensor flat = features.reshape(Shape{rows, per_example});
+  Tensor flat = features.reshape(Shape{rows, per_example});
+  if (compiled_->model.input_dtype != flat.dtype()) {
+    // The first layer computes in float16 / bfloat16: convert on the features' device (the host, for a staged
+    // dataset) so that half the bytes travel to the replicas' devices.
+    flat = ops::cast(flat, compiled_->model.input_dtype, {.output = {.name = "train/input_cast"}});
+    flat.device().stream(0).synchronize();
+  }
   runtime::FeedMap feeds;
-  const auto replicas = static_cast<std::int64_t>(devices_.size());
-  for (std::int64_t replica = 0; replica < replicas; ++replica) {
-    // Rows split as evenly as possible: the first (rows % replicas) replicas take one more.
+  // Every worker holds the same global batch; replica g of the job (g = rank x local replicas + local) takes
+  // its rows: split as evenly as possible, the first (rows % replicas) replicas take one more.
+  const auto local_replicas = static_cast<std::int64_t>(devices_.size());
+  const std::int64_t replicas = local_replicas * compiled_->workers;
+  for (std::int64_t local = 0; local < local_replicas; ++local) {
+    const std::int64_t replica = compiled_->rank * local_replicas + local;
     const std::int64_t begin = replica * (rows / replicas) + std::min(replica, rows % replicas);
     const std::int64_t end = begin + rows / replicas + (replica < rows % replicas ? 1 : 0);
-    const ReplicaNodes& nodes = compiled_->model.replicas[static_cast<std::size_t>(replica)];
+    const ReplicaNodes& nodes = compiled_->model.replicas[static_cast<std::size_t>(local)];
     feeds[nodes.x] = flat.slice(begin, end);
     if (labels != nullptr) feeds[nodes.labels] = labels->slice(begin, end);
   }
@@ -117,13 +159,38 @@ StepResult Sequential::collect(const std::vector<Tensor>& fetched, std::int64_t 
     result.loss += fetched[index].to_vector<float>().at(0);
     if (stride == 2) result.correct += fetched[index + 1].to_vector<float>().at(0);
   }
+  if (compiled_->workers > 1) {  // each worker holds its replicas' share; the step's figures are the sums
+    double sums[2] = {result.loss, result.correct};
+    distribute::mpi_sum(sums, 2);
+    result.loss = sums[0];
+    result.correct = sums[1];
+  }
   return result;
 }
 
 StepResult Sequential::train_step(const Tensor& features, const Tensor& labels, std::int64_t step) {
-  const runtime::FeedMap batch = feeds(features, &labels);
-  const auto fetched = session().run(batch, loss_and_correct_fetches(), compiled_->model.updates, {.step = step});
+  runtime::FeedMap batch = feeds(features, &labels);
+  std::vector<std::string> fetches = loss_and_correct_fetches();
+  std::optional<DynamicLossScale>& loss_scale = compiled_->loss_scale;
+  std::int64_t optimizer_step = step;
+  if (loss_scale) {
+    const auto scale = static_cast<float>(loss_scale->scale());
+    batch[compiled_->model.loss_scale] =
+        Tensor::from_vector<float>(std::span<const float>(&scale, 1), Shape{}, compiled_->manager->device("cpu:0"));
+    fetches.push_back(compiled_->model.replicas.front().all_finite);  // every replica decides alike
+    optimizer_step = step - loss_scale->state().skipped_steps;        // Keras: skipped steps do not count
+  }
+  std::vector<Tensor> fetched = session().run(batch, fetches, compiled_->model.updates, {.step = optimizer_step});
+  if (loss_scale) {
+    loss_scale->update(fetched.back().to_vector<float>().at(0) != 0.0F);
+    fetched.pop_back();
+  }
   return collect(fetched, features.shape().dim(0));
+}
+
+std::optional<LossScaleState> Sequential::loss_scale_state() const {
+  if (compiled_ == nullptr || !compiled_->loss_scale) return std::nullopt;
+  return compiled_->loss_scale->state();
 }
 
 StepResult Sequential::test_step(const Tensor& features, const Tensor& labels) {
@@ -132,6 +199,11 @@ StepResult Sequential::test_step(const Tensor& features, const Tensor& labels) {
 }
 
 Tensor Sequential::predict_step(const Tensor& features) {
+  if (compiled_ != nullptr && compiled_->workers > 1) {
+    TP_THROW(InvalidArgument, "train",
+             "predict_step under the multi-worker strategy: each worker holds only its "
+             "rows' predictions; predict with a one-device or mirrored model (load the checkpoint there)");
+  }
   runtime::FeedMap batch = feeds(features, nullptr);
   std::vector<std::string> fetches;
   for (const ReplicaNodes& nodes : compiled_->model.replicas) fetches.push_back(nodes.predictions);
@@ -154,23 +226,48 @@ runtime::MemoryPlan Sequential::plan(std::int64_t batch_size) {
   std::int64_t per_example = 1;
   for (std::int64_t dim : input_shape_) per_example *= dim;
   runtime::FeedTypes types;
-  const auto replicas = static_cast<std::int64_t>(devices_.size());
-  for (std::int64_t replica = 0; replica < replicas; ++replica) {
+  const auto local_replicas = static_cast<std::int64_t>(devices_.size());
+  const std::int64_t replicas = local_replicas * compiled_->workers;  // `batch_size` is the global batch
+  for (std::int64_t local = 0; local < local_replicas; ++local) {
+    const std::int64_t replica = compiled_->rank * local_replicas + local;
     const std::int64_t rows = batch_size / replicas + (replica < batch_size % replicas ? 1 : 0);
-    const ReplicaNodes& nodes = compiled_->model.replicas[static_cast<std::size_t>(replica)];
-    types[nodes.x] = {DType::f32, {rows, per_example}};
+    const ReplicaNodes& nodes = compiled_->model.replicas[static_cast<std::size_t>(local)];
+    types[nodes.x] = {compiled_->model.input_dtype, {rows, per_example}};
     types[nodes.labels] = compiled_->options.loss == Loss::sparse_categorical_crossentropy
                               ? graph::TensorType{DType::i32, {rows}}
                               : graph::TensorType{DType::f32, {rows, layers_.back().units}};
   }
   types[compiled_->model.inv_global_batch] = {DType::f32, {}};
+  if (!compiled_->model.loss_scale.empty()) types[compiled_->model.loss_scale] = {DType::f32, {}};
   return session().plan(types, loss_and_correct_fetches(), compiled_->model.updates);
+}
+
+StepBytes Sequential::step_bytes(const runtime::MemoryPlan& plan, std::string_view device) const {
+  if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
+  return train::step_bytes(plan, compiled_->model.graph, device);
 }
 
 std::vector<std::pair<std::string, Tensor>> Sequential::variables() {
   std::vector<std::pair<std::string, Tensor>> values;
-  for (const std::string& name : compiled_->model.variables.at(0)) {
-    values.emplace_back(strip_replica(name), session().read_variable(name));
+  // Replicated variables ("replica_<r>/...", equal on every replica) once, from replica 0; a replica's own
+  // (sharded optimizer state, "shard_<r>/...") from each.
+  for (std::size_t replica = 0; replica < compiled_->model.variables.size(); ++replica) {
+    for (const std::string& name : compiled_->model.variables[replica]) {
+      if (replica > 0 && strip_replica(name) != name) continue;
+      values.emplace_back(strip_replica(name), session().read_variable(name));
+    }
+  }
+  if (compiled_->loss_scale) {  // saved with the optimizer state, as Keras's LossScaleOptimizer variables
+    const LossScaleState& state = compiled_->loss_scale->state();
+    device::Device& host = compiled_->manager->device("cpu:0");
+    const auto scale = static_cast<float>(state.scale);
+    values.emplace_back(kLossScaleCurrent,
+                        Tensor::from_vector<float>(std::span<const float>(&scale, 1), Shape{}, host));
+    values.emplace_back(kLossScaleGoodSteps, Tensor::from_vector<std::int64_t>(
+                                                 std::span<const std::int64_t>(&state.good_steps, 1), Shape{}, host));
+    values.emplace_back(
+        kLossScaleSkippedSteps,
+        Tensor::from_vector<std::int64_t>(std::span<const std::int64_t>(&state.skipped_steps, 1), Shape{}, host));
   }
   return values;
 }
@@ -184,6 +281,26 @@ void Sequential::assign_variables(const std::vector<std::pair<std::string, Tenso
       if (found == values.end()) TP_THROW(DataError, "train", "the restored state has no variable '", base, "'");
       session().assign_variable(name, found->second);
     }
+  }
+  if (compiled_->loss_scale) {
+    const auto scalar = [&](const char* name) -> const Tensor& {
+      const auto found =
+          std::find_if(values.begin(), values.end(), [&](const auto& entry) { return entry.first == name; });
+      if (found == values.end()) TP_THROW(DataError, "train", "the restored state has no variable '", name, "'");
+      if (found->second.num_elements() != 1) {
+        TP_THROW(DataError, "train", "'", name, "' holds ", found->second.shape(), "; a scalar is expected");
+      }
+      return found->second;
+    };
+    const Tensor& current = scalar(kLossScaleCurrent);
+    const Tensor& good = scalar(kLossScaleGoodSteps);
+    const Tensor& skipped = scalar(kLossScaleSkippedSteps);
+    if (current.dtype() != DType::f32 || good.dtype() != DType::i64 || skipped.dtype() != DType::i64) {
+      TP_THROW(DataError, "train", "the restored loss-scale state must be float32 current and int64 step counts");
+    }
+    compiled_->loss_scale->set_state({.scale = current.to_vector<float>().at(0),
+                                      .good_steps = good.to_vector<std::int64_t>().at(0),
+                                      .skipped_steps = skipped.to_vector<std::int64_t>().at(0)});
   }
 }
 

@@ -21,11 +21,12 @@ using testing::run_graph;
 
 // The ops whose kernels this file runs; must equal the registry's ops that have kernels.
 const std::set<std::string> kKernelOps = {
-    "Fill",     "MatMul",       "BiasAdd", "BiasAddGrad", "Relu",    "ReluGrad",  "Softmax",   "LogSoftmax",
-    "Sum",      "Mean",         "Max",     "ArgMax",      "Add",     "Sub",       "Mul",       "Div",
-    "Scale",    "Cast",         "AddN",    "Reshape",     "Broadcast", "ScaleRows", "CorrectCount",
-    "ApplySgd", "ApplyAdam",    "SparseSoftmaxCrossEntropy",
-    "AllReduce"};  // spans devices: covered by tests/distribute/communicator_test and the mirrored training tests
+    "Fill", "MatMul", "BiasAdd", "BiasAddGrad", "Relu", "ReluGrad", "Softmax", "LogSoftmax", "Sum", "Mean", "Max",
+    "ArgMax", "Add", "Sub", "Mul", "Div", "Scale", "Cast", "AddN", "Reshape", "Broadcast", "ScaleRows", "CorrectCount",
+    "ApplySgd", "ApplyAdam", "SparseSoftmaxCrossEntropy", "AllReduce", "ReduceScatter",
+    "AllGather",                                // span devices: covered by tests/distribute/communicator_test,
+                                                // the mirrored and the sharded training tests
+    "AllFinite", "ApplySgdIf", "ApplyAdamIf"};  // covered by mixed_precision_graph_test
 
 TEST(GraphKernels, EveryOpWithKernelsIsCoveredOnCpuAndSim) {
   std::set<std::string> with_kernels;
@@ -215,8 +216,7 @@ TEST_F(GraphKernelTest, ApplySgdAndApplyAdamMatchTheTensorOps) {
   const Output var2 = bind("var2", initial);
   const Output m = bind("m", zeros);
   const Output v = bind("v", zeros);
-  graph_.add_node("ApplySgd", {var, grad, velocity},
-                  {{"learning_rate", 0.1}, {"momentum", 0.9}, {"nesterov", true}});
+  graph_.add_node("ApplySgd", {var, grad, velocity}, {{"learning_rate", 0.1}, {"momentum", 0.9}, {"nesterov", true}});
   graph_.add_node("ApplyAdam", {var2, grad, m, v}, {{"learning_rate", 0.01}});
   for (Backend backend : {Backend::cpu, Backend::sim}) {
     SCOPED_TRACE(backend == Backend::cpu ? "cpu" : "sim");
@@ -230,7 +230,8 @@ TEST_F(GraphKernelTest, ApplySgdAndApplyAdamMatchTheTensorOps) {
     const Tensor expected_v = testing::to_tensor(zeros, *device);
     const Tensor g = testing::to_tensor(gradient, *device);
     for (std::int64_t step = 1; step <= 3; ++step) {
-      tp::ops::sgd_update(expected_var, g, expected_velocity, {.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
+      tp::ops::sgd_update(expected_var, g, expected_velocity,
+                          {.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
       tp::ops::adam_update(expected_var2, g, expected_m, expected_v, step, {.learning_rate = 0.01});
     }
     EXPECT_EQ(bindings.at(var.node).to_vector<double>(), expected_var.to_vector<double>());

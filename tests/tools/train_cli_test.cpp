@@ -89,6 +89,33 @@ TEST_F(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
   EXPECT_NE(resumed.output.find("Epoch 3/3"), std::string::npos) << resumed.output;
 }
 
+// --precision (issue 8): a short mixed-float16 run reports its policy, the loss scale and the arena split, whose
+// activations are half the float32 run's; an unknown policy is refused naming the accepted ones.
+TEST_F(TrainCli, MixedPrecisionRunReportsTheSplitAndRejectsUnknownPolicies) {
+  std::size_t activations[2] = {0, 0};
+  int index = 0;
+  for (const std::string precision : {"float32", "mixed_float16"}) {
+    const fs::path summary = directory_ / (precision + ".json");
+    const CliRun run = run_cli("train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 --precision " +
+                               precision + " --summary-json '" + summary.string() + "'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("precision " + precision), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("planned activations"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("Loss scale") != std::string::npos, precision == "mixed_float16") << run.output;
+    std::ifstream in(summary);
+    const nlohmann::json json = nlohmann::json::parse(in);
+    EXPECT_EQ(json.at("precision"), precision);
+    EXPECT_GT(json.at("test_accuracy").get<double>(), 0.6);
+    activations[index++] = json.at("devices").at(0).at("activation_bytes").get<std::size_t>();
+  }
+  EXPECT_NEAR(static_cast<double>(activations[1]) / static_cast<double>(activations[0]), 0.5, 0.05);
+  const CliRun bad = run_cli("train --precision float16");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--precision 'float16' is not one of float32, mixed_float16, mixed_bfloat16"),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST_F(TrainCli, BadFlagsExitWithCodeTwoAndOneLine) {
   for (const std::string& arguments : {std::string("train --strategy ring"), std::string("train --devices sim:0,,sim:1"),
                                        std::string("train --data /nonexistent --epochs 1"),

@@ -11,5 +11,9 @@ void add_trace_command(CLI::App& app);
 // `tensorpool devices`: lists the devices and their memory figures (devices_command.cpp).
 void add_devices_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+// `tensorpool estimate`: per-tensor memory of a training step before running (estimate_command.cpp).
+void add_estimate_command(CLI::App& app);
+// `tensorpool profile`: N training steps under the memory profiler; writes its reports (profile_command.cpp).
+void add_profile_command(CLI::App& app);
 
 }  // namespace tp::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   tp::cli::add_replay_command(app);
   tp::cli::add_trace_command(app);
   tp::cli::add_devices_command(app);
+  tp::cli::add_estimate_command(app);
+  tp::cli::add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& success) {  // --help, --version

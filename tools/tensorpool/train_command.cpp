@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -14,11 +15,15 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "model_setup.hpp"
+#include "oom_advice.hpp"
+#include "profile_output.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
 #include "tensorpool/data/fashion_mnist.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/distribute/mpi.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/train/fit.hpp"
 #include "tensorpool/train/history_logger.hpp"
@@ -29,63 +34,15 @@ namespace tp::cli {
 namespace {
 
 struct TrainArguments {
-  std::string devices = "sim:0,sim:1";
-  std::string strategy = "mirrored";
+  ModelArguments model;  // devices, strategy, batch size, allocator, ..., hidden, precision, seed
   std::int64_t epochs = 5;
-  std::int64_t batch_size = 32;
   std::string data = data::default_data_directory().string();
-  std::string allocator = "bfc";
-  bool allow_growth = true;
-  std::string sim_memory = "1GiB";
   std::string checkpoint_dir;
   std::string summary_json;
   std::string history_csv;
-  std::string all_reduce = "ring";
-  std::uint64_t seed = 42;
-  int intra_op_threads = 0;  // 0: the cores divided between the devices (at least 1 each)
   std::int64_t limit_train = 0;
+  std::string profile_dir;  // --profile: memory profiler reports written there (docs/profiling.md)
 };
-
-std::vector<std::string> split_devices(const std::string& text) {
-  std::vector<std::string> names;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    names.push_back(text.substr(start, comma - start));
-    if (names.back().empty()) TP_THROW(InvalidArgument, "train", "--devices '", text, "' has an empty entry");
-    start = comma + 1;
-  }
-  return names;
-}
-
-// Creates the sim devices the run names (unless TP_SIM_DEVICES configures them) with the run's memory config.
-device::DeviceManager& configure_devices(const TrainArguments& arguments, const std::vector<std::string>& names) {
-  device::DeviceManager& manager = device::DeviceManager::instance();
-  int sims = 0;
-  for (const std::string& name : names) {
-    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
-    if (id.kind == device::DeviceKind::sim) sims = std::max(sims, id.index + 1);
-  }
-  if (std::getenv("TP_SIM_DEVICES") == nullptr && sims > 0) {
-    manager.set_sim_devices(sims, parse_bytes(arguments.sim_memory, "--sim-memory"));
-  }
-  memory::MemoryConfig config = device::DeviceManagerOptions::default_device_memory_config();
-  config.policy = arguments.allow_growth ? memory::GrowthPolicy::grow : memory::GrowthPolicy::preallocate;
-  if (arguments.allocator == "bfc") {
-    config.allocator = memory::AllocatorKind::bfc;
-  } else if (arguments.allocator == "expandable") {
-    config.allocator = memory::AllocatorKind::expandable;
-  } else if (arguments.allocator == "system") {
-    config.allocator = memory::AllocatorKind::system;
-  } else {
-    TP_THROW(InvalidArgument, "train", "--allocator '", arguments.allocator, "' is not bfc, expandable or system");
-  }
-  for (const std::string& name : names) {
-    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
-    if (id.kind != device::DeviceKind::cpu) manager.set_memory_config(id, config);
-  }
-  return manager;
-}
 
 struct LargestTensor {
   std::string name, shape, kind;
@@ -99,7 +56,7 @@ std::string shape_text(const std::vector<std::int64_t>& dims) {
 }
 
 nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<std::string>& names,
-                              const runtime::MemoryPlan& plan) {
+                              const runtime::MemoryPlan& plan, const train::Sequential& model) {
   nlohmann::json devices = nlohmann::json::array();
   std::cout << "\nMemory summary\n";
   for (const std::string& name : names) {
@@ -110,9 +67,12 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
       if (device_plan.device == name) planned_peak = device_plan.planned_peak_bytes;
     }
     std::vector<LargestTensor> largest;
+    std::size_t parameter_bytes = 0, optimizer_state_bytes = 0;  // the live variables, by kind
     if (memory::TrackingAdaptor* tracking = device.memory().tracking()) {
       for (const memory::TrackedAllocation& live : tracking->live_allocations()) {
         const bool arena = live.tag.dtype.empty();  // the step's arena: the planned tensors live inside it
+        if (!arena && live.tag.kind == memory::AllocationKind::parameter) parameter_bytes += live.bytes;
+        if (!arena && live.tag.kind == memory::AllocationKind::optimizer_state) optimizer_state_bytes += live.bytes;
         largest.push_back({live.tag.name, arena ? "" : live.tag.dtype + shape_text(live.tag.shape),
                            arena ? "the step's planned arena" : std::string(memory::to_string(live.tag.kind)),
                            live.bytes});
@@ -130,6 +90,12 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
                              name, format_bytes(stats.peak_bytes_in_use), format_bytes(stats.bytes_reserved),
                              format_bytes(stats.peak_bytes_reserved), format_bytes(planned_peak),
                              100.0 * stats.fragmentation());
+    std::cout << fmt::format("    parameters {}, optimizer state {}\n", format_bytes(parameter_bytes),
+                             format_bytes(optimizer_state_bytes));
+    const train::StepBytes split = model.step_bytes(plan, name);
+    std::cout << fmt::format("    planned activations {}, activation gradients {}, weight gradients {}, other {}\n",
+                             format_bytes(split.activation_bytes), format_bytes(split.activation_gradient_bytes),
+                             format_bytes(split.weight_gradient_bytes), format_bytes(split.other_bytes));
     nlohmann::json tensors = nlohmann::json::array();
     for (const LargestTensor& tensor : largest) {
       std::cout << fmt::format("    {:>10}  {} {} ({})\n", format_bytes(tensor.bytes), tensor.name, tensor.shape,
@@ -143,34 +109,34 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
                        {"peak_reserved_bytes", stats.peak_bytes_reserved},
                        {"planned_peak_bytes", planned_peak},
                        {"fragmentation", stats.fragmentation()},
+                       {"parameter_bytes", parameter_bytes},
+                       {"optimizer_state_bytes", optimizer_state_bytes},
+                       {"activation_bytes", split.activation_bytes},
+                       {"activation_gradient_bytes", split.activation_gradient_bytes},
+                       {"weight_gradient_bytes", split.weight_gradient_bytes},
                        {"largest_tensors", tensors}});
   }
   return devices;
 }
 
-// BLAS threads: as given, or the machine's cores shared between the devices' streams, so that replicas running
-// at once do not oversubscribe the cores.
-int intra_op_threads(const TrainArguments& arguments, std::size_t devices) {
-  if (arguments.intra_op_threads < 0) TP_THROW(InvalidArgument, "train", "--intra-op-threads must be >= 0");
-  if (arguments.intra_op_threads > 0) return arguments.intra_op_threads;
-  const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / static_cast<int>(std::max<std::size_t>(1, devices)));
-}
-
 void run_train(const TrainArguments& arguments) {
-  const std::vector<std::string> names = split_devices(arguments.devices);
-  train::Strategy strategy;
-  if (arguments.strategy == "one") {
-    if (names.size() != 1)
-      TP_THROW(InvalidArgument, "train", "--strategy one takes one device; --devices has ", names.size());
-    strategy = train::Strategy::one_device(names[0]);
-  } else if (arguments.strategy == "mirrored") {
-    strategy = train::Strategy::mirrored(names, arguments.all_reduce);
-  } else {
-    TP_THROW(InvalidArgument, "train", "--strategy '", arguments.strategy, "' is not one or mirrored");
-  }
-  if (arguments.batch_size <= 0) TP_THROW(InvalidArgument, "train", "--batch-size must be positive");
-  device::DeviceManager& manager = configure_devices(arguments, names);
+  const ModelArguments& flags = arguments.model;
+  const ModelSetup setup = configure_model_devices(flags, "train");
+  const std::vector<std::string>& names = setup.names;
+  const train::Strategy& strategy = setup.strategy;
+  const train::DTypePolicy policy = train::DTypePolicy::from_name(flags.precision, "--precision");
+  // A multi-worker job: rank 0 reports, writes checkpoints and the summary; the others train silently.
+  const bool multi_worker = strategy.kind == train::Strategy::Kind::multi_worker;
+  const int rank = multi_worker ? distribute::mpi_world().rank : 0;
+  const int workers = multi_worker ? distribute::mpi_world().size : 1;
+  std::streambuf* const console = std::cout.rdbuf();
+  if (rank != 0) std::cout.rdbuf(nullptr);
+  struct RestoreConsole {
+    std::streambuf* buffer;
+    ~RestoreConsole() { std::cout.rdbuf(buffer); }
+  } restore_console{console};
+  device::DeviceManager& manager = *setup.manager;
+  std::unique_ptr<profile::MemoryProfiler> profiler = start_profiler(manager, names, !arguments.profile_dir.empty());
 
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
@@ -178,51 +144,70 @@ void run_train(const TrainArguments& arguments) {
   data::Dataset train = data::Dataset::from_arrays(std::move(mnist.train_images), std::move(mnist.train_labels));
   if (arguments.limit_train > 0)
     train = train.shard(std::max<std::int64_t>(1, train.size() / arguments.limit_train), 0);
-  train = train.normalize().shuffle(arguments.seed).batch(arguments.batch_size).prefetch(2).stage_on(cpu);
+  train = train.normalize().shuffle(flags.seed).batch(flags.batch_size).prefetch(2).stage_on(cpu);
   const data::Dataset test = data::Dataset::from_arrays(std::move(mnist.test_images), std::move(mnist.test_labels))
                                  .normalize()
-                                 .batch(arguments.batch_size)
+                                 .batch(flags.batch_size)
                                  .prefetch(2)
                                  .stage_on(cpu);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
-  train::Sequential model({784}, {{.units = 512, .activation = train::Activation::relu},
-                                  {.units = 10, .activation = train::Activation::softmax}});
-  model.compile(
-      {.optimizer = train::Adam{}, .loss = train::Loss::sparse_categorical_crossentropy, .seed = arguments.seed},
-      strategy, {.name = "train", .intra_op_threads = intra_op_threads(arguments, names.size())});
-  const runtime::MemoryPlan plan = model.plan(arguments.batch_size);
+  const std::unique_ptr<train::Sequential> compiled = build_mlp(flags, setup);
+  train::Sequential& model = *compiled;
+  const runtime::MemoryPlan plan = model.plan(flags.batch_size);
+  if (profiler) set_planned_peaks(*profiler, plan);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
-      "strategy on {}\n",
-      train.size(), test.size(), load_seconds, arguments.batch_size, arguments.strategy, arguments.devices);
+      "strategy on {}{}, precision {}\n",
+      train.size(), test.size(), load_seconds, flags.batch_size, flags.strategy,
+      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name());
   for (const runtime::DevicePlan& device_plan : plan.devices) {
     std::cout << fmt::format("  planned peak on {}: {} (variables {}, step arena {}, lower bound {})\n",
                              device_plan.device, format_bytes(device_plan.planned_peak_bytes),
                              format_bytes(device_plan.variable_bytes), format_bytes(device_plan.arena_bytes),
                              format_bytes(device_plan.lower_bound_bytes));
   }
-  train::FitOptions options{
-      .epochs = arguments.epochs, .validation = &test, .checkpoint_dir = arguments.checkpoint_dir};
-  options.callbacks.push_back(std::make_shared<train::ProgressBar>(std::cout, train::stdout_is_terminal()));
-  if (!arguments.history_csv.empty())
+  train::FitOptions options{.epochs = arguments.epochs,
+                            .validation = &test,
+                            .checkpoint_dir = arguments.checkpoint_dir,
+                            .write_checkpoints = rank == 0};
+  if (rank == 0)
+    options.callbacks.push_back(std::make_shared<train::ProgressBar>(std::cout, train::stdout_is_terminal()));
+  if (!arguments.history_csv.empty() && rank == 0)
     options.callbacks.push_back(std::make_shared<train::CsvLogger>(arguments.history_csv));
-  const train::FitResult result = train::fit(model, train, options);
+  const train::FitResult result = [&] {
+    try {
+      return train::fit(model, train, options);
+    } catch (OutOfMemoryError& error) {  // say which batch size fits, by the static plan
+      add_oom_advice(error, model, named_devices(manager, names), flags.batch_size);
+      throw;
+    }
+  }();
   const train::Evaluation evaluation = train::evaluate(model, test);
   const double samples_per_second =
       result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0.0;
   std::cout << fmt::format("\nTest accuracy {:.4f}, test loss {:.4f}; {:.0f} samples/s over {} steps\n",
                            evaluation.accuracy, evaluation.loss, samples_per_second, result.steps);
-  nlohmann::json devices = memory_summary(manager, names, plan);
-  if (!arguments.summary_json.empty()) {
+  if (const std::optional<train::LossScaleState> scale = model.loss_scale_state()) {
+    std::cout << fmt::format("Loss scale {:g} ({} steps skipped on overflow)\n", scale->scale, scale->skipped_steps);
+  }
+  nlohmann::json devices = memory_summary(manager, names, plan, model);
+  if (profiler && !arguments.profile_dir.empty() && rank == 0) {
+    write_profile(arguments.profile_dir, profiler->snapshot("end of training"));
+    std::cout << "Memory profile written to " << arguments.profile_dir << " (report.html, snapshot.json, trace.json)\n";
+  }
+  if (!arguments.summary_json.empty() && rank == 0) {
     nlohmann::json summary = {
+        {"workers", workers},
         {"test_accuracy", evaluation.accuracy},
         {"test_loss", evaluation.loss},
         {"final_train_loss", result.history.epochs.empty() ? 0.0 : result.history.epochs.back().loss},
         {"samples_per_second", samples_per_second},
         {"epochs", arguments.epochs},
-        {"batch_size", arguments.batch_size},
-        {"strategy", arguments.strategy},
+        {"batch_size", flags.batch_size},
+        {"strategy", flags.strategy},
+        {"shard", flags.shard},
+        {"precision", std::string(policy.name())},
         {"steps", result.steps},
         {"resumed_from_step", result.resumed_from_step},
         {"devices", devices}};
@@ -237,25 +222,15 @@ void run_train(const TrainArguments& arguments) {
 void add_train_command(CLI::App& app) {
   auto arguments = std::make_shared<TrainArguments>();
   CLI::App* command = app.add_subcommand("train", "train the Keras-example MLP on Fashion-MNIST (the main job)");
-  command->add_option("--devices", arguments->devices, "comma-separated devices")->capture_default_str();
-  command->add_option("--strategy", arguments->strategy, "one | mirrored")->capture_default_str();
+  add_model_options(*command, arguments->model);
   command->add_option("--epochs", arguments->epochs, "epochs")->capture_default_str()->check(CLI::NonNegativeNumber);
-  command->add_option("--batch-size", arguments->batch_size, "global batch size")->capture_default_str();
   command->add_option("--data", arguments->data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
-  command->add_option("--allocator", arguments->allocator, "bfc | expandable | system")->capture_default_str();
-  command->add_option("--allow-growth", arguments->allow_growth, "grow device memory on demand (true) or preallocate")
-      ->capture_default_str();
-  command->add_option("--sim-memory", arguments->sim_memory, "memory of each sim device")->capture_default_str();
   command->add_option("--checkpoint-dir", arguments->checkpoint_dir, "save checkpoints there and resume from them");
   command->add_option("--summary-json", arguments->summary_json, "write the run's summary as JSON");
   command->add_option("--history-csv", arguments->history_csv, "write the per-epoch history as CSV");
-  command->add_option("--all-reduce", arguments->all_reduce, "ring | reduce_to_one")->capture_default_str();
-  command->add_option("--seed", arguments->seed, "initialisation and shuffle seed")->capture_default_str();
-  command
-      ->add_option("--intra-op-threads", arguments->intra_op_threads,
-                   "BLAS threads (per process); 0: the cores divided between the devices")
-      ->capture_default_str();
   command->add_option("--limit-train", arguments->limit_train, "train on about this many examples (quick runs)");
+  command->add_option("--profile", arguments->profile_dir,
+                      "record memory; write snapshot.json, trace.json, trace.csv, report.html, summary.txt there");
   command->callback([arguments] { run_train(*arguments); });
 }
 

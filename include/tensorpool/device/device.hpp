@@ -94,25 +94,32 @@ class Device {
   // Backends call this first thing in their destructor: waits for all work, then joins the streams, while
   // the derived object (whose primitives the tasks call) is still alive.
   void shut_down() noexcept;
+  // The buffer's address without the host-access check, for backend copy primitives that run where the check
+  // cannot see (a peer copy reads one device's memory in a task of another's stream).
+  static void* unchecked_address(const Buffer& buffer) noexcept;
 
  private:
   friend class tp::Buffer;
-  friend void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
-                   Stream& dst_stream, const std::shared_ptr<Buffer>& dst, std::size_t dst_offset,
-                   std::size_t bytes);
+  friend void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
+                   const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
 
   // Called by ~Buffer only; `through` is the resource the buffer came from (null: memory()).
   void release(void* ptr, std::size_t bytes, memory::MemoryResource* through) noexcept;
 
   // Backend primitives. The enqueue_* ones put the copy on `stream` (of this device); `host` memory stays
   // valid until the enqueued work has run (callers capture its owner in the task).
-  virtual void enqueue_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
-                               void* host, std::size_t bytes) = 0;
+  virtual void enqueue_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* host,
+                               std::size_t bytes) = 0;
   virtual void enqueue_from_host(Stream& stream, const void* host, const std::shared_ptr<Buffer>& dst,
-                                 std::size_t dst_offset, std::size_t bytes,
-                                 std::shared_ptr<void> host_owner) = 0;
+                                 std::size_t dst_offset, std::size_t bytes, std::shared_ptr<void> host_owner) = 0;
   virtual void enqueue_within(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
                               const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) = 0;
+  // Peer access (as CUDA's between GPUs): whether this device can copy straight into `other`'s memory with
+  // one transfer on one of the two devices' streams, instead of staging through host memory.
+  virtual bool peer_access(const Device& other) const noexcept { return (void)other, false; }
+  // Enqueues on `stream` (of this device or of the peer) the one-transfer copy; only when peer_access().
+  virtual void enqueue_peer(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                            const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
   // Host memory for staging copies (from pageable host memory, and between devices): pinned where the
   // backend has it.
   virtual std::shared_ptr<void> staging_buffer(std::size_t bytes) = 0;
@@ -131,7 +138,9 @@ class Device {
 
 // Copies `bytes` from `src` (on src_stream's device) to `dst` (on dst_stream's device) in stream order on
 // both sides: the destination's work after this call sees the bytes; the source buffer is not reused before
-// the copy has read it. Between two devices the bytes go through the source device's staging memory.
+// the copy has read it. Between two devices with peer access (sim devices of one process) it is one transfer
+// on the destination's stream, after the source's earlier work, and the source's later work waits for it;
+// between other devices the bytes go through the source device's staging memory.
 void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
           const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
 

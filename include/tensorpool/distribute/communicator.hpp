@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "tensorpool/core/tensor.hpp"
 
@@ -29,12 +30,29 @@ class Communicator {
   // element count; scratch[i] lives on tensors[i]'s device with at least scratch_elements(...) elements.
   // Throws tp::InvalidArgument naming the mismatch.
   void all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+  // In place, on full-size tensors (as NCCL's in-place variants): afterwards chunk(n, R, r) of tensors[r] holds
+  // the elementwise sum over participants of that chunk; the rest of every tensor is working space. Same
+  // requirements as all_reduce (scratch included).
+  void reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+  // In place: afterwards every tensor holds, in each chunk q, what tensors[q] held there. Same dtype and count.
+  void all_gather(std::span<const Tensor> tensors);
+
+  // Participant `index`'s chunk of `elements` split between `participants`: [index * S, min(n, (index + 1) * S))
+  // with S = ceil(n / participants), as {begin, end} (empty at the tail when n < participants * S).
+  static std::pair<std::int64_t, std::int64_t> chunk(std::int64_t elements, std::size_t participants,
+                                                     std::size_t index);
 
  private:
-  virtual void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) = 0;
+  virtual void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) = 0;
+  virtual void do_all_gather(std::span<const Tensor> tensors) = 0;
+  // Reduce-scatter then all-gather unless a transport does better.
+  virtual void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+  void check(std::string_view collective, std::span<const Tensor> tensors, std::span<const Tensor> scratch,
+             bool needs_scratch) const;
 };
 
-// "ring" or "reduce_to_one"; anything else throws tp::InvalidArgument naming it and the accepted names.
+// "ring", "reduce_to_one" or "mpi" (tensorpool/distribute/mpi.hpp); anything else throws tp::InvalidArgument
+// naming it and the accepted names.
 std::unique_ptr<Communicator> make_communicator(std::string_view algorithm);
 
 }  // namespace tp::distribute

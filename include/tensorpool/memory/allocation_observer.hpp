@@ -17,6 +17,9 @@ class AllocationObserver {
   virtual ~AllocationObserver() = default;
   virtual void on_allocate(void* ptr, std::size_t bytes, const AllocationTag& tag) noexcept = 0;
   virtual void on_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  // A request the upstream refused (it is about to leave as tp::OutOfMemoryError). The live allocations are
+  // still intact, which is what an out-of-memory snapshot needs. Default: ignored.
+  virtual void on_failure(std::size_t /*bytes*/, const AllocationTag& /*tag*/) noexcept {}
 
  protected:
   AllocationObserver() = default;

@@ -101,6 +101,8 @@ class ExpandableArena final : public MemoryResource {
   std::vector<BlockInfo> blocks() const;
   std::size_t committed_bytes() const;
   std::size_t reserved_range_bytes() const noexcept { return range_bytes_; }
+  // Address of offset 0 of the reserved range (blocks()' offsets are relative to it); fixed for life.
+  std::uintptr_t base_address() const noexcept { return reinterpret_cast<std::uintptr_t>(base_); }
   const ArenaOptions& options() const noexcept { return options_; }
   // "" when every invariant holds, otherwise a description of the first violation.
   std::string check_invariants() const;

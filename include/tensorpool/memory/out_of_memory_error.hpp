@@ -32,6 +32,8 @@ struct OutOfMemoryReport {
   std::size_t largest_free_block = 0;       // largest block servable without growing
   std::vector<LiveAllocation> largest_live; // biggest outstanding allocations, largest first
   std::string detail;                       // extra words from the refusing layer (e.g. the OS error)
+  std::string suggestion;                   // the concrete fix, from a layer that knows the workload (e.g. a
+                                            // batch size that fits according to the static plan); may be empty
 
   // What every refusing layer fills: who refused, the request, and its counters at that moment.
   static OutOfMemoryReport for_request(std::string allocator, std::size_t requested, std::size_t rounded,

@@ -27,4 +27,12 @@ struct AdamOptions {
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, std::int64_t step,
                  const AdamOptions& options, const OpContext& context = {});
 
+// Conditional forms for dynamic loss scaling: the update runs only when `apply`, a float32 scalar [] on the
+// parameter's device, is nonzero at the time the stream reaches it (a graph computes it earlier in the same
+// step with AllFinite). Otherwise the parameter and every slot are left bitwise untouched: the step is skipped.
+void sgd_update_if(const Tensor& apply, const Tensor& param, const Tensor& grad, const Tensor& velocity,
+                   const SgdOptions& options, const OpContext& context = {});
+void adam_update_if(const Tensor& apply, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    std::int64_t step, const AdamOptions& options, const OpContext& context = {});
+
 }  // namespace tp::ops

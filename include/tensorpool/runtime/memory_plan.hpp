@@ -12,11 +12,11 @@
 namespace tp::runtime {
 
 struct PlannedTensor {
-  std::string name;  // "dense/MatMul:0"; a copy from another device is "dense/MatMul:0@sim:1"
-  std::string device;
-  std::string op;
-  std::string dtype;
-  std::vector<std::int64_t> shape;
+  std::string name{};  // "dense/MatMul:0"; a copy from another device is "dense/MatMul:0@sim:1"
+  std::string device{};
+  std::string op{};
+  std::string dtype{};
+  std::vector<std::int64_t> shape{};
   memory::AllocationKind kind = memory::AllocationKind::activation;
   std::size_t bytes = 0;          // elements x dtype size
   std::size_t planned_bytes = 0;  // rounded; 0 for a tensor that reuses its input's memory in place
@@ -38,6 +38,9 @@ struct DevicePlan {
 struct MemoryPlan {
   std::vector<DevicePlan> devices;
   std::vector<PlannedTensor> tensors;
+  // The persistent variables the step binds (kind parameter | optimizer_state | gradient, planned_bytes =
+  // bytes, offset 0: each is its own allocation, outside the arena); they sum to each device's variable_bytes.
+  std::vector<PlannedTensor> variables;
   std::vector<std::string> placement_log;
   std::size_t steps = 0;
 };

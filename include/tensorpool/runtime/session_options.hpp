@@ -18,12 +18,12 @@ namespace tp::runtime {
 
 class MemoryArbiter;
 
-struct SessionOptions {  // {} initialisers: designated initialisers may name any subset
-  std::string name = "session";              // names the session in reports and quota errors
+struct SessionOptions {                        // {} initialisers: designated initialisers may name any subset
+  std::string name = "session";                // names the session in reports and quota errors
   std::vector<std::string> visible_devices{};  // device names the session may use; empty: all
   std::string default_device{};                // empty: the first visible accelerator, else cpu:0
-  bool soft_placement = true;                // nodes without a kernel on their device go to cpu:0
-  bool planner = true;                       // off: every tensor from the online allocator, every step
+  bool soft_placement = true;                  // nodes without a kernel on their device go to cpu:0
+  bool planner = true;                         // off: every tensor from the online allocator, every step
   // The session's share of each device it uses: allocations beyond it raise OutOfMemoryError naming the
   // session and the quota while other sessions run on. Unset: the device's whole budget.
   std::optional<std::size_t> memory_quota_bytes{};
@@ -34,7 +34,13 @@ struct SessionOptions {  // {} initialisers: designated initialisers may name an
   // before the devices exist. A device that already exists with another configuration is an error (as
   // TensorFlow fixes GPU options at the first session).
   std::map<std::string, memory::MemoryConfig> device_memory{};
-  int intra_op_threads = 0;                  // > 0: threads of the BLAS (process-wide); 0: its default
+  int intra_op_threads = 0;  // > 0: threads of the BLAS (process-wide); 0: its default
+  // How many independent ops of a step may run at once (TensorFlow's inter_op_parallelism_threads). 0 or 1:
+  // ops run one after another in schedule order, launched by the calling thread. N > 1: N host threads
+  // launch ops as soon as their inputs are ready, and a device runs up to min(N, its streams) kernels at
+  // once, one per stream (DeviceOptions::num_streams). Results are the same either way; the static plan's
+  // peak too (reused arena memory orders the ops that share it).
+  int inter_op_threads = 0;
   device::DeviceManager* devices = nullptr;  // null: DeviceManager::instance()
 };
 

@@ -23,8 +23,10 @@ struct FitOptions {
   std::int64_t epochs = 5;
   const data::Dataset* validation = nullptr;  // batched; evaluated at each epoch end
   std::vector<std::shared_ptr<Callback>> callbacks{};
-  std::filesystem::path checkpoint_dir{};     // empty: no checkpoints
-  std::int64_t checkpoint_every_steps = 0;    // 0: at epoch ends only
+  std::filesystem::path checkpoint_dir{};   // empty: no checkpoints
+  std::int64_t checkpoint_every_steps = 0;  // 0: at epoch ends only
+  // Resume from checkpoint_dir but never write there: the workers of a multi-worker job other than rank 0.
+  bool write_checkpoints = true;
 };
 
 struct Evaluation {
@@ -36,10 +38,10 @@ struct Evaluation {
 
 struct FitResult {
   History history{};
-  std::int64_t steps = 0;               // optimizer steps of the whole run (resumed ones included)
-  std::int64_t resumed_from_step = 0;   // 0 when the run started fresh
-  double train_seconds = 0;             // wall time of the training epochs run now (validation excluded)
-  std::int64_t train_samples = 0;       // samples trained now
+  std::int64_t steps = 0;              // optimizer steps of the whole run (resumed ones included)
+  std::int64_t resumed_from_step = 0;  // 0 when the run started fresh
+  double train_seconds = 0;            // wall time of the training epochs run now (validation excluded)
+  std::int64_t train_samples = 0;      // samples trained now
 };
 
 FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options = {});

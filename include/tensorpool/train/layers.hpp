@@ -2,9 +2,12 @@
 // Keras-like building blocks: Dense layers with an activation, optimizers with Keras defaults, losses.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
+
+#include "tensorpool/train/dtype_policy.hpp"
 
 namespace tp::train {
 
@@ -18,7 +21,8 @@ struct Dense {
   std::int64_t units = 0;
   Activation activation = Activation::linear;
   bool use_bias = true;
-  std::string name{};  // empty: "dense", "dense_1", ... in order, as Keras
+  std::string name{};                   // empty: "dense", "dense_1", ... in order, as Keras
+  std::optional<DTypePolicy> policy{};  // empty: the model's (CompileOptions::policy), as Keras's `dtype=`
 };
 
 struct Adam {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@
 #include "tensorpool/runtime/session.hpp"
 #include "tensorpool/runtime/session_options.hpp"
 #include "tensorpool/train/layers.hpp"
+#include "tensorpool/train/loss_scale.hpp"
+#include "tensorpool/train/plan_bytes.hpp"
 #include "tensorpool/train/strategy.hpp"
 
 namespace tp::train {
@@ -30,7 +33,9 @@ struct CompileOptions {
   Optimizer optimizer = Adam{};
   Loss loss = Loss::sparse_categorical_crossentropy;
   bool from_logits = false;
-  std::uint64_t seed = 42;  // initialisers (identical on every replica)
+  std::uint64_t seed = 42;        // initialisers (identical on every replica)
+  DTypePolicy policy{};           // float32, mixed_float16 or mixed_bfloat16 (a Dense layer's own policy wins)
+  LossScaleOptions loss_scale{};  // dynamic loss scaling, used when some layer computes in float16
 };
 
 struct StepResult {
@@ -52,7 +57,8 @@ class Sequential {
   void compile(const CompileOptions& options, const Strategy& strategy = {}, runtime::SessionOptions session = {});
 
   // One training step on a global batch: features [B, ...input_shape] float32 and labels [B] int32 (or
-  // [B, units] float32 for mean squared error), on any device. `step` counts from 1.
+  // [B, units] float32 for mean squared error), on any device. `step` counts from 1. With loss scaling a step
+  // whose gradients overflow updates nothing (see loss_scale.hpp) and Adam's step counter skips it.
   StepResult train_step(const Tensor& features, const Tensor& labels, std::int64_t step);
   // The loss and correct count without updating anything.
   StepResult test_step(const Tensor& features, const Tensor& labels);
@@ -61,10 +67,17 @@ class Sequential {
 
   // The memory plan of a training step at `batch_size`, per device, before running it.
   runtime::MemoryPlan plan(std::int64_t batch_size);
+  // That plan's arena on `device` split into activations, activation gradients, weight gradients and the
+  // rest (plan_bytes.hpp): what mixed precision halves.
+  StepBytes step_bytes(const runtime::MemoryPlan& plan, std::string_view device) const;
   // Replica 0's variables ("dense/kernel", "dense/kernel/adam_m", ...), copied to cpu:0, and assignment of
-  // every replica from such a list (checkpoint restore).
+  // every replica from such a list (checkpoint restore). With loss scaling the list ends with its state:
+  // "loss_scale/current" (float32 []), "loss_scale/good_steps" and "loss_scale/skipped_steps" (int64 []).
   std::vector<std::pair<std::string, Tensor>> variables();
   void assign_variables(const std::vector<std::pair<std::string, Tensor>>& values);
+
+  // The loss-scale state; empty when no layer computes in float16 (or before compile()).
+  std::optional<LossScaleState> loss_scale_state() const;
 
   const std::vector<std::string>& devices() const noexcept { return devices_; }
   std::size_t replicas() const noexcept { return devices_.size(); }

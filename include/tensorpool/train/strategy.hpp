@@ -5,23 +5,46 @@
 //             global batch split between replicas, each replica's forward and backward on its device's
 //             stream, gradients all-reduced (ring, or reduction to one device) and the same update applied
 //             everywhere; each replica's loss is scaled by the global batch, so the sum is the global mean.
+//   multi_worker: MultiWorkerMirroredStrategy: mirrored across the processes of an `mpirun` job (one
+//             worker each, with its local devices): every worker feeds the same global batch and takes its
+//             replicas' rows of it (replica index = rank x local devices + local index), gradients are summed
+//             over every replica of every worker (local ring, then MPI), the step's loss and correct count
+//             are summed over the workers for reporting.
+// Sharding (ZeRO, mirrored only): `optimizer` (ZeRO-1) keeps 1/R of the optimizer state on each replica:
+// gradients all-reduced, each replica updates its shard of the parameters, then the parameters are
+// all-gathered. `gradients` (ZeRO-2) reduce-scatters the gradients instead, so each replica also holds only
+// its shard of the reduced gradients. Shards: parameters laid end to end, ceil(N / R) elements each.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tp::train {
 
+enum class Shard { none, optimizer, gradients };
+
+// "none", "optimizer" or "gradients"; anything else throws tp::InvalidArgument naming it.
+Shard parse_shard(std::string_view text);
+std::string_view name_of(Shard shard);
+
 struct Strategy {
-  enum class Kind { one, mirrored };
+  enum class Kind { one, mirrored, multi_worker };
   Kind kind = Kind::one;
   std::vector<std::string> devices{};  // empty: the first accelerator (one) or every accelerator (mirrored)
   std::string all_reduce = "ring";     // "ring" or "reduce_to_one"
+  Shard shard = Shard::none;           // mirrored only
 
   static Strategy one_device(std::string device = {}) {
-    return {Kind::one, device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device}, "ring"};
+    return {Kind::one, device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device}, "ring",
+            Shard::none};
   }
-  static Strategy mirrored(std::vector<std::string> devices = {}, std::string all_reduce = "ring") {
-    return {Kind::mirrored, std::move(devices), std::move(all_reduce)};
+  static Strategy mirrored(std::vector<std::string> devices = {}, std::string all_reduce = "ring",
+                           Shard shard = Shard::none) {
+    return {Kind::mirrored, std::move(devices), std::move(all_reduce), shard};
+  }
+  // `devices`: this worker's (empty: its accelerators); the collective is MPI's.
+  static Strategy multi_worker(std::vector<std::string> devices = {}) {
+    return {Kind::multi_worker, std::move(devices), "mpi", Shard::none};
   }
 };
 

@@ -10,7 +10,7 @@ namespace {
 std::vector<TensorType> infer_matmul(const InferenceContext& context) {
   require_rank(context, 0, "a", 2);
   require_rank(context, 1, "b", 2);
-  require_float(context, 0, "a");
+  require_float_or_half(context, 0, "a");
   require_same_dtype(context, 0, "a", 1, "b");
   const bool transpose_a = attribute_bool(context.node, "transpose_a", false);
   const bool transpose_b = attribute_bool(context.node, "transpose_b", false);

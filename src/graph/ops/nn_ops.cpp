@@ -12,7 +12,7 @@ namespace {
 
 std::vector<TensorType> infer_bias_add(const InferenceContext& context) {
   require_rank(context, 0, "x", 2);
-  require_float(context, 0, "x");
+  require_float_or_half(context, 0, "x");
   require_rank(context, 1, "bias", 1);
   require_same_dtype(context, 0, "x", 1, "bias");
   TensorType out = input(context, 0);
@@ -27,7 +27,7 @@ std::vector<TensorType> infer_bias_add(const InferenceContext& context) {
 
 std::vector<TensorType> infer_bias_add_grad(const InferenceContext& context) {
   require_rank(context, 0, "dy", 2);
-  require_float(context, 0, "dy");
+  require_float_or_half(context, 0, "dy");
   return {TensorType{input(context, 0).dtype, {input(context, 0).dims[1]}}};
 }
 
@@ -46,12 +46,12 @@ std::vector<std::optional<Output>> bias_add_grad_gradient(GradientContext& conte
 // ---- Relu(x) and ReluGrad(dy, x)
 
 std::vector<TensorType> infer_unary_float(const InferenceContext& context) {
-  require_float(context, 0, "x");
+  require_float_or_half(context, 0, "x");
   return {input(context, 0)};
 }
 
 std::vector<TensorType> infer_relu_grad(const InferenceContext& context) {
-  require_float(context, 0, "dy");
+  require_float_or_half(context, 0, "dy");
   require_same_dtype(context, 0, "dy", 1, "x");
   return {TensorType{input(context, 0).dtype, merge_shapes(context, 0, "dy", 1, "x")}};
 }

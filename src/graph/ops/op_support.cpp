@@ -19,6 +19,13 @@ void require_float(const InferenceContext& context, int index, std::string_view 
   }
 }
 
+void require_float_or_half(const InferenceContext& context, int index, std::string_view role) {
+  const TensorType& type = input(context, index);
+  if (!is_floating(type.dtype)) {
+    TP_GRAPH_FAIL(context.node, role, " is ", type, "; this op takes float32 or float64, or float16 / bfloat16 (insert a Cast)");
+  }
+}
+
 void require_rank(const InferenceContext& context, int index, std::string_view role, std::size_t rank) {
   const TensorType& type = input(context, index);
   if (type.dims.size() != rank) TP_GRAPH_FAIL(context.node, role, " ", type, " must have rank ", rank);

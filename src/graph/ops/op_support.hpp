@@ -40,6 +40,8 @@ inline tp::ops::OpContext op_context(KernelContext& context) { return tp::ops::O
 const TensorType& input(const InferenceContext& context, int index);
 // The tensor kernels take float32 and float64 only.
 void require_float(const InferenceContext& context, int index, std::string_view role);
+// The MLP path (MatMul, BiasAdd(Grad), Relu(Grad)) also takes float16 and bfloat16 (mixed precision).
+void require_float_or_half(const InferenceContext& context, int index, std::string_view role);
 void require_rank(const InferenceContext& context, int index, std::string_view role, std::size_t rank);
 void require_same_dtype(const InferenceContext& context, int first, std::string_view first_role, int second,
                         std::string_view second_role);

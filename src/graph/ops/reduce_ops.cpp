@@ -1,7 +1,9 @@
 // Reductions over one axis [axis, required; negative counts from the end]: Sum, Mean, Max (the result drops
-// the axis), ArgMax (-> int64), and the accuracy metric CorrectCount(predictions, labels) -> float32 [].
+// the axis), ArgMax (-> int64), the accuracy metric CorrectCount(predictions, labels) -> float32 [], and
+// AllFinite(x) -> float32 [] (1: no Inf or NaN in x; loss scaling gates the optimizer update on it).
 
 #include "graph/ops/op_support.hpp"
+#include "tensorpool/ops/finite.hpp"
 #include "tensorpool/ops/metrics.hpp"
 #include "tensorpool/ops/reduce.hpp"
 
@@ -86,6 +88,17 @@ void register_reduce_ops(OpRegistry& registry) {
                      .infer = infer_correct_count,
                      .kernels = cpu_and_sim([](KernelContext& c) {
                        tp::ops::correct_count_into(c.inputs[0], c.inputs[1], c.outputs[0], op_context(c));
+                     })});
+  registry.add(OpDef{.name = "AllFinite",
+                     .num_inputs = 1,
+                     .num_outputs = 1,
+                     .infer =
+                         [](const InferenceContext& context) {
+                           require_float(context, 0, "x");
+                           return std::vector<TensorType>{TensorType{DType::f32, {}}};
+                         },
+                     .kernels = cpu_and_sim([](KernelContext& c) {
+                       tp::ops::all_finite_into(c.inputs[0], c.outputs[0], op_context(c));
                      })});
 }
 

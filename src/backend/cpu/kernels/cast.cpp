@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/half_convert.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/half.hpp"
 
@@ -127,6 +128,15 @@ void cast_elements(const void* src, void* dst, std::int64_t n) {
   const auto count = static_cast<std::size_t>(n);
   if constexpr (From == To && To != DType::boolean) {
     std::memmove(dst, src, count * sizeof(Source));
+  } else if constexpr (From == DType::f32 && To == DType::f16) {
+    // Mixed precision's hot paths (half_convert.hpp): the same bits as convert(), vectorised.
+    detail::float_to_half(src, dst, n);
+  } else if constexpr (From == DType::f16 && To == DType::f32) {
+    detail::half_to_float(src, dst, n);
+  } else if constexpr (From == DType::f32 && To == DType::bf16) {
+    detail::float_to_bfloat16(src, dst, n);
+  } else if constexpr (From == DType::bf16 && To == DType::f32) {
+    detail::bfloat16_to_float(src, dst, n);
   } else {
     // Element-wise memcpy: no alignment or aliasing assumptions about the buffers (it compiles to plain
     // loads and stores), and in-place casts between equal sizes read each element before overwriting it.

@@ -1,0 +1,47 @@
+#pragma once
+// Multi-process collectives over MPI (Open MPI: Debian libopenmpi-dev, launched with mpirun). A worker is one
+// process with its local devices; the MPI communicator composes hierarchically: the worker's devices reduce
+// among themselves (in-process ring), one device's result crosses the workers through pinned host staging
+// with MPI, and comes back to the other local devices.
+//
+// Every collective first checks that all ranks reached it: each rank tells every other the collective's
+// sequence number and waits at most `timeout` for theirs, so a stalled worker makes the others fail with a
+// tp::DeviceError naming the ranks that did not arrive, never a silent hang (a worker that dies outright is
+// reported by mpirun, which then stops the job).
+//
+// Built with MPI when CMake finds it; otherwise every function here throws tp::DeviceError saying so.
+
+#include <chrono>
+#include <memory>
+
+#include "tensorpool/distribute/communicator.hpp"
+
+namespace tp::distribute {
+
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+};
+
+// True when the library was built with MPI.
+bool mpi_built();
+// Initialises MPI once per process (MPI_Init_thread; at least MPI_THREAD_SERIALIZED, collectives are issued
+// under one lock) and finalises it at exit. Without mpirun it is a world of one.
+const MpiWorld& mpi_world();
+
+struct MpiOptions {
+  // How long a rank waits for the others at a collective; TP_COLLECTIVE_TIMEOUT (seconds) overrides it.
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+};
+
+// "mpi" in make_communicator: participants are this worker's tensors (one per local device, all on distinct
+// devices); the sums run over every worker's. Chunks (reduce_scatter, all_gather) are per worker and need one
+// local tensor: rank r owns Communicator::chunk(n, world size, r).
+std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions options = {});
+
+// Sums `values` over the ranks in place (host doubles: step losses and counts for reporting).
+void mpi_sum(double* values, int count);
+// Blocks until every rank arrives (with the timeout, naming the missing ranks).
+void mpi_barrier(MpiOptions options = {});
+
+}  // namespace tp::distribute

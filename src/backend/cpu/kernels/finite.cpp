@@ -1,0 +1,32 @@
+#include "backend/cpu/kernels/finite.hpp"
+
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+
+#include "backend/cpu/kernels/check.hpp"
+
+namespace tp::backend::cpu {
+
+template <typename T>
+bool all_finite(const T* x, std::int64_t n) {
+  constexpr std::string_view kKernel = "all_finite";
+  detail::check_size(kKernel, "n", n);
+  detail::check_pointer(kKernel, "x", x, n);
+  // Inf and NaN are exactly the values whose exponent bits are all ones. Testing the bits (an integer OR
+  // reduction, which vectorises) instead of comparing floats also holds under flush-to-zero.
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  constexpr auto kExponent = static_cast<Bits>(sizeof(T) == 4 ? 0x7F80'0000ULL : 0x7FF0'0000'0000'0000ULL);
+  Bits special = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, &x[i], sizeof(T));
+    special |= static_cast<Bits>((bits & kExponent) == kExponent);
+  }
+  return special == 0;
+}
+
+template bool all_finite<float>(const float*, std::int64_t);
+template bool all_finite<double>(const double*, std::int64_t);
+
+}  // namespace tp::backend::cpu

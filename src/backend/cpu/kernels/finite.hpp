@@ -1,0 +1,15 @@
+#pragma once
+// all_finite: true when none of x[0..n) is Inf or NaN (n == 0: true). Loss scaling asks it of every gradient
+// to decide whether a step's update may run (a float16 overflow shows up as Inf, or NaN after Inf - Inf).
+
+#include <cstdint>
+
+namespace tp::backend::cpu {
+
+template <typename T>
+bool all_finite(const T* x, std::int64_t n);
+
+extern template bool all_finite<float>(const float*, std::int64_t);
+extern template bool all_finite<double>(const double*, std::int64_t);
+
+}  // namespace tp::backend::cpu

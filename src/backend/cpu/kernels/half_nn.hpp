@@ -1,0 +1,48 @@
+#pragma once
+// The MLP path's kernels on 16-bit floats (H = tp::Half or tp::BFloat16), for mixed precision.
+//
+// Storage is 16-bit; arithmetic is float32. OpenBLAS has no half-precision GEMM we can rely on, so matmul
+// converts A and B to float32 scratch, calls cblas_sgemm and rounds C once to H ("converted to f32 around
+// sgemm, stored as f16/bf16"). The scratch is per thread and grows to the largest matrices seen, so a
+// steady-state step allocates nothing after the first. Every other kernel widens, computes in float32
+// (bias_add_grad accumulates in double, as the float kernels do) and rounds each result once.
+//
+//   matmul_half:        C[m,n] = op(A) op(B), the layouts and empty-size rules of gemm.hpp (alpha 1, beta 0)
+//   bias_add_half:      y[r,c] = x[r,c] + bias[c]          (y may alias x)
+//   bias_add_grad_half: dbias[c] = sum over r of dy[r,c]   (rows == 0 gives zeros)
+//   relu_half:          y = x > 0 ? x : 0                  (NaN propagates; y may alias x)
+//   relu_grad_half:     dx = x > 0 ? dy : 0                (dx may alias dy or x)
+// So each result is the float32 result rounded once to H: the error against exact arithmetic is at most
+// half an ulp of H plus the float32 kernel's error (docs/mixed-precision.md lists the tested tolerances).
+
+#include <cstdint>
+
+#include "backend/cpu/kernels/gemm.hpp"
+#include "tensorpool/core/half.hpp"
+
+namespace tp::backend::cpu {
+
+template <typename H>
+void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const H* a, const H* b, H* c);
+template <typename H>
+void bias_add_half(const H* x, const H* bias, H* y, std::int64_t rows, std::int64_t cols);
+template <typename H>
+void bias_add_grad_half(const H* dy, H* dbias, std::int64_t rows, std::int64_t cols);
+template <typename H>
+void relu_half(const H* x, H* y, std::int64_t n);
+template <typename H>
+void relu_grad_half(const H* dy, const H* x, H* dx, std::int64_t n);
+
+#define TP_DECLARE_HALF_NN(H, prefix)                                                                           \
+  prefix template void matmul_half<H>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, const H*, \
+                                      const H*, H*);                                                            \
+  prefix template void bias_add_half<H>(const H*, const H*, H*, std::int64_t, std::int64_t);                    \
+  prefix template void bias_add_grad_half<H>(const H*, H*, std::int64_t, std::int64_t);                         \
+  prefix template void relu_half<H>(const H*, H*, std::int64_t);                                                \
+  prefix template void relu_grad_half<H>(const H*, const H*, H*, std::int64_t);
+
+TP_DECLARE_HALF_NN(Half, extern)
+TP_DECLARE_HALF_NN(BFloat16, extern)
+
+}  // namespace tp::backend::cpu

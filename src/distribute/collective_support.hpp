@@ -1,0 +1,45 @@
+#pragma once
+// What the collective ops (AllReduce, ReduceScatter, AllGather) share: their inputs come parameter-major
+// (input p * R + r is tensor p of replica r, so input i lives on replica i % R), and they pack a replica's
+// tensors into one flat bucket so the communicator runs once per step.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/ops/op_support.hpp"
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/graph/op_registry.hpp"
+
+namespace tp::graph::detail {
+
+struct Layout {
+  std::size_t replicas = 0;
+  std::size_t tensors = 0;  // per replica
+};
+
+// From the `replicas` attribute (default: one tensor per replica); throws naming the node when the inputs
+// do not split evenly.
+Layout layout_of(const Node& node, std::size_t inputs);
+
+// Elements of a type; -1 when a dim is unknown.
+std::int64_t elements_of(const TensorType& type);
+
+// Every tensor p has one type over the replicas, all share one floating dtype; returns the bucket's
+// element count (the sum over p; -1 when unknown). `op` names the op in messages.
+std::int64_t check_parameter_major(const InferenceContext& context, const Layout& layout, std::string_view op);
+
+// The elements [begin, end) of a tensor, as a flat view.
+Tensor flat_range(const Tensor& tensor, std::int64_t begin, std::int64_t end);
+
+// source -> target on one device, in its stream-0 order.
+void copy_within(const Tensor& source, const Tensor& target);
+
+// Copies the overlap of each of `tensors` (laid end to end from element 0) with [begin, end) between the
+// tensors and `bucket` (whose element 0 is flat element 0): into the bucket when `pack`, else out of it.
+void pack_range(const std::vector<Tensor>& tensors, const Tensor& bucket, std::int64_t begin, std::int64_t end,
+                bool pack);
+
+void register_sharding_ops(OpRegistry& registry);  // ReduceScatter, AllGather (sharding_ops.cpp)
+
+}  // namespace tp::graph::detail

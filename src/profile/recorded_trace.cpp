@@ -1,0 +1,54 @@
+// recorded_trace(): the recorded events as an RMM allocation trace (memory/trace.hpp) for `tensorpool replay`.
+// Devices' events are merged by time, each device's in its own (sequence) order. A free is kept only when its
+// allocation is in the retained events, so the result always validates (a Trace checks every free).
+#include <limits>
+#include <unordered_set>
+
+#include "tensorpool/profile/exporters.hpp"
+
+namespace tp::profile {
+
+memory::Trace recorded_trace(const MemorySnapshot& snapshot, const std::optional<std::string>& device) {
+  std::vector<const DeviceSnapshot*> sources;
+  for (const DeviceSnapshot& entry : snapshot.devices) {
+    if (!device || entry.device == *device) sources.push_back(&entry);
+  }
+  std::vector<std::size_t> next(sources.size(), 0);
+  std::unordered_set<std::uintptr_t> live;
+  std::vector<memory::TraceEvent> events;
+  std::int64_t start_ns = std::numeric_limits<std::int64_t>::max();
+  for (const DeviceSnapshot* source : sources) {
+    if (!source->events.empty()) start_ns = std::min(start_ns, source->events.front().time_ns);
+  }
+  while (true) {
+    std::size_t chosen = sources.size();
+    for (std::size_t index = 0; index < sources.size(); ++index) {
+      if (next[index] == sources[index]->events.size()) continue;
+      if (chosen == sources.size() ||
+          sources[index]->events[next[index]].time_ns < sources[chosen]->events[next[chosen]].time_ns) {
+        chosen = index;
+      }
+    }
+    if (chosen == sources.size()) break;
+    const MemoryEvent& event = sources[chosen]->events[next[chosen]++];
+    memory::TraceEvent out{event.thread,
+                           std::max<std::int64_t>(0, event.time_ns - start_ns),
+                           memory::TraceAction::allocate,
+                           event.address,
+                           event.requested_bytes,
+                           event.stream};
+    if (event.action == EventAction::allocate) {
+      live.insert(event.address);
+    } else if (event.action == EventAction::free) {
+      if (live.erase(event.address) == 0) continue;  // allocated before the retained events
+      out.action = memory::TraceAction::free;
+    } else {
+      out.action = memory::TraceAction::allocate_failure;
+      out.pointer = 0;
+    }
+    events.push_back(out);
+  }
+  return memory::Trace(device ? "recorded " + *device : "recorded", std::move(events));
+}
+
+}  // namespace tp::profile

@@ -1,0 +1,184 @@
+#include "train/sharded_update.hpp"
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/distribute/communicator.hpp"
+#include "tensorpool/graph/builder.hpp"
+
+namespace tp::train {
+
+namespace {
+
+std::int64_t elements_of(const graph::Graph& graph, graph::Output output) {
+  std::int64_t elements = 1;
+  for (std::int64_t dim : graph.type_of(output).dims) elements *= dim;
+  return elements;
+}
+
+graph::Output on(graph::Graph& graph, graph::Output output, const std::string& device) {
+  graph.mutable_node(output.node).device = device;
+  return output;
+}
+
+graph::Output shard_variable(graph::Graph& graph, const std::string& name, std::int64_t elements,
+                             const std::string& device) {
+  const graph::Output output = graph::variable(graph, name, DType::f32, {elements});
+  graph::Node& node = graph.mutable_node(output.node);
+  node.device = device;
+  node.attributes["initializer"] = std::string("zeros");
+  node.attributes["kind"] = std::string("optimizer_state");
+  return output;
+}
+
+// Per replica: the flag its updates are gated on (1 when every reduced gradient is finite, else 0).
+std::vector<graph::Output> finite_flags(graph::Graph& g, const std::vector<std::string>& devices,
+                                        const std::vector<graph::Output>& reduced_per_replica,
+                                        const std::vector<std::vector<graph::Output>>& reduced_per_parameter,
+                                        bool sharded_gradients) {
+  const std::size_t replicas = devices.size();
+  std::vector<graph::Output> flags;
+  if (!sharded_gradients) {  // every replica holds every reduced gradient: each decides alone, all alike
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      std::optional<graph::Output> flag;
+      for (const std::vector<graph::Output>& reduced : reduced_per_parameter) {
+        const std::string prefix = "replica_" + std::to_string(replica) + "/loss_scale/";
+        const graph::Output finite =
+            on(g, g.add("AllFinite", {reduced[replica]}, {}, prefix + "AllFinite"), devices[replica]);
+        flag = flag ? on(g, g.add("Mul", {*flag, finite}, {}, prefix + "all_finite"), devices[replica]) : finite;
+      }
+      flags.push_back(*flag);
+    }
+    return flags;
+  }
+  // Each replica sees only its chunk: sum the chunks' flags over the replicas; all finite iff the sum is R,
+  // and relu(sum - (R - 1)) is then 1, else 0.
+  std::vector<graph::Output> chunk_flags;
+  for (std::size_t replica = 0; replica < replicas; ++replica) {
+    chunk_flags.push_back(on(g,
+                             g.add("AllFinite", {reduced_per_replica[replica]}, {},
+                                   "shard_" + std::to_string(replica) + "/loss_scale/AllFinite"),
+                             devices[replica]));
+  }
+  const graph::NodeId sum = g.add_node(
+      "AllReduce", chunk_flags, {{"algorithm", std::string("ring")}, {"replicas", static_cast<std::int64_t>(replicas)}},
+      "all_reduce/finite_flags");
+  for (std::size_t replica = 0; replica < replicas; ++replica) {
+    const std::string prefix = "shard_" + std::to_string(replica) + "/loss_scale/";
+    const graph::Output others =
+        on(g, graph::fill(g, prefix + "others", DType::f32, {}, static_cast<double>(replicas - 1)), devices[replica]);
+    const graph::Output excess =
+        on(g, g.add("Sub", {graph::Output{sum, static_cast<int>(replica)}, others}, {}, prefix + "excess"),
+           devices[replica]);
+    flags.push_back(on(g, g.add("Relu", {excess}, {}, prefix + "all_finite"), devices[replica]));
+  }
+  return flags;
+}
+
+}  // namespace
+
+void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices,
+                         const std::vector<std::vector<graph::Output>>& parameters,
+                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients, bool loss_scaling,
+                         ModelGraph& model) {
+  graph::Graph& g = model.graph;
+  const std::size_t replicas = devices.size();
+  const std::size_t count = parameters[0].size();
+  if (replicas < 2) TP_THROW(InvalidArgument, "train", "sharding needs the mirrored strategy over >= 2 devices");
+  std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
+  std::vector<std::int64_t> offsets;  // of each parameter in the flat space
+  std::int64_t total = 0;
+  for (std::size_t index = 0; index < count; ++index) {
+    offsets.push_back(total);
+    total += elements_of(g, parameters[0][index]);
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      if (!gradients[replica][index]) {
+        TP_THROW(InvalidArgument, "train", "parameter '", g.node(parameters[replica][index].node).name,
+                 "' gets no gradient; sharded training needs one for every parameter");
+      }
+      inputs.push_back(*gradients[replica][index]);
+    }
+  }
+  const bool sharded_gradients = spec.shard == Shard::gradients;
+  const graph::Attributes collective = {{"algorithm", spec.all_reduce},
+                                        {"replicas", static_cast<std::int64_t>(replicas)}};
+  // Where replica r reads its chunk's reduced gradient, and at which element of that tensor the chunk starts.
+  std::vector<graph::Output> reduced(replicas);
+  std::vector<std::vector<graph::Output>> reduced_per_parameter(count, std::vector<graph::Output>(replicas));
+  std::vector<bool> chunk_at_zero(replicas, sharded_gradients);
+  if (sharded_gradients) {
+    const graph::NodeId scatter = g.add_node("ReduceScatter", inputs, collective, "reduce_scatter/gradients");
+    for (std::size_t replica = 0; replica < replicas; ++replica)
+      reduced[replica] = {scatter, static_cast<int>(replica)};
+  } else {
+    const graph::NodeId all_reduce = g.add_node("AllReduce", inputs, collective, "all_reduce/gradients");
+    const auto bucket = static_cast<int>(count == 1 ? 0 : count * replicas);
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      reduced[replica] = {all_reduce, bucket + static_cast<int>(replica)};
+      for (std::size_t index = 0; index < count; ++index) {
+        reduced_per_parameter[index][replica] = {all_reduce, static_cast<int>(index * replicas + replica)};
+      }
+    }
+  }
+  std::vector<std::optional<graph::Output>> apply(replicas);
+  if (loss_scaling) {
+    const std::vector<graph::Output> flags =
+        finite_flags(g, devices, reduced, reduced_per_parameter, sharded_gradients);
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      apply[replica] = flags[replica];
+      model.replicas[replica].all_finite = g.node(flags[replica].node).name;
+    }
+  }
+  const std::int64_t shard = (total + static_cast<std::int64_t>(replicas) - 1) / static_cast<std::int64_t>(replicas);
+  for (std::size_t replica = 0; replica < replicas; ++replica) {
+    const std::string prefix = "shard_" + std::to_string(replica) + "/";
+    const std::string& device = devices[replica];
+    const auto [begin, end] = distribute::Communicator::chunk(total, replicas, replica);
+    std::vector<graph::Output> slots;
+    if (std::holds_alternative<Adam>(spec.optimizer)) {
+      slots = {shard_variable(g, prefix + "adam_m", shard, device),
+               shard_variable(g, prefix + "adam_v", shard, device)};
+    } else {
+      slots = {shard_variable(g, prefix + "momentum", shard, device)};
+    }
+    for (const graph::Output& slot : slots) model.variables[replica].push_back(g.node(slot.node).name);
+    for (std::size_t index = 0; index < count; ++index) {
+      const std::int64_t first = offsets[index];
+      const std::int64_t last = first + elements_of(g, parameters[replica][index]);
+      const std::int64_t low = std::max(first, begin);
+      const std::int64_t high = std::min(last, end);
+      if (low >= high) continue;
+      const std::int64_t gradient_offset = chunk_at_zero[replica] ? low - begin : low;
+      graph::Attributes attributes{
+          {"slice", std::vector<std::int64_t>{low - first, high - low, gradient_offset, low - begin}}};
+      std::vector<graph::Output> update_inputs{parameters[replica][index], reduced[replica]};
+      update_inputs.insert(update_inputs.end(), slots.begin(), slots.end());
+      if (apply[replica]) update_inputs.push_back(*apply[replica]);
+      const std::string base = g.node(parameters[replica][index].node)
+                                   .name.substr(g.node(parameters[replica][index].node).name.find('/') + 1);
+      std::string op;
+      if (const Adam* adam = std::get_if<Adam>(&spec.optimizer)) {
+        op = "ApplyAdam";
+        attributes["learning_rate"] = adam->learning_rate;
+        attributes["beta1"] = adam->beta1;
+        attributes["beta2"] = adam->beta2;
+        attributes["epsilon"] = adam->epsilon;
+      } else {
+        const Sgd& sgd = std::get<Sgd>(spec.optimizer);
+        op = "ApplySgd";
+        attributes["learning_rate"] = sgd.learning_rate;
+        attributes["momentum"] = sgd.momentum;
+        attributes["nesterov"] = sgd.nesterov;
+      }
+      if (apply[replica]) op += "If";
+      const graph::NodeId update = g.add_node(op, update_inputs, attributes, prefix + base + "/" + op);
+      g.mutable_node(update).device = device;
+      model.updates.push_back(g.node(update).name);
+    }
+  }
+  std::vector<graph::Output> variables;  // parameter-major
+  for (std::size_t index = 0; index < count; ++index) {
+    for (std::size_t replica = 0; replica < replicas; ++replica) variables.push_back(parameters[replica][index]);
+  }
+  model.updates.push_back(g.node(g.add_node("AllGather", variables, collective, "all_gather/parameters")).name);
+}
+
+}  // namespace tp::train

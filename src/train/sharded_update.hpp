@@ -1,0 +1,30 @@
+#pragma once
+// The ZeRO update of a mirrored model (Strategy::shard): parameters of a replica laid end to end form N
+// elements; replica r owns chunk r (distribute::Communicator::chunk: ceil(N / R) elements from r * ceil(N / R))
+// and keeps the optimizer state of that chunk only, as variables "shard_<r>/adam_m", "shard_<r>/adam_v" (or
+// "shard_<r>/momentum") of ceil(N / R) elements (the last replica's tail is padding).
+//   optimizer (ZeRO-1): AllReduce of the gradients as unsharded; each replica updates its chunk of its
+//                       parameters from its reduced bucket; AllGather of the parameters.
+//   gradients (ZeRO-2): ReduceScatter of the gradients: each replica receives only its chunk's sum; the same
+//                       update and AllGather.
+// Updates are ApplyAdam / ApplySgd nodes with a `slice` (one per parameter a chunk touches). With loss
+// scaling they are the If forms, gated on every replica alike: ZeRO-1 on AllFinite over the reduced
+// gradients (as unsharded); ZeRO-2 on the AllReduce of each replica's AllFinite over its chunk, which is R
+// only when every chunk is finite.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/model_graph.hpp"
+
+namespace tp::train {
+
+// Adds the updates (and the AllGather, the last target) to `model`; appends each replica's optimizer-state
+// variables to model.variables and sets each replica's all_finite when loss scaling is on.
+void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices,
+                         const std::vector<std::vector<graph::Output>>& parameters,
+                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients, bool loss_scaling,
+                         ModelGraph& model);
+
+}  // namespace tp::train

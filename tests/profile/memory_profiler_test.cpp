@@ -1,0 +1,250 @@
+// The memory profiler's recorder and query API on a real simulated device: recording is off until a
+// MemoryProfiler exists; events, live set, peak breakdown, per-op high-water marks and the bounded ring are
+// exact; memory_info / reset_memory_stats / memory_summary agree with the stack; a refused allocation writes an
+// out-of-memory snapshot while everything is still live.
+#include "tensorpool/profile/memory_profiler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "device/support/device_test_support.hpp"
+#include "tensorpool/core/buffer.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace {
+
+using tp::kMiB;
+using tp::memory::AllocationKind;
+using tp::memory::AllocationTag;
+namespace profile = tp::profile;
+
+AllocationTag tag(const std::string& name, const std::string& op, AllocationKind kind) {
+  return {name, op, {static_cast<std::int64_t>(name.size())}, "float32", kind, 3};
+}
+
+class ProfilerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<tp::device::Device> device_ =
+      tp::device::testing::make_device(tp::device::testing::Backend::sim, 64 * kMiB);
+  std::vector<tp::device::Device*> devices() { return {device_.get()}; }
+};
+
+std::size_t sum_allocated(const std::vector<profile::BreakdownRow>& rows) {
+  return std::accumulate(
+      rows.begin(), rows.end(), std::size_t{0},
+      [](std::size_t total, const profile::BreakdownRow& row) { return total + row.allocated_bytes; });
+}
+
+TEST_F(ProfilerTest, NothingIsRecordedWithoutAProfilerButLiveTensorsAreStillReported) {
+  auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
+  const profile::MemorySnapshot snapshot = profile::memory_snapshot(devices());
+  ASSERT_EQ(snapshot.devices.size(), 1u);
+  const profile::DeviceSnapshot& device = snapshot.devices[0];
+  EXPECT_FALSE(device.recording);
+  EXPECT_TRUE(device.events.empty());
+  ASSERT_EQ(device.live.size(), 1u);
+  EXPECT_EQ(device.tags.at(device.live[0].tag).name, "dense/kernel");
+  EXPECT_EQ(device.live[0].requested_bytes, kMiB);
+}
+
+TEST_F(ProfilerTest, RecordsEveryAllocationAndFreeWithItsTag) {
+  profile::MemoryProfiler profiler(devices());
+  auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
+  auto relu = device_->allocate(1000, tag("dense/Relu:0", "Relu", AllocationKind::activation));
+  relu.reset();
+  const profile::MemorySnapshot snapshot = profiler.snapshot();
+  const profile::DeviceSnapshot& device = snapshot.devices.at(0);
+  EXPECT_TRUE(device.recording);
+  ASSERT_EQ(device.events.size(), 3u);
+  EXPECT_EQ(device.events[0].action, profile::EventAction::allocate);
+  EXPECT_EQ(device.tags.at(device.events[0].tag).name, "dense/kernel");
+  EXPECT_EQ(device.events[0].step, 3);
+  EXPECT_EQ(device.events[1].requested_bytes, 1000u);
+  EXPECT_EQ(device.events[1].allocated_bytes, 1024u);  // BFC's 256-byte rounding
+  EXPECT_EQ(device.events[2].action, profile::EventAction::free);
+  EXPECT_EQ(device.events[2].address, device.events[1].address);
+  for (std::size_t index = 0; index < device.events.size(); ++index) EXPECT_EQ(device.events[index].sequence, index);
+  ASSERT_EQ(device.live.size(), 1u);
+  EXPECT_EQ(device.events.back().in_use_bytes, device.stats.bytes_in_use);
+  EXPECT_EQ(device.total_allocated_bytes, kMiB + 1024);
+  EXPECT_EQ(device.total_freed_bytes, 1024u);
+}
+
+TEST_F(ProfilerTest, ThePeakBreakdownIsWhatWasLiveAtThePeakByKindAndByOp) {
+  profile::MemoryProfiler profiler(devices());
+  auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
+  auto big = device_->allocate(4 * kMiB, tag("dense/MatMul:0", "MatMul", AllocationKind::activation));
+  auto moment = device_->allocate(2 * kMiB, tag("dense/kernel/adam_m", "Variable", AllocationKind::optimizer_state));
+  big.reset();
+  auto later = device_->allocate(kMiB, tag("dense/Relu:0", "Relu", AllocationKind::activation));
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  EXPECT_EQ(device.peak.in_use_bytes, 7 * kMiB);
+  EXPECT_EQ(device.peak.in_use_bytes, device.stats.peak_bytes_in_use);
+  EXPECT_EQ(sum_allocated(device.peak.by_kind), device.peak.in_use_bytes);
+  EXPECT_EQ(sum_allocated(device.peak.by_op), device.peak.in_use_bytes);
+  ASSERT_FALSE(device.peak.by_kind.empty());
+  EXPECT_EQ(device.peak.by_kind[0].key, "activation");  // largest first
+  EXPECT_EQ(device.peak.by_kind[0].allocated_bytes, 4 * kMiB);
+  ASSERT_EQ(device.peak.tensors.size(), 3u);
+  EXPECT_EQ(device.tags.at(device.peak.tensors[0].tag).name, "dense/MatMul:0");
+  EXPECT_EQ(device.peak.by_op[0].key, "MatMul");
+  ASSERT_FALSE(device.peak.segments.empty());  // the segment map as it was at the peak
+}
+
+TEST_F(ProfilerTest, PerOpHighWaterMarksKeepTheMostBytesAnOpHeldAtOnce) {
+  profile::MemoryProfiler profiler(devices());
+  auto first = device_->allocate(kMiB, tag("a", "MatMul", AllocationKind::activation));
+  auto second = device_->allocate(kMiB, tag("b", "MatMul", AllocationKind::activation));
+  first.reset();
+  second.reset();
+  auto third = device_->allocate(kMiB, tag("c", "MatMul", AllocationKind::activation));
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  ASSERT_EQ(device.op_high_water.size(), 1u);
+  EXPECT_EQ(device.op_high_water[0].op, "MatMul");
+  EXPECT_EQ(device.op_high_water[0].high_water_bytes, 2 * kMiB);
+  EXPECT_EQ(device.op_high_water[0].current_bytes, kMiB);
+  EXPECT_EQ(device.op_high_water[0].allocations, 3u);
+}
+
+TEST_F(ProfilerTest, TheRingIsBoundedAndItsBaselineKeepsTheDroppedBytes) {
+  profile::MemoryProfiler profiler(devices(), {.max_events_per_device = 4});
+  std::vector<std::shared_ptr<tp::Buffer>> buffers;
+  for (int index = 0; index < 10; ++index) {
+    buffers.push_back(
+        device_->allocate(256 * (index + 1), tag("t" + std::to_string(index), "Op", AllocationKind::activation)));
+  }
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  ASSERT_EQ(device.events.size(), 4u);
+  EXPECT_EQ(device.dropped_events, 6u);
+  EXPECT_EQ(device.events.front().sequence, 6u);  // oldest retained first
+  const auto activation = static_cast<std::size_t>(AllocationKind::activation);
+  EXPECT_EQ(device.baseline_by_kind[activation], 256u * (1 + 2 + 3 + 4 + 5 + 6));
+}
+
+TEST_F(ProfilerTest, MemoryInfoAndResetFollowTheStack) {
+  profile::MemoryProfiler profiler(devices());
+  auto kept = device_->allocate(kMiB, tag("kept", "Variable", AllocationKind::parameter));
+  { auto brief = device_->allocate(3 * kMiB, tag("brief", "MatMul", AllocationKind::activation)); }
+  profile::MemoryInfo info = profile::memory_info(*device_);
+  EXPECT_EQ(info.current, kMiB);
+  EXPECT_GE(info.peak, 4 * kMiB);  // BFC may hand the 3 MiB request a whole 4 MiB chunk
+  EXPECT_EQ(info.peak, device_->memory().stats().peak_bytes_in_use);
+  EXPECT_EQ(info.peak, profiler.snapshot().devices.at(0).peak.in_use_bytes);
+  profile::reset_memory_stats(*device_);
+  info = profile::memory_info(*device_);
+  EXPECT_EQ(info.peak, kMiB);
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  EXPECT_EQ(device.peak.in_use_bytes, kMiB);
+  ASSERT_EQ(device.op_high_water.size(), 2u);
+  for (const profile::OpHighWater& op : device.op_high_water) EXPECT_EQ(op.high_water_bytes, op.current_bytes);
+}
+
+TEST_F(ProfilerTest, TheSummaryTableHasEveryRowAndColumn) {
+  profile::MemoryProfiler profiler(devices());
+  auto kept = device_->allocate(kMiB, tag("kept", "Variable", AllocationKind::parameter));
+  const std::string table = profile::memory_summary(*device_);
+  for (const char* word : {"current", "peak", "total allocated", "total freed", "in use", "reserved", "requested",
+                           "fragmentation", "allocs", "OOMs", "retries", "1.00 MiB"}) {
+    EXPECT_NE(table.find(word), std::string::npos) << word << " missing from\n" << table;
+  }
+}
+
+TEST_F(ProfilerTest, SegmentBlocksNameTheTensorsInThem) {
+  profile::MemoryProfiler profiler(devices());
+  auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  std::size_t tagged = 0;
+  for (const profile::SnapshotSegment& segment : device.segments) {
+    std::size_t covered = 0;
+    for (const profile::SnapshotBlock& block : segment.blocks) {
+      EXPECT_EQ(block.offset, covered);  // blocks cover the segment without gaps
+      covered += block.size;
+      if (block.tag) {
+        ++tagged;
+        EXPECT_EQ(device.tags.at(*block.tag).name, "dense/kernel");
+      }
+    }
+    EXPECT_EQ(covered, segment.size);
+  }
+  EXPECT_EQ(tagged, 1u);
+}
+
+TEST_F(ProfilerTest, ARefusedAllocationWritesAnOutOfMemorySnapshotWhileEverythingIsLive) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tp_oom_snapshot_" + std::to_string(::getpid()) + ".json");
+  std::filesystem::remove(path);
+  profile::MemoryProfiler profiler(devices(), {.oom_snapshot_path = path.string()});
+  auto held = device_->allocate(40 * kMiB, tag("held", "MatMul", AllocationKind::activation));
+  EXPECT_THROW(device_->allocate(40 * kMiB, tag("too_big", "MatMul", AllocationKind::activation)),
+               tp::OutOfMemoryError);
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "no snapshot at " << path;
+  const nlohmann::json json = nlohmann::json::parse(in);
+  EXPECT_EQ(json.at("reason"), "out of memory on sim:0");
+  const nlohmann::json& device = json.at("devices").at(0);
+  EXPECT_EQ(device.at("failures"), 1);
+  ASSERT_EQ(device.at("live").size(), 1u);
+  EXPECT_EQ(device.at("live").at(0).at("requested_bytes"), 40 * kMiB);
+  const nlohmann::json& last = device.at("events").at("rows").back();
+  EXPECT_EQ(last.at(0), "failure");
+  EXPECT_EQ(device.at("tags").at(last.at(1).get<std::size_t>()).at("name"), "too_big");
+  std::filesystem::remove(path);
+}
+
+TEST_F(ProfilerTest, ADeviceTakesOneProfilerAtATime) {
+  profile::MemoryProfiler first(devices());
+  EXPECT_THROW(profile::MemoryProfiler second(devices()), tp::InvalidArgument);
+}
+
+TEST_F(ProfilerTest, AllocationsFromBeforeTheProfilerAreSeededAndTheirFreesCount) {
+  auto early = device_->allocate(kMiB, tag("early", "Variable", AllocationKind::parameter));
+  profile::MemoryProfiler profiler(devices());
+  early.reset();
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  EXPECT_TRUE(device.live.empty());
+  ASSERT_EQ(device.events.size(), 1u);
+  EXPECT_EQ(device.events[0].action, profile::EventAction::free);
+  EXPECT_EQ(device.events[0].in_use_bytes, 0u);
+}
+
+TEST_F(ProfilerTest, ThreadsAllocatingWhileAnotherSnapshotsLoseNoEvent) {
+  constexpr int kThreads = 4, kPairs = 500;
+  profile::MemoryProfiler profiler(devices(), {.max_events_per_device = 2 * kThreads * kPairs});
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+      EXPECT_GE(device.peak.in_use_bytes, device.events.empty() ? 0 : device.events.back().in_use_bytes);
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int thread = 0; thread < kThreads; ++thread) {
+    workers.emplace_back([&, thread] {
+      for (int pair = 0; pair < kPairs; ++pair) {
+        auto buffer = device_->allocate(256 * static_cast<std::size_t>(1 + (pair + thread) % 7),
+                                        tag("t" + std::to_string(thread), "Op", AllocationKind::temporary));
+      }
+    });
+  }
+  for (std::thread& worker : workers) worker.join();
+  done = true;
+  reader.join();
+  const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
+  EXPECT_EQ(device.events.size(), 2u * kThreads * kPairs);
+  EXPECT_EQ(device.dropped_events, 0u);
+  EXPECT_EQ(device.events.back().in_use_bytes, 0u);
+  EXPECT_EQ(device.total_allocated_bytes, device.total_freed_bytes);
+  EXPECT_TRUE(device.live.empty());
+  EXPECT_EQ(device.tags.size(), static_cast<std::size_t>(kThreads));  // interned once per tensor
+}
+
+}  // namespace

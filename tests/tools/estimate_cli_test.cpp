@@ -1,0 +1,144 @@
+// tensorpool estimate and tensorpool profile as a user runs them: the estimate, made without allocating, equals
+// the peak measured over real training steps (requested bytes, and in-use bytes after the allocator's rounding)
+// for the Keras-example MLP at batch 32 and 128 on one and two sim devices; the files profile writes are
+// complete, and its trace CSV replays in `tensorpool replay`; train --profile writes the same files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tools/support/cli_runner.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tp::cli::testing::cli_path;
+using tp::cli::testing::CliRun;
+using tp::cli::testing::run_cli;
+
+class EstimateCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(cli_path())) GTEST_SKIP() << "tensorpool binary not built at " << cli_path();
+    directory_ = fs::temp_directory_path() / ("tp_estimate_cli_" + std::to_string(::getpid()) + "_" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(directory_);
+    fs::create_directories(directory_);
+  }
+  void TearDown() override { fs::remove_all(directory_); }
+
+  static nlohmann::json run_json(const std::string& arguments) {
+    const CliRun run = run_cli(arguments);
+    EXPECT_EQ(run.exit_code, 0) << arguments << "\n" << run.output;
+    try {
+      return nlohmann::json::parse(run.output);
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << arguments << ": not JSON (" << error.what() << "):\n" << run.output;
+      return {};
+    }
+  }
+
+  fs::path directory_;
+};
+
+struct Case {
+  const char* devices;
+  int batch;
+};
+
+class EstimateEqualsMeasured : public EstimateCli, public ::testing::WithParamInterface<Case> {};
+
+TEST_P(EstimateEqualsMeasured, OnTheMlp) {
+  const Case c = GetParam();
+  const std::string strategy = std::string(c.devices).find(',') == std::string::npos ? " --strategy one" : "";
+  const std::string model =
+      std::string("--devices ") + c.devices + strategy + " --batch-size " + std::to_string(c.batch);
+  const nlohmann::json estimate = run_json("estimate " + model + " --json");
+  const nlohmann::json measured = run_json("profile " + model + " --steps 3 --synthetic --json");
+  ASSERT_TRUE(estimate.contains("devices") && measured.contains("devices"));
+  ASSERT_EQ(estimate.at("devices").size(), measured.at("devices").size());
+  for (std::size_t index = 0; index < estimate.at("devices").size(); ++index) {
+    const nlohmann::json& planned = estimate.at("devices").at(index);
+    const nlohmann::json& real = measured.at("devices").at(index);
+    ASSERT_EQ(planned.at("device"), real.at("device"));
+    EXPECT_EQ(planned.at("planned_peak_bytes"), real.at("measured_peak_requested_bytes")) << planned.at("device");
+    EXPECT_EQ(planned.at("planned_peak_allocated_bytes"), real.at("measured_peak_in_use_bytes"))
+        << planned.at("device");
+    EXPECT_EQ(real.at("recorded_peak_in_use_bytes"), real.at("measured_peak_in_use_bytes"));
+    // The per-tensor rows add up: variables + arena = the planned peak.
+    std::size_t persistent = 0;
+    for (const nlohmann::json& row : estimate.at("tensors")) {
+      if (row.at("device") != planned.at("device")) continue;
+      const std::string placement = row.at("placement");
+      if (placement == "variable" || placement == "arena") persistent += row.at("bytes").get<std::size_t>();
+      EXPECT_FALSE(row.at("kind").get<std::string>().empty());
+    }
+    EXPECT_EQ(persistent, planned.at("planned_peak_bytes").get<std::size_t>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MlpBatchesAndDevices, EstimateEqualsMeasured,
+                         ::testing::Values(Case{"sim:0", 32}, Case{"sim:0", 128}, Case{"sim:0,sim:1", 32},
+                                           Case{"sim:0,sim:1", 128}));
+
+TEST_F(EstimateCli, TheEstimateNamesEveryKindAndShape) {
+  const CliRun run = run_cli("estimate --devices sim:0 --strategy one --batch-size 32");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* text : {"dense/kernel", "parameter", "float32[784,512]", "optimizer_state", "dense/kernel/adam_m",
+                           "gradient", "activation", "train/arena", "planned peak on sim:0", "totals by kind"}) {
+    EXPECT_NE(run.output.find(text), std::string::npos) << text << " missing from\n" << run.output;
+  }
+}
+
+TEST_F(EstimateCli, ProfileWritesEveryFileAndItsTraceReplays) {
+  const fs::path out = directory_ / "profile";
+  const CliRun run =
+      run_cli("profile --devices sim:0,sim:1 --batch-size 64 --steps 4 --synthetic --out '" + out.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* file : {"snapshot.json", "trace.json", "trace.csv", "report.html", "summary.txt"}) {
+    EXPECT_GT(fs::file_size(out / file), 0u) << file;
+  }
+  std::ifstream snapshot_file(out / "snapshot.json");
+  const nlohmann::json snapshot = nlohmann::json::parse(snapshot_file);
+  ASSERT_EQ(snapshot.at("devices").size(), 3u);  // sim:0, sim:1 and cpu:0 (host staging)
+  std::size_t recorded_allocations = 0;
+  for (const nlohmann::json& device : snapshot.at("devices")) {
+    EXPECT_EQ(device.at("events").at("dropped"), 0);
+    for (const nlohmann::json& row : device.at("events").at("rows")) recorded_allocations += row.at(0) == "allocate";
+  }
+  const nlohmann::json replay =
+      run_json("replay --trace '" + (out / "trace.csv").string() + "' --allocator bfc --json");
+  EXPECT_EQ(replay.at("allocations").get<std::size_t>(), recorded_allocations);
+  EXPECT_EQ(replay.at("results").at(0).at("oom_count"), 0);
+  EXPECT_NE(run.output.find("measured peak"), std::string::npos) << run.output;
+}
+
+TEST_F(EstimateCli, TrainWithProfileWritesTheReports) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist";
+  }
+  const fs::path out = directory_ / "train";
+  const CliRun run =
+      run_cli("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --profile '" + out.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* file : {"snapshot.json", "trace.json", "trace.csv", "report.html", "summary.txt"}) {
+    EXPECT_TRUE(fs::exists(out / file)) << file;
+  }
+  std::ifstream snapshot_file(out / "snapshot.json");
+  const nlohmann::json snapshot = nlohmann::json::parse(snapshot_file);
+  EXPECT_EQ(snapshot.at("devices").at(0).at("device"), "sim:0");
+  EXPECT_GT(snapshot.at("devices").at(0).at("peak").at("in_use_bytes").get<std::size_t>(), 0u);
+}
+
+TEST_F(EstimateCli, BadFlagsExitTwoWithOneLine) {
+  const CliRun run = run_cli("estimate --batch-size 0");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--batch-size must be positive"), std::string::npos) << run.output;
+  const CliRun profile = run_cli("profile --steps 0 --synthetic");
+  EXPECT_EQ(profile.exit_code, 2) << profile.output;
+}
+
+}  // namespace

@@ -1,0 +1,92 @@
+// Out of memory that explains: training driven into OOM on a small sim device reports the tensor being
+// allocated, the device's figures, the cause with its numbers, the largest live tensors with their kinds and
+// a concrete fix (a batch size that fits according to the estimate), writes TP_OOM_SNAPSHOT, exits 3; and the
+// suggested batch size then trains.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "tools/support/cli_runner.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tp::cli::testing::cli_path;
+using tp::cli::testing::CliRun;
+using tp::cli::testing::run_cli;
+
+const std::string kSmallDevice = "--devices sim:0 --strategy one --sim-memory 16MiB --synthetic --steps 2";
+
+class OomCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(cli_path())) GTEST_SKIP() << "tensorpool binary not built at " << cli_path();
+    snapshot_ = fs::temp_directory_path() / ("tp_oom_cli_" + std::to_string(::getpid()) + ".json");
+    fs::remove(snapshot_);
+  }
+  void TearDown() override { fs::remove(snapshot_); }
+  fs::path snapshot_;
+};
+
+TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
+  const CliRun run =
+      run_cli("profile " + kSmallDevice + " --batch-size 4096", "TP_OOM_SNAPSHOT='" + snapshot_.string() + "'");
+  ASSERT_EQ(run.exit_code, 3) << run.output;
+  const std::string& text = run.output;
+  // The request: which tensor, what it is, how many bytes.
+  EXPECT_NE(text.find("out of memory on sim:0 (allocator bfc): tried to allocate"), std::string::npos) << text;
+  EXPECT_NE(text.find("for train/arena (Session, activation)"), std::string::npos) << text;
+  // The device's figures and the cause with its numbers.
+  EXPECT_NE(text.find("limit 16.00 MiB, in use"), std::string::npos) << text;
+  EXPECT_TRUE(text.find("Cause: real shortage") != std::string::npos ||
+              text.find("Cause: fragmentation") != std::string::npos)
+      << text;
+  // The largest live tensors with their kinds.
+  EXPECT_NE(text.find("Largest live allocations:"), std::string::npos) << text;
+  EXPECT_NE(text.find("dense/kernel (Variable, float32[784,512], parameter)"), std::string::npos) << text;
+  EXPECT_NE(text.find("dense/kernel/adam_m (Variable, float32[784,512], optimizer_state)"), std::string::npos) << text;
+  // What the arena would hold, and the fix.
+  EXPECT_NE(text.find("x:0 float32[4096,784]"), std::string::npos) << text;
+  EXPECT_NE(text.find("Optimizer state holds"), std::string::npos) << text;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(text, match,
+                                std::regex("Suggested fix: .*--batch-size ([0-9]+) fits according to "
+                                           "the estimate")))
+      << text;
+  const int suggested = std::stoi(match[1]);
+  EXPECT_GT(suggested, 0);
+  EXPECT_LT(suggested, 4096);
+
+  // TP_OOM_SNAPSHOT: written at the failure, with the variables still live.
+  std::ifstream in(snapshot_);
+  ASSERT_TRUE(in.good()) << "no snapshot at " << snapshot_;
+  const nlohmann::json snapshot = nlohmann::json::parse(in);
+  EXPECT_EQ(snapshot.at("reason"), "out of memory on sim:0");
+  const nlohmann::json& device = snapshot.at("devices").at(0);
+  EXPECT_EQ(device.at("device"), "sim:0");
+  EXPECT_GE(device.at("failures"), 1);       // Device::allocate waits for pending stream work and retries once
+  EXPECT_EQ(device.at("live").size(), 12u);  // the MLP's 4 parameters and 8 Adam moments
+  EXPECT_EQ(device.at("events").at("rows").back().at(0), "failure");
+
+  // The suggestion holds: that batch trains on the same device.
+  const CliRun fixed = run_cli("profile " + kSmallDevice + " --batch-size " + std::to_string(suggested));
+  EXPECT_EQ(fixed.exit_code, 0) << fixed.output;
+  EXPECT_NE(fixed.output.find("(equal)"), std::string::npos) << fixed.output;  // and the estimate was exact
+}
+
+TEST_F(OomCli, FragmentationPointsToTheExpandableAllocator) {
+  // 16 MiB, BFC growing 2 + 4 + 8 MiB regions: at batch 1093 the arena fits the free total but no region.
+  const CliRun run = run_cli("profile " + kSmallDevice + " --batch-size 1093");
+  ASSERT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("Cause: fragmentation"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("use the expandable allocator (--allocator expandable"), std::string::npos) << run.output;
+  const CliRun expandable = run_cli("profile " + kSmallDevice + " --batch-size 1093 --allocator expandable");
+  EXPECT_EQ(expandable.exit_code, 0) << expandable.output;
+}
+
+}  // namespace

@@ -1,0 +1,48 @@
+// tensorpool estimate [model flags] [--json]: the per-tensor memory of one training step of the Keras-example
+// MLP, per device, from the static plan, before anything runs. Nothing is allocated on the devices (checked:
+// the command fails if their allocation counters moved).
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "memory_estimate.hpp"
+#include "model_setup.hpp"
+#include "tensorpool/core/error.hpp"
+
+namespace tp::cli {
+namespace {
+
+struct EstimateArguments {
+  ModelArguments model;
+  bool json = false;
+};
+
+void run_estimate(const EstimateArguments& arguments) {
+  const ModelSetup setup = configure_model_devices(arguments.model, "estimate");
+  std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
+  const MemoryEstimate estimate =
+      estimate_memory(model->plan(arguments.model.batch_size), setup.devices, arguments.model.batch_size);
+  for (device::Device* device : setup.devices) {
+    if (device->memory().stats().num_allocs != 0) {  // the contract: an estimate touches no device memory
+      TP_THROW(DeviceError, "estimate", "planning allocated on ", device->name(), "; this is a bug, please report it");
+    }
+  }
+  if (arguments.json) {
+    std::cout << to_json(estimate).dump(2) << '\n';
+  } else {
+    print_estimate(std::cout, estimate);
+  }
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& app) {
+  auto arguments = std::make_shared<EstimateArguments>();
+  CLI::App* command =
+      app.add_subcommand("estimate", "per-tensor memory of a training step, from the static plan, before running");
+  add_model_options(*command, arguments->model);
+  command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");
+  command->callback([arguments] { run_estimate(*arguments); });
+}
+
+}  // namespace tp::cli

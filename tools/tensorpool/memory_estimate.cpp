@@ -1,0 +1,158 @@
+#include "memory_estimate.hpp"
+
+#include <fmt/format.h>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::cli {
+namespace {
+
+// Step tensors carry no kind of their own in the plan: the gradient tape and the all-reduce name theirs.
+std::string step_tensor_kind(const runtime::PlannedTensor& tensor) {
+  const std::string& name = tensor.name;
+  if (name.starts_with("gradients/") || name.starts_with("all_reduce/") ||
+      name.find("/gradients/") != std::string::npos) {
+    return "gradient";
+  }
+  return std::string(memory::to_string(tensor.kind));
+}
+
+std::string shape_text(const std::vector<std::int64_t>& dims) {
+  std::string text = "[";
+  for (std::size_t index = 0; index < dims.size(); ++index) text += (index ? "," : "") + std::to_string(dims[index]);
+  return text + "]";
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vector<device::Device*>& devices,
+                               std::int64_t batch_size, const std::string& arena_name) {
+  MemoryEstimate estimate;
+  estimate.batch_size = batch_size;
+  for (const runtime::DevicePlan& device_plan : plan.devices) {
+    device::Device* device = nullptr;
+    for (device::Device* candidate : devices) {
+      if (candidate->name() == device_plan.device) device = candidate;
+    }
+    if (device == nullptr) {
+      TP_THROW(InvalidArgument, "estimate", "the plan uses ", device_plan.device, ", which is not in --devices");
+    }
+    DeviceEstimate entry{.device = device_plan.device,
+                         .variable_bytes = device_plan.variable_bytes,
+                         .arena_bytes = device_plan.arena_bytes,
+                         .lower_bound_bytes = device_plan.lower_bound_bytes,
+                         .planned_peak_bytes = device_plan.planned_peak_bytes,
+                         .planned_peak_allocated_bytes = 0,
+                         .limit_bytes = device->memory().limit_bytes(),
+                         .fits = true,
+                         .bytes_by_kind = {}};
+    // The allocator's rounding is its own business (BFC hands a chunk below twice the request out whole), so
+    // replay the step's allocations, in the session's order, on a scratch stack of the device's configuration:
+    // the same allocator over simulated memory (reserved lazily by the OS, never touched).
+    memory::MemoryConfig scratch_config = device->memory().config();
+    scratch_config.tracking = false;
+    std::unique_ptr<memory::MemoryStack> scratch =
+        memory::make_sim_device_memory_stack(scratch_config, device->capacity_bytes());
+    std::vector<std::pair<void*, std::size_t>> held;
+    std::size_t overflow = 0;  // bytes the scratch stack refused
+    auto replay = [&](std::size_t bytes) -> std::size_t {
+      if (bytes == 0) return 0;
+      try {
+        void* ptr = scratch->allocate(bytes);
+        held.emplace_back(ptr, bytes);
+        return scratch->allocated_size(ptr, bytes);
+      } catch (const OutOfMemoryError&) {
+        entry.fits = false;  // the device would refuse it too: same allocator, same order
+        overflow += bytes;
+        return bytes;
+      }
+    };
+    for (const runtime::PlannedTensor& variable : plan.variables) {
+      if (variable.device != entry.device) continue;
+      const std::size_t allocated = replay(variable.bytes);
+      const std::string kind(memory::to_string(variable.kind));
+      entry.bytes_by_kind[kind] += variable.bytes;
+      estimate.rows.push_back({entry.device, variable.name, kind, variable.op, variable.dtype, "variable",
+                               variable.shape, variable.bytes, allocated});
+    }
+    estimate.rows.push_back({entry.device,
+                             arena_name,
+                             "activation",
+                             "Session",
+                             "",
+                             "arena",
+                             {},
+                             device_plan.arena_bytes,
+                             replay(device_plan.arena_bytes)});
+    const memory::MemoryStats replayed = scratch->stats();
+    entry.planned_peak_allocated_bytes = std::max(replayed.peak_bytes_in_use + overflow, entry.planned_peak_bytes);
+    for (const auto& [ptr, bytes] : held) scratch->deallocate(ptr, bytes);
+    for (const runtime::PlannedTensor& tensor : plan.tensors) {
+      if (tensor.device != entry.device) continue;
+      const std::string kind = step_tensor_kind(tensor);
+      entry.bytes_by_kind[kind] += tensor.bytes;
+      estimate.rows.push_back({entry.device, tensor.name, kind, tensor.op, tensor.dtype,
+                               tensor.in_place ? "in place" : "in arena", tensor.shape, tensor.bytes,
+                               tensor.planned_bytes});
+    }
+    estimate.devices.push_back(std::move(entry));
+  }
+  return estimate;
+}
+
+nlohmann::json to_json(const MemoryEstimate& estimate) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceEstimate& device : estimate.devices) {
+    devices.push_back({{"device", device.device},
+                       {"variable_bytes", device.variable_bytes},
+                       {"arena_bytes", device.arena_bytes},
+                       {"lower_bound_bytes", device.lower_bound_bytes},
+                       {"planned_peak_bytes", device.planned_peak_bytes},
+                       {"planned_peak_allocated_bytes", device.planned_peak_allocated_bytes},
+                       {"limit_bytes", device.limit_bytes},
+                       {"fits", device.fits},
+                       {"bytes_by_kind", device.bytes_by_kind}});
+  }
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const EstimateRow& row : estimate.rows) {
+    tensors.push_back({{"device", row.device},
+                       {"name", row.name},
+                       {"kind", row.kind},
+                       {"op", row.op},
+                       {"shape", row.shape},
+                       {"dtype", row.dtype},
+                       {"placement", row.placement},
+                       {"bytes", row.bytes},
+                       {"allocated_bytes", row.allocated_bytes}});
+  }
+  return {{"batch_size", estimate.batch_size}, {"devices", devices}, {"tensors", tensors}};
+}
+
+void print_estimate(std::ostream& out, const MemoryEstimate& estimate) {
+  out << fmt::format("Memory estimate of one training step at batch {} (static plan; nothing allocated)\n",
+                     estimate.batch_size);
+  for (const DeviceEstimate& device : estimate.devices) {
+    out << fmt::format("\n{}:\n  {:<52} {:<16} {:<20} {:>12} {:>12}  {}\n", device.device, "tensor", "kind", "shape",
+                       "bytes", "allocated", "where");
+    for (const EstimateRow& row : estimate.rows) {
+      if (row.device != device.device) continue;
+      out << fmt::format("  {:<52} {:<16} {:<20} {:>12} {:>12}  {}\n", row.name, row.kind,
+                         row.dtype + shape_text(row.shape), row.bytes, row.allocated_bytes, row.placement);
+    }
+    out << "  totals by kind (tensor bytes; step tensors share the arena):";
+    for (const auto& [kind, bytes] : device.bytes_by_kind) out << fmt::format(" {} {};", kind, format_bytes(bytes));
+    out << '\n';
+    out << fmt::format(
+        "  planned peak on {}: {} ({} bytes) = variables {} + step arena {} (lower bound {}); {} after allocator "
+        "rounding; limit {}{}\n",
+        device.device, format_bytes(device.planned_peak_bytes), device.planned_peak_bytes,
+        format_bytes(device.variable_bytes), format_bytes(device.arena_bytes), format_bytes(device.lower_bound_bytes),
+        format_bytes(device.planned_peak_allocated_bytes), format_bytes(device.limit_bytes),
+        device.fits ? "" : " (does NOT fit: the allocator refuses part of it)");
+  }
+}
+
+}  // namespace tp::cli

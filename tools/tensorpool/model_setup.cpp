@@ -1,0 +1,132 @@
+#include "model_setup.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <thread>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
+
+namespace tp::cli {
+
+void add_model_options(CLI::App& command, ModelArguments& arguments) {
+  command.add_option("--devices", arguments.devices, "comma-separated devices")->capture_default_str();
+  command.add_option("--strategy", arguments.strategy, "one | mirrored | multi_worker (under mpirun)")
+      ->capture_default_str();
+  command.add_option("--batch-size", arguments.batch_size, "global batch size")->capture_default_str();
+  command.add_option("--allocator", arguments.allocator, "bfc | expandable | system")->capture_default_str();
+  command.add_option("--allow-growth", arguments.allow_growth, "grow device memory on demand (true) or preallocate")
+      ->capture_default_str();
+  command.add_option("--sim-memory", arguments.sim_memory, "memory of each sim device")->capture_default_str();
+  command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")->capture_default_str();
+  command.add_option("--shard", arguments.shard, "none | optimizer | gradients (mirrored: ZeRO-1 / ZeRO-2)")
+      ->capture_default_str();
+  command.add_option("--hidden", arguments.hidden, "hidden Dense relu widths, comma-separated (e.g. 4096,4096)")
+      ->capture_default_str();
+  command.add_option("--precision", arguments.precision, "float32 | mixed_float16 | mixed_bfloat16")
+      ->capture_default_str();
+  command.add_option("--seed", arguments.seed, "initialisation and shuffle seed")->capture_default_str();
+  command.add_option("--intra-op-threads", arguments.intra_op_threads, "BLAS threads; 0: cores / devices")
+      ->capture_default_str();
+}
+
+ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command) {
+  ModelSetup setup;
+  std::size_t start = 0;
+  while (start <= arguments.devices.size()) {
+    const std::size_t comma = std::min(arguments.devices.find(',', start), arguments.devices.size());
+    setup.names.push_back(arguments.devices.substr(start, comma - start));
+    if (setup.names.back().empty()) {
+      TP_THROW(InvalidArgument, command, "--devices '", arguments.devices,
+               "' has an empty entry; write e.g. sim:0,sim:1");
+    }
+    start = comma + 1;
+  }
+  if (arguments.batch_size <= 0) TP_THROW(InvalidArgument, command, "--batch-size must be positive");
+  if (arguments.strategy == "one") {
+    if (setup.names.size() != 1) {
+      TP_THROW(InvalidArgument, command, "--strategy one takes one device; --devices has ", setup.names.size());
+    }
+    if (train::parse_shard(arguments.shard) != train::Shard::none) {
+      TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
+               " needs the mirrored strategy over several devices; use --strategy mirrored");
+    }
+    setup.strategy = train::Strategy::one_device(setup.names[0]);
+  } else if (arguments.strategy == "mirrored") {
+    setup.strategy = train::Strategy::mirrored(setup.names, arguments.all_reduce, train::parse_shard(arguments.shard));
+  } else if (arguments.strategy == "multi_worker") {
+    if (train::parse_shard(arguments.shard) != train::Shard::none) {
+      TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
+               " is not available with --strategy multi_worker yet; use --strategy mirrored for ZeRO");
+    }
+    setup.strategy = train::Strategy::multi_worker(setup.names);
+  } else {
+    TP_THROW(InvalidArgument, command, "--strategy '", arguments.strategy,
+             "' is not one, mirrored or multi_worker (under mpirun)");
+  }
+  memory::MemoryConfig config = device::DeviceManagerOptions::default_device_memory_config();
+  config.policy = arguments.allow_growth ? memory::GrowthPolicy::grow : memory::GrowthPolicy::preallocate;
+  if (arguments.allocator == "bfc") {
+    config.allocator = memory::AllocatorKind::bfc;
+  } else if (arguments.allocator == "expandable") {
+    config.allocator = memory::AllocatorKind::expandable;
+  } else if (arguments.allocator == "system") {
+    config.allocator = memory::AllocatorKind::system;
+  } else {
+    TP_THROW(InvalidArgument, command, "--allocator '", arguments.allocator, "' is not bfc, expandable or system");
+  }
+  device::DeviceManager& manager = device::DeviceManager::instance();
+  int sims = 0;
+  for (const std::string& name : setup.names) {
+    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
+    if (id.kind == device::DeviceKind::sim) sims = std::max(sims, id.index + 1);
+  }
+  if (std::getenv("TP_SIM_DEVICES") == nullptr && sims > 0) {
+    manager.set_sim_devices(sims, parse_bytes(arguments.sim_memory, "--sim-memory"));
+  }
+  for (const std::string& name : setup.names) {
+    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
+    if (id.kind != device::DeviceKind::cpu) manager.set_memory_config(id, config);
+  }
+  setup.manager = &manager;
+  for (const std::string& name : setup.names) setup.devices.push_back(&manager.device(name));
+  return setup;
+}
+
+std::vector<train::Dense> dense_layers(const std::string& hidden) {
+  std::vector<train::Dense> layers;
+  std::size_t begin = 0;
+  while (begin <= hidden.size()) {
+    const std::size_t end = std::min(hidden.find(',', begin), hidden.size());
+    const std::string text = hidden.substr(begin, end - begin);
+    std::int64_t units = 0;
+    const auto [rest, error] = std::from_chars(text.data(), text.data() + text.size(), units);
+    if (text.empty() || error != std::errc() || rest != text.data() + text.size() || units <= 0) {
+      TP_THROW(InvalidArgument, "cli", "--hidden '", hidden, "': '", text,
+               "' is not a positive layer width; give widths separated by commas, e.g. 512 or 4096,4096");
+    }
+    layers.push_back({.units = units, .activation = train::Activation::relu});
+    begin = end + 1;
+  }
+  layers.push_back({.units = 10, .activation = train::Activation::softmax});
+  return layers;
+}
+
+std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, const ModelSetup& setup) {
+  if (arguments.intra_op_threads < 0) TP_THROW(InvalidArgument, "cli", "--intra-op-threads must be >= 0");
+  const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = arguments.intra_op_threads > 0
+                          ? arguments.intra_op_threads
+                          : std::max(1, cores / static_cast<int>(std::max<std::size_t>(1, setup.names.size())));
+  const train::DTypePolicy policy = train::DTypePolicy::from_name(arguments.precision, "--precision");
+  auto model = std::make_unique<train::Sequential>(std::vector<std::int64_t>{784}, dense_layers(arguments.hidden));
+  model->compile({.optimizer = train::Adam{},
+                  .loss = train::Loss::sparse_categorical_crossentropy,
+                  .seed = arguments.seed,
+                  .policy = policy},
+                 setup.strategy, {.name = "train", .intra_op_threads = threads});
+  return model;
+}
+
+}  // namespace tp::cli

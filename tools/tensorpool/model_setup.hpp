@@ -1,0 +1,50 @@
+#pragma once
+// What `tensorpool train`, `estimate` and `profile` share: the model flags (devices, strategy, batch size,
+// allocator, growth, sim memory, all-reduce, shard, hidden widths, precision, seed, BLAS threads), the devices
+// configured from them, and the compiled MLP (784 - hidden relu layers - 10 softmax, Adam, sparse categorical
+// cross-entropy; the Keras example by default). One parser, so a command line moves between the commands.
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/train/sequential.hpp"
+#include "tensorpool/train/strategy.hpp"
+
+namespace tp::cli {
+
+struct ModelArguments {
+  std::string devices = "sim:0,sim:1";
+  std::string strategy = "mirrored";
+  std::int64_t batch_size = 32;
+  std::string allocator = "bfc";
+  bool allow_growth = true;
+  std::string sim_memory = "1GiB";
+  std::string all_reduce = "ring";
+  std::string shard = "none";         // none | optimizer (ZeRO-1) | gradients (ZeRO-2); mirrored only
+  std::string hidden = "512";         // hidden Dense relu widths, comma-separated
+  std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
+  std::uint64_t seed = 42;
+  int intra_op_threads = 0;  // 0: the cores divided between the devices
+};
+
+void add_model_options(CLI::App& command, ModelArguments& arguments);
+
+// The run's devices, strategy and configured manager; `command` names the subcommand in errors.
+struct ModelSetup {
+  std::vector<std::string> names;
+  train::Strategy strategy;
+  device::DeviceManager* manager = nullptr;
+  std::vector<device::Device*> devices;  // the named devices, in order
+};
+ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command);
+
+// The hidden Dense relu layers ("512", "4096,4096"), then the Dense 10 softmax output; throws naming the flag.
+std::vector<train::Dense> dense_layers(const std::string& hidden);
+
+// The compiled MLP on the setup's strategy (nothing is allocated on the devices until its first step).
+std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, const ModelSetup& setup);
+
+}  // namespace tp::cli

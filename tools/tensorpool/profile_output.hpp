@@ -1,0 +1,30 @@
+#pragma once
+// The memory profiler as the CLI uses it (train --profile DIR, profile --out DIR): started over the run's
+// devices and cpu:0 (host staging of feeds and fetches lives there), and, at the end, its snapshot written as
+// snapshot.json, trace.json (Chrome trace), trace.csv (RMM trace for `tensorpool replay`), report.html and
+// summary.txt (docs/profiling.md).
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/profile/memory_profiler.hpp"
+#include "tensorpool/runtime/memory_plan.hpp"
+
+namespace tp::cli {
+
+// A profiler over `names` and cpu:0 when `wanted` or TP_OOM_SNAPSHOT is set (so an out-of-memory snapshot can
+// be written), else null: recording stays off by default.
+std::unique_ptr<profile::MemoryProfiler> start_profiler(device::DeviceManager& manager,
+                                                        const std::vector<std::string>& names, bool wanted,
+                                                        std::size_t max_events_per_device = std::size_t{1} << 16);
+// The devices named, in order.
+std::vector<device::Device*> named_devices(device::DeviceManager& manager, const std::vector<std::string>& names);
+// Hands the plan's peaks to the profiler, so snapshots show planned next to measured.
+void set_planned_peaks(profile::MemoryProfiler& profiler, const runtime::MemoryPlan& plan);
+// Writes the five files into `directory` (created if missing); returns the summary text.
+std::string write_profile(const std::filesystem::path& directory, const profile::MemorySnapshot& snapshot);
+
+}  // namespace tp::cli
