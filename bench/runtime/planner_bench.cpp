@@ -10,13 +10,12 @@
 #include <random>
 #include <vector>
 
+#include "support/mlp_bench_model.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace {
-
-using tp::train::Activation;
 
 struct Measured {
   double seconds_per_step = 0;
@@ -25,40 +24,12 @@ struct Measured {
   tp::runtime::DevicePlan plan;
 };
 
-tp::device::DeviceManagerOptions one_sim_device(std::size_t streams) {
-  tp::device::DeviceManagerOptions options;
-  options.device_options.num_streams = streams;
-  options.sim_devices = 1;
-  options.sim_memory_bytes = 1 * tp::kGiB;
-  return options;
-}
-
-struct Model {
-  explicit Model(std::size_t streams)
-      : manager(one_sim_device(streams), [](const char*) -> const char* { return nullptr; }) {}
-  tp::device::DeviceManager manager;
-  tp::train::Sequential sequential{
-      {784}, {{.units = 512, .activation = Activation::relu}, {.units = 10, .activation = Activation::softmax}}};
-  tp::Tensor x, labels;
-};
+using Model = tp::bench::MlpBenchModel;
 
 std::unique_ptr<Model> make_model(bool planner, std::int64_t batch, int inter_op_threads = 1) {
-  auto model = std::make_unique<Model>(static_cast<std::size_t>(inter_op_threads));
-  model->sequential.compile({}, tp::train::Strategy::one_device("sim:0"),
-                            {.name = planner ? "planned" : "online",
-                             .planner = planner,
-                             .inter_op_threads = inter_op_threads,
-                             .devices = &model->manager});
-  std::mt19937 engine(1);
-  std::uniform_real_distribution<float> pixel(0.0F, 1.0F);
-  std::vector<float> x(static_cast<std::size_t>(batch * 784));
-  for (float& value : x) value = pixel(engine);
-  std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 10);
-  tp::device::Device& cpu = model->manager.device("cpu:0");
-  model->x = tp::Tensor::from_vector<float>(x, tp::Shape{batch, 784}, cpu);
-  model->labels = tp::Tensor::from_vector<std::int32_t>(labels, tp::Shape{batch}, cpu);
-  return model;
+  return tp::bench::make_mlp_bench_model(
+      batch, {.name = planner ? "planned" : "online", .planner = planner, .inter_op_threads = inter_op_threads},
+      static_cast<std::size_t>(inter_op_threads));
 }
 
 double time_steps(Model& model, int steps, std::int64_t& step) {

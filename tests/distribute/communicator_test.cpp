@@ -16,74 +16,74 @@ namespace {
 using device::testing::Backend;
 using device::testing::make_device;
 
-TEST(Communicator, AllReduceSumsAndLeavesEveryReplicaBitwiseEqual) {
+struct Participants {
+  std::vector<Tensor> tensors, scratch;  // one each per participant, on its own sim device
+  std::vector<double> expected;          // the elementwise sum over the participants
+};
+
+Participants random_participants(const std::vector<std::unique_ptr<device::Device>>& devices,
+                                 const Communicator& communicator, std::size_t participants, std::int64_t elements,
+                                 std::uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> distribution(-1.0F, 1.0F);
+  Participants made;
+  made.expected.assign(static_cast<std::size_t>(elements), 0.0);
+  for (std::size_t rank = 0; rank < participants; ++rank) {
+    std::vector<float> values(static_cast<std::size_t>(elements));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      values[i] = distribution(engine);
+      made.expected[i] += values[i];
+    }
+    made.tensors.push_back(Tensor::from_vector<float>(values, Shape{elements}, *devices[rank]));
+    made.scratch.push_back(
+        Tensor::empty(Shape{communicator.scratch_elements(elements, participants, rank)}, DType::f32, *devices[rank]));
+  }
+  return made;
+}
+
+// Runs `check(communicator, participants, count, elements)` for both in-process algorithms, 1..4 participants
+// on 4 sim devices and sizes smaller than, equal to and larger than the participant count.
+template <typename Check>
+void for_each_case(Check check) {
   std::vector<std::unique_ptr<device::Device>> devices;
   for (int index = 0; index < 4; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
   for (const char* algorithm : {"ring", "reduce_to_one"}) {
     const auto communicator = make_communicator(algorithm);
-    for (std::size_t participants = 1; participants <= 4; ++participants) {
+    for (std::size_t count = 1; count <= 4; ++count) {
       for (std::int64_t elements : {1, 3, 4, 7, 1000}) {
-        SCOPED_TRACE(::testing::Message() << algorithm << " participants " << participants << " elements " << elements);
-        std::mt19937 engine(static_cast<std::uint32_t>(participants * 1000 + elements));
-        std::uniform_real_distribution<float> distribution(-1.0F, 1.0F);
-        std::vector<Tensor> tensors, scratch;
-        std::vector<double> expected(static_cast<std::size_t>(elements), 0.0);
-        for (std::size_t rank = 0; rank < participants; ++rank) {
-          std::vector<float> values(static_cast<std::size_t>(elements));
-          for (std::size_t i = 0; i < values.size(); ++i) {
-            values[i] = distribution(engine);
-            expected[i] += values[i];
-          }
-          tensors.push_back(Tensor::from_vector<float>(values, Shape{elements}, *devices[rank]));
-          scratch.push_back(Tensor::empty(Shape{communicator->scratch_elements(elements, participants, rank)},
-                                          DType::f32, *devices[rank]));
-        }
-        communicator->all_reduce(tensors, scratch);
-        const std::vector<float> first = tensors[0].to_vector<float>();
-        for (std::size_t i = 0; i < first.size(); ++i) ASSERT_NEAR(first[i], expected[i], 1e-5) << "element " << i;
-        for (std::size_t rank = 1; rank < participants; ++rank) EXPECT_EQ(tensors[rank].to_vector<float>(), first);
+        SCOPED_TRACE(::testing::Message() << algorithm << " participants " << count << " elements " << elements);
+        const auto seed = static_cast<std::uint32_t>(count * 1000 + static_cast<std::size_t>(elements));
+        check(*communicator, random_participants(devices, *communicator, count, elements, seed), count, elements);
       }
     }
   }
 }
 
+TEST(Communicator, AllReduceSumsAndLeavesEveryReplicaBitwiseEqual) {
+  for_each_case([](Communicator& communicator, Participants made, std::size_t count, std::int64_t) {
+    communicator.all_reduce(made.tensors, made.scratch);
+    const std::vector<float> first = made.tensors[0].to_vector<float>();
+    for (std::size_t i = 0; i < first.size(); ++i) ASSERT_NEAR(first[i], made.expected[i], 1e-5) << "element " << i;
+    for (std::size_t rank = 1; rank < count; ++rank) EXPECT_EQ(made.tensors[rank].to_vector<float>(), first);
+  });
+}
+
 TEST(Communicator, ReduceScatterLeavesEachParticipantTheSumOfItsChunkAndAllGatherSpreadsTheChunks) {
-  std::vector<std::unique_ptr<device::Device>> devices;
-  for (int index = 0; index < 4; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
-  for (const char* algorithm : {"ring", "reduce_to_one"}) {
-    const auto communicator = make_communicator(algorithm);
-    for (std::size_t participants = 1; participants <= 4; ++participants) {
-      for (std::int64_t elements : {1, 3, 4, 7, 1000}) {
-        SCOPED_TRACE(::testing::Message() << algorithm << " participants " << participants << " elements " << elements);
-        std::mt19937 engine(static_cast<std::uint32_t>(participants * 7 + elements));
-        std::uniform_real_distribution<float> distribution(-1.0F, 1.0F);
-        std::vector<Tensor> tensors, scratch;
-        std::vector<double> expected(static_cast<std::size_t>(elements), 0.0);
-        for (std::size_t rank = 0; rank < participants; ++rank) {
-          std::vector<float> values(static_cast<std::size_t>(elements));
-          for (std::size_t i = 0; i < values.size(); ++i) {
-            values[i] = distribution(engine);
-            expected[i] += values[i];
-          }
-          tensors.push_back(Tensor::from_vector<float>(values, Shape{elements}, *devices[rank]));
-          scratch.push_back(Tensor::empty(Shape{communicator->scratch_elements(elements, participants, rank)},
-                                          DType::f32, *devices[rank]));
-        }
-        communicator->reduce_scatter(tensors, scratch);
-        std::vector<float> gathered(static_cast<std::size_t>(elements));
-        for (std::size_t rank = 0; rank < participants; ++rank) {
-          const auto [begin, end] = Communicator::chunk(elements, participants, rank);
-          const std::vector<float> values = tensors[rank].to_vector<float>();
-          for (std::int64_t i = begin; i < end; ++i) {
-            ASSERT_NEAR(values[static_cast<std::size_t>(i)], expected[static_cast<std::size_t>(i)], 1e-5) << i;
-            gathered[static_cast<std::size_t>(i)] = values[static_cast<std::size_t>(i)];
-          }
-        }
-        communicator->all_gather(tensors);
-        for (std::size_t rank = 0; rank < participants; ++rank) EXPECT_EQ(tensors[rank].to_vector<float>(), gathered);
+  for_each_case([](Communicator& communicator, Participants made, std::size_t count, std::int64_t elements) {
+    communicator.reduce_scatter(made.tensors, made.scratch);
+    std::vector<float> gathered(static_cast<std::size_t>(elements));
+    for (std::size_t rank = 0; rank < count; ++rank) {
+      const auto [begin, end] = Communicator::chunk(elements, count, rank);
+      const std::vector<float> values = made.tensors[rank].to_vector<float>();
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto index = static_cast<std::size_t>(i);
+        ASSERT_NEAR(values[index], made.expected[index], 1e-5) << i;
+        gathered[index] = values[index];
       }
     }
-  }
+    communicator.all_gather(made.tensors);
+    for (std::size_t rank = 0; rank < count; ++rank) EXPECT_EQ(made.tensors[rank].to_vector<float>(), gathered);
+  });
 }
 
 TEST(Communicator, ChunksCoverTheElementsInOrder) {

@@ -41,19 +41,6 @@ TEST(GraphKernels, EveryOpWithKernelsIsCoveredOnCpuAndSim) {
   EXPECT_TRUE(OpRegistry::global().get("Variable").kernels.empty());
 }
 
-// Runs the graph on a cpu and a sim device; the fetched outputs must match exactly. Returns the cpu results.
-std::vector<std::vector<double>> run_both(const Graph& graph, const std::map<NodeId, HostValue>& values,
-                                          const std::vector<Output>& fetches) {
-  std::vector<std::vector<double>> results[2];
-  for (Backend backend : {Backend::cpu, Backend::sim}) {
-    auto device = make_device(backend);
-    const testing::RunResult run = run_graph(graph, *device, testing::to_tensors(values, *device));
-    for (Output output : fetches) results[backend == Backend::cpu ? 0 : 1].push_back(testing::fetch(run, output));
-  }
-  EXPECT_EQ(results[0], results[1]) << "cpu and sim disagree";
-  return results[0];
-}
-
 void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, double tolerance) {
   ASSERT_EQ(actual.size(), expected.size());
   for (std::size_t index = 0; index < actual.size(); ++index) {
@@ -61,14 +48,7 @@ void expect_close(const std::vector<double>& actual, const std::vector<double>& 
   }
 }
 
-class GraphKernelTest : public ::testing::Test {
- protected:
-  Output bind(std::string_view name, HostValue value) { return testing::bind_variable(graph_, values_, name, value); }
-  const std::vector<double>& host(Output output) { return values_.at(output.node).values; }
-  Graph graph_;
-  std::map<NodeId, HostValue> values_;
-  std::mt19937 rng_{tp_test::test_seed()};
-};
+class GraphKernelTest : public testing::GraphValuesTest<> {};
 
 TEST_F(GraphKernelTest, MatMulBiasAddReluAgainstReferences) {
   const Output a = bind("a", random_value(rng_, {3, 4}, -1, 1, 0, DType::f32));
@@ -79,7 +59,7 @@ TEST_F(GraphKernelTest, MatMulBiasAddReluAgainstReferences) {
   const Output relu = graph_.add("Relu", {biased});
   const Output relu_grad = graph_.add("ReluGrad", {product, biased});
   const Output bias_grad = graph_.add("BiasAddGrad", {biased});
-  const auto got = run_both(graph_, values_, {product, biased, relu, relu_grad, bias_grad});
+  const auto got = testing::run_on_cpu_and_sim(graph_, values_, {product, biased, relu, relu_grad, bias_grad});
   std::vector<double> expected_product(15), expected_biased(15), expected_relu(15), expected_relu_grad(15);
   std::vector<double> expected_bias_grad(5, 0.0);
   for (int r = 0; r < 3; ++r) {
@@ -109,7 +89,8 @@ TEST_F(GraphKernelTest, SoftmaxFamilyAndCrossEntropy) {
   const NodeId xent = graph_.add_node("SparseSoftmaxCrossEntropy", {x, labels});
   const NodeId from_probs =
       graph_.add_node("SparseSoftmaxCrossEntropy", {softmax, labels}, {{"input", "probabilities"}});
-  const auto got = run_both(graph_, values_, {softmax, log_softmax, {xent, 0}, {xent, 1}, {from_probs, 0}});
+  const auto got =
+      testing::run_on_cpu_and_sim(graph_, values_, {softmax, log_softmax, {xent, 0}, {xent, 1}, {from_probs, 0}});
   std::vector<double> expected_softmax, expected_log, expected_loss, expected_backprop;
   for (int r = 0; r < 4; ++r) {
     double total = 0;
@@ -137,7 +118,7 @@ TEST_F(GraphKernelTest, ReductionsArgMaxAndCorrectCount) {
   const Output max = graph_.add("Max", {x}, {{"axis", std::int64_t{-1}}});
   const Output argmax = graph_.add("ArgMax", {x}, {{"axis", std::int64_t{1}}});
   const Output correct = graph_.add("CorrectCount", {x, labels});
-  const auto got = run_both(graph_, values_, {sum, mean, max, argmax, correct});
+  const auto got = testing::run_on_cpu_and_sim(graph_, values_, {sum, mean, max, argmax, correct});
   std::vector<double> expected_sum(4, 0.0), expected_mean(5, 0.0), expected_max(4, -1e300), expected_argmax(4, 0);
   double expected_correct = 0;
   for (int r = 0; r < 4; ++r) {
@@ -169,7 +150,7 @@ TEST_F(GraphKernelTest, ElementwiseWithBroadcasts) {
   const Output div = graph_.add("Div", {x, row});
   const Output scale = graph_.add("Scale", {x}, {{"alpha", -2.5}});
   const Output add_n = graph_.add("AddN", {x, scale});
-  const auto got = run_both(graph_, values_, {add, sub, mul, div, scale, add_n});
+  const auto got = testing::run_on_cpu_and_sim(graph_, values_, {add, sub, mul, div, scale, add_n});
   for (std::size_t index = 0; index < 6; ++index) {
     const double value = host(x)[index];
     const double y = host(row)[index % 3];
@@ -191,7 +172,8 @@ TEST_F(GraphKernelTest, ArrayOpsFillAndCast) {
   const Output filled = fill(graph_, "sevens", DType::f32, {2, 2}, 7.0);
   const Output widened = graph_.add("Cast", {x}, {{"dtype", DType::f64}});
   const Output truncated = graph_.add("Cast", {x}, {{"dtype", DType::i32}});
-  const auto got = run_both(graph_, values_, {reshaped, broadcast, scaled, filled, widened, truncated});
+  const auto got =
+      testing::run_on_cpu_and_sim(graph_, values_, {reshaped, broadcast, scaled, filled, widened, truncated});
   std::vector<double> x_as_float;  // x holds float32 values
   for (double value : host(x)) x_as_float.push_back(static_cast<float>(value));
   EXPECT_EQ(got[0], x_as_float);

@@ -27,26 +27,7 @@ double rounded(double value, DType dtype) {
                              : static_cast<float>(BFloat16::from_float(single));
 }
 
-std::vector<std::vector<double>> run_on_both(const Graph& graph, const std::map<NodeId, HostValue>& values,
-                                             const std::vector<Output>& fetches) {
-  std::vector<std::vector<double>> results[2];
-  for (Backend backend : {Backend::cpu, Backend::sim}) {
-    auto device = make_device(backend);
-    const testing::RunResult run = run_graph(graph, *device, testing::to_tensors(values, *device));
-    for (Output output : fetches) results[backend == Backend::cpu ? 0 : 1].push_back(testing::fetch(run, output));
-  }
-  EXPECT_EQ(results[0], results[1]) << "cpu and sim disagree";
-  return results[0];
-}
-
-class MixedPrecisionGraph : public ::testing::TestWithParam<DType> {
- protected:
-  Output bind(std::string_view name, HostValue value) { return testing::bind_variable(graph_, values_, name, value); }
-  const std::vector<double>& host(Output output) { return values_.at(output.node).values; }
-  Graph graph_;
-  std::map<NodeId, HostValue> values_;
-  std::mt19937 rng_{tp_test::test_seed()};
-};
+class MixedPrecisionGraph : public testing::GraphValuesTest<::testing::TestWithParam<DType>> {};
 
 // y = sum(w * Cast32(Relu(BiasAdd(MatMul(Cast(x), Cast(W)), Cast(b))))): the forward values and the float32
 // gradients of W and b (through the casts' gradients: Cast back to float32) match float64 within a few
@@ -72,7 +53,7 @@ TEST_P(MixedPrecisionGraph, DenseLayerForwardAndBackwardThroughCasts) {
   const auto grads = gradients(graph_, y, xs);
   ASSERT_TRUE(grads[0] && grads[1]);
   EXPECT_EQ(graph_.type_of(*grads[0]).dtype, DType::f32) << "master weights get float32 gradients";
-  const auto got = run_on_both(graph_, values_, std::vector<Output>{activation, *grads[0], *grads[1]});
+  const auto got = testing::run_on_cpu_and_sim(graph_, values_, std::vector<Output>{activation, *grads[0], *grads[1]});
   std::vector<double> hx, hw, hb;
   for (double v : host(x)) hx.push_back(rounded(v, half));
   for (double v : host(w)) hw.push_back(rounded(v, half));
@@ -133,7 +114,8 @@ TEST(MixedPrecisionOps, AllFiniteFlagsInfAndNaN) {
                                               HostValue{values, dtype, {static_cast<std::int64_t>(values.size())}});
       const Output finite = graph.add("AllFinite", {x});
       EXPECT_EQ(graph.type_of(finite).to_string(), "float32[]");
-      EXPECT_EQ(run_on_both(graph, bound, std::vector<Output>{finite})[0], std::vector<double>{expected})
+      EXPECT_EQ(testing::run_on_cpu_and_sim(graph, bound, std::vector<Output>{finite})[0],
+                std::vector<double>{expected})
           << name_of(dtype);
     }
   }

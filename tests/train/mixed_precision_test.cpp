@@ -8,26 +8,21 @@
 #include <filesystem>
 
 #include "backend/cpu/kernel_test_support.hpp"
-#include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/train/checkpoint.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "train/model_graph.hpp"
+#include "train/support/synthetic_training.hpp"
 
 namespace tp::train {
 namespace {
 
 constexpr std::int64_t kIn = 12, kClasses = 4, kRows = 32;
 
-struct Data {
-  Tensor x, labels;
-};
+using testing::Data;
 
 Data batch(device::DeviceManager& manager, std::uint32_t seed, std::int64_t rows = kRows) {
-  const auto made = runtime::testing::make_batch(rows, kIn, kClasses, seed);
-  device::Device& cpu = manager.device("cpu:0");
-  return {Tensor::from_vector<float>(made.x, Shape{rows, kIn}, cpu),
-          Tensor::from_vector<std::int32_t>(made.labels, Shape{rows}, cpu)};
+  return testing::synthetic_batch(manager, rows, kIn, kClasses, seed);
 }
 
 std::vector<Dense> mlp_layers(std::optional<DTypePolicy> last = std::nullopt) {
@@ -182,12 +177,7 @@ TEST(MixedPrecision, UnderflowingGradientsAreRescuedByLossScaling) {
 }
 
 std::vector<double> train(Sequential& model, device::DeviceManager& manager, int steps) {
-  std::vector<double> losses;
-  for (int step = 1; step <= steps; ++step) {
-    const Data data = batch(manager, static_cast<std::uint32_t>(step % 8));
-    losses.push_back(model.train_step(data.x, data.labels, step).loss);
-  }
-  return losses;
+  return testing::train_synthetic(model, manager, steps, kRows, kIn, kClasses);
 }
 
 TEST(MixedPrecision, TrainingLowersTheLossLikeFloat32) {

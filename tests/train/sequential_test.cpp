@@ -7,36 +7,27 @@
 
 #include <cmath>
 
-#include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
+#include "train/support/synthetic_training.hpp"
 
 namespace tp::train {
 namespace {
 
 constexpr std::int64_t kIn = 12, kClasses = 4, kRows = 32;
 
-struct Data {
-  Tensor x, labels;
-};
+using testing::Data;
 
 Data batch(device::DeviceManager& manager, std::uint32_t seed, std::int64_t rows = kRows) {
-  const auto made = runtime::testing::make_batch(rows, kIn, kClasses, seed);
-  device::Device& cpu = manager.device("cpu:0");
-  return {Tensor::from_vector<float>(made.x, Shape{rows, kIn}, cpu),
-          Tensor::from_vector<std::int32_t>(made.labels, Shape{rows}, cpu)};
+  return testing::synthetic_batch(manager, rows, kIn, kClasses, seed);
 }
 
 Sequential mlp() {
-  return Sequential({kIn}, {{.units = 32, .activation = Activation::relu}, {.units = kClasses, .activation = Activation::softmax}});
+  return Sequential(
+      {kIn}, {{.units = 32, .activation = Activation::relu}, {.units = kClasses, .activation = Activation::softmax}});
 }
 
 std::vector<double> train(Sequential& model, device::DeviceManager& manager, int steps) {
-  std::vector<double> losses;
-  for (int step = 1; step <= steps; ++step) {
-    const Data data = batch(manager, static_cast<std::uint32_t>(step % 8));
-    losses.push_back(model.train_step(data.x, data.labels, step).loss);
-  }
-  return losses;
+  return testing::train_synthetic(model, manager, steps, kRows, kIn, kClasses);
 }
 
 TEST(Sequential, LearnsOnOneDeviceAndMirrored) {
@@ -108,8 +99,9 @@ TEST(Sequential, MeanSquaredErrorRegressionLearns) {
       targets.push_back(made.x[static_cast<std::size_t>(row * kIn + 1)]);
     }
     device::Device& cpu = manager.device("cpu:0");
-    losses.push_back(model.train_step(Tensor::from_vector<float>(made.x, Shape{kRows, kIn}, cpu),
-                                      Tensor::from_vector<float>(targets, Shape{kRows, 2}, cpu), step)
+    losses.push_back(model
+                         .train_step(Tensor::from_vector<float>(made.x, Shape{kRows, kIn}, cpu),
+                                     Tensor::from_vector<float>(targets, Shape{kRows, 2}, cpu), step)
                          .loss);
   }
   EXPECT_LT(losses.back(), 0.2 * losses.front()) << "first " << losses.front() << " last " << losses.back();

@@ -5,9 +5,9 @@
 
 #include <cmath>
 
-#include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/train/sequential.hpp"
+#include "train/support/synthetic_training.hpp"
 
 namespace tp::train {
 namespace {
@@ -22,18 +22,14 @@ device::DeviceManagerOptions three_sim_devices() {
   return options;
 }
 
-struct Data {
-  Tensor x, labels;
-};
+using testing::Data;
 
 // `loud`: the last feature x1000, so that under float16 only its weights' gradients (and the layer after's)
 // overflow a moderate loss scale, not the first replica's chunk.
 Data batch(device::DeviceManager& manager, std::uint32_t seed, bool loud = false) {
   auto made = runtime::testing::make_batch(kRows, kIn, kClasses, seed);
   for (std::int64_t row = 0; loud && row < kRows; ++row) made.x[static_cast<std::size_t>(row * kIn + kIn - 1)] *= 1000;
-  device::Device& cpu = manager.device("cpu:0");
-  return {Tensor::from_vector<float>(made.x, Shape{kRows, kIn}, cpu),
-          Tensor::from_vector<std::int32_t>(made.labels, Shape{kRows}, cpu)};
+  return runtime::testing::host_batch(manager, made, kIn);
 }
 
 Sequential mlp() {

@@ -39,8 +39,8 @@ inline std::int64_t element_count(const std::vector<std::int64_t>& dims) {
 }
 
 // Uniform in [low, high), with |value| >= gap (keeps relu inputs away from the kink).
-inline HostValue random_value(std::mt19937& rng, std::vector<std::int64_t> dims, double low = -1.0,
-                              double high = 1.0, double gap = 0.0, DType dtype = DType::f64) {
+inline HostValue random_value(std::mt19937& rng, std::vector<std::int64_t> dims, double low = -1.0, double high = 1.0,
+                              double gap = 0.0, DType dtype = DType::f64) {
   std::uniform_real_distribution<double> distribution(low, high);
   HostValue value{{}, dtype, std::move(dims)};
   for (std::int64_t index = 0; index < element_count(value.dims); ++index) {
@@ -142,12 +142,37 @@ inline std::vector<double> fetch(const RunResult& result, Output output) {
 }
 
 // Sources for a gradient check: a Variable bound to a value (xs are variables, so no feed is needed).
-inline Output bind_variable(Graph& graph, std::map<NodeId, HostValue>& values, std::string_view name,
-                            HostValue value) {
+inline Output bind_variable(Graph& graph, std::map<NodeId, HostValue>& values, std::string_view name, HostValue value) {
   const Output output = variable(graph, name, value.dtype, value.dims);
   values[output.node] = std::move(value);
   return output;
 }
+
+// Runs the graph on a cpu and a sim device; the fetched outputs must match exactly. Returns the cpu results.
+inline std::vector<std::vector<double>> run_on_cpu_and_sim(const Graph& graph,
+                                                           const std::map<NodeId, HostValue>& values,
+                                                           const std::vector<Output>& fetches) {
+  std::vector<std::vector<double>> results[2];
+  for (Backend backend : {Backend::cpu, Backend::sim}) {
+    auto device = make_device(backend);
+    const RunResult run = run_graph(graph, *device, to_tensors(values, *device));
+    for (Output output : fetches) results[backend == Backend::cpu ? 0 : 1].push_back(fetch(run, output));
+  }
+  EXPECT_EQ(results[0], results[1]) << "cpu and sim disagree";
+  return results[0];
+}
+
+// A graph under construction with the host values of its bound variables and a seeded generator: the state
+// the kernel tests share (derive a fixture from it; TestBase is ::testing::Test or a TestWithParam).
+template <typename TestBase = ::testing::Test>
+class GraphValuesTest : public TestBase {
+ protected:
+  Output bind(std::string_view name, HostValue value) { return bind_variable(graph_, values_, name, value); }
+  const std::vector<double>& host(Output output) { return values_.at(output.node).values; }
+  Graph graph_;
+  std::map<NodeId, HostValue> values_;
+  std::mt19937 rng_{tp_test::test_seed()};
+};
 
 // Reduces `out` to a scalar as sum(Mean(out * weights)) with fixed random weights, so each element of `out`
 // gets its own gradient. Alternates Sum and Mean over the leading axis.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tensorpool/core/tensor.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/graph/attributes.hpp"
@@ -53,9 +54,9 @@ inline MlpGraph build_mlp(std::int64_t in, std::int64_t hidden, std::int64_t cla
   const graph::Output b1 = variable("dense/bias", {hidden}, "zeros");
   const graph::Output w2 = variable("dense_1/kernel", {hidden, classes}, "glorot_uniform");
   const graph::Output b2 = variable("dense_1/bias", {classes}, "zeros");
-  const graph::Output h = on(g.add("Relu", {on(g.add("BiasAdd", {on(g.add("MatMul", {x, w1}, {}, "dense/MatMul")), b1},
-                                                      {}, "dense/BiasAdd"))},
-                                   {}, "dense/Relu"));
+  const graph::Output h = on(
+      g.add("Relu", {on(g.add("BiasAdd", {on(g.add("MatMul", {x, w1}, {}, "dense/MatMul")), b1}, {}, "dense/BiasAdd"))},
+            {}, "dense/Relu"));
   const graph::Output logits =
       on(g.add("BiasAdd", {on(g.add("MatMul", {h, w2}, {}, "dense_1/MatMul")), b2}, {}, "dense_1/BiasAdd"));
   const graph::NodeId xent = g.add_node("SparseSoftmaxCrossEntropy", {logits, labels}, {}, "xent");
@@ -97,6 +98,19 @@ inline Batch make_batch(std::int64_t rows, std::int64_t in, std::int64_t classes
     batch.labels.push_back(best);
   }
   return batch;
+}
+
+struct HostBatch {
+  Tensor x;       // float32 [rows, in]
+  Tensor labels;  // int32 [rows]
+};
+
+// A batch as tensors on cpu:0, ready to feed (Sequential::train_step and friends).
+inline HostBatch host_batch(device::DeviceManager& manager, const Batch& batch, std::int64_t in) {
+  const auto rows = static_cast<std::int64_t>(batch.labels.size());
+  device::Device& cpu = manager.device("cpu:0");
+  return {Tensor::from_vector<float>(batch.x, Shape{rows, in}, cpu),
+          Tensor::from_vector<std::int32_t>(batch.labels, Shape{rows}, cpu)};
 }
 
 }  // namespace tp::runtime::testing
