@@ -343,9 +343,13 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
         Value& value = step.values[output];
         if (value.readers.empty() && !value.fetched) value.tensor = Tensor();  // an output nothing reads
       }
-      for (std::size_t input : current.inputs) {
+      for (std::size_t position = 0; position < current.inputs.size(); ++position) {
+        const std::size_t input = current.inputs[position];
         Value& value = step.values[input];
         if (value.variable || value.fetched) continue;
+        // A step that reads a value twice (Mul(x, x)) is one reader.
+        const auto first = current.inputs.begin() + static_cast<std::ptrdiff_t>(position);
+        if (std::find(current.inputs.begin(), first, input) != first) continue;
         if (readers_left[input].fetch_sub(1, std::memory_order_acq_rel) == 1) value.tensor = Tensor();
       }
     }

@@ -189,6 +189,23 @@ TEST(InterOpErrors, AFailingOpFailsTheRunAndTheSessionRunsOn) {
   EXPECT_EQ(fetched.at(1).to_vector<float>().at(0), 6.0F);
 }
 
+// With the planner off a value goes back to the allocator after its last reader; a step that reads it twice
+// (Mul(r, r)) counts once, so a later reader still finds it.
+TEST(InterOpOnline, AValueReadTwiceByOneStepLivesUntilItsLastReader) {
+  device::DeviceManager manager(devices_with_streams(2), testing::kNoEnv);
+  graph::Graph g;
+  const graph::Output x = graph::placeholder(g, "x", DType::f32, {3});
+  const graph::Output r = g.add("Relu", {x}, {}, "r");
+  const graph::Output squared = g.add("Mul", {r, r}, {}, "squared");
+  g.add("Add", {squared, r}, {}, "out");
+  for (const int threads : {1, 2}) {
+    Session session(g, {.default_device = "sim:0", .planner = false, .inter_op_threads = threads, .devices = &manager});
+    const FeedMap feeds = {
+        {"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
+    EXPECT_EQ(session.run(feeds, {"out"}).at(0).to_vector<float>(), (std::vector<float>{0, 6, 12})) << threads;
+  }
+}
+
 TEST(InterOpErrors, NegativeThreadCountsAreRefused) {
   device::DeviceManager manager(devices_with_streams(1), testing::kNoEnv);
   testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
