@@ -62,6 +62,9 @@ struct Step {
   std::size_t lane = 0;
   std::vector<device::Stream*> streams{};
   std::vector<bool> record{};
+  // A copy or a collective: its transfers order the devices they join themselves (device::copy's events), so
+  // it waits only for earlier work on other streams of the same device.
+  bool orders_devices = false;
 };
 
 struct DeviceLayout {

@@ -290,7 +290,7 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
       for (std::size_t position = 0; position < producer.streams.size(); ++position) {
         if (!producer.record[position]) continue;
         for (device::Stream* stream : current.streams) {
-          if (stream != producer.streams[position]) stream->wait(events[earlier][position]);
+          if (must_wait(current, stream, producer.streams[position])) stream->wait(events[earlier][position]);
         }
       }
     }

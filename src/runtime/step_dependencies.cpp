@@ -158,13 +158,16 @@ void assign_streams(const graph::Graph& graph, Executable& executable, std::size
       step.streams = streams_of(executable, step);
     }
     step.record.assign(step.streams.size(), false);
+    step.orders_devices =
+        step.kind == Step::Kind::copy ||
+        (step.kind == Step::Kind::kernel && graph::OpRegistry::global().get(graph.node(step.node).op).collective);
   }
   for (Step& step : executable.steps) {
     for (std::size_t earlier : step.after) {
       Step& producer = executable.steps[earlier];
       for (std::size_t position = 0; position < producer.streams.size(); ++position) {
         for (device::Stream* stream : step.streams) {
-          if (stream != producer.streams[position]) producer.record[position] = true;
+          if (must_wait(step, stream, producer.streams[position])) producer.record[position] = true;
         }
       }
     }

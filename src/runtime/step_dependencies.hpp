@@ -16,4 +16,10 @@ void add_dependencies(const graph::Graph& graph, Executable& executable);
 // events later steps on other streams need. With one thread every step uses stream 0.
 void assign_streams(const graph::Graph& graph, Executable& executable, std::size_t inter_op_threads);
 
+// Whether `step`'s work on `stream` must wait for an earlier step's work on `earlier_stream` (an event).
+inline bool must_wait(const Step& step, const device::Stream* stream, const device::Stream* earlier_stream) {
+  if (stream == earlier_stream) return false;  // stream order
+  return !step.orders_devices || &stream->device() == &earlier_stream->device();
+}
+
 }  // namespace tp::runtime
