@@ -25,7 +25,7 @@ std::int64_t check_parameter_major(const InferenceContext& context, const Layout
   std::int64_t bucket = 0;
   for (std::size_t tensor = 0; tensor < layout.tensors; ++tensor) {
     const std::size_t first = tensor * layout.replicas;
-    require_float(context, static_cast<int>(first), "tensor " + std::to_string(tensor));
+    require_float_or_half(context, static_cast<int>(first), "tensor " + std::to_string(tensor));
     for (std::size_t replica = 1; replica < layout.replicas; ++replica) {
       if (context.inputs[first + replica] != context.inputs[first]) {
         TP_THROW(InvalidArgument, "graph", op, " '", context.node.name, "': tensor ", tensor, " of replica ", replica,

@@ -1,6 +1,7 @@
 #include "tensorpool/ops/elementwise.hpp"
 
 #include "backend/cpu/kernels/elementwise.hpp"
+#include "backend/cpu/kernels/half_nn.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -112,10 +113,18 @@ Tensor scale(const Tensor& x, double alpha, const OpContext& context) {
 
 void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context) {
   device::Device& device = detail::common_device("AddScaled", {{"y", y}, {"x", x}});
-  detail::require_floating("AddScaled", {"y", y});
+  detail::require_floating_or_half("AddScaled", {"y", y});
   detail::require_same_dtype("AddScaled", {"y", y}, {"x", x});
   detail::require_shape("AddScaled", {"x", x}, y.shape());
   device::Stream& stream = detail::stream_for("AddScaled", device, context);
+  if (detail::is_half(y.dtype())) {  // the collectives' reduction of 16-bit gradients: summed in float32
+    detail::dispatch_half(y.dtype(), [&]<typename H>(H) {
+      stream.enqueue([y, alpha, x] {
+        backend::cpu::add_scaled_half<H>(y.data<H>(), static_cast<float>(alpha), x.data<H>(), y.num_elements());
+      });
+    });
+    return;
+  }
   detail::dispatch_floating(y.dtype(), [&]<typename T>(T) {
     stream.enqueue([y, alpha, x] {
       backend::cpu::add_scaled<T>(y.data<T>(), static_cast<T>(alpha), x.data<T>(), y.num_elements());

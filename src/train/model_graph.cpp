@@ -1,6 +1,7 @@
 #include "train/model_graph.hpp"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "tensorpool/core/error.hpp"
@@ -96,6 +97,10 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
   // precision the input's copy to the device and its device memory are halved too.
   model.input_dtype = spec.layers.front().policy.value_or(spec.policy).compute_dtype();
   std::vector<std::vector<graph::Output>> parameters(devices.size());
+  // Per replica and parameter: the copy the layer computes with (the variable itself, or its Cast to the
+  // layer's 16-bit dtype). Gradients are taken with respect to it, so a 16-bit layer's weight gradients stay
+  // 16-bit up to the update, which widens them as it reads them.
+  std::vector<std::vector<graph::Output>> compute_copies(devices.size());
   std::vector<graph::Output> losses;
   for (std::size_t replica = 0; replica < devices.size(); ++replica) {
     Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
@@ -117,11 +122,13 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
       const graph::Output kernel =
           builder.variable(name + "/kernel", {fan_in, layer.units}, "glorot_uniform", seed, "parameter");
       parameters[replica].push_back(kernel);
-      h = builder.add("MatMul", {h, builder.cast(kernel, compute, name + "/kernel/Cast")}, {}, name + "/MatMul");
+      compute_copies[replica].push_back(builder.cast(kernel, compute, name + "/kernel/Cast"));
+      h = builder.add("MatMul", {h, compute_copies[replica].back()}, {}, name + "/MatMul");
       if (layer.use_bias) {
         const graph::Output bias = builder.variable(name + "/bias", {layer.units}, "zeros", 0, "parameter");
         parameters[replica].push_back(bias);
-        h = builder.add("BiasAdd", {h, builder.cast(bias, compute, name + "/bias/Cast")}, {}, name + "/BiasAdd");
+        compute_copies[replica].push_back(builder.cast(bias, compute, name + "/bias/Cast"));
+        h = builder.add("BiasAdd", {h, compute_copies[replica].back()}, {}, name + "/BiasAdd");
       }
       const bool last = index + 1 == spec.layers.size();
       // The output layer's values go to softmax and the loss in float32.
@@ -153,7 +160,8 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
     model.replicas.push_back(nodes);
   }
   // Gradients per replica, then (mirrored) all-reduced, then the same update on every replica. With loss
-  // scaling the gradients are those of loss x scale, divided by the scale in float32 (exact: a power of two).
+  // scaling they are the gradients of loss x scale, and stay scaled (in float16, unscaling would flush the
+  // small ones the scale rescued) until the update multiplies them by 1 / scale in float32.
   const bool loss_scaling = std::any_of(spec.layers.begin(), spec.layers.end(), [&](const Dense& layer) {
     return layer.policy.value_or(spec.policy).needs_loss_scaling();
   });
@@ -167,15 +175,9 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
     Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
     const graph::Output target =
         loss_scaling ? builder.add("Mul", {losses[replica], *loss_scale}, {}, "loss/scaled") : losses[replica];
-    gradients.push_back(graph::gradients(g, target, parameters[replica]));
-    for (std::size_t index = 0; index < parameters[replica].size(); ++index) {
-      std::optional<graph::Output>& gradient = gradients[replica][index];
-      if (!gradient) continue;
-      if (loss_scaling) {
-        const std::string base = g.node(parameters[replica][index].node).name.substr(builder.prefix.size());
-        gradient = builder.add("Div", {*gradient, *loss_scale}, {}, base + "/unscale");
-      }
-      model.replicas[replica].gradients.push_back(g.node(gradient->node).name);
+    gradients.push_back(graph::gradients(g, target, compute_copies[replica]));
+    for (const std::optional<graph::Output>& gradient : gradients.back()) {
+      if (gradient) model.replicas[replica].gradients.push_back(g.node(gradient->node).name);
     }
   }
   model.variables.resize(devices.size());
@@ -184,42 +186,49 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
       model.variables[replica].push_back(g.node(parameter.node).name);
   }
   if (spec.shard != Shard::none) {  // ZeRO: sharded optimizer state (and gradients)
-    add_sharded_updates(spec, devices, parameters, gradients, loss_scaling, model);
+    add_sharded_updates(spec, devices, parameters, gradients, loss_scale, model);
     return model;
   }
-  // One AllReduce for every gradient (a single bucket): one collective per step, not one per parameter.
-  graph::NodeId all_reduce = -1;
+  // One AllReduce per gradient dtype (a single bucket each): one collective per step, not one per parameter.
   const std::size_t replicas = devices.size();
-  if (replicas > 1 || spec.all_reduce == "mpi") {  // across workers even with one local replica
-    std::vector<graph::Output> inputs;             // parameter-major: gradient p of replica r is input p * R + r
-    for (std::size_t index = 0; index < parameters[0].size(); ++index) {
-      for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*gradients[replica][index]);
+  std::vector<std::vector<graph::Output>> reduced(parameters[0].size());  // [parameter][replica]
+  if (replicas > 1 || spec.all_reduce == "mpi") {                         // across workers even with one local replica
+    std::map<DType, std::vector<std::size_t>> groups;                     // parameter indices by gradient dtype
+    for (std::size_t index = 0; index < parameters[0].size(); ++index)
+      groups[g.type_of(*gradients[0][index]).dtype].push_back(index);
+    for (const auto& [dtype, indices] : groups) {
+      std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
+      for (std::size_t index : indices) {
+        for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*gradients[replica][index]);
+      }
+      const std::string name =
+          groups.size() == 1 ? "all_reduce/gradients" : "all_reduce/gradients_" + std::string(name_of(dtype));
+      const graph::NodeId all_reduce =
+          g.add_node("AllReduce", inputs,
+                     {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}}, name);
+      for (std::size_t position = 0; position < indices.size(); ++position) {
+        for (std::size_t replica = 0; replica < replicas; ++replica) {
+          reduced[indices[position]].push_back({all_reduce, static_cast<int>(position * replicas + replica)});
+        }
+      }
     }
-    all_reduce = g.add_node("AllReduce", inputs,
-                            {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}},
-                            "all_reduce/gradients");
+  } else {
+    for (std::size_t index = 0; index < parameters[0].size(); ++index) reduced[index] = {*gradients[0][index]};
   }
-  // Loss scaling: one flag per replica, the product of AllFinite over its reduced gradients (so every replica
-  // takes the same decision), gating its updates.
+  // Loss scaling: per replica, the product of AllFinite over its reduced gradients (so every replica takes
+  // the same decision) divided by the scale: 0 skips the updates, else it unscales the gradients.
   std::vector<std::optional<graph::Output>> apply(replicas);
   for (std::size_t replica = 0; loss_scaling && replica < replicas; ++replica) {
     Builder builder{g, devices[replica], replicas > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
+    std::optional<graph::Output> finite;
     for (std::size_t index = 0; index < parameters[0].size(); ++index) {
-      const graph::Output reduced = all_reduce < 0
-                                        ? *gradients[0][index]
-                                        : graph::Output{all_reduce, static_cast<int>(index * replicas + replica)};
-      const graph::Output finite = builder.add("AllFinite", {reduced}, {}, "loss_scale/AllFinite");
-      apply[replica] =
-          apply[replica] ? builder.add("Mul", {*apply[replica], finite}, {}, "loss_scale/all_finite") : finite;
+      const graph::Output flag = builder.add("AllFinite", {reduced[index][replica]}, {}, "loss_scale/AllFinite");
+      finite = finite ? builder.add("Mul", {*finite, flag}, {}, "loss_scale/all_finite") : flag;
     }
-    model.replicas[replica].all_finite = g.node(apply[replica]->node).name;
+    model.replicas[replica].all_finite = g.node(finite->node).name;
+    apply[replica] = builder.add("Div", {*finite, *loss_scale}, {}, "loss_scale/update_factor");
   }
   for (std::size_t index = 0; index < parameters[0].size(); ++index) {
-    std::vector<graph::Output> reduced;
-    for (std::size_t replica = 0; replica < replicas; ++replica) {
-      reduced.push_back(all_reduce < 0 ? *gradients[0][index]
-                                       : graph::Output{all_reduce, static_cast<int>(index * replicas + replica)});
-    }
     for (std::size_t replica = 0; replica < devices.size(); ++replica) {
       Builder builder{g, devices[replica], devices.size() > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
       const graph::Output parameter = parameters[replica][index];
@@ -231,7 +240,7 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
         const graph::Output v = builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state");
         model.variables[replica].push_back(g.node(m.node).name);
         model.variables[replica].push_back(g.node(v.node).name);
-        std::vector<graph::Output> inputs{parameter, reduced[replica], m, v};
+        std::vector<graph::Output> inputs{parameter, reduced[index][replica], m, v};
         if (apply[replica]) inputs.push_back(*apply[replica]);
         update = builder.add_node(apply[replica] ? "ApplyAdamIf" : "ApplyAdam", inputs,
                                   {{"learning_rate", adam->learning_rate},
@@ -243,7 +252,7 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
         const Sgd& sgd = std::get<Sgd>(spec.optimizer);
         const graph::Output velocity = builder.variable(base + "/momentum", dims, "zeros", 0, "optimizer_state");
         model.variables[replica].push_back(g.node(velocity.node).name);
-        std::vector<graph::Output> inputs{parameter, reduced[replica], velocity};
+        std::vector<graph::Output> inputs{parameter, reduced[index][replica], velocity};
         if (apply[replica]) inputs.push_back(*apply[replica]);
         update = builder.add_node(
             apply[replica] ? "ApplySgdIf" : "ApplySgd", inputs,

@@ -3,13 +3,16 @@
 // placeholders "replica_r/x" and "replica_r/labels", the forward pass over that replica's copy of the
 // variables, its loss (the per-example losses summed and scaled by the fed "inv_global_batch", so the
 // replicas' losses add up to the global mean), the number of correct predictions, the predictions, the
-// gradients, then (mirrored) one AllReduce per parameter and the optimizer's update of every replica.
+// gradients, then (mirrored) their AllReduce and the optimizer's update of every replica.
 //
 // Mixed precision (spec.policy, Dense::policy): each layer casts its input and its float32 variables to its
 // compute dtype ("dense/Cast", "dense/kernel/Cast"), the output layer's values are cast back to float32
-// ("dense_1/Cast_output") before softmax and the loss. With float16 anywhere, the loss is multiplied by the
-// fed "loss_scale" before differentiation, each variable's gradient divided by it ("<var>/unscale"), and the
-// updates are ApplyAdamIf / ApplySgdIf gated on the product of AllFinite over the (reduced) gradients.
+// ("dense_1/Cast_output") before softmax and the loss. Gradients are taken with respect to the compute copies,
+// so a 16-bit layer's weight gradients are 16-bit, and are all-reduced (one AllReduce per gradient dtype)
+// and handed to the float32 update in 16 bits. With float16 anywhere, the loss is multiplied by the fed
+// "loss_scale" before differentiation; the gradients stay scaled and the updates are ApplyAdamIf /
+// ApplySgdIf whose factor is the product of AllFinite over the (reduced) gradients divided by the scale
+// ("loss_scale/update_factor"): 0 skips the step, else the update unscales as it reads.
 //
 // Invariants: every replica's variables are listed in the same order in `variables[r]`, with identical
 // initialisers, so replicas start and stay bitwise equal; one device means one replica and no AllReduce.
@@ -40,7 +43,8 @@ struct ModelSpec {
 
 struct ReplicaNodes {
   std::string x, labels, loss, correct, predictions;
-  std::vector<std::string> gradients{};  // per parameter: its float32 gradient (unscaled), before any AllReduce
+  std::vector<std::string> gradients{};  // per parameter: its gradient in the layer's compute dtype, before any
+                                         // AllReduce (times the loss scale when loss scaling is on)
   std::string all_finite{};              // loss scaling: 1 when every (reduced) gradient is finite, else 0
 };
 

@@ -21,11 +21,12 @@ std::optional<graph::Output> output_of(const graph::Graph& graph, std::string_vi
   return graph::Output{*node, index};
 }
 
-// Gradient nodes: autodiff's "gradients/..." (possibly under a replica prefix), the loss-scaling unscale and
-// the AllReduce (its outputs are the reduced gradients, the bucket and the working space).
+// Gradient nodes: autodiff's "gradients/..." (possibly under a replica prefix) and the collectives over them
+// (an AllReduce's outputs are the reduced gradients, the bucket and the working space; ZeRO-2's ReduceScatter
+// its shards).
 bool is_gradient(const graph::Node& node) {
   return node.name.starts_with("gradients/") || node.name.find("/gradients/") != std::string::npos ||
-         node.name.ends_with("/unscale") || node.op == "AllReduce";
+         node.op == "AllReduce" || node.op == "ReduceScatter";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "train/sharded_update.hpp"
 
+#include <algorithm>
+
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/builder.hpp"
@@ -77,8 +79,8 @@ std::vector<graph::Output> finite_flags(graph::Graph& g, const std::vector<std::
 
 void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices,
                          const std::vector<std::vector<graph::Output>>& parameters,
-                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients, bool loss_scaling,
-                         ModelGraph& model) {
+                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients,
+                         std::optional<graph::Output> loss_scale, ModelGraph& model) {
   graph::Graph& g = model.graph;
   const std::size_t replicas = devices.size();
   const std::size_t count = parameters[0].size();
@@ -96,6 +98,15 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
       }
       inputs.push_back(*gradients[replica][index]);
     }
+  }
+  const bool one_dtype = std::all_of(inputs.begin(), inputs.end(), [&](graph::Output input) {
+    return g.type_of(input).dtype == g.type_of(inputs[0]).dtype;
+  });
+  for (std::size_t position = 0; !one_dtype && position < inputs.size(); ++position) {
+    if (g.type_of(inputs[position]).dtype == DType::f32) continue;
+    const graph::Node& producer = g.node(inputs[position].node);
+    inputs[position] =
+        on(g, g.add("Cast", {inputs[position]}, {{"dtype", DType::f32}}, producer.name + "/float32"), producer.device);
   }
   const bool sharded_gradients = spec.shard == Shard::gradients;
   const graph::Attributes collective = {{"algorithm", spec.all_reduce},
@@ -119,12 +130,15 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
     }
   }
   std::vector<std::optional<graph::Output>> apply(replicas);
-  if (loss_scaling) {
+  if (loss_scale) {
     const std::vector<graph::Output> flags =
         finite_flags(g, devices, reduced, reduced_per_parameter, sharded_gradients);
     for (std::size_t replica = 0; replica < replicas; ++replica) {
-      apply[replica] = flags[replica];
       model.replicas[replica].all_finite = g.node(flags[replica].node).name;
+      apply[replica] = on(g,
+                          g.add("Div", {flags[replica], *loss_scale}, {},
+                                "shard_" + std::to_string(replica) + "/loss_scale/update_factor"),
+                          devices[replica]);
     }
   }
   const std::int64_t shard = (total + static_cast<std::int64_t>(replicas) - 1) / static_cast<std::int64_t>(replicas);

@@ -7,10 +7,12 @@
 //                       parameters from its reduced bucket; AllGather of the parameters.
 //   gradients (ZeRO-2): ReduceScatter of the gradients: each replica receives only its chunk's sum; the same
 //                       update and AllGather.
-// Updates are ApplyAdam / ApplySgd nodes with a `slice` (one per parameter a chunk touches). With loss
-// scaling they are the If forms, gated on every replica alike: ZeRO-1 on AllFinite over the reduced
-// gradients (as unsharded); ZeRO-2 on the AllReduce of each replica's AllFinite over its chunk, which is R
-// only when every chunk is finite.
+// Updates are ApplyAdam / ApplySgd nodes with a `slice` (one per parameter a chunk touches). The gradients
+// travel in their dtype (16-bit under mixed precision) when every parameter's gradient has the same one, else
+// each is cast to float32 (one flat space needs one dtype). With loss scaling the updates are the If forms,
+// gated on every replica alike and unscaling by 1 / scale: ZeRO-1 on AllFinite over the reduced gradients (as
+// unsharded); ZeRO-2 on the AllReduce of each replica's AllFinite over its chunk, which is R only when every
+// chunk is finite.
 
 #include <optional>
 #include <string>
@@ -21,10 +23,11 @@
 namespace tp::train {
 
 // Adds the updates (and the AllGather, the last target) to `model`; appends each replica's optimizer-state
-// variables to model.variables and sets each replica's all_finite when loss scaling is on.
+// variables to model.variables and sets each replica's all_finite when loss scaling is on (`loss_scale`: the
+// fed scale the gradients are multiplied by; nullopt without loss scaling).
 void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices,
                          const std::vector<std::vector<graph::Output>>& parameters,
-                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients, bool loss_scaling,
-                         ModelGraph& model);
+                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients,
+                         std::optional<graph::Output> loss_scale, ModelGraph& model);
 
 }  // namespace tp::train

@@ -9,6 +9,7 @@
 
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/ops/cast.hpp"
 
 namespace tp::distribute {
 namespace {
@@ -84,6 +85,37 @@ TEST(Communicator, ReduceScatterLeavesEachParticipantTheSumOfItsChunkAndAllGathe
     communicator.all_gather(made.tensors);
     for (std::size_t rank = 0; rank < count; ++rank) EXPECT_EQ(made.tensors[rank].to_vector<float>(), gathered);
   });
+}
+
+// Mixed precision all-reduces 16-bit gradients: each addition is done in float32 and rounded once, so with
+// integers (exact in both formats) the sums are exact, and every replica ends bitwise equal.
+TEST(Communicator, AllReducesFloat16AndBfloat16) {
+  std::vector<std::unique_ptr<device::Device>> devices;
+  for (int index = 0; index < 3; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const char* algorithm : {"ring", "reduce_to_one"}) {
+      SCOPED_TRACE(::testing::Message() << name_of(dtype) << " " << algorithm);
+      const auto communicator = make_communicator(algorithm);
+      constexpr std::int64_t kElements = 1001;
+      std::vector<Tensor> tensors, scratch;
+      std::vector<float> expected(kElements, 0.0F);
+      for (std::size_t rank = 0; rank < devices.size(); ++rank) {
+        std::vector<float> values;
+        for (std::int64_t i = 0; i < kElements; ++i)
+          values.push_back(static_cast<float>((i * 7 + static_cast<std::int64_t>(rank) * 13) % 61 - 30));
+        for (std::int64_t i = 0; i < kElements; ++i)
+          expected[static_cast<std::size_t>(i)] += values[static_cast<std::size_t>(i)];
+        tensors.push_back(ops::cast(Tensor::from_vector<float>(values, Shape{kElements}, *devices[rank]), dtype));
+        scratch.push_back(Tensor::empty(Shape{communicator->scratch_elements(kElements, devices.size(), rank)}, dtype,
+                                        *devices[rank]));
+      }
+      communicator->all_reduce(tensors, scratch);
+      for (const Tensor& tensor : tensors) {
+        EXPECT_EQ(tensor.dtype(), dtype);
+        EXPECT_EQ(ops::cast(tensor, DType::f32).to_vector<float>(), expected);
+      }
+    }
+  }
 }
 
 TEST(Communicator, ChunksCoverTheElementsInOrder) {

@@ -8,6 +8,7 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/ops/cast.hpp"
 
 // Open MPI's plugins (dlopened, unloaded by MPI_Finalize) keep allocations by design; LeakSanitizer sees them
 // only as "<unknown module>", which no suppression can name, so leak checking is off in this binary (address
@@ -25,34 +26,38 @@ float value_of(int rank, std::size_t local, std::int64_t i) {
   return static_cast<float>(rank + 1) * 0.5F + static_cast<float>(local) * 0.25F + static_cast<float>(i % 7);
 }
 
+// Also in float16 and bfloat16 (mixed precision's gradients; MPI sums them with a user operation): the values
+// are multiples of 1/4 below 64, exact in both, so every dtype must give the exact sum.
 TEST(MpiCommunicator, AllReduceSumsOverEveryRankAndLocalDevice) {
   const MpiWorld& world = mpi_world();
   std::vector<std::unique_ptr<device::Device>> devices;
   for (int index = 0; index < 2; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
   const auto communicator = make_communicator("mpi");
   EXPECT_EQ(communicator->name(), "mpi");
-  for (std::size_t locals : {1, 2}) {
-    for (std::int64_t elements : {1, 5, 1000}) {
-      SCOPED_TRACE(::testing::Message() << "locals " << locals << " elements " << elements);
-      std::vector<Tensor> tensors, scratch;
-      for (std::size_t local = 0; local < locals; ++local) {
-        std::vector<float> values(static_cast<std::size_t>(elements));
-        for (std::int64_t i = 0; i < elements; ++i)
-          values[static_cast<std::size_t>(i)] = value_of(world.rank, local, i);
-        tensors.push_back(Tensor::from_vector<float>(values, Shape{elements}, *devices[local]));
-        scratch.push_back(
-            Tensor::empty(Shape{std::max<std::int64_t>(1, communicator->scratch_elements(elements, locals, local))},
-                          DType::f32, *devices[local]));
-      }
-      communicator->all_reduce(tensors, scratch);
-      for (std::size_t local = 0; local < locals; ++local) {
-        const std::vector<float> result = tensors[local].to_vector<float>();
-        for (std::int64_t i = 0; i < elements; ++i) {
-          double expected = 0;
-          for (int rank = 0; rank < world.size; ++rank) {
-            for (std::size_t other = 0; other < locals; ++other) expected += value_of(rank, other, i);
+  for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    for (std::size_t locals : {1, 2}) {
+      for (std::int64_t elements : {1, 5, 1000}) {
+        SCOPED_TRACE(::testing::Message() << name_of(dtype) << " locals " << locals << " elements " << elements);
+        std::vector<Tensor> tensors, scratch;
+        for (std::size_t local = 0; local < locals; ++local) {
+          std::vector<float> values(static_cast<std::size_t>(elements));
+          for (std::int64_t i = 0; i < elements; ++i)
+            values[static_cast<std::size_t>(i)] = value_of(world.rank, local, i);
+          tensors.push_back(ops::cast(Tensor::from_vector<float>(values, Shape{elements}, *devices[local]), dtype));
+          scratch.push_back(
+              Tensor::empty(Shape{std::max<std::int64_t>(1, communicator->scratch_elements(elements, locals, local))},
+                            dtype, *devices[local]));
+        }
+        communicator->all_reduce(tensors, scratch);
+        for (std::size_t local = 0; local < locals; ++local) {
+          const std::vector<float> result = ops::cast(tensors[local], DType::f32).to_vector<float>();
+          for (std::int64_t i = 0; i < elements; ++i) {
+            double expected = 0;
+            for (int rank = 0; rank < world.size; ++rank) {
+              for (std::size_t other = 0; other < locals; ++other) expected += value_of(rank, other, i);
+            }
+            ASSERT_EQ(result[static_cast<std::size_t>(i)], expected) << "element " << i;
           }
-          ASSERT_NEAR(result[static_cast<std::size_t>(i)], expected, 1e-4) << "element " << i;
         }
       }
     }

@@ -9,6 +9,8 @@
 #include <limits>
 
 #include "graph/support/graph_test_support.hpp"
+#include "tensorpool/ops/cast.hpp"
+#include "tensorpool/ops/elementwise.hpp"
 #include "tensorpool/ops/optimizer.hpp"
 
 namespace tp::graph {
@@ -105,9 +107,10 @@ INSTANTIATE_TEST_SUITE_P(HalfTypes, MixedPrecisionGraph, ::testing::Values(DType
 TEST(MixedPrecisionOps, AllFiniteFlagsInfAndNaN) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const DType dtype : {DType::f32, DType::f64}) {
+  for (const DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const double large = dtype == DType::f16 ? 65504 : 3e30;  // the largest finite float16
     for (const auto& [values, expected] : std::vector<std::pair<std::vector<double>, double>>{
-             {{1, -2, 3e30, 0}, 1.0}, {{1, inf, 3}, 0.0}, {{-inf}, 0.0}, {{nan, 1}, 0.0}, {{}, 1.0}}) {
+             {{1, -2, large, 0}, 1.0}, {{1, inf, 3}, 0.0}, {{-inf}, 0.0}, {{nan, 1}, 0.0}, {{}, 1.0}}) {
       Graph graph;
       std::map<NodeId, HostValue> bound;
       const Output x = testing::bind_variable(graph, bound, "x",
@@ -161,6 +164,56 @@ TEST(MixedPrecisionOps, ConditionalUpdatesRunOnlyWhenTheFlagIsSet) {
   }
 }
 
+// Mixed precision's form: a float32 var, a 16-bit gradient still multiplied by the loss scale, and the
+// factor flag / scale. The result equals the float32 update on the widened gradient divided by the scale,
+// bitwise (the scale is a power of two); factor 0 leaves everything untouched.
+TEST(MixedPrecisionOps, ConditionalUpdatesUnscaleA16BitGradient) {
+  std::mt19937 rng(tp_test::test_seed());
+  constexpr double kScale = 1024.0;
+  const HostValue initial = random_value(rng, {5, 3}, -1, 1, 0, DType::f32);
+  const HostValue zeros{std::vector<double>(15, 0.0), DType::f32, {5, 3}};
+  for (const DType half : {DType::f16, DType::bf16}) {
+    HostValue gradient = random_value(rng, {5, 3}, -kScale, kScale, 0, DType::f32);
+    gradient.dtype = half;
+    for (const double factor : {0.0, 1.0 / kScale}) {
+      SCOPED_TRACE(::testing::Message() << name_of(half) << ", factor " << factor);
+      Graph graph;
+      std::map<NodeId, HostValue> values;
+      const auto bind = [&](std::string_view name, const HostValue& value) {
+        return testing::bind_variable(graph, values, name, value);
+      };
+      const Output var = bind("var", initial), grad = bind("grad", gradient), velocity = bind("velocity", zeros);
+      const Output var2 = bind("var2", initial), m = bind("m", zeros), v = bind("v", zeros);
+      const Output apply = bind("apply", HostValue{{factor}, DType::f32, {}});
+      graph.add_node("ApplySgdIf", {var, grad, velocity, apply}, {{"learning_rate", 0.1}, {"momentum", 0.9}});
+      graph.add_node("ApplyAdamIf", {var2, grad, m, v, apply}, {{"learning_rate", 0.01}});
+      for (Backend backend : {Backend::cpu, Backend::sim}) {
+        auto device = make_device(backend);
+        const auto bindings = testing::to_tensors(values, *device);
+        for (std::int64_t step = 1; step <= 2; ++step) run_graph(graph, *device, bindings, step);
+        const Tensor expected_var = testing::to_tensor(initial, *device),
+                     expected_velocity = testing::to_tensor(zeros, *device);
+        const Tensor expected_var2 = testing::to_tensor(initial, *device),
+                     expected_m = testing::to_tensor(zeros, *device);
+        const Tensor expected_v = testing::to_tensor(zeros, *device);
+        const Tensor unscaled = tp::ops::scale(tp::ops::cast(bindings.at(grad.node), DType::f32), 1.0 / kScale);
+        for (std::int64_t step = 1; factor != 0 && step <= 2; ++step) {
+          tp::ops::sgd_update(expected_var, unscaled, expected_velocity, {.learning_rate = 0.1, .momentum = 0.9});
+          tp::ops::adam_update(expected_var2, unscaled, expected_m, expected_v, step, {.learning_rate = 0.01});
+        }
+        EXPECT_EQ(bindings.at(var.node).to_vector<float>(), expected_var.to_vector<float>());
+        EXPECT_EQ(bindings.at(velocity.node).to_vector<float>(), expected_velocity.to_vector<float>());
+        EXPECT_EQ(bindings.at(var2.node).to_vector<float>(), expected_var2.to_vector<float>());
+        EXPECT_EQ(bindings.at(m.node).to_vector<float>(), expected_m.to_vector<float>());
+        EXPECT_EQ(bindings.at(v.node).to_vector<float>(), expected_v.to_vector<float>());
+        if (factor != 0) {
+          EXPECT_NE(bindings.at(var2.node).to_vector<float>(), testing::to_tensor(initial, *device).to_vector<float>());
+        }
+      }
+    }
+  }
+}
+
 TEST(MixedPrecisionOps, InferenceNamesTheDtypeAnOpRefuses) {
   Graph graph;
   const Output x16 = placeholder(graph, "x16", DType::f16, {-1, 4});
@@ -174,7 +227,22 @@ TEST(MixedPrecisionOps, InferenceNamesTheDtypeAnOpRefuses) {
       {"MatMul 'mm'", "float16", "float32", "share a dtype"});
   tp_test::expect_invalid([&] { graph.add("Softmax", {x16}, {}, "sm"); },
                           {"Softmax 'sm'", "float16[-1,4]", "insert a Cast"});
-  tp_test::expect_invalid([&] { graph.add("AllFinite", {x16}, {}, "finite"); }, {"AllFinite 'finite'", "float16"});
+  const Output ints = placeholder(graph, "i", DType::i32, {3});
+  tp_test::expect_invalid([&] { graph.add("AllFinite", {ints}, {}, "finite"); }, {"AllFinite 'finite'", "int32"});
+  const Output grad64 = variable(graph, "grad64", DType::f64, {3});
+  const Output grad16 = variable(graph, "grad16", DType::f16, {3});
+  tp_test::expect_invalid(
+      [&] {
+        graph.add_node("ApplySgd", {var, grad64, var}, {}, "f64_gradient");
+      },
+      {"ApplySgd 'f64_gradient'", "float64"});
+  const Output var64 = variable(graph, "var64", DType::f64, {3});
+  tp_test::expect_invalid(
+      [&] {
+        graph.add_node("ApplySgd", {var64, grad16, var64}, {}, "f16_into_f64");
+      },
+      {"ApplySgd 'f16_into_f64'", "float16"});
+  graph.add_node("ApplySgd", {var, grad16, var}, {}, "f16_into_f32");  // mixed precision's weight gradient
   tp_test::expect_invalid(
       [&] {
         graph.add_node("ApplySgdIf", {var, var, var, flag64}, {}, "update");

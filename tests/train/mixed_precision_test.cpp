@@ -52,7 +52,18 @@ TEST(MixedPrecision, CastsAndDtypesFollowThePolicy) {
   EXPECT_EQ(f16.loss_scale, "loss_scale");
   ASSERT_TRUE(g.find("dense/kernel/ApplyAdam").has_value());
   EXPECT_EQ(g.node(*g.find("dense/kernel/ApplyAdam")).op, "ApplyAdamIf") << "the update is gated on AllFinite";
-  EXPECT_EQ(dtype_of_node(g, "dense/kernel/unscale"), DType::f32);
+  // The weight gradients stay in the compute dtype (and scaled) up to the float32 update, which unscales them
+  // by the factor all_finite / scale as it reads them.
+  ASSERT_EQ(f16.replicas[0].gradients.size(), 4U);
+  for (const std::string& gradient : f16.replicas[0].gradients) EXPECT_EQ(dtype_of_node(g, gradient), DType::f16);
+  const graph::Node& update = g.node(*g.find("dense/kernel/ApplyAdam"));
+  EXPECT_EQ(g.type_of(update.inputs[1]).dtype, DType::f16) << "the update reads the 16-bit gradient";
+  EXPECT_EQ(g.node(update.inputs[4].node).name, "loss_scale/update_factor");
+  EXPECT_EQ(g.node(update.inputs[4].node).op, "Div");
+  for (const graph::Node& node : g.nodes()) {
+    EXPECT_FALSE(node.op == "Cast" && node.outputs[0].dtype == DType::f32 && node.name.starts_with("gradients/"))
+        << node.name << ": no float32 copy of a weight gradient";
+  }
 
   const ModelGraph bf16 = build_model_graph(
       {.input_shape = {kIn}, .layers = mlp_layers(), .policy = DTypePolicy::mixed_bfloat16()}, {"sim:0"});
@@ -69,6 +80,14 @@ TEST(MixedPrecision, CastsAndDtypesFollowThePolicy) {
   EXPECT_EQ(dtype_of_node(mixed.graph, "dense_1/Cast"), DType::f32);
   EXPECT_EQ(dtype_of_node(mixed.graph, "dense_1/MatMul"), DType::f32);
   EXPECT_FALSE(mixed.graph.find("dense_1/kernel/Cast").has_value());
+  EXPECT_EQ(dtype_of_node(mixed.graph, mixed.replicas[0].gradients[0]), DType::f16);
+  EXPECT_EQ(dtype_of_node(mixed.graph, mixed.replicas[0].gradients[2]), DType::f32) << "the float32 layer's";
+  // Mirrored with two gradient dtypes: one AllReduce (one bucket) per dtype.
+  const ModelGraph mixed_mirrored = build_model_graph(
+      {.input_shape = {kIn}, .layers = mlp_layers(DTypePolicy::float32()), .policy = DTypePolicy::mixed_float16()},
+      {"sim:0", "sim:1"});
+  EXPECT_TRUE(mixed_mirrored.graph.find("all_reduce/gradients_float16").has_value());
+  EXPECT_TRUE(mixed_mirrored.graph.find("all_reduce/gradients_float32").has_value());
 
   const ModelGraph f32 = build_model_graph({.input_shape = {kIn}, .layers = mlp_layers()}, {"sim:0"});
   for (const graph::Node& node : f32.graph.nodes()) EXPECT_NE(node.op, "Cast") << "float32 adds no cast";
@@ -96,6 +115,29 @@ TEST(MixedPrecision, PlanShowsHalvedActivationsAndTheCasts) {
   EXPECT_NEAR(
       static_cast<double>(bytes16.activation_gradient_bytes) / static_cast<double>(bytes32.activation_gradient_bytes),
       0.5, 0.05);
+  EXPECT_NEAR(static_cast<double>(bytes16.weight_gradient_bytes) / static_cast<double>(bytes32.weight_gradient_bytes),
+              0.5, 0.05)
+      << "weight gradients stay 16-bit up to the update";
+}
+
+// Mirrored: the AllReduce bucket (and its working space) is 16-bit too, so every gradient byte halves; with
+// ZeRO-2 the reduced shards as well.
+TEST(MixedPrecision, MirroredWeightGradientsHalve) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  const std::vector<Dense> wide{{.units = 256, .activation = Activation::relu},
+                                {.units = kClasses, .activation = Activation::softmax}};
+  for (const Shard shard : {Shard::none, Shard::gradients}) {
+    SCOPED_TRACE(std::string(name_of(shard)));
+    Sequential f32({64}, wide), f16({64}, wide);
+    f32.compile({}, Strategy::mirrored({"sim:0", "sim:1"}, "ring", shard),
+                {.name = "f32" + std::string(name_of(shard)), .devices = &manager});
+    f16.compile({.policy = DTypePolicy::mixed_float16()}, Strategy::mirrored({"sim:0", "sim:1"}, "ring", shard),
+                {.name = "f16" + std::string(name_of(shard)), .devices = &manager});
+    const StepBytes bytes32 = f32.step_bytes(f32.plan(32), "sim:1"), bytes16 = f16.step_bytes(f16.plan(32), "sim:1");
+    EXPECT_GT(bytes32.weight_gradient_bytes, 64U * 256U * 4U);
+    EXPECT_NEAR(static_cast<double>(bytes16.weight_gradient_bytes) / static_cast<double>(bytes32.weight_gradient_bytes),
+                0.5, 0.05);
+  }
 }
 
 // An initial scale of 2^40 makes the float16 logits' gradient overflow: the step updates nothing and the scale
@@ -163,7 +205,11 @@ TEST(MixedPrecision, UnderflowingGradientsAreRescuedByLossScaling) {
     if (!model.loss_scale.empty()) {
       feeds[model.loss_scale] = Tensor::from_vector<float>(std::span<const float>(&scale, 1), Shape{}, cpu);
     }
-    return session.run(feeds, {model.replicas[0].gradients[0]})[0].to_vector<float>();
+    // The gradient in the compute dtype, still scaled: widened and unscaled here as the update does.
+    const Tensor gradient = session.run(feeds, {model.replicas[0].gradients[0]})[0];
+    std::vector<float> values = ops::cast(gradient, DType::f32).to_vector<float>();
+    for (float& value : values) value /= scale;
+    return values;
   };
   const std::vector<float> reference = kernel_gradient(DTypePolicy::float32(), 1.0F);
   const std::vector<float> unscaled = kernel_gradient(DTypePolicy::mixed_float16(), 1.0F);

@@ -26,7 +26,8 @@ inline Tensor div(const Tensor& x, const Tensor& y, const OpContext& context = {
 // out = alpha * x.
 void scale_into(const Tensor& x, double alpha, const Tensor& out, const OpContext& context = {});
 Tensor scale(const Tensor& x, double alpha, const OpContext& context = {});
-// y += alpha * x, in place.
+// y += alpha * x, in place. float16 / bfloat16 too (the collectives reduce 16-bit gradients): each sum is
+// computed in float32 and rounded once.
 void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context = {});
 
 }  // namespace tp::ops

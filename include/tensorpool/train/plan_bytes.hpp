@@ -3,11 +3,12 @@
 //   activations:           per-example forward values (the build-time graph gives them an unknown batch
 //                          dim): layer inputs and their casts, MatMul, BiasAdd, Relu, Softmax outputs...
 //   activation gradients:  per-example gradients (autodiff's "gradients/..." nodes with a batch dim);
-//   weight gradients:      gradients of the variables' shapes, their unscaled and AllReduce forms;
+//   weight gradients:      gradients of the variables' shapes and their collective forms (AllReduce
+//                          outputs and bucket, ReduceScatter shards);
 //   other:                 fixed-size values that are not gradients: the variables' compute-dtype copies
 //                          under mixed precision ("dense/kernel/Cast"), the loss and metrics scalars.
-// Mixed precision halves the first two (they are float16/bfloat16); weight gradients reach the float32
-// master weights in float32, so they do not shrink (as in Keras).
+// Mixed precision halves the first three: activations, activation gradients and weight gradients are all
+// float16/bfloat16 (the float32 update widens each weight gradient as it reads it).
 //
 // Each planned tensor counts once at its size; tensors computed in place in their input's memory are not
 // counted again. So the four sums are the bytes the plan lays out, before alignment padding.

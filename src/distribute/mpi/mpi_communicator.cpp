@@ -14,6 +14,7 @@
 #include "device/staging_pool.hpp"
 #include "distribute/mpi/mpi_world.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/half.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/distribute/mpi.hpp"
 
@@ -21,15 +22,44 @@ namespace tp::distribute {
 
 namespace {
 
+// MPI has no 16-bit float types: float16 and bfloat16 travel as MPI_UINT16_T and are summed by a user
+// operation, in float32 with one rounding per addition (as the in-process ring's add_scaled).
+template <typename H>
+void sum_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
+  const H* addend = static_cast<const H*>(in);
+  H* sum = static_cast<H*>(inout);
+  for (int i = 0; i < *length; ++i) sum[i] = H::from_float(static_cast<float>(sum[i]) + static_cast<float>(addend[i]));
+}
+
+template <typename H>
+MPI_Op sum_op_16bit() {
+  static const MPI_Op op = [] {
+    MPI_Op created;
+    MPI_Op_create(&sum_16bit<H>, 1, &created);
+    return created;
+  }();
+  return op;
+}
+
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
     case DType::f32:
       return MPI_FLOAT;
     case DType::f64:
       return MPI_DOUBLE;
+    case DType::f16:
+    case DType::bf16:
+      return MPI_UINT16_T;
     default:
-      TP_THROW(InvalidArgument, "distribute", "mpi: collectives take float32 or float64, not ", name_of(dtype));
+      TP_THROW(InvalidArgument, "distribute", "mpi: collectives take float32, float64, float16 or bfloat16, not ",
+               name_of(dtype));
   }
+}
+
+MPI_Op sum_op(DType dtype) {
+  if (dtype == DType::f16) return sum_op_16bit<Half>();
+  if (dtype == DType::bf16) return sum_op_16bit<BFloat16>();
+  return MPI_SUM;
 }
 
 std::chrono::milliseconds effective_timeout(const MpiOptions& options) {
@@ -61,8 +91,8 @@ class MpiCommunicator final : public Communicator {
     local_->all_reduce(tensors, scratch);
     across_workers(tensors[0], "all_reduce", [](void* data, const Tensor& tensor, const Deadline& deadline) {
       MPI_Request request;
-      MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(tensor.num_elements()), mpi_type(tensor.dtype()), MPI_SUM,
-                     MPI_COMM_WORLD, &request);
+      MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(tensor.num_elements()), mpi_type(tensor.dtype()),
+                     sum_op(tensor.dtype()), MPI_COMM_WORLD, &request);
       deadline.wait(request, "all_reduce");
     });
     for (std::size_t index = 1; index < tensors.size(); ++index) send(tensors[0], tensors[index]);
@@ -77,8 +107,8 @@ class MpiCommunicator final : public Communicator {
       const int rank = mpi_world().rank;
       const auto [begin, end] = chunk(tensor.num_elements(), counts.size(), static_cast<std::size_t>(rank));
       std::vector<std::byte> received(static_cast<std::size_t>(end - begin) * size_of(tensor.dtype()));
-      MPI_Ireduce_scatter(data, received.data(), counts.data(), mpi_type(tensor.dtype()), MPI_SUM, MPI_COMM_WORLD,
-                          &request);
+      MPI_Ireduce_scatter(data, received.data(), counts.data(), mpi_type(tensor.dtype()), sum_op(tensor.dtype()),
+                          MPI_COMM_WORLD, &request);
       deadline.wait(request, "reduce_scatter");
       std::memcpy(static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * size_of(tensor.dtype()),
                   received.data(), received.size());

@@ -55,7 +55,7 @@ std::vector<TensorType> infer_correct_count(const InferenceContext& context) {
   const std::int64_t labels = input(context, 1).dims[0];
   if (!dims_agree(rows, labels)) {
     TP_GRAPH_FAIL(context.node, "predictions ", input(context, 0), " and labels ", input(context, 1), ": ", rows,
-         " rows but ", labels, " labels");
+                  " rows but ", labels, " labels");
   }
   return {TensorType{DType::f32, {}}};
 }
@@ -94,7 +94,7 @@ void register_reduce_ops(OpRegistry& registry) {
                      .num_outputs = 1,
                      .infer =
                          [](const InferenceContext& context) {
-                           require_float(context, 0, "x");
+                           require_float_or_half(context, 0, "x");
                            return std::vector<TensorType>{TensorType{DType::f32, {}}};
                          },
                      .kernels = cpu_and_sim([](KernelContext& c) {

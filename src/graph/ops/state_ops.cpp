@@ -1,8 +1,10 @@
 // Optimizer updates: ApplySgd(var, grad, velocity) and ApplyAdam(var, grad, m, v) update their inputs in
 // place (var and the slots are the session's persistent tensors) and have no outputs. Hyperparameters are
 // attributes with Keras's defaults; Adam's bias-correction step is KernelContext::step (1-based).
-// ApplySgdIf(var, grad, velocity, apply) and ApplyAdamIf(var, grad, m, v, apply) do the same only when the
-// float32 scalar `apply` is nonzero (AllFinite's output): dynamic loss scaling skips a non-finite step.
+// ApplySgdIf(var, grad, velocity, apply) and ApplyAdamIf(var, grad, m, v, apply) take a float32 scalar
+// `apply`: 0 skips the update (dynamic loss scaling skips a non-finite step), any other value multiplies the
+// gradient (AllFinite's flag times 1 / loss scale unscales a gradient that is still scaled).
+// A float32 var may take a float16 or bfloat16 grad (mixed precision's weight gradients stay 16-bit).
 // With the attribute slice = [var_offset, count, grad_offset, slot_offset] each updates only `count` elements:
 // var's flat elements from var_offset with grad's from grad_offset and the slots' from slot_offset (ZeRO: a
 // replica updates its shard of the parameters with its shard of the optimizer state); shapes may then differ.
@@ -50,7 +52,9 @@ void check_slots(const InferenceContext& context, const std::vector<std::string_
   require_float(context, 0, roles[0]);
   const std::optional<Slice> slice = slice_of(context.node);
   for (std::size_t index = 1; index < roles.size(); ++index) {
-    require_same_dtype(context, 0, roles[0], static_cast<int>(index), roles[index]);
+    const bool half_gradient = index == 1 && input(context, 0).dtype == DType::f32 &&
+                               (input(context, 1).dtype == DType::f16 || input(context, 1).dtype == DType::bf16);
+    if (!half_gradient) require_same_dtype(context, 0, roles[0], static_cast<int>(index), roles[index]);
     if (!slice) merge_shapes(context, 0, roles[0], static_cast<int>(index), roles[index]);
   }
   if (!slice) return;
@@ -106,7 +110,7 @@ std::vector<TensorType> infer_conditional(const InferenceContext& context,
                                           std::vector<TensorType> (*infer)(const InferenceContext&)) {
   const TensorType& apply = input(context, static_cast<int>(context.inputs.size()) - 1);
   if (apply.dtype != DType::f32 || !apply.dims.empty()) {
-    TP_GRAPH_FAIL(context.node, "apply ", apply, " must be a float32 scalar [] (AllFinite's output)");
+    TP_GRAPH_FAIL(context.node, "apply ", apply, " must be a float32 scalar [] (0 skips, else the gradient's factor)");
   }
   InferenceContext rest{context.node, context.inputs};
   rest.inputs.pop_back();

@@ -18,6 +18,7 @@
 #include "tensorpool/graph/builder.hpp"
 #include "tensorpool/graph/op_registry.hpp"
 #include "tensorpool/graph/type_inference.hpp"
+#include "tensorpool/ops/cast.hpp"
 
 namespace tp::graph::testing {
 
@@ -65,6 +66,13 @@ inline Tensor to_tensor(const HostValue& value, device::Device& device) {
       std::vector<float> elements(value.values.begin(), value.values.end());
       return Tensor::from_vector<float>(elements, shape, device);
     }
+    case DType::f16:
+    case DType::bf16: {  // each value rounded once from its float32 value
+      std::vector<float> elements(value.values.begin(), value.values.end());
+      const Tensor rounded = tp::ops::cast(Tensor::from_vector<float>(elements, shape, device), value.dtype);
+      device.synchronize();
+      return rounded;
+    }
     case DType::i32: {
       std::vector<std::int32_t> elements;
       for (double element : value.values) elements.push_back(static_cast<std::int32_t>(element));
@@ -82,6 +90,11 @@ inline Tensor to_tensor(const HostValue& value, device::Device& device) {
 
 inline std::vector<double> to_doubles(const Tensor& tensor) {
   switch (tensor.dtype()) {
+    case DType::f16:
+    case DType::bf16: {
+      const std::vector<float> values = tp::ops::cast(tensor, DType::f32).to_vector<float>();
+      return {values.begin(), values.end()};
+    }
     case DType::f32: {
       const std::vector<float> values = tensor.to_vector<float>();
       return {values.begin(), values.end()};

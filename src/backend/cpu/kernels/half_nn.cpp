@@ -1,5 +1,7 @@
 #include "backend/cpu/kernels/half_nn.hpp"
 
+#include <algorithm>
+#include <array>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -121,6 +123,24 @@ void relu_grad_half(const H* dy, const H* x, H* dx, std::int64_t n) {
   detail::check_pointer(kKernel, "dx", dx, n);
   const Widener<H> widen;
   for (std::int64_t i = 0; i < n; ++i) dx[i] = widen(x[i]) > 0.0F ? dy[i] : H{};
+}
+
+template <typename H>
+void add_scaled_half(H* y, float alpha, const H* x, std::int64_t n) {
+  constexpr std::string_view kKernel = "add_scaled_half";
+  detail::check_size(kKernel, "n", n);
+  detail::check_pointer(kKernel, "y", y, n);
+  detail::check_pointer(kKernel, "x", x, n);
+  constexpr std::int64_t kBlock = 2048;  // two 8 KiB float32 blocks on the stack
+  std::array<float, kBlock> sum, addend;
+  for (std::int64_t offset = 0; offset < n; offset += kBlock) {
+    const std::int64_t count = std::min(kBlock, n - offset);
+    detail::widen_span(y + offset, sum.data(), count);
+    detail::widen_span(x + offset, addend.data(), count);
+    for (std::int64_t i = 0; i < count; ++i)
+      sum[static_cast<std::size_t>(i)] += alpha * addend[static_cast<std::size_t>(i)];
+    detail::narrow_span(sum.data(), y + offset, count);
+  }
 }
 
 TP_DECLARE_HALF_NN(Half, )

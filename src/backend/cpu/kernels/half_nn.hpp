@@ -12,6 +12,7 @@
 //   bias_add_grad_half: dbias[c] = sum over r of dy[r,c]   (rows == 0 gives zeros)
 //   relu_half:          y = x > 0 ? x : 0                  (NaN propagates; y may alias x)
 //   relu_grad_half:     dx = x > 0 ? dy : 0                (dx may alias dy or x)
+//   add_scaled_half:    y = y + alpha x                    (the collectives' reduction; x must not overlap y)
 // So each result is the float32 result rounded once to H: the error against exact arithmetic is at most
 // half an ulp of H plus the float32 kernel's error (docs/mixed-precision.md lists the tested tolerances).
 
@@ -33,6 +34,8 @@ template <typename H>
 void relu_half(const H* x, H* y, std::int64_t n);
 template <typename H>
 void relu_grad_half(const H* dy, const H* x, H* dx, std::int64_t n);
+template <typename H>
+void add_scaled_half(H* y, float alpha, const H* x, std::int64_t n);
 
 #define TP_DECLARE_HALF_NN(H, prefix)                                                                           \
   prefix template void matmul_half<H>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, const H*, \
@@ -40,7 +43,8 @@ void relu_grad_half(const H* dy, const H* x, H* dx, std::int64_t n);
   prefix template void bias_add_half<H>(const H*, const H*, H*, std::int64_t, std::int64_t);                    \
   prefix template void bias_add_grad_half<H>(const H*, H*, std::int64_t, std::int64_t);                         \
   prefix template void relu_half<H>(const H*, H*, std::int64_t);                                                \
-  prefix template void relu_grad_half<H>(const H*, const H*, H*, std::int64_t);
+  prefix template void relu_grad_half<H>(const H*, const H*, H*, std::int64_t);                                 \
+  prefix template void add_scaled_half<H>(H*, float, const H*, std::int64_t);
 
 TP_DECLARE_HALF_NN(Half, extern)
 TP_DECLARE_HALF_NN(BFloat16, extern)
