@@ -7,6 +7,7 @@
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/train/checkpoint.hpp"
 #include "tensorpool/train/host_tensor.hpp"
+#include "tensorpool/train/parameter_server.hpp"
 
 namespace tp::train {
 
@@ -56,6 +57,9 @@ Evaluation evaluate(Sequential& model, const data::Dataset& dataset) {
 }
 
 FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options) {
+  if (model.strategy().kind == Strategy::Kind::parameter_server) {  // asynchronous workers: their own loop
+    return fit_parameter_server(model, train, {.fit = options}).fit;
+  }
   if (options.epochs < 0) TP_THROW(InvalidArgument, "train", "epochs = ", options.epochs, " must be >= 0");
   CallbackList callbacks(options.callbacks);
   FitResult result;

@@ -5,6 +5,7 @@
 #include "tensorpool/distribute/mpi.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/runtime/session.hpp"
+#include "tensorpool/train/parameter_server.hpp"
 #include "train/model_graph.hpp"
 
 namespace tp::train {
@@ -14,6 +15,7 @@ struct Sequential::Compiled {
   std::unique_ptr<runtime::Session> session;
   device::DeviceManager* manager = nullptr;
   CompileOptions options;
+  Strategy strategy;
   std::optional<DynamicLossScale> loss_scale;  // when the graph scales the loss (some layer in float16)
   int workers = 1;                             // processes of a multi-worker job (MPI world size)
   int rank = 0;                                // this worker's
@@ -62,7 +64,13 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
   auto compiled = std::make_unique<Compiled>();
   compiled->manager = session.devices != nullptr ? session.devices : &device::DeviceManager::instance();
   compiled->options = options;
-  devices_ = strategy_devices(strategy, *compiled->manager);
+  compiled->strategy = strategy;
+  if (strategy.kind == Strategy::Kind::parameter_server) {
+    check_parameter_server(strategy, options, layers_, *compiled->manager);
+    devices_ = {strategy.parameter_device};  // the variables' home; the workers build their own graphs
+  } else {
+    devices_ = strategy_devices(strategy, *compiled->manager);
+  }
   if (strategy.kind == Strategy::Kind::multi_worker) {
     const distribute::MpiWorld& world = distribute::mpi_world();  // throws when built without MPI
     compiled->workers = world.size;
@@ -102,6 +110,16 @@ runtime::Session& Sequential::session() {
 }
 
 bool Sequential::has_accuracy() const { return compiled_ != nullptr && compiled_->model.has_accuracy; }
+
+const CompileOptions& Sequential::compile_options() const {
+  if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
+  return compiled_->options;
+}
+
+const Strategy& Sequential::strategy() const {
+  if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
+  return compiled_->strategy;
+}
 
 runtime::FeedMap Sequential::feeds(const Tensor& features, const Tensor* labels) const {
   if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
@@ -169,6 +187,11 @@ StepResult Sequential::collect(const std::vector<Tensor>& fetched, std::int64_t 
 }
 
 StepResult Sequential::train_step(const Tensor& features, const Tensor& labels, std::int64_t step) {
+  if (compiled_ != nullptr && compiled_->strategy.kind == Strategy::Kind::parameter_server) {
+    TP_THROW(InvalidArgument, "train",
+             "train_step under the parameter-server strategy: its workers train asynchronously; call fit() (or "
+             "fit_parameter_server) on the model instead");
+  }
   runtime::FeedMap batch = feeds(features, &labels);
   std::vector<std::string> fetches = loss_and_correct_fetches();
   std::optional<DynamicLossScale>& loss_scale = compiled_->loss_scale;

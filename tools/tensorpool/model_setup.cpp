@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "tensorpool/core/error.hpp"
@@ -12,7 +13,10 @@ namespace tp::cli {
 
 void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--devices", arguments.devices, "comma-separated devices")->capture_default_str();
-  command.add_option("--strategy", arguments.strategy, "one | mirrored | multi_worker (under mpirun)")
+  command
+      .add_option("--strategy", arguments.strategy,
+                  "one | mirrored | multi_worker (under mpirun) | parameter_server (or ps; asynchronous, in-process "
+                  "or under mpirun: rank 0 serves)")
       ->capture_default_str();
   command.add_option("--batch-size", arguments.batch_size, "global batch size")->capture_default_str();
   command.add_option("--allocator", arguments.allocator, "bfc | expandable | system")->capture_default_str();
@@ -29,7 +33,50 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--seed", arguments.seed, "initialisation and shuffle seed")->capture_default_str();
   command.add_option("--intra-op-threads", arguments.intra_op_threads, "BLAS threads; 0: cores / devices")
       ->capture_default_str();
+  command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
+      ->capture_default_str();
+  command.add_option("--max-staleness", arguments.max_staleness,
+                     "parameter_server: bound K >= 0 on how far workers drift apart (0: rounds); unset: unbounded");
 }
+
+std::vector<std::string> ModelSetup::used_devices() const {
+  std::vector<std::string> used;
+  if (strategy.kind == train::Strategy::Kind::parameter_server) used.push_back(strategy.parameter_device);
+  used.insert(used.end(), names.begin(), names.end());
+  return used;
+}
+
+namespace {
+
+std::optional<std::int64_t> parse_staleness(const std::string& text, const char* command) {
+  if (text.empty()) return std::nullopt;
+  std::int64_t value = 0;
+  const auto [rest, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || rest != text.data() + text.size() || value < 0) {
+    TP_THROW(InvalidArgument, command, "--max-staleness '", text,
+             "' is not a whole number >= 0 (0: workers move in rounds; leave it out for unbounded asynchrony)");
+  }
+  return value;
+}
+
+train::Strategy parameter_server_strategy(const ModelArguments& arguments, const std::vector<std::string>& names,
+                                          const char* command) {
+  if (arguments.precision != "float32") {
+    TP_THROW(InvalidArgument, command, "--precision ", arguments.precision,
+             " is not available with --strategy parameter_server (its workers compute in float32); use --precision "
+             "float32, or mixed precision with --strategy one or mirrored");
+  }
+  if (train::parse_shard(arguments.shard) != train::Shard::none) {
+    TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
+             " does not apply to --strategy parameter_server (the server alone holds the optimizer state); use "
+             "--shard none, or ZeRO with --strategy mirrored");
+  }
+  if (arguments.ps_device.empty()) TP_THROW(InvalidArgument, command, "--ps-device is empty; write e.g. cpu:0");
+  return train::Strategy::parameter_server(names, arguments.ps_device,
+                                           parse_staleness(arguments.max_staleness, command));
+}
+
+}  // namespace
 
 ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command) {
   ModelSetup setup;
@@ -61,9 +108,15 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
                " is not available with --strategy multi_worker yet; use --strategy mirrored for ZeRO");
     }
     setup.strategy = train::Strategy::multi_worker(setup.names);
+  } else if (arguments.strategy == "parameter_server" || arguments.strategy == "ps") {
+    setup.strategy = parameter_server_strategy(arguments, setup.names, command);
   } else {
     TP_THROW(InvalidArgument, command, "--strategy '", arguments.strategy,
-             "' is not one, mirrored or multi_worker (under mpirun)");
+             "' is not one, mirrored, multi_worker (under mpirun) or parameter_server");
+  }
+  if (setup.strategy.kind != train::Strategy::Kind::parameter_server && !arguments.max_staleness.empty()) {
+    TP_THROW(InvalidArgument, command, "--max-staleness applies to --strategy parameter_server only, not ",
+             arguments.strategy);
   }
   memory::MemoryConfig config = device::DeviceManagerOptions::default_device_memory_config();
   config.policy = arguments.allow_growth ? memory::GrowthPolicy::grow : memory::GrowthPolicy::preallocate;
@@ -78,14 +131,14 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   }
   device::DeviceManager& manager = device::DeviceManager::instance();
   int sims = 0;
-  for (const std::string& name : setup.names) {
+  for (const std::string& name : setup.used_devices()) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (id.kind == device::DeviceKind::sim) sims = std::max(sims, id.index + 1);
   }
   if (std::getenv("TP_SIM_DEVICES") == nullptr && sims > 0) {
     manager.set_sim_devices(sims, parse_bytes(arguments.sim_memory, "--sim-memory"));
   }
-  for (const std::string& name : setup.names) {
+  for (const std::string& name : setup.used_devices()) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (id.kind != device::DeviceKind::cpu) manager.set_memory_config(id, config);
   }

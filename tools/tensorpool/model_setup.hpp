@@ -27,7 +27,9 @@ struct ModelArguments {
   std::string hidden = "512";         // hidden Dense relu widths, comma-separated
   std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
   std::uint64_t seed = 42;
-  int intra_op_threads = 0;  // 0: the cores divided between the devices
+  int intra_op_threads = 0;         // 0: the cores divided between the devices
+  std::string ps_device = "cpu:0";  // parameter_server: where the variables and optimizer state live
+  std::string max_staleness;        // parameter_server: the bound K >= 0; empty: unbounded
 };
 
 void add_model_options(CLI::App& command, ModelArguments& arguments);
@@ -38,6 +40,8 @@ struct ModelSetup {
   train::Strategy strategy;
   device::DeviceManager* manager = nullptr;
   std::vector<device::Device*> devices;  // the named devices, in order
+  // The devices the run uses: `names`, and first the parameter device under the parameter-server strategy.
+  std::vector<std::string> used_devices() const;
 };
 ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command);
 

@@ -24,9 +24,11 @@
 #include "tensorpool/data/fashion_mnist.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/distribute/parameter_transport.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/train/fit.hpp"
 #include "tensorpool/train/history_logger.hpp"
+#include "tensorpool/train/parameter_server.hpp"
 #include "tensorpool/train/progress_bar.hpp"
 #include "tensorpool/train/sequential.hpp"
 
@@ -119,16 +121,57 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
   return devices;
 }
 
+std::string parameter_server_line(const train::Strategy& strategy, bool across_processes, int ranks) {
+  const std::string bound =
+      strategy.max_staleness ? fmt::format("max staleness {}", *strategy.max_staleness) : "unbounded staleness";
+  if (across_processes) {
+    return fmt::format("  parameter server: rank 0 on {}, {} worker ranks, {}\n", strategy.parameter_device, ranks - 1,
+                       bound);
+  }
+  std::string workers;
+  for (const std::string& device : strategy.devices) workers += (workers.empty() ? "" : ",") + device;
+  return fmt::format("  parameter server on {}, {} asynchronous workers ({}), {}\n", strategy.parameter_device,
+                     strategy.devices.size(), workers, bound);
+}
+
+// Prints each epoch's figures and the staleness of the updates; returns them for --summary-json.
+nlohmann::json report_parameter_server(const train::ParameterServerResult& result, const train::Strategy& strategy) {
+  for (const train::EpochLogs& epoch : result.fit.history.epochs) {
+    std::cout << fmt::format(
+        "Epoch {}: loss {:.4f}{}{}\n", epoch.epoch + 1, epoch.loss,
+        epoch.accuracy ? fmt::format(", accuracy {:.4f}", *epoch.accuracy) : std::string(),
+        epoch.val_accuracy ? fmt::format(", val_accuracy {:.4f}", *epoch.val_accuracy) : std::string());
+  }
+  const train::StalenessStats stats = train::staleness_stats(result.updates);
+  std::string steps;
+  for (std::int64_t count : result.worker_steps) steps += (steps.empty() ? "" : ", ") + std::to_string(count);
+  std::cout << fmt::format(
+      "Parameter server: {} updates, staleness mean {:.2f}, p50 {}, p90 {}, p99 {}, max {}; steps per worker [{}]\n",
+      result.updates.size(), stats.mean, stats.p50, stats.p90, stats.p99, stats.max, steps);
+  return {{"parameter_device", strategy.parameter_device},
+          {"max_staleness", strategy.max_staleness ? nlohmann::json(*strategy.max_staleness) : nlohmann::json()},
+          {"updates", result.updates.size()},
+          {"worker_steps", result.worker_steps},
+          {"staleness_mean", stats.mean},
+          {"staleness_p50", stats.p50},
+          {"staleness_p90", stats.p90},
+          {"staleness_p99", stats.p99},
+          {"staleness_max", stats.max}};
+}
+
 void run_train(const TrainArguments& arguments) {
   const ModelArguments& flags = arguments.model;
   const ModelSetup setup = configure_model_devices(flags, "train");
-  const std::vector<std::string>& names = setup.names;
+  const std::vector<std::string> names = setup.used_devices();
   const train::Strategy& strategy = setup.strategy;
   const train::DTypePolicy policy = train::DTypePolicy::from_name(flags.precision, "--precision");
   // A multi-worker job: rank 0 reports, writes checkpoints and the summary; the others train silently.
   const bool multi_worker = strategy.kind == train::Strategy::Kind::multi_worker;
-  const int rank = multi_worker ? distribute::mpi_world().rank : 0;
-  const int workers = multi_worker ? distribute::mpi_world().size : 1;
+  // Parameter server: in-process workers, or under mpirun rank 0 serves and ranks 1.. work.
+  const bool parameter_server = strategy.kind == train::Strategy::Kind::parameter_server;
+  const bool across_processes = multi_worker || (parameter_server && distribute::parameter_server_job());
+  const int rank = across_processes ? distribute::mpi_world().rank : 0;
+  const int workers = across_processes ? distribute::mpi_world().size : 1;
   std::streambuf* const console = std::cout.rdbuf();
   if (rank != 0) std::cout.rdbuf(nullptr);
   struct RestoreConsole {
@@ -161,6 +204,7 @@ void run_train(const TrainArguments& arguments) {
       "strategy on {}{}, precision {}\n",
       train.size(), test.size(), load_seconds, flags.batch_size, flags.strategy,
       multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name());
+  if (parameter_server) std::cout << parameter_server_line(strategy, across_processes, workers);
   for (const runtime::DevicePlan& device_plan : plan.devices) {
     std::cout << fmt::format("  planned peak on {}: {} (variables {}, step arena {}, lower bound {})\n",
                              device_plan.device, format_bytes(device_plan.planned_peak_bytes),
@@ -171,19 +215,28 @@ void run_train(const TrainArguments& arguments) {
                             .validation = &test,
                             .checkpoint_dir = arguments.checkpoint_dir,
                             .write_checkpoints = rank == 0};
-  if (rank == 0)
+  if (rank == 0 && !parameter_server)
     options.callbacks.push_back(std::make_shared<train::ProgressBar>(std::cout, train::stdout_is_terminal()));
   if (!arguments.history_csv.empty() && rank == 0)
     options.callbacks.push_back(std::make_shared<train::CsvLogger>(arguments.history_csv));
+  train::ParameterServerResult ps_result;
   const train::FitResult result = [&] {
     try {
+      if (parameter_server) {
+        ps_result = train::fit_parameter_server(model, train, {.fit = options});
+        return ps_result.fit;
+      }
       return train::fit(model, train, options);
     } catch (OutOfMemoryError& error) {  // say which batch size fits, by the static plan
       add_oom_advice(error, model, named_devices(manager, names), flags.batch_size);
       throw;
     }
   }();
-  const train::Evaluation evaluation = train::evaluate(model, test);
+  // A parameter-server worker rank holds no trained variables: rank 0 evaluates.
+  const train::Evaluation evaluation =
+      parameter_server && rank != 0 ? train::Evaluation{} : train::evaluate(model, test);
+  nlohmann::json ps_summary;
+  if (parameter_server && rank == 0) ps_summary = report_parameter_server(ps_result, strategy);
   const double samples_per_second =
       result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0.0;
   std::cout << fmt::format("\nTest accuracy {:.4f}, test loss {:.4f}; {:.0f} samples/s over {} steps\n",
@@ -211,6 +264,7 @@ void run_train(const TrainArguments& arguments) {
         {"steps", result.steps},
         {"resumed_from_step", result.resumed_from_step},
         {"devices", devices}};
+    if (parameter_server) summary["parameter_server"] = ps_summary;
     std::ofstream out(arguments.summary_json);
     out << summary.dump(2) << '\n';
     if (!out) TP_THROW(DeviceError, "train", "cannot write --summary-json ", arguments.summary_json);

@@ -56,6 +56,8 @@ class Sequential {
   // Builds the graph and the session. The strategy's devices must exist in the session's device manager.
   void compile(const CompileOptions& options, const Strategy& strategy = {}, runtime::SessionOptions session = {});
 
+  // Under the parameter-server strategy the model is compiled on the server's device (it holds the variables
+  // between runs, evaluates and predicts) and trains with fit() / fit_parameter_server(); train_step throws.
   // One training step on a global batch: features [B, ...input_shape] float32 and labels [B] int32 (or
   // [B, units] float32 for mean squared error), on any device. `step` counts from 1. With loss scaling a step
   // whose gradients overflow updates nothing (see loss_scale.hpp) and Adam's step counter skips it.
@@ -78,6 +80,12 @@ class Sequential {
 
   // The loss-scale state; empty when no layer computes in float16 (or before compile()).
   std::optional<LossScaleState> loss_scale_state() const;
+
+  // What compile() was given (the parameter-server workers rebuild the model's graph on their devices).
+  const std::vector<std::int64_t>& input_shape() const noexcept { return input_shape_; }
+  const std::vector<Dense>& layers() const noexcept { return layers_; }
+  const CompileOptions& compile_options() const;
+  const Strategy& strategy() const;
 
   const std::vector<std::string>& devices() const noexcept { return devices_; }
   std::size_t replicas() const noexcept { return devices_.size(); }

@@ -10,11 +10,20 @@
 //             replicas' rows of it (replica index = rank x local devices + local index), gradients are summed
 //             over every replica of every worker (local ring, then MPI), the step's loss and correct count
 //             are summed over the workers for reporting.
+//   parameter_server: ParameterServerStrategy (asynchronous; train/parameter_server.hpp): the variables and the
+//             optimizer state live on one parameter-server device (`parameter_device`); each worker device
+//             (`devices`) runs its own loop without waiting for the others: pull the variables, compute the
+//             loss and gradients of its own batch (its shard of the data), push the gradients, which the server
+//             applies one at a time as they arrive. `max_staleness` K bounds how far workers drift apart: a
+//             worker that has pushed c gradients starts its next step only once every running worker has
+//             pushed at least c - K (absent: unbounded). Under mpirun, rank 0 is the server, ranks 1.. workers.
 // Sharding (ZeRO, mirrored only): `optimizer` (ZeRO-1) keeps 1/R of the optimizer state on each replica:
 // gradients all-reduced, each replica updates its shard of the parameters, then the parameters are
 // all-gathered. `gradients` (ZeRO-2) reduce-scatters the gradients instead, so each replica also holds only
 // its shard of the reduced gradients. Shards: parameters laid end to end, ceil(N / R) elements each.
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,23 +37,33 @@ Shard parse_shard(std::string_view text);
 std::string_view name_of(Shard shard);
 
 struct Strategy {
-  enum class Kind { one, mirrored, multi_worker };
+  enum class Kind { one, mirrored, multi_worker, parameter_server };
   Kind kind = Kind::one;
-  std::vector<std::string> devices{};  // empty: the first accelerator (one) or every accelerator (mirrored)
-  std::string all_reduce = "ring";     // "ring" or "reduce_to_one"
-  Shard shard = Shard::none;           // mirrored only
+  std::vector<std::string> devices{};           // empty: the first accelerator (one) or every accelerator (mirrored)
+  std::string all_reduce = "ring";              // "ring" or "reduce_to_one"
+  Shard shard = Shard::none;                    // mirrored only
+  std::string parameter_device{};               // parameter_server: where the variables and optimizer state live
+  std::optional<std::int64_t> max_staleness{};  // parameter_server: the bound K (>= 0); absent: unbounded
 
   static Strategy one_device(std::string device = {}) {
-    return {Kind::one, device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device}, "ring",
-            Shard::none};
+    return {Kind::one, device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device},
+            "ring",    Shard::none,
+            {},        std::nullopt};
   }
   static Strategy mirrored(std::vector<std::string> devices = {}, std::string all_reduce = "ring",
                            Shard shard = Shard::none) {
-    return {Kind::mirrored, std::move(devices), std::move(all_reduce), shard};
+    return {Kind::mirrored, std::move(devices), std::move(all_reduce), shard, {}, std::nullopt};
   }
   // `devices`: this worker's (empty: its accelerators); the collective is MPI's.
   static Strategy multi_worker(std::vector<std::string> devices = {}) {
-    return {Kind::multi_worker, std::move(devices), "mpi", Shard::none};
+    return {Kind::multi_worker, std::move(devices), "mpi", Shard::none, {}, std::nullopt};
+  }
+  // `workers`: the worker devices (each computes gradients on its shard of the data); `parameter_device` holds
+  // the variables. Checked at compile(): at least one worker, existing devices, max_staleness >= 0.
+  static Strategy parameter_server(std::vector<std::string> workers, std::string parameter_device = "cpu:0",
+                                   std::optional<std::int64_t> max_staleness = std::nullopt) {
+    return {Kind::parameter_server,      std::move(workers), "none", Shard::none,
+            std::move(parameter_device), max_staleness};
   }
 };
 
