@@ -33,6 +33,7 @@ test: build
 bench: build
 	@$(BUILD_DIR)/bench/tp_replay_bench --traces bench/traces/data
 	@$(BUILD_DIR)/bench/tp_kernel_bench
+	@$(BUILD_DIR)/bench/tp_kernel_bench --half-gemm
 	@$(BUILD_DIR)/bench/tp_planner_bench
 	@$(BUILD_DIR)/bench/tp_profiler_bench
 	@$(BUILD_DIR)/bench/tp_collective_bench

@@ -11,6 +11,10 @@
 // single-threaded (openblas_set_num_threads(1)) raw cblas_sgemm rate over the GEMMs of one MLP training step
 // (784-512-10; forward 2 GEMMs, layer-2 input gradient, both weight gradients) at batch 32 and 128, weighted
 // by FLOPs (total FLOPs / total time of one call of each), median of the rounds.
+//
+// --half-gemm prints instead the 16-bit GEMMs of mixed precision against float32 on the same MLP shapes, one
+// thread, alternating round by round: matmul_half<BFloat16> (oneDNN on the CPU's bfloat16 instructions where
+// it has them), matmul_half<Half> (converted to float32 around sgemm) and the raw cblas_sgemm.
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/kernels/bf16_gemm.hpp"
+#include "backend/cpu/kernels/half_nn.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
@@ -135,10 +141,8 @@ void bench_copy(tp::device::Device& device, std::size_t bytes, int rounds, doubl
 // them): 2 x (784x512 + 512x10 + 512x10 + 784x512 + 512x10) = 1,636,352 FLOPs per sample.
 std::vector<GemmCase> training_gemms(std::int64_t batch) {
   return {
-      {"forward dense 1", batch, 512, 784, false, false},
-      {"forward dense 2", batch, 10, 512, false, false},
-      {"grad input 2 (dy W^T)", batch, 512, 10, false, true},
-      {"grad kernel 1 (x^T dy)", 784, 512, batch, true, false},
+      {"forward dense 1", batch, 512, 784, false, false},      {"forward dense 2", batch, 10, 512, false, false},
+      {"grad input 2 (dy W^T)", batch, 512, 10, false, true},  {"grad kernel 1 (x^T dy)", 784, 512, batch, true, false},
       {"grad kernel 2 (h^T dy)", 512, 10, batch, true, false},
   };
 }
@@ -157,9 +161,12 @@ int sgemm_rate(int rounds, double seconds) {
   std::vector<Case> cases;
   for (std::int64_t batch : batches) {
     for (const GemmCase& shape : training_gemms(batch)) {
-      Case entry{batch, shape, std::vector<float>(static_cast<std::size_t>(shape.m * shape.k)),
+      Case entry{batch,
+                 shape,
+                 std::vector<float>(static_cast<std::size_t>(shape.m * shape.k)),
                  std::vector<float>(static_cast<std::size_t>(shape.k * shape.n)),
-                 std::vector<float>(static_cast<std::size_t>(shape.m * shape.n)), {}};
+                 std::vector<float>(static_cast<std::size_t>(shape.m * shape.n)),
+                 {}};
       for (std::size_t i = 0; i < entry.a.size(); ++i) entry.a[i] = static_cast<float>(i % 17) * 0.0625F - 0.5F;
       for (std::size_t i = 0; i < entry.b.size(); ++i) entry.b[i] = static_cast<float>(i % 13) * 0.0625F - 0.375F;
       cases.push_back(std::move(entry));
@@ -187,8 +194,8 @@ int sgemm_rate(int rounds, double seconds) {
           },
           seconds);
       entry.seconds_per_call.push_back(per_call);
-      const auto index = static_cast<std::size_t>(
-          std::find(batches.begin(), batches.end(), entry.batch) - batches.begin());
+      const auto index =
+          static_cast<std::size_t>(std::find(batches.begin(), batches.end(), entry.batch) - batches.begin());
       total_flops += flops_of(shape);
       total_time += per_call;
       batch_flops[index] += flops_of(shape);
@@ -217,13 +224,80 @@ int sgemm_rate(int rounds, double seconds) {
     std::printf(
         "%s{\"batch\": %lld, \"role\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"transpose_a\": %s, "
         "\"transpose_b\": %s, \"flops\": %.0f, \"us_per_call\": %.3f, \"gflops\": %.3f}",
-        index ? ", " : "", static_cast<long long>(entry.batch), entry.shape.role,
-        static_cast<long long>(entry.shape.m), static_cast<long long>(entry.shape.n),
-        static_cast<long long>(entry.shape.k), entry.shape.transpose_a ? "true" : "false",
-        entry.shape.transpose_b ? "true" : "false", flops_of(entry.shape), per_call * 1e6,
-        flops_of(entry.shape) / per_call / 1e9);
+        index ? ", " : "", static_cast<long long>(entry.batch), entry.shape.role, static_cast<long long>(entry.shape.m),
+        static_cast<long long>(entry.shape.n), static_cast<long long>(entry.shape.k),
+        entry.shape.transpose_a ? "true" : "false", entry.shape.transpose_b ? "true" : "false", flops_of(entry.shape),
+        per_call * 1e6, flops_of(entry.shape) / per_call / 1e9);
   }
   std::printf("]}\n");
+  return 0;
+}
+
+// --half-gemm: a Markdown table of GFLOP/s per shape and the FLOP-weighted total per batch.
+int half_gemm(int rounds, double seconds) {
+  using tp::BFloat16;
+  using tp::Half;
+  using tp::backend::cpu::Transpose;
+  openblas_set_num_threads(1);
+  std::printf("16-bit GEMMs (bfloat16 via %s), one thread, GFLOP/s, medians of %d alternating rounds\n\n",
+              tp::backend::cpu::bf16_gemm_native() ? "oneDNN on AVX512_BF16" : "conversion around sgemm", rounds);
+  std::printf(
+      "| batch | role | m x n x k | float32 sgemm | bfloat16 | float16 (converted) | bf16 / f32 | f16 / f32 |\n");
+  std::printf("|---:|---|---|---:|---:|---:|---:|---:|\n");
+  for (std::int64_t batch : {32, 128}) {
+    double flops_total = 0, f32_total = 0, bf16_total = 0, f16_total = 0;
+    for (const GemmCase& shape : training_gemms(batch)) {
+      const auto a_size = static_cast<std::size_t>(shape.m * shape.k),
+                 b_size = static_cast<std::size_t>(shape.k * shape.n);
+      std::vector<float> a(a_size), b(b_size), c(static_cast<std::size_t>(shape.m * shape.n));
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.0625F - 0.5F;
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.0625F - 0.375F;
+      std::vector<BFloat16> a_bf(a_size), b_bf(b_size), c_bf(c.size());
+      std::vector<Half> a_h(a_size), b_h(b_size), c_h(c.size());
+      for (std::size_t i = 0; i < a_size; ++i) a_bf[i] = BFloat16::from_float(a[i]), a_h[i] = Half::from_float(a[i]);
+      for (std::size_t i = 0; i < b_size; ++i) b_bf[i] = BFloat16::from_float(b[i]), b_h[i] = Half::from_float(b[i]);
+      const Transpose ta = shape.transpose_a ? Transpose::yes : Transpose::no;
+      const Transpose tb = shape.transpose_b ? Transpose::yes : Transpose::no;
+      std::vector<double> f32, bf16, f16;
+      for (int round = 0; round < rounds; ++round) {
+        f32.push_back(time_per_call(
+            [&] {
+              cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
+                          shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m),
+                          static_cast<int>(shape.n), static_cast<int>(shape.k), 1.0F, a.data(),
+                          static_cast<int>(shape.transpose_a ? shape.m : shape.k), b.data(),
+                          static_cast<int>(shape.transpose_b ? shape.k : shape.n), 0.0F, c.data(),
+                          static_cast<int>(shape.n));
+            },
+            seconds));
+        bf16.push_back(time_per_call(
+            [&] {
+              tp::backend::cpu::matmul_half<BFloat16>(ta, tb, shape.m, shape.n, shape.k, a_bf.data(), b_bf.data(),
+                                                      c_bf.data());
+            },
+            seconds));
+        f16.push_back(time_per_call(
+            [&] {
+              tp::backend::cpu::matmul_half<Half>(ta, tb, shape.m, shape.n, shape.k, a_h.data(), b_h.data(),
+                                                  c_h.data());
+            },
+            seconds));
+      }
+      const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
+      flops_total += flops;
+      f32_total += median(f32);
+      bf16_total += median(bf16);
+      f16_total += median(f16);
+      std::printf("| %lld | %s | %lld x %lld x %lld | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n",
+                  static_cast<long long>(batch), shape.role, static_cast<long long>(shape.m),
+                  static_cast<long long>(shape.n), static_cast<long long>(shape.k), flops / median(f32) / 1e9,
+                  flops / median(bf16) / 1e9, flops / median(f16) / 1e9, median(f32) / median(bf16),
+                  median(f32) / median(f16));
+    }
+    std::printf("| %lld | **all five (FLOP-weighted)** | | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n",
+                static_cast<long long>(batch), flops_total / f32_total / 1e9, flops_total / bf16_total / 1e9,
+                flops_total / f16_total / 1e9, f32_total / bf16_total, f32_total / f16_total);
+  }
   return 0;
 }
 
@@ -241,8 +315,13 @@ int main(int argc, char** argv) {
                "print only one JSON line: the single-threaded raw cblas_sgemm rate over the MLP training GEMMs "
                "at batch 32 and 128 (FLOP-weighted, median of --rounds), the roofline input of "
                "bench/peers/compare_torch.py");
+  bool half_gemm_only = false;
+  app.add_flag("--half-gemm", half_gemm_only,
+               "print only the 16-bit GEMMs of mixed precision (bfloat16, float16) against float32 sgemm on the MLP "
+               "training shapes, one thread");
   CLI11_PARSE(app, argc, argv);
   if (sgemm_rate_only) return sgemm_rate(rounds, seconds);
+  if (half_gemm_only) return half_gemm(rounds, seconds);
 
   tp::memory::MemoryConfig config;
   config.policy = tp::memory::GrowthPolicy::grow;

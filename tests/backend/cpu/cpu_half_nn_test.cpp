@@ -21,6 +21,7 @@
 #if defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
+#include "backend/cpu/kernels/bf16_gemm.hpp"
 #include "backend/cpu/kernels/half_nn.hpp"
 
 namespace tp::backend::cpu {
@@ -77,8 +78,10 @@ void expect_rounded_once(const std::vector<H>& got, const std::vector<double>& e
   EXPECT_EQ(failures, 0);
 }
 
-TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
-  using H = TypeParam;
+// Runs `multiply(ta, tb, m, n, k, a, b, c)` over every transpose and the shapes below (empty ones only when
+// `with_empty`), against float64 with the tolerance above.
+template <typename H, typename Multiply>
+void expect_matmul_matches_float64(Multiply multiply, bool with_empty = true) {
   const std::uint32_t seed = tp_test::test_seed();
   TP_TRACE_SEED(seed);
   std::mt19937 rng(seed);
@@ -86,7 +89,8 @@ TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
     std::int64_t m, n, k;
   };
   for (const Case shape : {Case{1, 1, 1}, Case{7, 13, 5}, Case{32, 64, 784}, Case{3, 0, 4}, Case{0, 3, 4},
-                           Case{4, 3, 0}, Case{1, 17, 9}}) {
+                           Case{4, 3, 0}, Case{1, 17, 9}, Case{128, 10, 512}}) {
+    if (!with_empty && shape.m * shape.n * shape.k == 0) continue;
     for (const Transpose ta : {Transpose::no, Transpose::yes}) {
       for (const Transpose tb : {Transpose::no, Transpose::yes}) {
         const auto [m, n, k] = shape;
@@ -95,7 +99,7 @@ TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
         const std::vector<H> a = random_half<H>(rng, m * k);
         const std::vector<H> b = random_half<H>(rng, k * n);
         std::vector<H> c(static_cast<std::size_t>(m * n), H::from_float(123.0F));  // must be overwritten
-        matmul_half<H>(ta, tb, m, n, k, a.data(), b.data(), c.data());
+        multiply(ta, tb, m, n, k, a.data(), b.data(), c.data());
         std::vector<double> expected(c.size()), extra(c.size());
         for (std::int64_t i = 0; i < m; ++i) {
           for (std::int64_t j = 0; j < n; ++j) {
@@ -115,6 +119,22 @@ TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
       }
     }
   }
+}
+
+TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
+  expect_matmul_matches_float64<TypeParam>(matmul_half<TypeParam>);
+}
+
+// The oneDNN path on its own (matmul_half takes it for bfloat16 on such CPUs), and proof that it is taken.
+TEST(Bfloat16Gemm, OneDnnOnTheCpusBfloat16InstructionsMatchesFloat64) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX512_BF16: matmul_half converts around sgemm instead";
+  expect_matmul_matches_float64<BFloat16>(matmul_bf16_onednn, /*with_empty=*/false);
+  std::mt19937 rng(tp_test::test_seed());
+  const std::vector<BFloat16> a = random_half<BFloat16>(rng, 32 * 784), b = random_half<BFloat16>(rng, 784 * 512);
+  std::vector<BFloat16> dispatched(32 * 512), direct(32 * 512);
+  matmul_half<BFloat16>(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), dispatched.data());
+  matmul_bf16_onednn(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), direct.data());
+  EXPECT_EQ(dispatched, direct) << "matmul_half<BFloat16> uses oneDNN here";
 }
 
 TYPED_TEST(HalfKernels, BiasAddAndItsGradientMatchFloat64) {

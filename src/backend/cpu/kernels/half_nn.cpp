@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/kernels/bf16_gemm.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
 
@@ -58,6 +59,12 @@ void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, s
   detail::check_pointer(kKernel, "b", b, b_size);
   detail::check_pointer(kKernel, "c", c, c_size);
   if (c_size == 0) return;
+  if constexpr (std::is_same_v<H, BFloat16>) {
+    if (k > 0 && bf16_gemm_native()) {
+      matmul_bf16_onednn(transpose_a, transpose_b, m, n, k, a, b, c);
+      return;
+    }
+  }
   GemmScratch& scratch = gemm_scratch();
   float* a32 = sized(scratch.a, a_size);
   float* b32 = sized(scratch.b, b_size);

@@ -1,11 +1,14 @@
 #pragma once
 // The MLP path's kernels on 16-bit floats (H = tp::Half or tp::BFloat16), for mixed precision.
 //
-// Storage is 16-bit; arithmetic is float32. OpenBLAS has no half-precision GEMM we can rely on, so matmul
-// converts A and B to float32 scratch, calls cblas_sgemm and rounds C once to H ("converted to f32 around
-// sgemm, stored as f16/bf16"). The scratch is per thread and grows to the largest matrices seen, so a
-// steady-state step allocates nothing after the first. Every other kernel widens, computes in float32
-// (bias_add_grad accumulates in double, as the float kernels do) and rounds each result once.
+// Storage is 16-bit; arithmetic is float32. bfloat16 matmul runs on the CPU's bfloat16 instructions through
+// oneDNN where the CPU has them (bf16_gemm.hpp: AVX512_BF16). Otherwise, and always for float16 (Debian's
+// OpenBLAS has no half-precision GEMM; this class of CPU has no float16 arithmetic), matmul converts A and B
+// to float32 scratch, calls cblas_sgemm and rounds C once to H ("converted to f32 around sgemm, stored as
+// f16/bf16"). The scratch is per thread and grows to the largest matrices seen, so a steady-state step
+// allocates nothing after the first. Either way products accumulate in float32 and C is rounded once. Every other
+// kernel widens, computes in float32 (bias_add_grad accumulates in double, as the float kernels do) and rounds each
+// result once.
 //
 //   matmul_half:        C[m,n] = op(A) op(B), the layouts and empty-size rules of gemm.hpp (alpha 1, beta 0)
 //   bias_add_half:      y[r,c] = x[r,c] + bias[c]          (y may alias x)

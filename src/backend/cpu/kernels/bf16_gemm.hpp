@@ -1,0 +1,25 @@
+#pragma once
+// bfloat16 GEMM on the CPU's own bfloat16 instructions, through oneDNN's matmul primitive (Debian libdnnl):
+// A and B stay bfloat16, products are accumulated in float32, C is rounded once to bfloat16 (the contract of
+// matmul_half in half_nn.hpp). OpenBLAS, our float32 GEMM, has no bfloat16 GEMM in Debian's build.
+//
+// Used by matmul_half<BFloat16> when bf16_gemm_native() holds: oneDNN's effective ISA includes AVX512_BF16
+// (Cooper Lake, Sapphire Rapids with AMX, AMD Zen 4...). Elsewhere oneDNN would emulate bfloat16 and
+// matmul_half converts around sgemm instead. Primitives are cached per thread and shape (each device stream
+// is one thread, and a step repeats the same shapes), so a steady-state step builds none. The primitive uses
+// as many threads as OpenBLAS is set to use (openblas_get_num_threads), as the float32 GEMM does.
+
+#include <cstdint>
+
+#include "backend/cpu/kernels/gemm.hpp"
+#include "tensorpool/core/half.hpp"
+
+namespace tp::backend::cpu {
+
+bool bf16_gemm_native();
+
+// C[m,n] = op(A) op(B), layouts as gemm.hpp; m, n, k > 0 (matmul_half handles the empty cases).
+void matmul_bf16_onednn(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                        const BFloat16* a, const BFloat16* b, BFloat16* c);
+
+}  // namespace tp::backend::cpu
