@@ -1,5 +1,6 @@
 #include "runtime/executable.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "runtime/step_dependencies.hpp"
@@ -32,6 +33,36 @@ graph::Output resolve_output(const graph::Graph& graph, std::string_view text) {
 }
 
 namespace {
+
+// Node order is a topological order (a node refers only to earlier nodes). A collective over computed values
+// (a gradient bucket's AllReduce) moves up to just after the last of its inputs, so that it is launched as
+// soon as they exist and the rest of the backward pass can overlap it, instead of after every node built
+// before it. Collectives that read variables stay put: where they sit relative to the variables' updates is
+// what orders them (the ZeRO AllGather reads the updated parameters). Relative order among the hoisted
+// collectives is kept, the same on every worker, and none moves above a stateful op (an update).
+void hoist_collectives(const graph::Graph& graph, std::vector<graph::NodeId>& schedule) {
+  const graph::OpRegistry& registry = graph::OpRegistry::global();
+  for (std::size_t position = 0; position < schedule.size(); ++position) {
+    const graph::Node& node = graph.node(schedule[position]);
+    if (!registry.find(node.op)->collective) continue;
+    const bool reads_variable = std::any_of(node.inputs.begin(), node.inputs.end(), [&](graph::Output input) {
+      return graph.node(input.node).op == "Variable";
+    });
+    if (reads_variable) continue;
+    std::size_t target = 0;  // just after its last input and any earlier collective or stateful op
+    for (std::size_t earlier = 0; earlier < position; ++earlier) {
+      const graph::NodeId id = schedule[earlier];
+      const bool input =
+          std::any_of(node.inputs.begin(), node.inputs.end(), [&](graph::Output in) { return in.node == id; }) ||
+          std::find(node.control_inputs.begin(), node.control_inputs.end(), id) != node.control_inputs.end() ||
+          registry.find(graph.node(id).op)->collective || registry.find(graph.node(id).op)->stateful;
+      if (input) target = earlier + 1;
+    }
+    std::rotate(schedule.begin() + static_cast<std::ptrdiff_t>(target),
+                schedule.begin() + static_cast<std::ptrdiff_t>(position),
+                schedule.begin() + static_cast<std::ptrdiff_t>(position) + 1);
+  }
+}
 
 std::string value_name(const graph::Graph& graph, graph::Output output) {
   return graph.node(output.node).name + ":" + std::to_string(output.index);
@@ -160,6 +191,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
   for (graph::NodeId id = 0; id < static_cast<graph::NodeId>(graph.size()); ++id) {
     if (needed[static_cast<std::size_t>(id)]) schedule.push_back(id);
   }
+  hoist_collectives(graph, schedule);
   const Placement placement = place(graph, schedule, placement_options);
   executable->placement_log = placement.log;
   Builder builder(graph, *executable, types, placement);

@@ -189,26 +189,41 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
     add_sharded_updates(spec, devices, parameters, gradients, loss_scale, model);
     return model;
   }
-  // One AllReduce per gradient dtype (a single bucket each): one collective per step, not one per parameter.
+  // The AllReduces: per gradient dtype, buckets of at most bucket_bytes filled from the last parameter back
+  // (the order the backward pass produces the gradients), one collective per bucket.
   const std::size_t replicas = devices.size();
   std::vector<std::vector<graph::Output>> reduced(parameters[0].size());  // [parameter][replica]
   if (replicas > 1 || spec.all_reduce == "mpi") {                         // across workers even with one local replica
-    std::map<DType, std::vector<std::size_t>> groups;                     // parameter indices by gradient dtype
-    for (std::size_t index = 0; index < parameters[0].size(); ++index)
-      groups[g.type_of(*gradients[0][index]).dtype].push_back(index);
-    for (const auto& [dtype, indices] : groups) {
-      std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
-      for (std::size_t index : indices) {
-        for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*gradients[replica][index]);
+    std::map<DType, std::vector<std::vector<std::size_t>>> buckets;       // parameter indices per bucket, per dtype
+    std::map<DType, std::int64_t> filled;                                 // bytes of each dtype's last bucket
+    for (std::size_t index = parameters[0].size(); index-- > 0;) {
+      const graph::TensorType type = g.type_of(*gradients[0][index]);
+      const auto bytes = static_cast<std::int64_t>(byte_size(type.shape(), type.dtype));
+      std::vector<std::vector<std::size_t>>& list = buckets[type.dtype];
+      if (list.empty() || filled[type.dtype] + bytes > spec.bucket_bytes) {
+        list.emplace_back();
+        filled[type.dtype] = 0;
       }
-      const std::string name =
-          groups.size() == 1 ? "all_reduce/gradients" : "all_reduce/gradients_" + std::string(name_of(dtype));
-      const graph::NodeId all_reduce =
-          g.add_node("AllReduce", inputs,
-                     {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}}, name);
-      for (std::size_t position = 0; position < indices.size(); ++position) {
-        for (std::size_t replica = 0; replica < replicas; ++replica) {
-          reduced[indices[position]].push_back({all_reduce, static_cast<int>(position * replicas + replica)});
+      list.back().push_back(index);
+      filled[type.dtype] += bytes;
+    }
+    for (const auto& [dtype, list] : buckets) {
+      for (std::size_t bucket = 0; bucket < list.size(); ++bucket) {
+        const std::vector<std::size_t>& indices = list[bucket];
+        std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
+        for (std::size_t index : indices) {
+          for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*gradients[replica][index]);
+        }
+        std::string name =
+            buckets.size() == 1 ? "all_reduce/gradients" : "all_reduce/gradients_" + std::string(name_of(dtype));
+        if (list.size() > 1) name += "_bucket_" + std::to_string(bucket);
+        const graph::NodeId all_reduce =
+            g.add_node("AllReduce", inputs,
+                       {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}}, name);
+        for (std::size_t position = 0; position < indices.size(); ++position) {
+          for (std::size_t replica = 0; replica < replicas; ++replica) {
+            reduced[indices[position]].push_back({all_reduce, static_cast<int>(position * replicas + replica)});
+          }
         }
       }
     }

@@ -8,10 +8,11 @@
 // Mixed precision (spec.policy, Dense::policy): each layer casts its input and its float32 variables to its
 // compute dtype ("dense/Cast", "dense/kernel/Cast"), the output layer's values are cast back to float32
 // ("dense_1/Cast_output") before softmax and the loss. Gradients are taken with respect to the compute copies,
-// so a 16-bit layer's weight gradients are 16-bit, and are all-reduced (one AllReduce per gradient dtype)
-// and handed to the float32 update in 16 bits. With float16 anywhere, the loss is multiplied by the fed
-// "loss_scale" before differentiation; the gradients stay scaled and the updates are ApplyAdamIf /
-// ApplySgdIf whose factor is the product of AllFinite over the (reduced) gradients divided by the scale
+// so a 16-bit layer's weight gradients are 16-bit, and are all-reduced (per gradient dtype, in buckets of at
+// most bucket_bytes, filled from the last parameter back) and handed to the float32 update in 16 bits. With float16
+// anywhere, the loss is multiplied by the fed "loss_scale" before differentiation; the gradients stay scaled and the
+// updates are ApplyAdamIf / ApplySgdIf whose factor is the product of AllFinite over the (reduced) gradients divided by
+// the scale
 // ("loss_scale/update_factor"): 0 skips the step, else the update unscales as it reads.
 //
 // Invariants: every replica's variables are listed in the same order in `variables[r]`, with identical
@@ -35,6 +36,7 @@ struct ModelSpec {
   Loss loss = Loss::sparse_categorical_crossentropy;
   bool from_logits = false;
   std::string all_reduce = "ring";
+  std::int64_t bucket_bytes = Strategy::kDefaultBucketBytes;  // the AllReduce buckets' size limit (Strategy)
   Shard shard = Shard::none;  // ZeRO (train/sharded_update.hpp); mirrored over >= 2 devices only
   std::uint64_t seed = 0;
   DTypePolicy policy{};           // the model's; a layer's own policy overrides it

@@ -80,6 +80,10 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
                strategy.all_reduce, "' must be mpi");
     }
   }
+  if (strategy.bucket_bytes <= 0) {
+    TP_THROW(InvalidArgument, "train", "bucket_bytes = ", strategy.bucket_bytes,
+             " must be positive (the AllReduce buckets' size limit; default 25 MiB)");
+  }
   if (strategy.shard != Shard::none && (strategy.kind != Strategy::Kind::mirrored || devices_.size() < 2)) {
     TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
              " needs the mirrored strategy over two or more devices (ZeRO splits state between replicas); this "
@@ -92,6 +96,7 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
                  .loss = options.loss,
                  .from_logits = options.from_logits,
                  .all_reduce = strategy.all_reduce,
+                 .bucket_bytes = strategy.bucket_bytes,
                  .shard = strategy.shard,
                  .seed = options.seed,
                  .policy = options.policy,

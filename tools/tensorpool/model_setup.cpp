@@ -26,11 +26,20 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")->capture_default_str();
   command.add_option("--shard", arguments.shard, "none | optimizer | gradients (mirrored: ZeRO-1 / ZeRO-2)")
       ->capture_default_str();
+  command
+      .add_option("--bucket-size", arguments.bucket_size,
+                  "mirrored, multi_worker: gradients are all-reduced in buckets of at most this size (e.g. 1MiB)")
+      ->capture_default_str();
   command.add_option("--hidden", arguments.hidden, "hidden Dense relu widths, comma-separated (e.g. 4096,4096)")
       ->capture_default_str();
   command.add_option("--precision", arguments.precision, "float32 | mixed_float16 | mixed_bfloat16")
       ->capture_default_str();
   command.add_option("--seed", arguments.seed, "initialisation and shuffle seed")->capture_default_str();
+  command
+      .add_option("--inter-op-threads", arguments.inter_op_threads,
+                  "host threads launching a step's ops (> 1: independent ops, e.g. a gradient bucket's all-reduce "
+                  "and the rest of the backward pass, may overlap); 0 or 1: in schedule order")
+      ->capture_default_str();
   command.add_option("--intra-op-threads", arguments.intra_op_threads, "BLAS threads; 0: cores / devices")
       ->capture_default_str();
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
@@ -114,6 +123,12 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
     TP_THROW(InvalidArgument, command, "--strategy '", arguments.strategy,
              "' is not one, mirrored, multi_worker (under mpirun) or parameter_server");
   }
+  const std::size_t bucket_bytes = parse_bytes(arguments.bucket_size, "--bucket-size");
+  if (bucket_bytes == 0) {
+    TP_THROW(InvalidArgument, command, "--bucket-size '", arguments.bucket_size,
+             "' is zero; a bucket needs room for a gradient (e.g. 25MiB, the default, or 1MiB)");
+  }
+  setup.strategy.bucket_bytes = static_cast<std::int64_t>(bucket_bytes);
   if (setup.strategy.kind != train::Strategy::Kind::parameter_server && !arguments.max_staleness.empty()) {
     TP_THROW(InvalidArgument, command, "--max-staleness applies to --strategy parameter_server only, not ",
              arguments.strategy);
@@ -168,6 +183,7 @@ std::vector<train::Dense> dense_layers(const std::string& hidden) {
 
 std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, const ModelSetup& setup) {
   if (arguments.intra_op_threads < 0) TP_THROW(InvalidArgument, "cli", "--intra-op-threads must be >= 0");
+  if (arguments.inter_op_threads < 0) TP_THROW(InvalidArgument, "cli", "--inter-op-threads must be >= 0");
   const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = arguments.intra_op_threads > 0
                           ? arguments.intra_op_threads
@@ -178,7 +194,8 @@ std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, co
                   .loss = train::Loss::sparse_categorical_crossentropy,
                   .seed = arguments.seed,
                   .policy = policy},
-                 setup.strategy, {.name = "train", .intra_op_threads = threads});
+                 setup.strategy,
+                 {.name = "train", .intra_op_threads = threads, .inter_op_threads = arguments.inter_op_threads});
   return model;
 }
 

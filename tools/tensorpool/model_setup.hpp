@@ -24,10 +24,12 @@ struct ModelArguments {
   std::string sim_memory = "1GiB";
   std::string all_reduce = "ring";
   std::string shard = "none";         // none | optimizer (ZeRO-1) | gradients (ZeRO-2); mirrored only
+  std::string bucket_size = "25MiB";  // mirrored, multi_worker: the AllReduce buckets' size limit
   std::string hidden = "512";         // hidden Dense relu widths, comma-separated
   std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
   std::uint64_t seed = 42;
   int intra_op_threads = 0;         // 0: the cores divided between the devices
+  int inter_op_threads = 0;         // SessionOptions::inter_op_threads
   std::string ps_device = "cpu:0";  // parameter_server: where the variables and optimizer state live
   std::string max_staleness;        // parameter_server: the bound K >= 0; empty: unbounded
 };

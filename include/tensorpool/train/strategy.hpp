@@ -17,6 +17,11 @@
 //             applies one at a time as they arrive. `max_staleness` K bounds how far workers drift apart: a
 //             worker that has pushed c gradients starts its next step only once every running worker has
 //             pushed at least c - K (absent: unbounded). Under mpirun, rank 0 is the server, ranks 1.. workers.
+// Gradient buckets (mirrored, multi_worker): the gradients are all-reduced in buckets of at most
+// `bucket_bytes` (25 MiB by default, as PyTorch DDP; a larger gradient gets a bucket of its own), filled from
+// the last layer back, the order the backward pass produces them, one AllReduce per bucket (and per gradient
+// dtype). Small gradients share one collective; with inter-op threads a bucket's AllReduce can start as soon
+// as its gradients exist, while the backward pass goes on.
 // Sharding (ZeRO, mirrored only): `optimizer` (ZeRO-1) keeps 1/R of the optimizer state on each replica:
 // gradients all-reduced, each replica updates its shard of the parameters, then the parameters are
 // all-gathered. `gradients` (ZeRO-2) reduce-scatters the gradients instead, so each replica also holds only
@@ -44,6 +49,9 @@ struct Strategy {
   Shard shard = Shard::none;                    // mirrored only
   std::string parameter_device{};               // parameter_server: where the variables and optimizer state live
   std::optional<std::int64_t> max_staleness{};  // parameter_server: the bound K (>= 0); absent: unbounded
+  std::int64_t bucket_bytes = kDefaultBucketBytes;  // mirrored, multi_worker: > 0
+
+  static constexpr std::int64_t kDefaultBucketBytes = std::int64_t{25} << 20;
 
   static Strategy one_device(std::string device = {}) {
     return {Kind::one, device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device},
