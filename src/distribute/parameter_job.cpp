@@ -1,5 +1,5 @@
-// The parts of parameter_transport.hpp that do not call MPI: whether this process is a rank of an mpirun job,
-// and the peer timeout.
+// The parts of mpi.hpp and parameter_transport.hpp that do not call MPI (built with or without it): whether
+// this process is a rank of an mpirun job, and the timeout ranks wait for each other.
 #include <cstdlib>
 #include <string>
 
@@ -23,7 +23,7 @@ bool parameter_server_job() {
   return false;
 }
 
-std::chrono::milliseconds peer_timeout() {
+std::chrono::milliseconds effective_timeout(const MpiOptions& options) {
   if (const char* text = std::getenv("TP_COLLECTIVE_TIMEOUT"); text != nullptr) {
     char* end = nullptr;
     const double seconds = std::strtod(text, &end);
@@ -33,7 +33,7 @@ std::chrono::milliseconds peer_timeout() {
     }
     return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
-  return std::chrono::seconds(120);
+  return options.timeout;
 }
 
 }  // namespace tp::distribute

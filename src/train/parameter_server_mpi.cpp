@@ -88,7 +88,7 @@ ParameterServerResult work(Sequential& model, const data::Dataset& train, const 
   const std::vector<std::string>& devices = model.strategy().devices;
   const std::string& device = devices[static_cast<std::size_t>(rank - 1) % devices.size()];
   GradientWorker worker(model, device, "ps_worker_rank_" + std::to_string(rank));
-  RemoteParameterSource source(distribute::peer_timeout());
+  RemoteParameterSource source(distribute::effective_timeout());
   ParameterServerResult result;
   const auto begin = Clock::now();
   result.worker_steps.push_back(run_worker_loop(worker, source, worker_shard(train, rank - 1, ranks - 1), rank - 1,
@@ -111,7 +111,7 @@ ParameterServerResult serve(Sequential& model, const data::Dataset& train, const
     }
   }
   device::Device& cpu = device_of(model, "cpu:0");
-  const std::chrono::milliseconds timeout = distribute::peer_timeout();
+  const std::chrono::milliseconds timeout = distribute::effective_timeout();
   std::vector<float> flat;
   std::int64_t flat_version = -1;
   const auto flatten = [&](const std::vector<Tensor>& parameters) {

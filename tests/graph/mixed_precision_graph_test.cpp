@@ -124,92 +124,69 @@ TEST(MixedPrecisionOps, AllFiniteFlagsInfAndNaN) {
   }
 }
 
-// Flag 0: var and slots untouched bitwise; flag 1: exactly the unconditional tensor ops.
-TEST(MixedPrecisionOps, ConditionalUpdatesRunOnlyWhenTheFlagIsSet) {
+// ApplySgdIf / ApplyAdamIf with gradient `gradient` (float32 var and slots) and factor `apply`, on cpu and
+// sim, two steps: 0 leaves var and slots bitwise untouched; otherwise they equal the unconditional tensor ops
+// on the gradient widened to float32 and multiplied by `apply`, bitwise.
+void expect_conditional_updates(const HostValue& gradient, double apply_value) {
   std::mt19937 rng(tp_test::test_seed());
-  const HostValue initial = random_value(rng, {3, 2}, -1, 1, 0, DType::f32);
-  const HostValue gradient = random_value(rng, {3, 2}, -1, 1, 0, DType::f32);
-  const HostValue zeros{std::vector<double>(6, 0.0), DType::f32, {3, 2}};
-  for (const double flag : {0.0, 1.0}) {
-    SCOPED_TRACE(::testing::Message() << "apply = " << flag);
-    Graph graph;
-    std::map<NodeId, HostValue> values;
-    const auto bind = [&](std::string_view name, const HostValue& value) {
-      return testing::bind_variable(graph, values, name, value);
-    };
-    const Output var = bind("var", initial), grad = bind("grad", gradient), velocity = bind("velocity", zeros);
-    const Output var2 = bind("var2", initial), m = bind("m", zeros), v = bind("v", zeros);
-    const Output apply = bind("apply", HostValue{{flag}, DType::f32, {}});
-    graph.add_node("ApplySgdIf", {var, grad, velocity, apply}, {{"learning_rate", 0.1}, {"momentum", 0.9}});
-    graph.add_node("ApplyAdamIf", {var2, grad, m, v, apply}, {{"learning_rate", 0.01}});
-    for (Backend backend : {Backend::cpu, Backend::sim}) {
-      auto device = make_device(backend);
-      const auto bindings = testing::to_tensors(values, *device);
-      for (std::int64_t step = 1; step <= 2; ++step) run_graph(graph, *device, bindings, step);
-      const Tensor expected_var = testing::to_tensor(initial, *device),
-                   expected_velocity = testing::to_tensor(zeros, *device);
-      const Tensor expected_var2 = testing::to_tensor(initial, *device),
-                   expected_m = testing::to_tensor(zeros, *device);
-      const Tensor expected_v = testing::to_tensor(zeros, *device), g = testing::to_tensor(gradient, *device);
-      for (std::int64_t step = 1; flag != 0 && step <= 2; ++step) {
-        tp::ops::sgd_update(expected_var, g, expected_velocity, {.learning_rate = 0.1, .momentum = 0.9});
-        tp::ops::adam_update(expected_var2, g, expected_m, expected_v, step, {.learning_rate = 0.01});
-      }
-      EXPECT_EQ(bindings.at(var.node).to_vector<float>(), expected_var.to_vector<float>());
-      EXPECT_EQ(bindings.at(velocity.node).to_vector<float>(), expected_velocity.to_vector<float>());
-      EXPECT_EQ(bindings.at(var2.node).to_vector<float>(), expected_var2.to_vector<float>());
-      EXPECT_EQ(bindings.at(m.node).to_vector<float>(), expected_m.to_vector<float>());
-      EXPECT_EQ(bindings.at(v.node).to_vector<float>(), expected_v.to_vector<float>());
+  const HostValue initial = random_value(rng, gradient.dims, -1, 1, 0, DType::f32);
+  const HostValue zeros{std::vector<double>(gradient.values.size(), 0.0), DType::f32, gradient.dims};
+  Graph graph;
+  std::map<NodeId, HostValue> values;
+  const auto bind = [&](std::string_view name, const HostValue& value) {
+    return testing::bind_variable(graph, values, name, value);
+  };
+  const Output var = bind("var", initial), grad = bind("grad", gradient), velocity = bind("velocity", zeros);
+  const Output var2 = bind("var2", initial), m = bind("m", zeros), v = bind("v", zeros);
+  const Output apply = bind("apply", HostValue{{apply_value}, DType::f32, {}});
+  graph.add_node("ApplySgdIf", {var, grad, velocity, apply}, {{"learning_rate", 0.1}, {"momentum", 0.9}});
+  graph.add_node("ApplyAdamIf", {var2, grad, m, v, apply}, {{"learning_rate", 0.01}});
+  for (Backend backend : {Backend::cpu, Backend::sim}) {
+    auto device = make_device(backend);
+    const auto bindings = testing::to_tensors(values, *device);
+    for (std::int64_t step = 1; step <= 2; ++step) run_graph(graph, *device, bindings, step);
+    const Tensor expected_var = testing::to_tensor(initial, *device),
+                 expected_velocity = testing::to_tensor(zeros, *device);
+    const Tensor expected_var2 = testing::to_tensor(initial, *device), expected_m = testing::to_tensor(zeros, *device);
+    const Tensor expected_v = testing::to_tensor(zeros, *device);
+    const Tensor g = tp::ops::scale(tp::ops::cast(bindings.at(grad.node), DType::f32), apply_value);
+    for (std::int64_t step = 1; apply_value != 0 && step <= 2; ++step) {
+      tp::ops::sgd_update(expected_var, g, expected_velocity, {.learning_rate = 0.1, .momentum = 0.9});
+      tp::ops::adam_update(expected_var2, g, expected_m, expected_v, step, {.learning_rate = 0.01});
+    }
+    EXPECT_EQ(bindings.at(var.node).to_vector<float>(), expected_var.to_vector<float>());
+    EXPECT_EQ(bindings.at(velocity.node).to_vector<float>(), expected_velocity.to_vector<float>());
+    EXPECT_EQ(bindings.at(var2.node).to_vector<float>(), expected_var2.to_vector<float>());
+    EXPECT_EQ(bindings.at(m.node).to_vector<float>(), expected_m.to_vector<float>());
+    EXPECT_EQ(bindings.at(v.node).to_vector<float>(), expected_v.to_vector<float>());
+    if (apply_value != 0) {
+      EXPECT_NE(bindings.at(var2.node).to_vector<float>(), testing::to_tensor(initial, *device).to_vector<float>());
     }
   }
 }
 
-// Mixed precision's form: a float32 var, a 16-bit gradient still multiplied by the loss scale, and the
-// factor flag / scale. The result equals the float32 update on the widened gradient divided by the scale,
-// bitwise (the scale is a power of two); factor 0 leaves everything untouched.
+// Flag 0: var and slots untouched bitwise; flag 1: exactly the unconditional tensor ops.
+TEST(MixedPrecisionOps, ConditionalUpdatesRunOnlyWhenTheFlagIsSet) {
+  std::mt19937 rng(tp_test::test_seed() + 1);
+  const HostValue gradient = random_value(rng, {3, 2}, -1, 1, 0, DType::f32);
+  for (const double flag : {0.0, 1.0}) {
+    SCOPED_TRACE(::testing::Message() << "apply = " << flag);
+    expect_conditional_updates(gradient, flag);
+  }
+}
+
+// Mixed precision's form: a 16-bit gradient still multiplied by the loss scale, and the factor flag / scale.
+// The result equals the float32 update on the widened gradient divided by the scale, bitwise (the scale is a
+// power of two); factor 0 leaves everything untouched.
 TEST(MixedPrecisionOps, ConditionalUpdatesUnscaleA16BitGradient) {
-  std::mt19937 rng(tp_test::test_seed());
+  std::mt19937 rng(tp_test::test_seed() + 2);
   constexpr double kScale = 1024.0;
-  const HostValue initial = random_value(rng, {5, 3}, -1, 1, 0, DType::f32);
-  const HostValue zeros{std::vector<double>(15, 0.0), DType::f32, {5, 3}};
   for (const DType half : {DType::f16, DType::bf16}) {
     HostValue gradient = random_value(rng, {5, 3}, -kScale, kScale, 0, DType::f32);
     gradient.dtype = half;
     for (const double factor : {0.0, 1.0 / kScale}) {
       SCOPED_TRACE(::testing::Message() << name_of(half) << ", factor " << factor);
-      Graph graph;
-      std::map<NodeId, HostValue> values;
-      const auto bind = [&](std::string_view name, const HostValue& value) {
-        return testing::bind_variable(graph, values, name, value);
-      };
-      const Output var = bind("var", initial), grad = bind("grad", gradient), velocity = bind("velocity", zeros);
-      const Output var2 = bind("var2", initial), m = bind("m", zeros), v = bind("v", zeros);
-      const Output apply = bind("apply", HostValue{{factor}, DType::f32, {}});
-      graph.add_node("ApplySgdIf", {var, grad, velocity, apply}, {{"learning_rate", 0.1}, {"momentum", 0.9}});
-      graph.add_node("ApplyAdamIf", {var2, grad, m, v, apply}, {{"learning_rate", 0.01}});
-      for (Backend backend : {Backend::cpu, Backend::sim}) {
-        auto device = make_device(backend);
-        const auto bindings = testing::to_tensors(values, *device);
-        for (std::int64_t step = 1; step <= 2; ++step) run_graph(graph, *device, bindings, step);
-        const Tensor expected_var = testing::to_tensor(initial, *device),
-                     expected_velocity = testing::to_tensor(zeros, *device);
-        const Tensor expected_var2 = testing::to_tensor(initial, *device),
-                     expected_m = testing::to_tensor(zeros, *device);
-        const Tensor expected_v = testing::to_tensor(zeros, *device);
-        const Tensor unscaled = tp::ops::scale(tp::ops::cast(bindings.at(grad.node), DType::f32), 1.0 / kScale);
-        for (std::int64_t step = 1; factor != 0 && step <= 2; ++step) {
-          tp::ops::sgd_update(expected_var, unscaled, expected_velocity, {.learning_rate = 0.1, .momentum = 0.9});
-          tp::ops::adam_update(expected_var2, unscaled, expected_m, expected_v, step, {.learning_rate = 0.01});
-        }
-        EXPECT_EQ(bindings.at(var.node).to_vector<float>(), expected_var.to_vector<float>());
-        EXPECT_EQ(bindings.at(velocity.node).to_vector<float>(), expected_velocity.to_vector<float>());
-        EXPECT_EQ(bindings.at(var2.node).to_vector<float>(), expected_var2.to_vector<float>());
-        EXPECT_EQ(bindings.at(m.node).to_vector<float>(), expected_m.to_vector<float>());
-        EXPECT_EQ(bindings.at(v.node).to_vector<float>(), expected_v.to_vector<float>());
-        if (factor != 0) {
-          EXPECT_NE(bindings.at(var2.node).to_vector<float>(), testing::to_tensor(initial, *device).to_vector<float>());
-        }
-      }
+      expect_conditional_updates(gradient, factor);
     }
   }
 }

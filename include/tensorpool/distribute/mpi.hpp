@@ -33,6 +33,8 @@ struct MpiOptions {
   // How long a rank waits for the others at a collective; TP_COLLECTIVE_TIMEOUT (seconds) overrides it.
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
 };
+// options.timeout, or TP_COLLECTIVE_TIMEOUT when set (tp::InvalidArgument unless a positive number of seconds).
+std::chrono::milliseconds effective_timeout(const MpiOptions& options = {});
 
 // "mpi" in make_communicator: participants are this worker's tensors (one per local device, all on distinct
 // devices); the sums run over every worker's. Chunks (reduce_scatter, all_gather) are per worker and need one

@@ -24,8 +24,6 @@ using Deadline = std::chrono::steady_clock::time_point;
 // True when this process is one of several ranks of an mpirun job (Open MPI's OMPI_COMM_WORLD_SIZE, or
 // PMI_SIZE, above 1), without initialising MPI otherwise.
 bool parameter_server_job();
-// TP_COLLECTIVE_TIMEOUT (seconds) when set (tp::InvalidArgument unless a positive number), else 120 s.
-std::chrono::milliseconds peer_timeout();
 
 enum class ParameterRequest : std::int64_t { pull = 1, push = 2, done = 3 };
 

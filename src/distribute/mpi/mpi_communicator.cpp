@@ -62,19 +62,6 @@ MPI_Op sum_op(DType dtype) {
   return MPI_SUM;
 }
 
-std::chrono::milliseconds effective_timeout(const MpiOptions& options) {
-  if (const char* text = std::getenv("TP_COLLECTIVE_TIMEOUT"); text != nullptr) {
-    char* end = nullptr;
-    const double seconds = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !(seconds > 0) || seconds > 1e6) {
-      TP_THROW(InvalidArgument, "distribute", "TP_COLLECTIVE_TIMEOUT='", text,
-               "' is not a positive number of seconds (e.g. 30)");
-    }
-    return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
-  }
-  return options.timeout;
-}
-
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(MpiOptions options)
