@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
@@ -176,6 +177,36 @@ void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t sr
   source.enqueue_to_host(src_stream, src, src_offset, staged, bytes);
   dst_stream.wait(src_stream.record());
   target.enqueue_from_host(dst_stream, staged, dst, dst_offset, bytes, std::move(staging));
+}
+
+std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies) {
+  std::vector<Event> ready;
+  for (const CopyRequest& request : copies) ready.push_back(request.src_stream->record());
+  std::vector<Event> copied(copies.size());
+  std::vector<bool> peer(copies.size(), false);
+  for (std::size_t index = 0; index < copies.size(); ++index) {
+    const CopyRequest& request = copies[index];
+    Device& source = request.src_stream->device();
+    Device& target = request.dst_stream->device();
+    if (&source == &target || !source.peer_access(target)) {
+      copy(*request.src_stream, request.src, request.src_offset, *request.dst_stream, request.dst, request.dst_offset,
+           request.bytes);
+      copied[index] = request.dst_stream->record();
+      continue;
+    }
+    check_span(source, request.src, request.src_offset, request.bytes, "source");
+    check_span(target, request.dst, request.dst_offset, request.bytes, "destination");
+    if (request.bytes == 0) continue;
+    request.dst_stream->wait(ready[index]);  // the source's bytes are ready
+    target.enqueue_peer(*request.dst_stream, request.src, request.src_offset, request.dst, request.dst_offset,
+                        request.bytes);
+    copied[index] = request.dst_stream->record();
+    peer[index] = true;
+  }
+  for (std::size_t index = 0; index < copies.size(); ++index) {
+    if (peer[index]) copies[index].src_stream->wait(copied[index]);  // later work may overwrite the bytes
+  }
+  return copied;
 }
 
 }  // namespace tp::device

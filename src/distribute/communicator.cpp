@@ -1,6 +1,7 @@
 #include "tensorpool/distribute/communicator.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
@@ -26,6 +27,20 @@ void accumulate(const Tensor& target, const Tensor& addend) {
   ops::add_scaled(target, 1.0, addend, {.stream = &target.device().stream(0)});
 }
 
+struct Transfer {
+  Tensor source, target;
+};
+
+// The transfers of one ring step, started together (device::copy_concurrently).
+void send_all(const std::vector<Transfer>& transfers) {
+  std::vector<device::CopyRequest> copies;
+  for (const auto& [source, target] : transfers) {
+    copies.push_back({&source.device().stream(0), source.buffer(), source.offset_bytes(), &target.device().stream(0),
+                      target.buffer(), target.offset_bytes(), target.nbytes()});
+  }
+  device::copy_concurrently(copies);
+}
+
 // Ring over R participants, chunks as Communicator::chunk. Reduce-scatter: in step s, participant r sends
 // chunk (r - s - 1) mod R to r + 1, which adds it to its own; after R - 1 steps participant r holds the full
 // sum of chunk r. All-gather: in step s participant r passes chunk (r - s) mod R on to r + 1. Each device
@@ -43,19 +58,24 @@ class RingCommunicator final : public Communicator {
     return ((value % participants) + participants) % participants;
   }
 
+  // Each step's transfers start together (send_all), then each participant adds what it received.
   void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     const auto participants = static_cast<std::int64_t>(tensors.size());
     const std::int64_t elements = tensors[0].num_elements();
     for (std::int64_t step = 0; step + 1 < participants; ++step) {
+      std::vector<Transfer> transfers;
+      std::vector<Tensor> sums;
       for (std::int64_t rank = 0; rank < participants; ++rank) {
         const auto [begin, end] =
             chunk(elements, tensors.size(), static_cast<std::size_t>(wrap(rank - step - 1, participants)));
         if (begin == end) continue;
         const auto next = static_cast<std::size_t>(wrap(rank + 1, participants));
-        const Tensor received = range(scratch[next], 0, end - begin);
-        send(range(tensors[static_cast<std::size_t>(rank)], begin, end), received);
-        accumulate(range(tensors[next], begin, end), received);
+        transfers.push_back(
+            {range(tensors[static_cast<std::size_t>(rank)], begin, end), range(scratch[next], 0, end - begin)});
+        sums.push_back(range(tensors[next], begin, end));
       }
+      send_all(transfers);
+      for (std::size_t index = 0; index < transfers.size(); ++index) accumulate(sums[index], transfers[index].target);
     }
   }
 
@@ -63,13 +83,16 @@ class RingCommunicator final : public Communicator {
     const auto participants = static_cast<std::int64_t>(tensors.size());
     const std::int64_t elements = tensors[0].num_elements();
     for (std::int64_t step = 0; step + 1 < participants; ++step) {
+      std::vector<Transfer> transfers;
       for (std::int64_t rank = 0; rank < participants; ++rank) {
         const auto [begin, end] =
             chunk(elements, tensors.size(), static_cast<std::size_t>(wrap(rank - step, participants)));
         if (begin == end) continue;
         const auto next = static_cast<std::size_t>(wrap(rank + 1, participants));
-        send(range(tensors[static_cast<std::size_t>(rank)], begin, end), range(tensors[next], begin, end));
+        transfers.push_back(
+            {range(tensors[static_cast<std::size_t>(rank)], begin, end), range(tensors[next], begin, end)});
       }
+      send_all(transfers);
     }
   }
 };

@@ -69,5 +69,38 @@ TEST(PeerCopy, StaysInStreamOrderOnBothSides) {
   }
 }
 
+// One ring step: sim:0 -> sim:1 and sim:1 -> sim:0 at once. The first copy runs on sim:1's stream 1, held
+// busy by a gate; the second, on sim:0's stream, must not wait for it (copy() one after the other would: the
+// first copy's back-wait puts it before everything later on sim:0). Both end with the right bytes, and each
+// source's later work still waits for the copy that reads it.
+TEST(PeerCopy, ConcurrentCopiesDoNotWaitForEachOther) {
+  auto first = make_device(Backend::sim, 64 * kMiB, {}, 0);
+  auto second = make_device(Backend::sim, 64 * kMiB, {.num_streams = 2}, 1);
+  constexpr std::size_t kBytes = 1 << 16;
+  const auto a = first->allocate(kBytes), a_in = first->allocate(kBytes);
+  const auto b = second->allocate(kBytes), b_in = second->allocate(kBytes);
+  std::vector<char> ones(kBytes, 1), twos(kBytes, 2);
+  first->copy_from_host(first->stream(), ones.data(), a, 0, kBytes);
+  second->copy_from_host(second->stream(), twos.data(), b, 0, kBytes);
+  Gate busy;
+  second->stream(1).enqueue([&busy] { busy.wait(); });
+  const std::vector<CopyRequest> copies{{&first->stream(), a, 0, &second->stream(1), b_in, 0, kBytes},
+                                        {&second->stream(), b, 0, &first->stream(), a_in, 0, kBytes}};
+  const Event second_copy = copy_concurrently(copies).at(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!second_copy.query() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool independent = second_copy.query();
+  busy.open();
+  EXPECT_TRUE(independent) << "the sim:1 -> sim:0 copy waited for the gated sim:0 -> sim:1 copy";
+  first->stream().enqueue([a] { std::memset(a->data(), 9, kBytes); });  // after the copy that reads `a`
+  EXPECT_EQ(read(*first, a_in), twos);
+  second->stream(1).synchronize();
+  std::vector<char> received(kBytes);
+  second->copy_to_host(second->stream(1), b_in, 0, received.data(), kBytes);
+  EXPECT_EQ(received, ones);
+}
+
 }  // namespace
 }  // namespace tp::device

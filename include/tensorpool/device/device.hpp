@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ class Buffer;
 }
 
 namespace tp::device {
+
+struct CopyRequest;
 
 struct DeviceOptions {
   std::size_t num_streams = 1;
@@ -102,6 +105,7 @@ class Device {
   friend class tp::Buffer;
   friend void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
                    const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
+  friend std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
 
   // Called by ~Buffer only; `through` is the resource the buffer came from (null: memory()).
   void release(void* ptr, std::size_t bytes, memory::MemoryResource* through) noexcept;
@@ -143,5 +147,22 @@ class Device {
 // between other devices the bytes go through the source device's staging memory.
 void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
           const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
+
+struct CopyRequest {
+  Stream* src_stream = nullptr;
+  std::shared_ptr<Buffer> src;
+  std::size_t src_offset = 0;
+  Stream* dst_stream = nullptr;
+  std::shared_ptr<Buffer> dst;
+  std::size_t dst_offset = 0;
+  std::size_t bytes = 0;
+};
+
+// Copies that may run at the same time (one step of a ring collective), each with copy()'s guarantees. Calling
+// copy() one after another would chain them between peers: each source's stream waits for its copy, so the
+// next copy, recorded after that wait, waits too. Here every source's position is taken before any copy is
+// enqueued, and the sources' streams wait for their copies only once all are enqueued. Pairs without peer
+// access go through copy(). Returns, per copy, an event that completes once the bytes have arrived.
+std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
 
 }  // namespace tp::device
