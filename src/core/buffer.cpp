@@ -20,11 +20,13 @@ Buffer::~Buffer() { device_.release(data_, bytes_, through_.get()); }
 void* Buffer::data() const {
   if (!device_.host_accessible()) {
     const device::Stream* stream = device::Stream::current();
-    if (stream == nullptr || &stream->device() != &device_) {
+    const bool peer_read = stream != nullptr && device::PeerReadScope::current() == &device_ &&
+                           device::peer_accessible(device_, stream->device());
+    if (!peer_read && (stream == nullptr || &stream->device() != &device_)) {
       TP_THROW(DeviceError, "device", "host code touched ", device_.name(), " memory (", tag_.describe(),
                ") outside a kernel or copy on that device's streams; copy it to the host first"
-               " (Tensor::to_vector or copy_to_host), or enqueue the code on one of ", device_.name(),
-               "'s streams");
+               " (Tensor::to_vector or copy_to_host), or enqueue the code on one of ",
+               device_.name(), "'s streams");
     }
   }
   return data_;

@@ -179,6 +179,16 @@ void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t sr
   target.enqueue_from_host(dst_stream, staged, dst, dst_offset, bytes, std::move(staging));
 }
 
+bool peer_accessible(const Device& from, const Device& to) noexcept { return &from != &to && from.peer_access(to); }
+
+namespace {
+thread_local const Device* peer_read = nullptr;
+}  // namespace
+
+PeerReadScope::PeerReadScope(const Device& peer) noexcept : outer_(std::exchange(peer_read, &peer)) {}
+PeerReadScope::~PeerReadScope() { peer_read = outer_; }
+const Device* PeerReadScope::current() noexcept { return peer_read; }
+
 std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies) {
   std::vector<Event> ready;
   for (const CopyRequest& request : copies) ready.push_back(request.src_stream->record());

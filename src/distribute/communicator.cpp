@@ -41,6 +41,26 @@ void send_all(const std::vector<Transfer>& transfers) {
   device::copy_concurrently(copies);
 }
 
+struct PeerSum {
+  Tensor sum, addend;  // sum += addend, addend on a device that sum's can read directly
+};
+
+// The reductions of one ring step between peers, each reading its neighbour's chunk in place (one pass over
+// the chunk instead of a copy into scratch and a second pass to add it), all started together as send_all's
+// copies: each waits for its addend's producer, and each addend's later writers wait for its reader.
+void reduce_from_peers(const std::vector<PeerSum>& sums) {
+  std::vector<device::Event> ready;
+  for (const PeerSum& peer : sums) ready.push_back(peer.addend.device().stream(0).record());
+  std::vector<device::Event> done;
+  for (std::size_t index = 0; index < sums.size(); ++index) {
+    device::Stream& stream = sums[index].sum.device().stream(0);
+    stream.wait(ready[index]);
+    ops::add_scaled_from_peer(sums[index].sum, 1.0, sums[index].addend, {.stream = &stream});
+    done.push_back(stream.record());
+  }
+  for (std::size_t index = 0; index < sums.size(); ++index) sums[index].addend.device().stream(0).wait(done[index]);
+}
+
 // Ring over R participants, chunks as Communicator::chunk. Reduce-scatter: in step s, participant r sends
 // chunk (r - s - 1) mod R to r + 1, which adds it to its own; after R - 1 steps participant r holds the full
 // sum of chunk r. All-gather: in step s participant r passes chunk (r - s) mod R on to r + 1. Each device
@@ -58,11 +78,13 @@ class RingCommunicator final : public Communicator {
     return ((value % participants) + participants) % participants;
   }
 
-  // Each step's transfers start together (send_all), then each participant adds what it received.
+  // Each step's reductions start together: between peers each participant adds its neighbour's chunk in place
+  // (reduce_from_peers); otherwise the chunks travel to scratch first (send_all), then are added.
   void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     const auto participants = static_cast<std::int64_t>(tensors.size());
     const std::int64_t elements = tensors[0].num_elements();
     for (std::int64_t step = 0; step + 1 < participants; ++step) {
+      std::vector<PeerSum> peers;
       std::vector<Transfer> transfers;
       std::vector<Tensor> sums;
       for (std::int64_t rank = 0; rank < participants; ++rank) {
@@ -70,10 +92,16 @@ class RingCommunicator final : public Communicator {
             chunk(elements, tensors.size(), static_cast<std::size_t>(wrap(rank - step - 1, participants)));
         if (begin == end) continue;
         const auto next = static_cast<std::size_t>(wrap(rank + 1, participants));
-        transfers.push_back(
-            {range(tensors[static_cast<std::size_t>(rank)], begin, end), range(scratch[next], 0, end - begin)});
-        sums.push_back(range(tensors[next], begin, end));
+        const Tensor source = range(tensors[static_cast<std::size_t>(rank)], begin, end);
+        const Tensor sum = range(tensors[next], begin, end);
+        if (device::peer_accessible(source.device(), sum.device())) {
+          peers.push_back({sum, source});
+        } else {
+          transfers.push_back({source, range(scratch[next], 0, end - begin)});
+          sums.push_back(sum);
+        }
       }
+      reduce_from_peers(peers);
       send_all(transfers);
       for (std::size_t index = 0; index < transfers.size(); ++index) accumulate(sums[index], transfers[index].target);
     }

@@ -3,6 +3,7 @@
 #include "backend/cpu/kernels/elementwise.hpp"
 #include "backend/cpu/kernels/half_nn.hpp"
 #include "ops/op_support.hpp"
+#include "tensorpool/device/device.hpp"
 
 namespace tp::ops {
 
@@ -111,15 +112,17 @@ Tensor scale(const Tensor& x, double alpha, const OpContext& context) {
   return out;
 }
 
-void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context) {
-  device::Device& device = detail::common_device("AddScaled", {{"y", y}, {"x", x}});
+namespace {
+
+// y += alpha x on `stream`; the devices are the caller's to check (x may be y's device's peer).
+void enqueue_add_scaled(device::Stream& stream, const Tensor& y, double alpha, const Tensor& x) {
   detail::require_floating_or_half("AddScaled", {"y", y});
   detail::require_same_dtype("AddScaled", {"y", y}, {"x", x});
   detail::require_shape("AddScaled", {"x", x}, y.shape());
-  device::Stream& stream = detail::stream_for("AddScaled", device, context);
   if (detail::is_half(y.dtype())) {  // the collectives' reduction of 16-bit gradients: summed in float32
     detail::dispatch_half(y.dtype(), [&]<typename H>(H) {
       stream.enqueue([y, alpha, x] {
+        const device::PeerReadScope peer(x.device());
         backend::cpu::add_scaled_half<H>(y.data<H>(), static_cast<float>(alpha), x.data<H>(), y.num_elements());
       });
     });
@@ -127,9 +130,26 @@ void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext&
   }
   detail::dispatch_floating(y.dtype(), [&]<typename T>(T) {
     stream.enqueue([y, alpha, x] {
+      const device::PeerReadScope peer(x.device());
       backend::cpu::add_scaled<T>(y.data<T>(), static_cast<T>(alpha), x.data<T>(), y.num_elements());
     });
   });
+}
+
+}  // namespace
+
+void add_scaled_from_peer(const Tensor& y, double alpha, const Tensor& x, const OpContext& context) {
+  if (!y.defined() || !x.defined()) TP_THROW(InvalidArgument, "ops", "AddScaled: y and x must be defined");
+  if (!device::peer_accessible(x.device(), y.device())) {
+    TP_THROW(InvalidArgument, "ops", "AddScaled: x is on ", x.device().name(), ", which ", y.device().name(),
+             " (y's device) cannot read directly; use add_scaled on one device (copy x first)");
+  }
+  enqueue_add_scaled(detail::stream_for("AddScaled", y.device(), context), y, alpha, x);
+}
+
+void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context) {
+  device::Device& device = detail::common_device("AddScaled", {{"y", y}, {"x", x}});
+  enqueue_add_scaled(detail::stream_for("AddScaled", device, context), y, alpha, x);
 }
 
 }  // namespace tp::ops

@@ -2,6 +2,7 @@
 // the op layer, on both backends.
 #include <gtest/gtest.h>
 
+#include "backend/cpu/kernel_test_support.hpp"
 #include "ops/ops_test_support.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/ops/elementwise.hpp"
@@ -27,7 +28,8 @@ TEST_P(MiscOps, ReducesAlongEachAxis) {
     const std::int64_t normal_axis = axis < 0 ? axis + 3 : axis;
     const std::vector<std::int64_t> dims = {2, 3, 4};
     std::vector<std::int64_t> kept;
-    for (std::int64_t dim = 0; dim < 3; ++dim) if (dim != normal_axis) kept.push_back(dims[dim]);
+    for (std::int64_t dim = 0; dim < 3; ++dim)
+      if (dim != normal_axis) kept.push_back(dims[dim]);
     std::vector<double> sum_ref(kept[0] * kept[1], 0.0), max_ref(kept[0] * kept[1], -1e300);
     std::vector<double> argmax_ref(kept[0] * kept[1], 0);
     for (std::int64_t i = 0; i < 2; ++i) {
@@ -135,8 +137,8 @@ TEST_P(MiscOps, AdamAndSgdFollowTheKerasFormulas) {
   std::vector<double> p(param_values.begin(), param_values.end()), m_ref(3, 0), v_ref(3, 0);
   for (std::int64_t step = 1; step <= 3; ++step) {
     adam_update(param, grad, m, v, step, options);
-    const double alpha = options.learning_rate * std::sqrt(1 - std::pow(options.beta2, step)) /
-                         (1 - std::pow(options.beta1, step));
+    const double alpha =
+        options.learning_rate * std::sqrt(1 - std::pow(options.beta2, step)) / (1 - std::pow(options.beta1, step));
     for (std::size_t i = 0; i < 3; ++i) {
       m_ref[i] += (grad_values[i] - m_ref[i]) * (1 - options.beta1);
       v_ref[i] += (double{grad_values[i]} * grad_values[i] - v_ref[i]) * (1 - options.beta2);
@@ -162,6 +164,23 @@ TEST_P(MiscOps, AdamAndSgdFollowTheKerasFormulas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MiscOps, ::testing::Values(Backend::cpu, Backend::sim), testing::backend_name);
+
+// A reduction reading a peer device's buffer in place (the in-process ring's reduce-scatter): the sum is
+// right, the caller orders the streams (here: the source is ready, and y's stream is synchronised before the
+// source is touched again), and a device without peer access (the cpu) is refused naming both devices.
+TEST(AddScaledFromPeer, AddsAPeersBufferInPlaceAndRefusesNonPeers) {
+  auto first = testing::make_device(testing::Backend::sim, 64 * kMiB, {}, 0);
+  auto second = testing::make_device(testing::Backend::sim, 64 * kMiB, {}, 1);
+  auto cpu = testing::make_device(testing::Backend::cpu);
+  const Tensor y = Tensor::from_vector<float>(std::vector<float>{1, 2, 3}, Shape{3}, *first);
+  const Tensor x = Tensor::from_vector<float>(std::vector<float>{10, 20, 30}, Shape{3}, *second);
+  first->stream().wait(second->stream().record());
+  add_scaled_from_peer(y, 2.0, x);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{21, 42, 63}));
+  const Tensor on_cpu = Tensor::from_vector<float>(std::vector<float>{1, 1, 1}, Shape{3}, *cpu);
+  tp_test::expect_invalid([&] { add_scaled_from_peer(y, 1.0, on_cpu); }, {"AddScaled", "cpu:0", "sim:0"});
+  tp_test::expect_invalid([&] { add_scaled_from_peer(y, 1.0, y); }, {"AddScaled", "sim:0"});
+}
 
 }  // namespace
 }  // namespace tp::ops

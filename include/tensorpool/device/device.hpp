@@ -106,6 +106,7 @@ class Device {
   friend void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
                    const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
   friend std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
+  friend bool peer_accessible(const Device& from, const Device& to) noexcept;
 
   // Called by ~Buffer only; `through` is the resource the buffer came from (null: memory()).
   void release(void* ptr, std::size_t bytes, memory::MemoryResource* through) noexcept;
@@ -164,5 +165,24 @@ struct CopyRequest {
 // enqueued, and the sources' streams wait for their copies only once all are enqueued. Pairs without peer
 // access go through copy(). Returns, per copy, an event that completes once the bytes have arrived.
 std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
+
+// Whether work on `to`'s streams may read `from`'s memory directly (peer access: sim devices of one process).
+bool peer_accessible(const Device& from, const Device& to) noexcept;
+
+// Inside a task of a stream of device D, lets the code touch the memory of `peer` (Buffer::data) when
+// peer_accessible(peer, D), for the scope's lifetime on this thread: a kernel that reads a neighbour's
+// buffer in place. Ordering with the peer's streams stays the enqueuer's job.
+class PeerReadScope {
+ public:
+  explicit PeerReadScope(const Device& peer) noexcept;
+  ~PeerReadScope();
+  PeerReadScope(const PeerReadScope&) = delete;
+  PeerReadScope& operator=(const PeerReadScope&) = delete;
+  // The peer the current thread may touch, or null.
+  static const Device* current() noexcept;
+
+ private:
+  const Device* outer_;
+};
 
 }  // namespace tp::device

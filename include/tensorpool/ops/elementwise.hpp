@@ -29,5 +29,10 @@ Tensor scale(const Tensor& x, double alpha, const OpContext& context = {});
 // y += alpha * x, in place. float16 / bfloat16 too (the collectives reduce 16-bit gradients): each sum is
 // computed in float32 and rounded once.
 void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context = {});
+// The same with x on another device that y's device can read directly (device::peer_accessible: a ring
+// collective's reduction reads the neighbour's chunk in place instead of copying it first). It runs on y's
+// stream (or context.stream) and orders nothing with x's device: the caller makes y's stream wait for x's
+// producer and x's later writers wait for this op (Stream::record / wait).
+void add_scaled_from_peer(const Tensor& y, double alpha, const Tensor& x, const OpContext& context = {});
 
 }  // namespace tp::ops
