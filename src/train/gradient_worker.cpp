@@ -9,18 +9,9 @@ namespace {
 
 // The model's graph for one replica on `device`, as compile() built it on the server's device.
 ModelGraph one_replica_graph(const Sequential& model, const std::string& device) {
-  const CompileOptions& options = model.compile_options();
-  return build_model_graph({.input_shape = model.input_shape(),
-                            .layers = model.layers(),
-                            .optimizer = options.optimizer,
-                            .loss = options.loss,
-                            .from_logits = options.from_logits,
-                            .all_reduce = "none",
-                            .shard = Shard::none,
-                            .seed = options.seed,
-                            .policy = options.policy,
-                            .loss_scale = options.loss_scale},
-                           {device});
+  // One replica: no collective, whatever the strategy's settings.
+  return build_model_graph(
+      model_spec(model.input_shape(), model.layers(), model.compile_options(), Strategy::one_device(device)), {device});
 }
 
 }  // namespace

@@ -64,4 +64,10 @@ struct ModelGraph {
 // Throws tp::InvalidArgument naming the bad layer or setting.
 ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::string>& devices);
 
+struct CompileOptions;  // tensorpool/train/sequential.hpp
+// The spec Sequential::compile builds: the model's layers and compile options, the strategy's collective
+// settings (all_reduce, bucket_bytes, shard).
+ModelSpec model_spec(const std::vector<std::int64_t>& input_shape, const std::vector<Dense>& layers,
+                     const CompileOptions& options, const Strategy& strategy);
+
 }  // namespace tp::train

@@ -60,6 +60,21 @@ void Sequential::add(Dense layer) {
   layers_.push_back(std::move(layer));
 }
 
+ModelSpec model_spec(const std::vector<std::int64_t>& input_shape, const std::vector<Dense>& layers,
+                     const CompileOptions& options, const Strategy& strategy) {
+  return {.input_shape = input_shape,
+          .layers = layers,
+          .optimizer = options.optimizer,
+          .loss = options.loss,
+          .from_logits = options.from_logits,
+          .all_reduce = strategy.all_reduce,
+          .bucket_bytes = strategy.bucket_bytes,
+          .shard = strategy.shard,
+          .seed = options.seed,
+          .policy = options.policy,
+          .loss_scale = options.loss_scale};
+}
+
 void Sequential::compile(const CompileOptions& options, const Strategy& strategy, runtime::SessionOptions session) {
   auto compiled = std::make_unique<Compiled>();
   compiled->manager = session.devices != nullptr ? session.devices : &device::DeviceManager::instance();
@@ -90,18 +105,7 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
              "strategy has ",
              devices_.size(), " device(s)");
   }
-  ModelSpec spec{.input_shape = input_shape_,
-                 .layers = layers_,
-                 .optimizer = options.optimizer,
-                 .loss = options.loss,
-                 .from_logits = options.from_logits,
-                 .all_reduce = strategy.all_reduce,
-                 .bucket_bytes = strategy.bucket_bytes,
-                 .shard = strategy.shard,
-                 .seed = options.seed,
-                 .policy = options.policy,
-                 .loss_scale = options.loss_scale};
-  compiled->model = build_model_graph(spec, devices_);
+  compiled->model = build_model_graph(model_spec(input_shape_, layers_, options, strategy), devices_);
   if (!compiled->model.loss_scale.empty()) compiled->loss_scale.emplace(options.loss_scale);
   session.devices = compiled->manager;
   if (session.default_device.empty()) session.default_device = devices_.front();
