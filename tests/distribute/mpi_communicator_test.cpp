@@ -64,6 +64,51 @@ TEST(MpiCommunicator, AllReduceSumsOverEveryRankAndLocalDevice) {
   }
 }
 
+// Buckets of 1 MiB and more take the pipelined ring (1 MiB pieces): element counts that leave a short last
+// piece in every segment, segments of unequal length (the count is odd and prime), every dtype, one and two
+// local devices. Values repeat with period 1009 in float32 and float64, 7 in the 16-bit types (where the sums
+// must stay exact), and neither period divides a piece or a segment offset: a piece sent to the wrong place or
+// summed twice shows.
+TEST(MpiCommunicator, LargeBucketsTakeThePipelinedRingAndSumExactly) {
+  const MpiWorld& world = mpi_world();
+  std::vector<std::unique_ptr<device::Device>> devices;
+  for (int index = 0; index < 2; ++index) devices.push_back(make_device(Backend::sim, 256 * kMiB, {}, index));
+  const auto communicator = make_mpi_communicator();
+  for (const DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    const std::int64_t period = size_of(dtype) == 2 ? 7 : 1009;
+    const auto value = [period](int rank, std::size_t local, std::int64_t i) {
+      return static_cast<float>(rank + 1) * 0.5F + static_cast<float>(local) * 0.25F + static_cast<float>(i % period);
+    };
+    // 1,000,003 is prime: 2 or 3 unequal segments of several 1 MiB pieces plus a short one.
+    for (const std::int64_t elements : {std::int64_t{1'000'003}, std::int64_t{(1 << 20) / 2 + 1}}) {
+      for (std::size_t locals : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << name_of(dtype) << " elements " << elements << " locals " << locals);
+        std::vector<Tensor> tensors, scratch;
+        for (std::size_t local = 0; local < locals; ++local) {
+          std::vector<float> values(static_cast<std::size_t>(elements));
+          for (std::int64_t i = 0; i < elements; ++i) values[static_cast<std::size_t>(i)] = value(world.rank, local, i);
+          tensors.push_back(ops::cast(Tensor::from_vector<float>(values, Shape{elements}, *devices[local]), dtype));
+          scratch.push_back(
+              Tensor::empty(Shape{std::max<std::int64_t>(1, communicator->scratch_elements(elements, locals, local))},
+                            dtype, *devices[local]));
+        }
+        ASSERT_GE(tensors[0].nbytes(), kMiB) << "the bucket must take the ring";
+        communicator->all_reduce(tensors, scratch);
+        for (std::size_t local = 0; local < locals; ++local) {
+          const std::vector<float> result = ops::cast(tensors[local], DType::f32).to_vector<float>();
+          for (std::int64_t i = 0; i < elements; ++i) {
+            double expected = 0;
+            for (int rank = 0; rank < world.size; ++rank) {
+              for (std::size_t other = 0; other < locals; ++other) expected += value(rank, other, i);
+            }
+            ASSERT_EQ(result[static_cast<std::size_t>(i)], expected) << "element " << i << " of local " << local;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MpiCommunicator, ReduceScatterAndAllGatherWorkPerRank) {
   const MpiWorld& world = mpi_world();
   auto device = make_device(Backend::sim, 64 * kMiB, {}, 0);

@@ -1,14 +1,26 @@
 // The MPI transport (see tensorpool/distribute/mpi.hpp). Cross-worker work runs inside a task on the first
 // local tensor's stream 0, so it starts only once the local reduction it follows has run and later work on
-// that stream sees its result: the data is staged into pinned host memory, reduced between the workers with
-// a non-blocking MPI collective polled against the deadline, and staged back.
+// that stream sees its result: the data is staged into pinned host memory, reduced between the workers over
+// non-blocking MPI polled against the deadline, and staged back.
+//
+// All-reduce runs its own pipelined ring on MPI point-to-point messages: each rank's segment of the bucket is
+// cut into pieces that travel the ring one by one, and each piece is staged in just before it is sent or
+// reduced and staged out as soon as it is final, so staging overlaps the transfers of the other pieces.
+// (Open MPI's MPI_Iallreduce, libnbc, reduces with a binomial tree below 4 ranks: every byte goes to rank 0
+// and back, half the speed of the blocking MPI_Allreduce; the ring moves 2(N-1)/N of the bytes per rank.)
+// Small buckets, where the ring's 2(N-1) hops cost more than they save, still use MPI_Iallreduce.
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "device/staging_pool.hpp"
@@ -76,12 +88,16 @@ class MpiCommunicator final : public Communicator {
  private:
   void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     local_->all_reduce(tensors, scratch);
-    across_workers(tensors[0], "all_reduce", [](void* data, const Tensor& tensor, const Deadline& deadline) {
-      MPI_Request request;
-      MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(tensor.num_elements()), mpi_type(tensor.dtype()),
-                     sum_op(tensor.dtype()), MPI_COMM_WORLD, &request);
-      deadline.wait(request, "all_reduce");
-    });
+    if (tensors[0].nbytes() < kRingMinimumBytes) {
+      across_workers(tensors[0], "all_reduce", [](void* data, const Tensor& tensor, const Deadline& deadline) {
+        MPI_Request request;
+        MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(tensor.num_elements()), mpi_type(tensor.dtype()),
+                       sum_op(tensor.dtype()), MPI_COMM_WORLD, &request);
+        deadline.wait(request, "all_reduce");
+      });
+    } else {
+      ring_across_workers(tensors[0]);
+    }
     for (std::size_t index = 1; index < tensors.size(); ++index) send(tensors[0], tensors[index]);
   }
 
@@ -116,23 +132,32 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  // Polls a request until it completes or the collective's deadline passes.
+  // Polls a request until it completes or the collective's deadline passes. MPI progresses only inside the
+  // calls, so it polls without sleeping (yielding the core) for kSpin, as a blocking MPI call would, then
+  // sleeps 50 us between polls: a rank that waits long is waiting for a stalled or slow peer.
   class Deadline {
    public:
     Deadline(std::chrono::steady_clock::time_point end, std::uint64_t sequence) : end_(end), sequence_(sequence) {}
     void wait(MPI_Request& request, std::string_view what) const {
+      static constexpr std::chrono::milliseconds kSpin{5};
+      const auto start = std::chrono::steady_clock::now();
       int done = 0;
       for (;;) {
         MPI_Test(&request, &done, MPI_STATUS_IGNORE);
         if (done != 0) return;
         detail::serve_probes();
-        if (std::chrono::steady_clock::now() > end_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now > end_) {
           const std::string missing = detail::unresponsive_ranks(std::chrono::seconds(2));
           TP_THROW(DeviceError, "distribute", "rank ", mpi_world().rank, ": mpi ", what, " #", sequence_,
                    " did not finish in time; rank(s) ", missing,
                    " stopped answering (stalled or died); TP_COLLECTIVE_TIMEOUT (seconds) sets how long ranks wait");
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (now - start < kSpin) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
       }
     }
 
@@ -163,17 +188,143 @@ class MpiCommunicator final : public Communicator {
                  target.buffer(), target.offset_bytes(), target.nbytes());
   }
 
-  // Enqueues on `tensor`'s stream 0: stage it to host memory, check that every rank arrived, run `exchange`
-  // on the staged bytes, stage the result back. Task errors surface at the stream's next synchronize().
-  template <typename Exchange>
-  void across_workers(const Tensor& tensor, std::string_view what, Exchange exchange) {
+  // The ring all-reduce's piece: small enough that a piece staged in is still in cache when it is sent or
+  // reduced, large enough that MPI's per-message cost stays small. Buckets below kRingMinimumBytes use
+  // MPI_Iallreduce.
+  static constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kRingMinimumBytes = std::size_t{1} << 20;
+  static constexpr int kRingTag = 8000;  // + the ring step (0 .. 2(N-1)); other MPI traffic uses 7001..7102
+
+  // Enqueues on `tensor`'s stream 0: check that every rank arrived, then run the pipelined ring all-reduce,
+  // which stages the tensor in and out piece by piece. Task errors surface at the stream's next synchronize().
+  void ring_across_workers(const Tensor& tensor) {
+    if (!ready_across_workers(tensor, "all_reduce")) return;
+    const auto ranks = static_cast<std::size_t>(mpi_world().size);
+    const auto [first, first_end] = chunk(tensor.num_elements(), ranks, 0);
+    const std::size_t segment_bytes = static_cast<std::size_t>(first_end - first) * size_of(tensor.dtype());
+    std::shared_ptr<void> staged = staging_->acquire(std::max<std::size_t>(tensor.nbytes(), 1));
+    std::shared_ptr<void> received = staging_->acquire(std::max<std::size_t>(segment_bytes, 1));
+    const std::chrono::milliseconds timeout = timeout_;
+    tensor.device().stream(0).enqueue([tensor, staged, received, timeout] {
+      std::lock_guard lock(detail::mpi_mutex());
+      const std::uint64_t sequence = detail::next_sequence();
+      const auto end = std::chrono::steady_clock::now() + timeout;
+      detail::arrive(sequence, "all_reduce", end);
+      try {
+        ring_all_reduce(tensor, static_cast<std::byte*>(staged.get()), static_cast<std::byte*>(received.get()),
+                        Deadline(end, sequence));
+      } catch (...) {
+        // MPI may still write into the blocks (a stalled peer can wake up): keep them out of the pool. MPI is
+        // marked broken by then and the process aborts the job at exit.
+        static std::vector<std::shared_ptr<void>> abandoned;
+        abandoned.push_back(staged);
+        abandoned.push_back(received);
+        throw;
+      }
+    });
+  }
+
+  // The ring all-reduce on MPI point-to-point: 2(N-1) steps; at step t a rank sends segment sent(t) to the
+  // next rank and receives segment received(t) from the previous one, summing it into its own (t < N-1,
+  // reduce-scatter: afterwards segment rank+1 is final) or storing it (all-gather). Segments are cut into
+  // pieces of kPieceBytes; a piece is forwarded to the next step as soon as it is received (and reduced), so
+  // the pieces of a segment travel the ring one behind the other. Invariants: `staged` holds the tensor's
+  // bytes where they have been staged in (a rank's own segment before step 0, every other segment at its
+  // reduction); a piece is staged out once final; no receive is posted into bytes a pending send reads.
+  static void ring_all_reduce(const Tensor& tensor, std::byte* staged, std::byte* received, const Deadline& deadline) {
+    const int ranks = mpi_world().size;
+    const int rank = mpi_world().rank;
+    const int steps = 2 * (ranks - 1);
+    const std::size_t element_bytes = size_of(tensor.dtype());
+    const MPI_Datatype type = mpi_type(tensor.dtype());
+    const MPI_Op op = sum_op(tensor.dtype());
+    auto* data = static_cast<std::byte*>(tensor.data());
+    const auto piece_elements = static_cast<std::int64_t>(std::max<std::size_t>(kPieceBytes / element_bytes, 1));
+    const auto wrap = [ranks](int segment) { return ((segment % ranks) + ranks) % ranks; };
+    const auto received_segment = [&](int step) {
+      return step < ranks - 1 ? wrap(rank - step - 1) : wrap(rank - (step - (ranks - 1)));
+    };
+    const auto sent_segment = [&](int step) { return step == 0 ? rank : received_segment(step - 1); };
+    // The pieces of `segment` as [begin, end) element ranges.
+    const auto pieces = [&](int segment) {
+      const auto [begin, end] =
+          chunk(tensor.num_elements(), static_cast<std::size_t>(ranks), static_cast<std::size_t>(segment));
+      std::vector<std::pair<std::int64_t, std::int64_t>> result;
+      for (std::int64_t at = begin; at < end; at += piece_elements)
+        result.emplace_back(at, std::min(end, at + piece_elements));
+      return result;
+    };
+    const auto bytes = [element_bytes](std::int64_t elements) {
+      return static_cast<std::size_t>(elements) * element_bytes;
+    };
+    std::vector<std::vector<MPI_Request>> sends(static_cast<std::size_t>(steps));
+    const auto send = [&](int step, std::pair<std::int64_t, std::int64_t> piece) {
+      if (step >= steps) return;
+      MPI_Request request;
+      MPI_Isend(staged + bytes(piece.first), static_cast<int>(piece.second - piece.first), type, (rank + 1) % ranks,
+                kRingTag + step, MPI_COMM_WORLD, &request);
+      sends[static_cast<std::size_t>(step)].push_back(request);
+    };
+    const auto wait_sends = [&](int step) {
+      for (MPI_Request& request : sends[static_cast<std::size_t>(step)]) deadline.wait(request, "all_reduce");
+      sends[static_cast<std::size_t>(step)].clear();
+    };
+    for (const auto& piece : pieces(rank)) {
+      std::memcpy(staged + bytes(piece.first), data + bytes(piece.first), bytes(piece.second - piece.first));
+      send(0, piece);
+    }
+    std::vector<MPI_Request> receives;
+    for (int step = 0; step < steps; ++step) {
+      const int segment = received_segment(step);
+      const bool reduce = step < ranks - 1;
+      const bool final = step >= ranks - 2;
+      const auto segment_pieces = pieces(segment);
+      if (segment_pieces.empty()) continue;
+      const std::int64_t segment_begin = segment_pieces.front().first;
+      if (!reduce) {
+        for (int earlier = 0; earlier < step; ++earlier) {
+          if (sent_segment(earlier) == segment) wait_sends(earlier);
+        }
+      }
+      receives.assign(segment_pieces.size(), MPI_REQUEST_NULL);
+      for (std::size_t index = 0; index < segment_pieces.size(); ++index) {
+        const auto [begin, end] = segment_pieces[index];
+        std::byte* target = reduce ? received + bytes(begin - segment_begin) : staged + bytes(begin);
+        MPI_Irecv(target, static_cast<int>(end - begin), type, (rank + ranks - 1) % ranks, kRingTag + step,
+                  MPI_COMM_WORLD, &receives[index]);
+      }
+      for (std::size_t index = 0; index < segment_pieces.size(); ++index) {
+        const auto [begin, end] = segment_pieces[index];
+        if (reduce) std::memcpy(staged + bytes(begin), data + bytes(begin), bytes(end - begin));
+        deadline.wait(receives[index], "all_reduce");
+        if (reduce) {
+          MPI_Reduce_local(received + bytes(begin - segment_begin), staged + bytes(begin),
+                           static_cast<int>(end - begin), type, op);
+        }
+        if (final) std::memcpy(data + bytes(begin), staged + bytes(begin), bytes(end - begin));
+        send(step + 1, segment_pieces[index]);
+      }
+    }
+    for (int step = 0; step < steps; ++step) wait_sends(step);
+  }
+
+  // Checks `tensor` for the MPI transport; false when there is nothing to exchange (a world of one).
+  bool ready_across_workers(const Tensor& tensor, std::string_view what) {
     if (tensor.num_elements() > std::numeric_limits<int>::max()) {
       TP_THROW(InvalidArgument, "distribute", "mpi ", what, ": ", tensor.num_elements(),
                " elements exceed MPI's int counts; split the bucket");
     }
     mpi_type(tensor.dtype());
-    if (mpi_world().size == 1) return;
+    if (mpi_world().size == 1) return false;
     if (staging_ == nullptr) staging_ = device::StagingPool::create("mpi");
+    return true;
+  }
+
+  // Enqueues on `tensor`'s stream 0: stage it to host memory, check that every rank arrived, run `exchange`
+  // on the staged bytes, stage the result back. Task errors surface at the stream's next synchronize().
+  template <typename Exchange>
+  void across_workers(const Tensor& tensor, std::string_view what, Exchange exchange) {
+    if (!ready_across_workers(tensor, what)) return;
     std::shared_ptr<void> staged = staging_->acquire(std::max<std::size_t>(tensor.nbytes(), 1));
     const std::chrono::milliseconds timeout = timeout_;
     tensor.device().stream(0).enqueue([tensor, staged, what, exchange, timeout] {
