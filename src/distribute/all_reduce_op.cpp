@@ -7,6 +7,8 @@
 //   P * R + r           replica r's bucket: the P tensors packed into one flat buffer, so the communicator
 //                       runs once per step (gradient bucketing) instead of once per tensor; empty when P = 1;
 //   P * R + R + r       the communicator's working space on replica r.
+// With `unpack` = false (and P > 1) outputs p * R + r are empty: a consumer that reads the reduced bucket itself
+// (ZeRO-1's sharded update reads its chunk of it) saves the unpacked copy's memory and time.
 // Every output is planned by the executor like any tensor, so a steady-state step makes no allocator call.
 // Not differentiable.
 #include "distribute/collective_support.hpp"
@@ -24,6 +26,9 @@ std::vector<TensorType> infer_all_reduce(const InferenceContext& context) {
   const std::int64_t bucket = check_parameter_major(context, layout, "AllReduce");
   std::vector<TensorType> outputs(context.inputs.begin(), context.inputs.end());
   const DType dtype = context.inputs[0].dtype;
+  if (layout.tensors > 1 && !attribute_bool(context.node, "unpack", true)) {
+    for (TensorType& output : outputs) output.dims = {0};
+  }
   const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
   const std::int64_t reduced = layout.tensors == 1 ? elements_of(context.inputs[0]) : bucket;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
@@ -64,6 +69,7 @@ void all_reduce_kernel(KernelContext& context) {
     reduced.push_back(bucket);
   }
   communicator->all_reduce(reduced, scratch);
+  if (!attribute_bool(context.node, "unpack", true)) return;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     std::int64_t offset = 0;
     for (std::size_t tensor = 0; tensor < layout.tensors; ++tensor) {

@@ -12,7 +12,14 @@ Layout layout_of(const Node& node, std::size_t inputs) {
     TP_THROW(InvalidArgument, "graph", node.op, " '", node.name, "': ", inputs, " inputs do not split into ", replicas,
              " replicas");
   }
-  return {static_cast<std::size_t>(replicas), inputs / static_cast<std::size_t>(replicas)};
+  const std::int64_t shards = attribute_int(node, "shards", replicas);
+  const std::int64_t first_shard = attribute_int(node, "first_shard", 0);
+  if (first_shard < 0 || shards < first_shard + replicas) {
+    TP_THROW(InvalidArgument, "graph", node.op, " '", node.name, "': local replicas ", first_shard, "..",
+             first_shard + replicas - 1, " are not shards of ", shards);
+  }
+  return {static_cast<std::size_t>(replicas), inputs / static_cast<std::size_t>(replicas),
+          static_cast<std::size_t>(shards), static_cast<std::size_t>(first_shard)};
 }
 
 std::int64_t elements_of(const TensorType& type) {

@@ -16,10 +16,15 @@ namespace tp::graph::detail {
 struct Layout {
   std::size_t replicas = 0;
   std::size_t tensors = 0;  // per replica
+  // Sharding ops: the bucket splits into `shards` chunks (Communicator::chunk) over every replica of the job;
+  // local replica r owns chunk first_shard + r. In one process shards = replicas and first_shard = 0; across
+  // workers (the "mpi" algorithm) shards = world size x replicas and first_shard = rank x replicas.
+  std::size_t shards = 0;
+  std::size_t first_shard = 0;
 };
 
-// From the `replicas` attribute (default: one tensor per replica); throws naming the node when the inputs
-// do not split evenly.
+// From the `replicas` attribute (default: one tensor per replica) and the optional `shards` and `first_shard`;
+// throws naming the node when the inputs do not split evenly or the local replicas' shards exceed `shards`.
 Layout layout_of(const Node& node, std::size_t inputs);
 
 // Elements of a type; -1 when a dim is unknown.

@@ -48,7 +48,9 @@ CheckpointCallback::CheckpointCallback(std::filesystem::path directory, std::fun
 }
 
 void CheckpointCallback::save() {
-  last_saved_ = save_checkpoint(directory_, capture_(), options_.checkpoint);
+  CheckpointState state = capture_();
+  if (!options_.write) return;
+  last_saved_ = save_checkpoint(directory_, state, options_.checkpoint);
   ++saves_;
 }
 

@@ -78,10 +78,10 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
     }
   }
   std::int64_t current_epoch = first_epoch, current_batch = first_batch;
-  if (!options.checkpoint_dir.empty() && options.write_checkpoints) {
+  if (!options.checkpoint_dir.empty()) {  // ranks that do not write still capture: capturing can be collective
     callbacks.add(std::make_shared<CheckpointCallback>(
         options.checkpoint_dir, [&] { return capture(model, step, current_epoch, current_batch, seed); },
-        CheckpointCallbackOptions{.every_steps = options.checkpoint_every_steps}));
+        CheckpointCallbackOptions{.every_steps = options.checkpoint_every_steps, .write = options.write_checkpoints}));
   }
   const std::int64_t batches_per_epoch = train.batches_per_epoch();
   callbacks.on_train_begin({.epochs = options.epochs,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/autodiff.hpp"
@@ -192,10 +193,18 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
   // The AllReduces: per gradient dtype, buckets of at most bucket_bytes filled from the last parameter back
   // (the order the backward pass produces the gradients), one collective per bucket.
   const std::size_t replicas = devices.size();
-  std::vector<std::vector<graph::Output>> reduced(parameters[0].size());  // [parameter][replica]
-  if (replicas > 1 || spec.all_reduce == "mpi") {                         // across workers even with one local replica
-    std::map<DType, std::vector<std::vector<std::size_t>>> buckets;       // parameter indices per bucket, per dtype
-    std::map<DType, std::int64_t> filled;                                 // bytes of each dtype's last bucket
+  // Per parameter and replica: the tensor its update reads the reduced gradient from (the gradient itself on one
+  // device), at which element. A bucket of several gradients is not unpacked: the updates read their ranges of
+  // it (`slice`), so the step holds one copy of the reduced gradients, not two.
+  struct Reduced {
+    graph::Output tensor;
+    std::int64_t offset = 0;
+    bool whole = true;  // the tensor is this parameter's gradient alone
+  };
+  std::vector<std::vector<Reduced>> reduced(parameters[0].size());   // [parameter][replica]
+  if (replicas > 1 || spec.all_reduce == "mpi") {                    // across workers even with one local replica
+    std::map<DType, std::vector<std::vector<std::size_t>>> buckets;  // parameter indices per bucket, per dtype
+    std::map<DType, std::int64_t> filled;                            // bytes of each dtype's last bucket
     for (std::size_t index = parameters[0].size(); index-- > 0;) {
       const graph::TensorType type = g.type_of(*gradients[0][index]);
       const auto bytes = static_cast<std::int64_t>(byte_size(type.shape(), type.dtype));
@@ -217,18 +226,24 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
         std::string name =
             buckets.size() == 1 ? "all_reduce/gradients" : "all_reduce/gradients_" + std::string(name_of(dtype));
         if (list.size() > 1) name += "_bucket_" + std::to_string(bucket);
-        const graph::NodeId all_reduce =
-            g.add_node("AllReduce", inputs,
-                       {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}}, name);
+        const bool packed = indices.size() > 1;
+        const graph::NodeId all_reduce = g.add_node(
+            "AllReduce", inputs,
+            {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}, {"unpack", !packed}},
+            name);
+        std::int64_t offset = 0;
         for (std::size_t position = 0; position < indices.size(); ++position) {
           for (std::size_t replica = 0; replica < replicas; ++replica) {
-            reduced[indices[position]].push_back({all_reduce, static_cast<int>(position * replicas + replica)});
+            const auto output = static_cast<int>(packed ? indices.size() * replicas + replica : replica);
+            reduced[indices[position]].push_back({{all_reduce, output}, offset, !packed});
           }
+          const graph::TensorType type = g.type_of(*gradients[0][indices[position]]);
+          offset += static_cast<std::int64_t>(type.shape().num_elements());
         }
       }
     }
   } else {
-    for (std::size_t index = 0; index < parameters[0].size(); ++index) reduced[index] = {*gradients[0][index]};
+    for (std::size_t index = 0; index < parameters[0].size(); ++index) reduced[index] = {{*gradients[0][index]}};
   }
   // Loss scaling: per replica, the product of AllFinite over its reduced gradients (so every replica takes
   // the same decision) divided by the scale: 0 skips the updates, else it unscales the gradients.
@@ -236,8 +251,10 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
   for (std::size_t replica = 0; loss_scaling && replica < replicas; ++replica) {
     Builder builder{g, devices[replica], replicas > 1 ? "replica_" + std::to_string(replica) + "/" : ""};
     std::optional<graph::Output> finite;
+    std::set<graph::Output> checked;  // each reduced bucket once
     for (std::size_t index = 0; index < parameters[0].size(); ++index) {
-      const graph::Output flag = builder.add("AllFinite", {reduced[index][replica]}, {}, "loss_scale/AllFinite");
+      if (!checked.insert(reduced[index][replica].tensor).second) continue;
+      const graph::Output flag = builder.add("AllFinite", {reduced[index][replica].tensor}, {}, "loss_scale/AllFinite");
       finite = finite ? builder.add("Mul", {*finite, flag}, {}, "loss_scale/all_finite") : flag;
     }
     model.replicas[replica].all_finite = g.node(finite->node).name;
@@ -249,30 +266,36 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
       const graph::Output parameter = parameters[replica][index];
       const std::string base = g.node(parameter.node).name.substr(builder.prefix.size());
       const std::vector<std::int64_t> dims = g.type_of(parameter).dims;
+      const Reduced& gradient = reduced[index][replica];
+      graph::Attributes slice;  // where the update reads its gradient in a bucket
+      if (!gradient.whole) {
+        slice["slice"] = std::vector<std::int64_t>{0, g.type_of(parameter).shape().num_elements(), gradient.offset, 0};
+      }
       graph::NodeId update = -1;
       if (const Adam* adam = std::get_if<Adam>(&spec.optimizer)) {
         const graph::Output m = builder.variable(base + "/adam_m", dims, "zeros", 0, "optimizer_state");
         const graph::Output v = builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state");
         model.variables[replica].push_back(g.node(m.node).name);
         model.variables[replica].push_back(g.node(v.node).name);
-        std::vector<graph::Output> inputs{parameter, reduced[index][replica], m, v};
+        std::vector<graph::Output> inputs{parameter, gradient.tensor, m, v};
         if (apply[replica]) inputs.push_back(*apply[replica]);
-        update = builder.add_node(apply[replica] ? "ApplyAdamIf" : "ApplyAdam", inputs,
-                                  {{"learning_rate", adam->learning_rate},
-                                   {"beta1", adam->beta1},
-                                   {"beta2", adam->beta2},
-                                   {"epsilon", adam->epsilon}},
-                                  base + "/ApplyAdam");
+        graph::Attributes attributes = slice;
+        attributes.insert({{"learning_rate", adam->learning_rate},
+                           {"beta1", adam->beta1},
+                           {"beta2", adam->beta2},
+                           {"epsilon", adam->epsilon}});
+        update =
+            builder.add_node(apply[replica] ? "ApplyAdamIf" : "ApplyAdam", inputs, attributes, base + "/ApplyAdam");
       } else {
         const Sgd& sgd = std::get<Sgd>(spec.optimizer);
         const graph::Output velocity = builder.variable(base + "/momentum", dims, "zeros", 0, "optimizer_state");
         model.variables[replica].push_back(g.node(velocity.node).name);
-        std::vector<graph::Output> inputs{parameter, reduced[index][replica], velocity};
+        std::vector<graph::Output> inputs{parameter, gradient.tensor, velocity};
         if (apply[replica]) inputs.push_back(*apply[replica]);
-        update = builder.add_node(
-            apply[replica] ? "ApplySgdIf" : "ApplySgd", inputs,
-            {{"learning_rate", sgd.learning_rate}, {"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}},
-            base + "/ApplySgd");
+        graph::Attributes attributes = slice;
+        attributes.insert(
+            {{"learning_rate", sgd.learning_rate}, {"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}});
+        update = builder.add_node(apply[replica] ? "ApplySgdIf" : "ApplySgd", inputs, attributes, base + "/ApplySgd");
       }
       model.updates.push_back(g.node(update).name);
     }

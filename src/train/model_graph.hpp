@@ -37,7 +37,11 @@ struct ModelSpec {
   bool from_logits = false;
   std::string all_reduce = "ring";
   std::int64_t bucket_bytes = Strategy::kDefaultBucketBytes;  // the AllReduce buckets' size limit (Strategy)
-  Shard shard = Shard::none;  // ZeRO (train/sharded_update.hpp); mirrored over >= 2 devices only
+  Shard shard = Shard::none;  // ZeRO (train/sharded_update.hpp); mirrored or multi-worker, >= 2 replicas in all
+  // A multi-worker job's MPI world: ZeRO shards span every worker's replicas (rank r's replicas own shards
+  // r x devices.. r x devices + devices - 1).
+  std::int64_t workers = 1;
+  std::int64_t rank = 0;
   std::uint64_t seed = 0;
   DTypePolicy policy{};           // the model's; a layer's own policy overrides it
   LossScaleOptions loss_scale{};  // used when some layer computes in float16

@@ -40,12 +40,52 @@ std::vector<std::string> strategy_devices(const Strategy& strategy, device::Devi
   return accelerators;
 }
 
+// ZeRO splits state between replicas: mirrored over two or more devices, or multi-worker with one device per
+// worker (the MPI reduce-scatter and all-gather shard per worker) and two or more workers.
+void check_sharding(const Strategy& strategy, std::size_t devices, int workers) {
+  if (strategy.shard == Shard::none) return;
+  if (strategy.kind == Strategy::Kind::mirrored && devices >= 2) return;
+  if (strategy.kind == Strategy::Kind::multi_worker) {
+    if (devices != 1) {
+      TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
+               " across workers takes one device per worker (the MPI collectives shard per worker); this worker "
+               "has ",
+               devices, ": run one process per device (mpirun -np <devices>, --devices sim:0)");
+    }
+    if (workers < 2) {
+      TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
+               " with the multi-worker strategy needs two or more workers (mpirun -np 2 or more); this job has ",
+               workers);
+    }
+    return;
+  }
+  TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
+           " needs the mirrored strategy over two or more devices, or the multi-worker strategy (ZeRO splits state "
+           "between replicas); this strategy has ",
+           devices, " device(s)");
+}
+
 constexpr char kLossScaleCurrent[] = "loss_scale/current";
 constexpr char kLossScaleGoodSteps[] = "loss_scale/good_steps";
 constexpr char kLossScaleSkippedSteps[] = "loss_scale/skipped_steps";
 
 std::string strip_replica(const std::string& name) {
   return name.rfind("replica_", 0) == 0 ? name.substr(name.find('/') + 1) : name;
+}
+
+// `name` is this worker's "shard_<k>/<slot>" (one device per worker: k = rank); appends every worker's
+// "shard_<q>/<slot>", gathered over MPI (each worker's shard has the same float32 size).
+void gather_shards(const std::string& name, const Tensor& local, int workers,
+                   std::vector<std::pair<std::string, Tensor>>& values) {
+  const std::string slot = name.substr(name.find('/') + 1);
+  const std::vector<float> mine = local.to_vector<float>();
+  std::vector<float> all(mine.size() * static_cast<std::size_t>(workers));
+  distribute::mpi_all_gather(mine.data(), mine.size() * sizeof(float), all.data());
+  for (int worker = 0; worker < workers; ++worker) {
+    const std::span<const float> shard(all.data() + static_cast<std::size_t>(worker) * mine.size(), mine.size());
+    values.emplace_back("shard_" + std::to_string(worker) + "/" + slot,
+                        Tensor::from_vector<float>(shard, local.shape(), local.device()));
+  }
 }
 
 }  // namespace
@@ -99,13 +139,11 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
     TP_THROW(InvalidArgument, "train", "bucket_bytes = ", strategy.bucket_bytes,
              " must be positive (the AllReduce buckets' size limit; default 25 MiB)");
   }
-  if (strategy.shard != Shard::none && (strategy.kind != Strategy::Kind::mirrored || devices_.size() < 2)) {
-    TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
-             " needs the mirrored strategy over two or more devices (ZeRO splits state between replicas); this "
-             "strategy has ",
-             devices_.size(), " device(s)");
-  }
-  compiled->model = build_model_graph(model_spec(input_shape_, layers_, options, strategy), devices_);
+  check_sharding(strategy, devices_.size(), compiled->workers);
+  ModelSpec spec = model_spec(input_shape_, layers_, options, strategy);
+  spec.workers = compiled->workers;
+  spec.rank = compiled->rank;
+  compiled->model = build_model_graph(spec, devices_);
   if (!compiled->model.loss_scale.empty()) compiled->loss_scale.emplace(options.loss_scale);
   session.devices = compiled->manager;
   if (session.default_device.empty()) session.default_device = devices_.front();
@@ -283,10 +321,15 @@ std::vector<std::pair<std::string, Tensor>> Sequential::variables() {
   std::vector<std::pair<std::string, Tensor>> values;
   // Replicated variables ("replica_<r>/...", equal on every replica) once, from replica 0; a replica's own
   // (sharded optimizer state, "shard_<r>/...") from each.
+  const bool sharded_across_workers = compiled_->workers > 1 && compiled_->strategy.shard != Shard::none;
   for (std::size_t replica = 0; replica < compiled_->model.variables.size(); ++replica) {
     for (const std::string& name : compiled_->model.variables[replica]) {
       if (replica > 0 && strip_replica(name) != name) continue;
-      values.emplace_back(strip_replica(name), session().read_variable(name));
+      if (sharded_across_workers && name.rfind("shard_", 0) == 0) {
+        gather_shards(name, session().read_variable(name), compiled_->workers, values);
+      } else {
+        values.emplace_back(strip_replica(name), session().read_variable(name));
+      }
     }
   }
   if (compiled_->loss_scale) {  // saved with the optimizer state, as Keras's LossScaleOptimizer variables

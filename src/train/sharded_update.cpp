@@ -31,42 +31,51 @@ graph::Output shard_variable(graph::Graph& graph, const std::string& name, std::
   return output;
 }
 
+// How the flat parameter space splits: `shards` chunks over every replica of the job, local replica r owning
+// chunk first_shard + r (one process: shards = replicas, first_shard = 0; across workers: world x replicas and
+// rank x replicas). Collectives run with `algorithm` (spec.all_reduce: "mpi" across workers).
+struct ShardLayout {
+  std::size_t shards = 0;
+  std::size_t first_shard = 0;
+  std::string algorithm;
+
+  std::size_t of(std::size_t replica) const { return first_shard + replica; }
+  std::string prefix(std::size_t replica) const { return "shard_" + std::to_string(of(replica)) + "/"; }
+};
+
 // Per replica: the flag its updates are gated on (1 when every reduced gradient is finite, else 0).
 std::vector<graph::Output> finite_flags(graph::Graph& g, const std::vector<std::string>& devices,
-                                        const std::vector<graph::Output>& reduced_per_replica,
-                                        const std::vector<std::vector<graph::Output>>& reduced_per_parameter,
-                                        bool sharded_gradients) {
+                                        const std::vector<graph::Output>& reduced, bool sharded_gradients,
+                                        const ShardLayout& layout) {
   const std::size_t replicas = devices.size();
   std::vector<graph::Output> flags;
-  if (!sharded_gradients) {  // every replica holds every reduced gradient: each decides alone, all alike
+  if (!sharded_gradients) {  // every replica holds the whole reduced bucket: each decides alone, all alike
     for (std::size_t replica = 0; replica < replicas; ++replica) {
-      std::optional<graph::Output> flag;
-      for (const std::vector<graph::Output>& reduced : reduced_per_parameter) {
-        const std::string prefix = "replica_" + std::to_string(replica) + "/loss_scale/";
-        const graph::Output finite =
-            on(g, g.add("AllFinite", {reduced[replica]}, {}, prefix + "AllFinite"), devices[replica]);
-        flag = flag ? on(g, g.add("Mul", {*flag, finite}, {}, prefix + "all_finite"), devices[replica]) : finite;
-      }
-      flags.push_back(*flag);
+      flags.push_back(on(
+          g,
+          g.add("AllFinite", {reduced[replica]}, {}, "replica_" + std::to_string(replica) + "/loss_scale/all_finite"),
+          devices[replica]));
     }
     return flags;
   }
-  // Each replica sees only its chunk: sum the chunks' flags over the replicas; all finite iff the sum is R,
-  // and relu(sum - (R - 1)) is then 1, else 0.
+  // Each replica holds only its chunk's sums (the rest of its bucket is working space): sum the chunks' flags over
+  // every replica of the job; all finite iff the sum is K (the shards), and relu(sum - (K - 1)) is then 1, else 0.
   std::vector<graph::Output> chunk_flags;
   for (std::size_t replica = 0; replica < replicas; ++replica) {
+    const auto [begin, end] =
+        distribute::Communicator::chunk(g.type_of(reduced[replica]).dims.at(0), layout.shards, layout.of(replica));
     chunk_flags.push_back(on(g,
-                             g.add("AllFinite", {reduced_per_replica[replica]}, {},
-                                   "shard_" + std::to_string(replica) + "/loss_scale/AllFinite"),
+                             g.add("AllFinite", {reduced[replica]}, {{"range", std::vector<std::int64_t>{begin, end}}},
+                                   layout.prefix(replica) + "loss_scale/AllFinite"),
                              devices[replica]));
   }
   const graph::NodeId sum = g.add_node(
-      "AllReduce", chunk_flags, {{"algorithm", std::string("ring")}, {"replicas", static_cast<std::int64_t>(replicas)}},
+      "AllReduce", chunk_flags, {{"algorithm", layout.algorithm}, {"replicas", static_cast<std::int64_t>(replicas)}},
       "all_reduce/finite_flags");
   for (std::size_t replica = 0; replica < replicas; ++replica) {
-    const std::string prefix = "shard_" + std::to_string(replica) + "/loss_scale/";
-    const graph::Output others =
-        on(g, graph::fill(g, prefix + "others", DType::f32, {}, static_cast<double>(replicas - 1)), devices[replica]);
+    const std::string prefix = layout.prefix(replica) + "loss_scale/";
+    const graph::Output others = on(
+        g, graph::fill(g, prefix + "others", DType::f32, {}, static_cast<double>(layout.shards - 1)), devices[replica]);
     const graph::Output excess =
         on(g, g.add("Sub", {graph::Output{sum, static_cast<int>(replica)}, others}, {}, prefix + "excess"),
            devices[replica]);
@@ -84,7 +93,13 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
   graph::Graph& g = model.graph;
   const std::size_t replicas = devices.size();
   const std::size_t count = parameters[0].size();
-  if (replicas < 2) TP_THROW(InvalidArgument, "train", "sharding needs the mirrored strategy over >= 2 devices");
+  const ShardLayout layout{.shards = replicas * static_cast<std::size_t>(spec.workers),
+                           .first_shard = static_cast<std::size_t>(spec.rank) * replicas,
+                           .algorithm = spec.all_reduce};
+  if (layout.shards < 2) {
+    TP_THROW(InvalidArgument, "train",
+             "sharding needs two or more replicas (mirrored over >= 2 devices, or >= 2 workers)");
+  }
   std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
   std::vector<std::int64_t> offsets;  // of each parameter in the flat space
   std::int64_t total = 0;
@@ -110,42 +125,45 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
   }
   const bool sharded_gradients = spec.shard == Shard::gradients;
   const graph::Attributes collective = {{"algorithm", spec.all_reduce},
-                                        {"replicas", static_cast<std::int64_t>(replicas)}};
-  // Where replica r reads its chunk's reduced gradient, and at which element of that tensor the chunk starts.
+                                        {"replicas", static_cast<std::int64_t>(replicas)},
+                                        {"shards", static_cast<std::int64_t>(layout.shards)},
+                                        {"first_shard", static_cast<std::int64_t>(layout.first_shard)}};
+  // Where replica r reads its chunk's reduced gradient: its reduced bucket, laid out as the flat parameter space.
   std::vector<graph::Output> reduced(replicas);
-  std::vector<std::vector<graph::Output>> reduced_per_parameter(count, std::vector<graph::Output>(replicas));
-  std::vector<bool> chunk_at_zero(replicas, sharded_gradients);
-  if (sharded_gradients) {
-    const graph::NodeId scatter = g.add_node("ReduceScatter", inputs, collective, "reduce_scatter/gradients");
-    for (std::size_t replica = 0; replica < replicas; ++replica)
-      reduced[replica] = {scatter, static_cast<int>(replica)};
+  if (sharded_gradients) {  // each replica reads only its chunk of its bucket, summed over the job's replicas
+    graph::Attributes attributes = collective;
+    attributes["unpack"] = false;
+    const graph::NodeId scatter = g.add_node("ReduceScatter", inputs, attributes, "reduce_scatter/gradients");
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      reduced[replica] = {scatter, static_cast<int>(replicas + replica)};
+    }
   } else {
-    const graph::NodeId all_reduce = g.add_node("AllReduce", inputs, collective, "all_reduce/gradients");
+    // The updates read their chunks from the reduced bucket itself: no unpacked copy of every gradient.
+    const graph::NodeId all_reduce = g.add_node(
+        "AllReduce", inputs,
+        {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}, {"unpack", false}},
+        "all_reduce/gradients");
     const auto bucket = static_cast<int>(count == 1 ? 0 : count * replicas);
     for (std::size_t replica = 0; replica < replicas; ++replica) {
       reduced[replica] = {all_reduce, bucket + static_cast<int>(replica)};
-      for (std::size_t index = 0; index < count; ++index) {
-        reduced_per_parameter[index][replica] = {all_reduce, static_cast<int>(index * replicas + replica)};
-      }
     }
   }
   std::vector<std::optional<graph::Output>> apply(replicas);
   if (loss_scale) {
-    const std::vector<graph::Output> flags =
-        finite_flags(g, devices, reduced, reduced_per_parameter, sharded_gradients);
+    const std::vector<graph::Output> flags = finite_flags(g, devices, reduced, sharded_gradients, layout);
     for (std::size_t replica = 0; replica < replicas; ++replica) {
       model.replicas[replica].all_finite = g.node(flags[replica].node).name;
-      apply[replica] = on(g,
-                          g.add("Div", {flags[replica], *loss_scale}, {},
-                                "shard_" + std::to_string(replica) + "/loss_scale/update_factor"),
-                          devices[replica]);
+      apply[replica] =
+          on(g, g.add("Div", {flags[replica], *loss_scale}, {}, layout.prefix(replica) + "loss_scale/update_factor"),
+             devices[replica]);
     }
   }
-  const std::int64_t shard = (total + static_cast<std::int64_t>(replicas) - 1) / static_cast<std::int64_t>(replicas);
+  const auto shards = static_cast<std::int64_t>(layout.shards);
+  const std::int64_t shard = (total + shards - 1) / shards;
   for (std::size_t replica = 0; replica < replicas; ++replica) {
-    const std::string prefix = "shard_" + std::to_string(replica) + "/";
+    const std::string prefix = layout.prefix(replica);
     const std::string& device = devices[replica];
-    const auto [begin, end] = distribute::Communicator::chunk(total, replicas, replica);
+    const auto [begin, end] = distribute::Communicator::chunk(total, layout.shards, layout.of(replica));
     std::vector<graph::Output> slots;
     if (std::holds_alternative<Adam>(spec.optimizer)) {
       slots = {shard_variable(g, prefix + "adam_m", shard, device),
@@ -160,9 +178,7 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
       const std::int64_t low = std::max(first, begin);
       const std::int64_t high = std::min(last, end);
       if (low >= high) continue;
-      const std::int64_t gradient_offset = chunk_at_zero[replica] ? low - begin : low;
-      graph::Attributes attributes{
-          {"slice", std::vector<std::int64_t>{low - first, high - low, gradient_offset, low - begin}}};
+      graph::Attributes attributes{{"slice", std::vector<std::int64_t>{low - first, high - low, low, low - begin}}};
       std::vector<graph::Output> update_inputs{parameters[replica][index], reduced[replica]};
       update_inputs.insert(update_inputs.end(), slots.begin(), slots.end());
       if (apply[replica]) update_inputs.push_back(*apply[replica]);

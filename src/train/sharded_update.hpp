@@ -1,12 +1,17 @@
 #pragma once
-// The ZeRO update of a mirrored model (Strategy::shard): parameters of a replica laid end to end form N
-// elements; replica r owns chunk r (distribute::Communicator::chunk: ceil(N / R) elements from r * ceil(N / R))
-// and keeps the optimizer state of that chunk only, as variables "shard_<r>/adam_m", "shard_<r>/adam_v" (or
-// "shard_<r>/momentum") of ceil(N / R) elements (the last replica's tail is padding).
+// The ZeRO update of a mirrored or multi-worker model (Strategy::shard): parameters of a replica laid end to end
+// form N elements; the job's R replicas (every worker's: ModelSpec::workers x local devices) split them into R
+// chunks, replica k owning chunk k (distribute::Communicator::chunk: ceil(N / R) elements from k * ceil(N / R); a
+// worker's local replica r is k = rank x devices + r) and keeping the optimizer state of that chunk only, as
+// variables "shard_<k>/adam_m", "shard_<k>/adam_v" (or "shard_<k>/momentum") of ceil(N / R) elements (the last
+// replica's tail is padding). So a checkpoint of two workers names its state as one of mirrored over two devices.
 //   optimizer (ZeRO-1): AllReduce of the gradients as unsharded; each replica updates its chunk of its
 //                       parameters from its reduced bucket; AllGather of the parameters.
-//   gradients (ZeRO-2): ReduceScatter of the gradients: each replica receives only its chunk's sum; the same
-//                       update and AllGather.
+//   gradients (ZeRO-2): ReduceScatter of the gradients: each replica receives only its chunk's sum (and reads it
+//                       in its bucket: no separate copy); the same update and AllGather. Both collectives move
+//                       half the data of an AllReduce.
+// Memory: both modes hold 1/R of the optimizer state; in the step, the gradients and one bucket of N elements
+// (the reduced gradients are read from the collective's bucket, never unpacked).
 // Updates are ApplyAdam / ApplySgd nodes with a `slice` (one per parameter a chunk touches). The gradients
 // travel in their dtype (16-bit under mixed precision) when every parameter's gradient has the same one, else
 // each is cast to float32 (one flat space needs one dtype). With loss scaling the updates are the If forms,

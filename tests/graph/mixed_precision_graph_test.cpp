@@ -124,6 +124,31 @@ TEST(MixedPrecisionOps, AllFiniteFlagsInfAndNaN) {
   }
 }
 
+// ZeRO-2 checks only its chunk of a reduce-scatter bucket: the range {begin, end} of x's flat elements.
+TEST(MixedPrecisionOps, AllFiniteOverARangeLooksOnlyThere) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Graph graph;
+  std::map<NodeId, HostValue> bound;
+  const Output x = testing::bind_variable(graph, bound, "x", HostValue{{1, inf, 2, 3, 4, 5}, DType::f16, {2, 3}});
+  std::vector<Output> flags;
+  for (const std::vector<std::int64_t>& range :
+       std::vector<std::vector<std::int64_t>>{{2, 6}, {0, 2}, {1, 2}, {3, 3}}) {
+    flags.push_back(graph.add("AllFinite", {x}, {{"range", range}}));
+  }
+  const auto got = testing::run_on_cpu_and_sim(graph, bound, flags);
+  EXPECT_EQ(got, (std::vector<std::vector<double>>{{1}, {0}, {0}, {1}}));
+  tp_test::expect_invalid(
+      [&] {
+        graph.add("AllFinite", {x}, {{"range", std::vector<std::int64_t>{4, 7}}}, "past");
+      },
+      {"AllFinite 'past'", "[4,7]", "within the 6 elements"});
+  tp_test::expect_invalid(
+      [&] {
+        graph.add("AllFinite", {x}, {{"range", std::vector<std::int64_t>{3, 2}}}, "back");
+      },
+      {"AllFinite 'back'", "{begin, end}"});
+}
+
 // ApplySgdIf / ApplyAdamIf with gradient `gradient` (float32 var and slots) and factor `apply`, on cpu and
 // sim, two steps: 0 leaves var and slots bitwise untouched; otherwise they equal the unconditional tensor ops
 // on the gradient widened to float32 and multiplied by `apply`, bitwise.

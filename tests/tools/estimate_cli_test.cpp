@@ -1,7 +1,8 @@
 // tensorpool estimate and tensorpool profile as a user runs them: the estimate, made without allocating, equals
 // the peak measured over real training steps (requested bytes, and in-use bytes after the allocator's rounding)
 // for the Keras-example MLP at batch 32 and 128 on one and two sim devices; the files profile writes are
-// complete, and its trace CSV replays in `tensorpool replay`; train --profile writes the same files.
+// complete, and its trace CSV replays in `tensorpool replay`; train --profile writes the same files; under mpirun
+// the estimate plans ZeRO across workers.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tensorpool/distribute/mpi.hpp"
 #include "tools/support/cli_runner.hpp"
 
 namespace {
@@ -90,6 +92,37 @@ TEST_F(EstimateCli, TheEstimateNamesEveryKindAndShape) {
   for (const char* text : {"dense/kernel", "parameter", "float32[784,512]", "optimizer_state", "dense/kernel/adam_m",
                            "gradient", "activation", "train/arena", "planned peak on sim:0", "totals by kind"}) {
     EXPECT_NE(run.output.find(text), std::string::npos) << text << " missing from\n" << run.output;
+  }
+}
+
+// ZeRO across workers, planned under mpirun: rank 0 prints its plan once (valid JSON), and each worker's optimizer
+// state is half of unsharded multi-worker training's and equals a device's under mirrored ZeRO over two devices.
+TEST_F(EstimateCli, ZeroAcrossTwoWorkersPlansHalfTheOptimizerStatePerWorker) {
+  if (!tp::distribute::mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not installed";
+  const auto optimizer_state = [](const std::string& arguments, const std::string& launcher) {
+    const CliRun run = run_cli("estimate --json " + arguments, launcher);
+    EXPECT_EQ(run.exit_code, 0) << arguments << "\n" << run.output;
+    try {
+      return nlohmann::json::parse(run.output)
+          .at("devices")
+          .at(0)
+          .at("bytes_by_kind")
+          .at("optimizer_state")
+          .get<double>();
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << arguments << ": not one JSON document (" << error.what() << "):\n" << run.output;
+      return 0.0;
+    }
+  };
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 ";
+  const double unsharded = optimizer_state("--strategy multi_worker --devices sim:0", mpirun);
+  EXPECT_EQ(unsharded, 2.0 * 4 * 407050) << "two Adam moments of the MLP's 407,050 parameters";
+  for (const std::string shard : {"optimizer", "gradients"}) {
+    EXPECT_EQ(optimizer_state("--strategy multi_worker --devices sim:0 --shard " + shard, mpirun), unsharded / 2)
+        << shard;
+    EXPECT_EQ(optimizer_state("--strategy mirrored --devices sim:0,sim:1 --shard " + shard, ""), unsharded / 2)
+        << shard;
   }
 }
 

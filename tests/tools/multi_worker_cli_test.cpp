@@ -2,7 +2,8 @@
 // weights of single-process mirrored training over two devices (same global batch and seed) within float
 // tolerance; a stalled worker (SIGSTOP) makes the other fail within the collective timeout naming its rank;
 // a worker killed mid-epoch (SIGKILL) stops the job, and rerunning the command resumes from the last
-// checkpoint at its step. Skipped, saying why, without mpirun, MPI or the dataset.
+// checkpoint at its step; ZeRO across workers (--shard) ends as mirrored ZeRO does and halves each worker's
+// optimizer state. Skipped, saying why, without mpirun, MPI or the dataset.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -63,6 +65,13 @@ std::map<std::string, std::vector<float>> weights(const fs::path& directory) {
   return result;
 }
 
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // The parameters of the latest checkpoints in the two directories agree within 1e-5.
 void expect_same_weights(const fs::path& workers_directory, const fs::path& mirrored_directory) {
   const auto a = weights(workers_directory);
@@ -108,6 +117,87 @@ TEST_F(MultiWorkerCli, TwoWorkersTrainInFloat16LikeMirroredTraining) {
   expect_same_weights(directory_ / "workers", directory_ / "mirrored");
 }
 
+// ZeRO across workers: each worker keeps the optimizer state of its 1/N of the parameters; rank 0's checkpoint
+// gathers every worker's shard under the names mirrored ZeRO uses ("shard_<k>/adam_m"), and each worker restores
+// its own. With two workers every sum is a + b, so an epoch, a resume from the gathered checkpoint and a second
+// epoch end bitwise where mirrored ZeRO over two devices does, moments included.
+TEST_F(MultiWorkerCli, TwoWorkersWithZeroEndBitwiseAsMirroredZeroAfterAResume) {
+  for (const std::string shard : {"optimizer", "gradients"}) {
+    SCOPED_TRACE("--shard " + shard);
+    const std::string common = " --limit-train 640 --intra-op-threads 1 --seed 3 --shard " + shard;
+    const fs::path workers = directory_ / ("workers_" + shard);
+    const std::string train_workers =
+        "train --strategy multi_worker --devices sim:0" + common + " --checkpoint-dir " + workers.string();
+    const CliRun first = run_cli(train_workers + " --epochs 1", kMpirun);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const std::optional<train::CheckpointState> after_one = train::load_latest_checkpoint(workers);
+    ASSERT_TRUE(after_one.has_value());
+    EXPECT_TRUE(after_one->tensors.contains("shard_0/adam_m")) << "rank 0's own shard";
+    EXPECT_TRUE(after_one->tensors.contains("shard_1/adam_v")) << "rank 1's shard, gathered into rank 0's checkpoint";
+    EXPECT_FALSE(after_one->tensors.contains("dense/kernel/adam_m")) << "an unsharded moment";
+    const CliRun resumed = run_cli(train_workers + " --epochs 2", kMpirun);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from step " + std::to_string(after_one->step)), std::string::npos)
+        << resumed.output;
+    const fs::path mirrored = directory_ / ("mirrored_" + shard);
+    const CliRun reference = run_cli("train --strategy mirrored --devices sim:0,sim:1 --epochs 2" + common +
+                                     " --checkpoint-dir " + mirrored.string());
+    ASSERT_EQ(reference.exit_code, 0) << reference.output;
+    const train::CheckpointState a = *train::load_latest_checkpoint(workers);
+    const train::CheckpointState b = *train::load_latest_checkpoint(mirrored);
+    EXPECT_EQ(a.step, b.step);
+    ASSERT_EQ(a.tensors.size(), b.tensors.size());
+    for (const auto& [name, tensor] : a.tensors) {
+      ASSERT_TRUE(b.tensors.contains(name)) << name;
+      EXPECT_TRUE(tensor == b.tensors.at(name)) << name << " differs from mirrored ZeRO's";
+    }
+  }
+}
+
+// Per worker, the optimizer state is half of unsharded multi-worker training's (plus at most a padding block per
+// slot), read from rank 0's memory summary.
+TEST_F(MultiWorkerCli, ZeroHalvesEachWorkersOptimizerStateBytes) {
+  std::map<std::string, double> bytes;
+  for (const std::string shard : {"none", "optimizer", "gradients"}) {
+    const fs::path summary = directory_ / (shard + ".json");
+    const CliRun run = run_cli(
+        "train --strategy multi_worker --devices sim:0 --epochs 1 --limit-train 320 "
+        "--intra-op-threads 1 --shard " +
+            shard + " --summary-json " + summary.string(),
+        kMpirun);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const nlohmann::json json = nlohmann::json::parse(read_file(summary));
+    EXPECT_EQ(json.at("shard").get<std::string>(), shard);
+    bytes[shard] = json.at("devices").at(0).at("optimizer_state_bytes").get<double>();
+  }
+  ASSERT_GT(bytes["none"], 3e6) << "two Adam moments of 407,050 parameters";
+  for (const std::string shard : {"optimizer", "gradients"}) {
+    EXPECT_GE(bytes[shard], bytes["none"] / 2 - 2 * 256) << shard;
+    EXPECT_LE(bytes[shard], bytes["none"] / 2 + 2 * 1024) << shard;
+  }
+}
+
+// Three workers: sums of three in MPI's order against the ring's, so within float tolerance, not bitwise.
+TEST_F(MultiWorkerCli, ThreeWorkersWithZeroMatchMirroredZeroOverThreeDevices) {
+  const std::string common = " --epochs 1 --limit-train 640 --intra-op-threads 1 --seed 3 --shard gradients";
+  const CliRun workers = run_cli("train --strategy multi_worker --devices sim:0" + common + " --checkpoint-dir " +
+                                     (directory_ / "workers").string(),
+                                 "mpirun --allow-run-as-root --oversubscribe -np 3 ");
+  ASSERT_EQ(workers.exit_code, 0) << workers.output;
+  const CliRun mirrored = run_cli("train --strategy mirrored --devices sim:0,sim:1,sim:2" + common +
+                                  " --checkpoint-dir " + (directory_ / "mirrored").string());
+  ASSERT_EQ(mirrored.exit_code, 0) << mirrored.output;
+  expect_same_weights(directory_ / "workers", directory_ / "mirrored");
+  EXPECT_TRUE(train::load_latest_checkpoint(directory_ / "workers")->tensors.contains("shard_2/adam_m"));
+}
+
+TEST_F(MultiWorkerCli, ZeroAcrossWorkersRefusesSeveralDevicesPerWorker) {
+  const CliRun run = run_cli(
+      "train --strategy multi_worker --devices sim:0,sim:1 --shard optimizer --epochs 1 --limit-train 64", kMpirun);
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find("takes one device per worker"), std::string::npos) << run.output;
+}
+
 // Starts `command` in its own process group; returns the shell's pid.
 pid_t start(const std::string& command, const fs::path& output) {
   const pid_t pid = ::fork();
@@ -151,13 +241,6 @@ int wait_for(pid_t pid, std::chrono::seconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return -2;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 TEST_F(MultiWorkerCli, AStalledWorkerMakesTheOtherFailNamingItsRank) {

@@ -133,6 +133,29 @@ TEST(ShardedTraining, EachDeviceHoldsItsShareOfTheOptimizerState) {
   }
 }
 
+// The updates read their chunks in the gradient collective's bucket: per device the collective's outputs are one
+// bucket of every gradient and the ring's working space, no unpacked copy of each reduced gradient (ZeRO-1) and
+// no separate shard (ZeRO-2).
+TEST(ShardedTraining, TheUpdatesReadTheReducedBucketWithoutCopies) {
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  const std::vector<std::string> devices{"sim:0", "sim:1"};
+  const std::size_t parameter_bytes = kParameters * sizeof(float);
+  const std::size_t scratch_bytes = (kParameters + 1) / 2 * sizeof(float);
+  for (const Shard mode : {Shard::optimizer, Shard::gradients}) {
+    Sequential model = mlp();
+    model.compile({}, Strategy::mirrored(devices, "ring", mode), {.devices = &manager});
+    std::map<std::string, std::size_t> collective_bytes;
+    for (const runtime::PlannedTensor& tensor : model.plan(kRows).tensors) {
+      if (tensor.name.starts_with("all_reduce/gradients:") || tensor.name.starts_with("reduce_scatter/gradients:")) {
+        collective_bytes[tensor.device] += tensor.bytes;
+      }
+    }
+    for (const std::string& device : devices) {
+      EXPECT_EQ(collective_bytes[device], parameter_bytes + scratch_bytes) << device << " " << name_of(mode);
+    }
+  }
+}
+
 TEST(ShardedTraining, CheckpointStateHoldsEveryShardAndRestoresIt) {
   device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
   const Strategy strategy = Strategy::mirrored({"sim:0", "sim:1"}, "ring", Shard::gradients);

@@ -1,6 +1,7 @@
 // tensorpool estimate [model flags] [--json]: the per-tensor memory of one training step of the Keras-example
 // MLP, per device, from the static plan, before anything runs. Nothing is allocated on the devices (checked:
-// the command fails if their allocation counters moved).
+// the command fails if their allocation counters moved). Under mpirun with --strategy multi_worker every worker
+// plans its own step (with ZeRO, its own shard) and rank 0 prints it: the workers' plans differ only in names.
 #include <iostream>
 #include <memory>
 
@@ -8,6 +9,7 @@
 #include "memory_estimate.hpp"
 #include "model_setup.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/distribute/mpi.hpp"
 
 namespace tp::cli {
 namespace {
@@ -27,6 +29,7 @@ void run_estimate(const EstimateArguments& arguments) {
       TP_THROW(DeviceError, "estimate", "planning allocated on ", device->name(), "; this is a bug, please report it");
     }
   }
+  if (setup.strategy.kind == train::Strategy::Kind::multi_worker && distribute::mpi_world().rank != 0) return;
   if (arguments.json) {
     std::cout << to_json(estimate).dump(2) << '\n';
   } else {

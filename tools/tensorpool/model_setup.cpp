@@ -24,7 +24,10 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->capture_default_str();
   command.add_option("--sim-memory", arguments.sim_memory, "memory of each sim device")->capture_default_str();
   command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")->capture_default_str();
-  command.add_option("--shard", arguments.shard, "none | optimizer | gradients (mirrored: ZeRO-1 / ZeRO-2)")
+  command
+      .add_option(
+          "--shard", arguments.shard,
+          "none | optimizer | gradients (ZeRO-1 / ZeRO-2; mirrored, or multi_worker with one device per worker)")
       ->capture_default_str();
   command
       .add_option("--bucket-size", arguments.bucket_size,
@@ -78,7 +81,7 @@ train::Strategy parameter_server_strategy(const ModelArguments& arguments, const
   if (train::parse_shard(arguments.shard) != train::Shard::none) {
     TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
              " does not apply to --strategy parameter_server (the server alone holds the optimizer state); use "
-             "--shard none, or ZeRO with --strategy mirrored");
+             "--shard none, or ZeRO with --strategy mirrored or multi_worker");
   }
   if (arguments.ps_device.empty()) TP_THROW(InvalidArgument, command, "--ps-device is empty; write e.g. cpu:0");
   return train::Strategy::parameter_server(names, arguments.ps_device,
@@ -112,11 +115,7 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   } else if (arguments.strategy == "mirrored") {
     setup.strategy = train::Strategy::mirrored(setup.names, arguments.all_reduce, train::parse_shard(arguments.shard));
   } else if (arguments.strategy == "multi_worker") {
-    if (train::parse_shard(arguments.shard) != train::Shard::none) {
-      TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
-               " is not available with --strategy multi_worker yet; use --strategy mirrored for ZeRO");
-    }
-    setup.strategy = train::Strategy::multi_worker(setup.names);
+    setup.strategy = train::Strategy::multi_worker(setup.names, train::parse_shard(arguments.shard));
   } else if (arguments.strategy == "parameter_server" || arguments.strategy == "ps") {
     setup.strategy = parameter_server_strategy(arguments, setup.names, command);
   } else {

@@ -12,6 +12,7 @@
 // Built with MPI when CMake finds it; otherwise every function here throws tp::DeviceError saying so.
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 
 #include "tensorpool/distribute/communicator.hpp"
@@ -45,5 +46,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions options = {});
 void mpi_sum(double* values, int count);
 // Blocks until every rank arrives (with the timeout, naming the missing ranks).
 void mpi_barrier(MpiOptions options = {});
+// Every rank's `bytes` host bytes at `local`, in rank order, into `gathered` (bytes x world size): state each
+// rank holds a part of, such as the optimizer-state shards of ZeRO across workers that a checkpoint collects.
+// Collective: every rank calls it with the same `bytes` (checked; tp::InvalidArgument naming the ranks' sizes).
+void mpi_all_gather(const void* local, std::size_t bytes, void* gathered);
 
 }  // namespace tp::distribute

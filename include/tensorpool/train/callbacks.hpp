@@ -19,7 +19,7 @@
 
 namespace tp::train {
 
-struct TrainInfo {  // {} initialisers: designated initialisers may name any subset
+struct TrainInfo {                     // {} initialisers: designated initialisers may name any subset
   std::int64_t epochs = 0;             // total epochs of the run
   std::int64_t initial_epoch = 0;      // first epoch run (> 0 when resuming)
   std::int64_t batches_per_epoch = 0;  // steps per epoch, 0 when unknown
@@ -89,6 +89,9 @@ struct CheckpointCallbackOptions {
   std::int64_t every_steps = 0;  // also save when BatchLogs::step is a multiple of this; 0: epoch ends only
   bool at_epoch_end = true;
   CheckpointOptions checkpoint{};
+  // false: capture at the same points but write nothing. A multi-worker job's ranks other than 0 do so, since
+  // capturing can be collective (ZeRO across workers gathers every worker's optimizer-state shard).
+  bool write = true;
 };
 
 // Saves `capture()` into `directory` every `every_steps` optimizer steps and at each epoch end. The

@@ -25,7 +25,8 @@ struct FitOptions {
   std::vector<std::shared_ptr<Callback>> callbacks{};
   std::filesystem::path checkpoint_dir{};   // empty: no checkpoints
   std::int64_t checkpoint_every_steps = 0;  // 0: at epoch ends only
-  // Resume from checkpoint_dir but never write there: the workers of a multi-worker job other than rank 0.
+  // Resume from checkpoint_dir but never write there: the workers of a multi-worker job other than rank 0. They
+  // still capture the state at each checkpoint, with rank 0 (ZeRO across workers gathers the shards then).
   bool write_checkpoints = true;
 };
 

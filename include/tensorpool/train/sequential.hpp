@@ -75,6 +75,9 @@ class Sequential {
   // Replica 0's variables ("dense/kernel", "dense/kernel/adam_m", ...), copied to cpu:0, and assignment of
   // every replica from such a list (checkpoint restore). With loss scaling the list ends with its state:
   // "loss_scale/current" (float32 []), "loss_scale/good_steps" and "loss_scale/skipped_steps" (int64 []).
+  // Sharded optimizer state comes from every shard ("shard_<k>/adam_m", ...): under the multi-worker strategy
+  // with ZeRO each worker holds only its own, so variables() gathers them over MPI and every worker must call
+  // it at the same point (fit() does, at each checkpoint); assign_variables() takes each worker's own.
   std::vector<std::pair<std::string, Tensor>> variables();
   void assign_variables(const std::vector<std::pair<std::string, Tensor>>& values);
 

@@ -22,7 +22,8 @@
 // the last layer back, the order the backward pass produces them, one AllReduce per bucket (and per gradient
 // dtype). Small gradients share one collective; with inter-op threads a bucket's AllReduce can start as soon
 // as its gradients exist, while the backward pass goes on.
-// Sharding (ZeRO, mirrored only): `optimizer` (ZeRO-1) keeps 1/R of the optimizer state on each replica:
+// Sharding (ZeRO; mirrored, or multi_worker with one device per worker): `optimizer` (ZeRO-1) keeps 1/R of
+// the optimizer state on each of the job's R replicas:
 // gradients all-reduced, each replica updates its shard of the parameters, then the parameters are
 // all-gathered. `gradients` (ZeRO-2) reduce-scatters the gradients instead, so each replica also holds only
 // its shard of the reduced gradients. Shards: parameters laid end to end, ceil(N / R) elements each.
@@ -46,7 +47,7 @@ struct Strategy {
   Kind kind = Kind::one;
   std::vector<std::string> devices{};           // empty: the first accelerator (one) or every accelerator (mirrored)
   std::string all_reduce = "ring";              // "ring" or "reduce_to_one"
-  Shard shard = Shard::none;                    // mirrored only
+  Shard shard = Shard::none;                    // mirrored, multi_worker (one device per worker)
   std::string parameter_device{};               // parameter_server: where the variables and optimizer state live
   std::optional<std::int64_t> max_staleness{};  // parameter_server: the bound K (>= 0); absent: unbounded
   std::int64_t bucket_bytes = kDefaultBucketBytes;  // mirrored, multi_worker: > 0
@@ -63,8 +64,8 @@ struct Strategy {
     return {Kind::mirrored, std::move(devices), std::move(all_reduce), shard, {}, std::nullopt};
   }
   // `devices`: this worker's (empty: its accelerators); the collective is MPI's.
-  static Strategy multi_worker(std::vector<std::string> devices = {}) {
-    return {Kind::multi_worker, std::move(devices), "mpi", Shard::none, {}, std::nullopt};
+  static Strategy multi_worker(std::vector<std::string> devices = {}, Shard shard = Shard::none) {
+    return {Kind::multi_worker, std::move(devices), "mpi", shard, {}, std::nullopt};
   }
   // `workers`: the worker devices (each computes gradients on its shard of the data); `parameter_device` holds
   // the variables. Checked at compile(): at least one worker, existing devices, max_staleness >= 0.

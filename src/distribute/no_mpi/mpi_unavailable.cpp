@@ -22,5 +22,6 @@ const MpiWorld& mpi_world() {
 std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions) { unavailable(); }
 void mpi_sum(double*, int) { unavailable(); }
 void mpi_barrier(MpiOptions) { unavailable(); }
+void mpi_all_gather(const void*, std::size_t, void*) { unavailable(); }
 
 }  // namespace tp::distribute

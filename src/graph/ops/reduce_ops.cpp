@@ -1,6 +1,8 @@
 // Reductions over one axis [axis, required; negative counts from the end]: Sum, Mean, Max (the result drops
 // the axis), ArgMax (-> int64), the accuracy metric CorrectCount(predictions, labels) -> float32 [], and
-// AllFinite(x) -> float32 [] (1: no Inf or NaN in x; loss scaling gates the optimizer update on it).
+// AllFinite(x) [range: optional {begin, end} of x's flat elements] -> float32 [] (1: no Inf or NaN in x, or in
+// that range of it; loss scaling gates the optimizer update on it; ZeRO-2 checks a replica's chunk of its
+// reduce-scatter bucket).
 
 #include "graph/ops/op_support.hpp"
 #include "tensorpool/ops/finite.hpp"
@@ -69,6 +71,18 @@ OpDef reduction(std::string name, bool differentiable) {
                .gradient = differentiable ? reduce_gradient : nullptr};
 }
 
+void check_finite_range(const InferenceContext& context) {
+  if (!context.node.attributes.contains("range")) return;
+  const std::vector<std::int64_t> range = attribute_ints(context.node, "range");
+  std::int64_t elements = 1;
+  for (std::int64_t dim : input(context, 0).dims) elements = dim < 0 || elements < 0 ? -1 : elements * dim;
+  if (range.size() != 2 || range[0] < 0 || range[1] < range[0] || (elements >= 0 && range[1] > elements)) {
+    TP_THROW(InvalidArgument, "graph", "AllFinite '", context.node.name, "': range ",
+             to_string(context.node.attributes.at("range")), " is not {begin, end} within the ", elements,
+             " elements of x");
+  }
+}
+
 }  // namespace
 
 void register_reduce_ops(OpRegistry& registry) {
@@ -95,10 +109,16 @@ void register_reduce_ops(OpRegistry& registry) {
                      .infer =
                          [](const InferenceContext& context) {
                            require_float_or_half(context, 0, "x");
+                           check_finite_range(context);
                            return std::vector<TensorType>{TensorType{DType::f32, {}}};
                          },
                      .kernels = cpu_and_sim([](KernelContext& c) {
-                       tp::ops::all_finite_into(c.inputs[0], c.outputs[0], op_context(c));
+                       Tensor x = c.inputs[0];
+                       if (c.node.attributes.contains("range")) {
+                         const std::vector<std::int64_t> range = attribute_ints(c.node, "range");
+                         x = x.reshape(Shape{x.num_elements()}).slice(range[0], range[1]);
+                       }
+                       tp::ops::all_finite_into(x, c.outputs[0], op_context(c));
                      })});
 }
 

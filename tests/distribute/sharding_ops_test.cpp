@@ -1,0 +1,53 @@
+// The sharding ops' layout across workers: a worker of an mpirun job builds one local replica that owns shard
+// `first_shard` of `shards` (ZeRO over MPI). With one participant the communicator moves nothing, so what the
+// kernels hand out is the layout alone: ReduceScatter's output is exactly that chunk of the packed bucket,
+// zero-padded at the tail, and AllGather keeps the replica's own shard. Inconsistent layouts are refused.
+#include "graph/support/graph_test_support.hpp"
+
+namespace tp::graph::testing {
+namespace {
+
+class ShardingOps : public GraphValuesTest<> {
+ protected:
+  Attributes layout(std::int64_t shards, std::int64_t first_shard) const {
+    return {{"algorithm", std::string("ring")},
+            {"replicas", std::int64_t{1}},
+            {"shards", shards},
+            {"first_shard", first_shard}};
+  }
+};
+
+TEST_F(ShardingOps, ReduceScatterHandsOutTheLocalReplicasShardOfTheJob) {
+  // A bucket of 4 + 6 = 10 elements in 3 shards of ceil(10 / 3) = 4: [0, 4), [4, 8), [8, 10) and 2 of padding.
+  const Output a = bind("a", {{0, 1, 2, 3}, DType::f32, {4}});
+  const Output b = bind("b", {{4, 5, 6, 7, 8, 9}, DType::f32, {2, 3}});
+  std::vector<Output> shards;
+  for (std::int64_t first = 0; first < 3; ++first) {
+    const NodeId scatter = graph_.add_node("ReduceScatter", {a, b}, layout(3, first));
+    EXPECT_EQ(graph_.type_of({scatter, 0}).dims, std::vector<std::int64_t>{4});
+    shards.push_back({scatter, 0});
+  }
+  const auto got = run_on_cpu_and_sim(graph_, values_, shards);
+  EXPECT_EQ(got[0], (std::vector<double>{0, 1, 2, 3}));
+  EXPECT_EQ(got[1], (std::vector<double>{4, 5, 6, 7}));
+  EXPECT_EQ(got[2], (std::vector<double>{8, 9, 0, 0}));
+}
+
+// The replica's own shard stays as it was (the other shards are what the other workers send: none here, so
+// neither they nor the bucket's other elements, which no one wrote, are looked at).
+TEST_F(ShardingOps, AllGatherKeepsTheLocalReplicasShard) {
+  const Output a = bind("a", {{1, 2, 3}, DType::f32, {3}});
+  const Output b = bind("b", {{4, 5}, DType::f32, {2}});
+  graph_.add_node("AllGather", {a, b}, layout(2, 1));  // shard 1 of 2: elements [3, 5), all of b
+  const auto got = run_on_cpu_and_sim(graph_, values_, {b});
+  EXPECT_EQ(got[0], (std::vector<double>{4, 5}));
+}
+
+TEST_F(ShardingOps, ALayoutWhoseReplicasAreNotShardsIsRefused) {
+  const Output a = bind("a", {{0, 1, 2, 3}, DType::f32, {4}});
+  expect_invalid([&] { graph_.add_node("ReduceScatter", {a}, layout(3, 3)); }, {"ReduceScatter", "not shards of 3"});
+  expect_invalid([&] { graph_.add_node("AllGather", {a}, layout(2, -1)); }, {"AllGather", "not shards of 2"});
+}
+
+}  // namespace
+}  // namespace tp::graph::testing
