@@ -1,16 +1,20 @@
 // Strategy::parameter_server in-process: one worker trains exactly as one device does; asynchronous workers
 // lower the loss; bounded staleness keeps every update within its proven bound and the workers within K + 1
-// steps of each other; without a bound a slow worker holds nobody back; bad strategies are refused by name.
+// steps of each other; without a bound a slow worker holds nobody back; a rerun resumes from the checkpoint;
+// bad strategies are refused by name.
 #include "tensorpool/train/parameter_server.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <thread>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/train/checkpoint.hpp"
 #include "train/support/synthetic_training.hpp"
 
 namespace tp::train {
@@ -81,6 +85,45 @@ TEST(ParameterServer, OneWorkerTrainsExactlyAsOneDevice) {
       EXPECT_NEAR(reference.history.epochs[epoch].loss, result.history.epochs[epoch].loss, 1e-6);
     }
   }
+}
+
+// The checkpoint written at the end holds the variables, the optimizer state and the version (Adam's step): a
+// new run of the same job resumes there. One worker trains as one device does, so one epoch, a resume and a
+// second epoch end where two epochs on one device do.
+TEST(ParameterServer, ARerunResumesFromTheCheckpointAtItsVersion) {
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  const data::Dataset train = synthetic(manager, 160, 7);
+  const std::filesystem::path directory =
+      std::filesystem::temp_directory_path() / ("tp_ps_resume_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(directory);
+  std::unique_ptr<Sequential> one = compiled(manager, Strategy::one_device("sim:0"));
+  const FitResult reference = fit(*one, train, {.epochs = 2});
+  const Strategy strategy = Strategy::parameter_server({"sim:1"}, "cpu:0", 0);
+  std::unique_ptr<Sequential> first = compiled(manager, strategy);
+  const FitResult first_result = fit(*first, train, {.epochs = 1, .checkpoint_dir = directory});
+  ASSERT_EQ(first_result.steps, reference.steps / 2);
+  const std::optional<CheckpointState> saved = load_latest_checkpoint(directory);
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(saved->step, first_result.steps);
+  EXPECT_EQ(saved->epoch, 1);
+  EXPECT_TRUE(saved->tensors.contains("dense/kernel/adam_m"));
+  std::unique_ptr<Sequential> second = compiled(manager, strategy);
+  const FitResult resumed = fit(*second, train, {.epochs = 2, .checkpoint_dir = directory});
+  EXPECT_EQ(resumed.resumed_from_step, first_result.steps);
+  EXPECT_EQ(resumed.steps, reference.steps);
+  ASSERT_EQ(resumed.history.epochs.size(), 1U) << "only the second epoch runs";
+  const auto expected = values(*one);
+  const auto actual = values(*second);
+  double largest = 0;
+  for (const auto& [name, want] : expected) {
+    ASSERT_TRUE(actual.contains(name)) << name;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      largest = std::max(largest, static_cast<double>(std::abs(want[i] - actual.at(name)[i])));
+    }
+  }
+  EXPECT_LE(largest, 1e-6) << "resumed parameter-server training differs from two epochs on one device";
+  EXPECT_EQ(load_latest_checkpoint(directory)->step, reference.steps);
+  std::filesystem::remove_all(directory);
 }
 
 TEST(ParameterServer, TwoAsynchronousWorkersLowerTheLoss) {
