@@ -96,7 +96,7 @@ class MpiCommunicator final : public Communicator {
         deadline.wait(request, "all_reduce");
       });
     } else {
-      ring_across_workers(tensors[0]);
+      ring_across_workers(tensors[0], RingPhases::all_reduce);
     }
     for (std::size_t index = 1; index < tensors.size(); ++index) send(tensors[0], tensors[index]);
   }
@@ -104,6 +104,12 @@ class MpiCommunicator final : public Communicator {
   void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     one_local_tensor(tensors, "reduce_scatter");
     (void)scratch;
+    // Open MPI's reduce-scatter of 2 ranks takes about 4x the time of the ring's first half (64 MiB: 110-140 ms,
+    // blocking or not), so large buckets take the ring's reduce-scatter phase.
+    if (tensors[0].nbytes() >= kRingMinimumBytes) {
+      ring_across_workers(tensors[0], RingPhases::reduce_scatter);
+      return;
+    }
     across_workers(tensors[0], "reduce_scatter", [](void* data, const Tensor& tensor, const Deadline& deadline) {
       const std::vector<int> counts = worker_counts(tensor.num_elements());
       MPI_Request request;
@@ -195,24 +201,29 @@ class MpiCommunicator final : public Communicator {
   static constexpr std::size_t kRingMinimumBytes = std::size_t{1} << 20;
   static constexpr int kRingTag = 8000;  // + the ring step (0 .. 2(N-1)); other MPI traffic uses 7001..7102
 
-  // Enqueues on `tensor`'s stream 0: check that every rank arrived, then run the pipelined ring all-reduce,
-  // which stages the tensor in and out piece by piece. Task errors surface at the stream's next synchronize().
-  void ring_across_workers(const Tensor& tensor) {
-    if (!ready_across_workers(tensor, "all_reduce")) return;
+  // all_reduce: both halves of the ring; reduce_scatter: its first N-1 steps, after which rank r holds the sum
+  // of Communicator::chunk(n, N, r) (the rest of its tensor is as before: working space).
+  enum class RingPhases { all_reduce, reduce_scatter };
+
+  // Enqueues on `tensor`'s stream 0: check that every rank arrived, then run the pipelined ring, which stages
+  // the tensor in and out piece by piece. Task errors surface at the stream's next synchronize().
+  void ring_across_workers(const Tensor& tensor, RingPhases phases) {
+    const std::string_view what = phases == RingPhases::all_reduce ? "all_reduce" : "reduce_scatter";
+    if (!ready_across_workers(tensor, what)) return;
     const auto ranks = static_cast<std::size_t>(mpi_world().size);
     const auto [first, first_end] = chunk(tensor.num_elements(), ranks, 0);
     const std::size_t segment_bytes = static_cast<std::size_t>(first_end - first) * size_of(tensor.dtype());
     std::shared_ptr<void> staged = staging_->acquire(std::max<std::size_t>(tensor.nbytes(), 1));
     std::shared_ptr<void> received = staging_->acquire(std::max<std::size_t>(segment_bytes, 1));
     const std::chrono::milliseconds timeout = timeout_;
-    tensor.device().stream(0).enqueue([tensor, staged, received, timeout] {
+    tensor.device().stream(0).enqueue([tensor, staged, received, timeout, phases, what] {
       std::lock_guard lock(detail::mpi_mutex());
       const std::uint64_t sequence = detail::next_sequence();
       const auto end = std::chrono::steady_clock::now() + timeout;
-      detail::arrive(sequence, "all_reduce", end);
+      detail::arrive(sequence, what, end);
       try {
-        ring_all_reduce(tensor, static_cast<std::byte*>(staged.get()), static_cast<std::byte*>(received.get()),
-                        Deadline(end, sequence));
+        ring(tensor, phases, static_cast<std::byte*>(staged.get()), static_cast<std::byte*>(received.get()),
+             Deadline(end, sequence), what);
       } catch (...) {
         // MPI may still write into the blocks (a stalled peer can wake up): keep them out of the pool. MPI is
         // marked broken by then and the process aborts the job at exit.
@@ -224,27 +235,31 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  // The ring all-reduce on MPI point-to-point: 2(N-1) steps; at step t a rank sends segment sent(t) to the
-  // next rank and receives segment received(t) from the previous one, summing it into its own (t < N-1,
-  // reduce-scatter: afterwards segment rank+1 is final) or storing it (all-gather). Segments are cut into
-  // pieces of kPieceBytes; a piece is forwarded to the next step as soon as it is received (and reduced), so
+  // The ring on MPI point-to-point: 2(N-1) steps for all_reduce, the first N-1 for reduce_scatter; at step t a
+  // rank sends segment sent(t) to the next rank and receives segment received(t) from the previous one, summing
+  // it into its own (t < N-1, reduce-scatter: afterwards segment rank + 1 + shift is final; shift is -1 for
+  // reduce_scatter, so that rank r ends with chunk r, and 0 for all_reduce) or storing it (all-gather). Segments are
+  // cut into pieces of kPieceBytes; a piece is forwarded to the next step as soon as it is received (and reduced), so
   // the pieces of a segment travel the ring one behind the other. Invariants: `staged` holds the tensor's
   // bytes where they have been staged in (a rank's own segment before step 0, every other segment at its
   // reduction); a piece is staged out once final; no receive is posted into bytes a pending send reads.
-  static void ring_all_reduce(const Tensor& tensor, std::byte* staged, std::byte* received, const Deadline& deadline) {
+  static void ring(const Tensor& tensor, RingPhases phases, std::byte* staged, std::byte* received,
+                   const Deadline& deadline, std::string_view what) {
     const int ranks = mpi_world().size;
     const int rank = mpi_world().rank;
-    const int steps = 2 * (ranks - 1);
+    const int steps = phases == RingPhases::all_reduce ? 2 * (ranks - 1) : ranks - 1;
+    const int shift = phases == RingPhases::all_reduce ? 0 : -1;
     const std::size_t element_bytes = size_of(tensor.dtype());
     const MPI_Datatype type = mpi_type(tensor.dtype());
     const MPI_Op op = sum_op(tensor.dtype());
     auto* data = static_cast<std::byte*>(tensor.data());
     const auto piece_elements = static_cast<std::int64_t>(std::max<std::size_t>(kPieceBytes / element_bytes, 1));
     const auto wrap = [ranks](int segment) { return ((segment % ranks) + ranks) % ranks; };
+    const int own = rank + shift;  // the segment this rank sends first
     const auto received_segment = [&](int step) {
-      return step < ranks - 1 ? wrap(rank - step - 1) : wrap(rank - (step - (ranks - 1)));
+      return step < ranks - 1 ? wrap(own - step - 1) : wrap(own - (step - (ranks - 1)));
     };
-    const auto sent_segment = [&](int step) { return step == 0 ? rank : received_segment(step - 1); };
+    const auto sent_segment = [&](int step) { return step == 0 ? wrap(own) : received_segment(step - 1); };
     // The pieces of `segment` as [begin, end) element ranges.
     const auto pieces = [&](int segment) {
       const auto [begin, end] =
@@ -266,10 +281,10 @@ class MpiCommunicator final : public Communicator {
       sends[static_cast<std::size_t>(step)].push_back(request);
     };
     const auto wait_sends = [&](int step) {
-      for (MPI_Request& request : sends[static_cast<std::size_t>(step)]) deadline.wait(request, "all_reduce");
+      for (MPI_Request& request : sends[static_cast<std::size_t>(step)]) deadline.wait(request, what);
       sends[static_cast<std::size_t>(step)].clear();
     };
-    for (const auto& piece : pieces(rank)) {
+    for (const auto& piece : pieces(sent_segment(0))) {
       std::memcpy(staged + bytes(piece.first), data + bytes(piece.first), bytes(piece.second - piece.first));
       send(0, piece);
     }
@@ -296,7 +311,7 @@ class MpiCommunicator final : public Communicator {
       for (std::size_t index = 0; index < segment_pieces.size(); ++index) {
         const auto [begin, end] = segment_pieces[index];
         if (reduce) std::memcpy(staged + bytes(begin), data + bytes(begin), bytes(end - begin));
-        deadline.wait(receives[index], "all_reduce");
+        deadline.wait(receives[index], what);
         if (reduce) {
           MPI_Reduce_local(received + bytes(begin - segment_begin), staged + bytes(begin),
                            static_cast<int>(end - begin), type, op);
