@@ -20,7 +20,7 @@ Buffer::~Buffer() { device_.release(data_, bytes_, through_.get()); }
 void* Buffer::data() const {
   if (!device_.host_accessible()) {
     const device::Stream* stream = device::Stream::current();
-    const bool peer_read = stream != nullptr && device::PeerReadScope::current() == &device_ &&
+    const bool peer_read = stream != nullptr && device::PeerAccessScope::current() == &device_ &&
                            device::peer_accessible(device_, stream->device());
     if (!peer_read && (stream == nullptr || &stream->device() != &device_)) {
       TP_THROW(DeviceError, "device", "host code touched ", device_.name(), " memory (", tag_.describe(),

@@ -185,9 +185,9 @@ namespace {
 thread_local const Device* peer_read = nullptr;
 }  // namespace
 
-PeerReadScope::PeerReadScope(const Device& peer) noexcept : outer_(std::exchange(peer_read, &peer)) {}
-PeerReadScope::~PeerReadScope() { peer_read = outer_; }
-const Device* PeerReadScope::current() noexcept { return peer_read; }
+PeerAccessScope::PeerAccessScope(const Device& peer) noexcept : outer_(std::exchange(peer_read, &peer)) {}
+PeerAccessScope::~PeerAccessScope() { peer_read = outer_; }
+const Device* PeerAccessScope::current() noexcept { return peer_read; }
 
 std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies) {
   std::vector<Event> ready;

@@ -122,7 +122,7 @@ void enqueue_add_scaled(device::Stream& stream, const Tensor& y, double alpha, c
   if (detail::is_half(y.dtype())) {  // the collectives' reduction of 16-bit gradients: summed in float32
     detail::dispatch_half(y.dtype(), [&]<typename H>(H) {
       stream.enqueue([y, alpha, x] {
-        const device::PeerReadScope peer(x.device());
+        const device::PeerAccessScope peer(x.device());
         backend::cpu::add_scaled_half<H>(y.data<H>(), static_cast<float>(alpha), x.data<H>(), y.num_elements());
       });
     });
@@ -130,7 +130,7 @@ void enqueue_add_scaled(device::Stream& stream, const Tensor& y, double alpha, c
   }
   detail::dispatch_floating(y.dtype(), [&]<typename T>(T) {
     stream.enqueue([y, alpha, x] {
-      const device::PeerReadScope peer(x.device());
+      const device::PeerAccessScope peer(x.device());
       backend::cpu::add_scaled<T>(y.data<T>(), static_cast<T>(alpha), x.data<T>(), y.num_elements());
     });
   });

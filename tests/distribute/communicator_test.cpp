@@ -1,6 +1,8 @@
-// In-process all-reduce: ring and reduction-to-one over 1..4 sim devices, sizes smaller than, equal to and
-// larger than the participant count; every replica ends with the exact sum, bitwise identical everywhere.
-// Reduce-scatter leaves each participant the sum of its chunk; all-gather spreads every chunk.
+// In-process all-reduce: ring and reduction-to-one over 1..4 sim devices (the ring's direct path: all peers)
+// and over a ring mixing sim devices with the cpu (the ring itself), sizes smaller than, equal to and larger
+// than the participant count; every replica ends with the exact sum, bitwise identical everywhere.
+// Reduce-scatter leaves each participant the sum of its chunk; all-gather spreads every chunk. The direct path
+// sums in participant order, waits for every participant's earlier work and holds back its later work.
 #include "tensorpool/distribute/communicator.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/ops/cast.hpp"
+#include "tensorpool/ops/elementwise.hpp"
 
 namespace tp::distribute {
 namespace {
@@ -42,19 +45,36 @@ Participants random_participants(const std::vector<std::unique_ptr<device::Devic
   return made;
 }
 
+// Four sim devices (peers: the ring takes its direct path), or sim:0, cpu:0, sim:1, sim:2 (a ring of peer and
+// staged neighbours: the ring itself).
+std::vector<std::unique_ptr<device::Device>> make_devices(bool with_cpu) {
+  std::vector<std::unique_ptr<device::Device>> devices;
+  for (int index = 0; index < 4; ++index) {
+    if (with_cpu && index == 1) {
+      devices.push_back(make_device(Backend::cpu, 64 * kMiB));
+    } else {
+      devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, with_cpu && index > 1 ? index - 1 : index));
+    }
+  }
+  return devices;
+}
+
 // Runs `check(communicator, participants, count, elements)` for both in-process algorithms, 1..4 participants
-// on 4 sim devices and sizes smaller than, equal to and larger than the participant count.
+// on 4 sim devices and on sim and cpu devices, sizes smaller than, equal to and larger than the participant
+// count, odd and even.
 template <typename Check>
 void for_each_case(Check check) {
-  std::vector<std::unique_ptr<device::Device>> devices;
-  for (int index = 0; index < 4; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
-  for (const char* algorithm : {"ring", "reduce_to_one"}) {
-    const auto communicator = make_communicator(algorithm);
-    for (std::size_t count = 1; count <= 4; ++count) {
-      for (std::int64_t elements : {1, 3, 4, 7, 1000}) {
-        SCOPED_TRACE(::testing::Message() << algorithm << " participants " << count << " elements " << elements);
-        const auto seed = static_cast<std::uint32_t>(count * 1000 + static_cast<std::size_t>(elements));
-        check(*communicator, random_participants(devices, *communicator, count, elements, seed), count, elements);
+  for (const bool with_cpu : {false, true}) {
+    const auto devices = make_devices(with_cpu);
+    for (const char* algorithm : {"ring", "reduce_to_one"}) {
+      const auto communicator = make_communicator(algorithm);
+      for (std::size_t count = 1; count <= 4; ++count) {
+        for (std::int64_t elements : {1, 3, 4, 7, 1000, 4099}) {
+          SCOPED_TRACE(::testing::Message() << algorithm << (with_cpu ? " with cpu" : " sim only") << " participants "
+                                            << count << " elements " << elements);
+          const auto seed = static_cast<std::uint32_t>(count * 1000 + static_cast<std::size_t>(elements));
+          check(*communicator, random_participants(devices, *communicator, count, elements, seed), count, elements);
+        }
       }
     }
   }
@@ -88,32 +108,104 @@ TEST(Communicator, ReduceScatterLeavesEachParticipantTheSumOfItsChunkAndAllGathe
 }
 
 // Mixed precision all-reduces 16-bit gradients: each addition is done in float32 and rounded once, so with
-// integers (exact in both formats) the sums are exact, and every replica ends bitwise equal.
+// integers (exact in both formats) the sums are exact, and every replica ends bitwise equal. Over 2..4
+// participants, on sim devices (direct) and with the cpu (ring); reduce-scatter and all-gather too.
 TEST(Communicator, AllReducesFloat16AndBfloat16) {
-  std::vector<std::unique_ptr<device::Device>> devices;
-  for (int index = 0; index < 3; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
-  for (const DType dtype : {DType::f16, DType::bf16}) {
-    for (const char* algorithm : {"ring", "reduce_to_one"}) {
-      SCOPED_TRACE(::testing::Message() << name_of(dtype) << " " << algorithm);
-      const auto communicator = make_communicator(algorithm);
-      constexpr std::int64_t kElements = 1001;
-      std::vector<Tensor> tensors, scratch;
-      std::vector<float> expected(kElements, 0.0F);
-      for (std::size_t rank = 0; rank < devices.size(); ++rank) {
-        std::vector<float> values;
-        for (std::int64_t i = 0; i < kElements; ++i)
-          values.push_back(static_cast<float>((i * 7 + static_cast<std::int64_t>(rank) * 13) % 61 - 30));
-        for (std::int64_t i = 0; i < kElements; ++i)
-          expected[static_cast<std::size_t>(i)] += values[static_cast<std::size_t>(i)];
-        tensors.push_back(ops::cast(Tensor::from_vector<float>(values, Shape{kElements}, *devices[rank]), dtype));
-        scratch.push_back(Tensor::empty(Shape{communicator->scratch_elements(kElements, devices.size(), rank)}, dtype,
-                                        *devices[rank]));
+  for (const bool with_cpu : {false, true}) {
+    const auto devices = make_devices(with_cpu);
+    for (const DType dtype : {DType::f16, DType::bf16}) {
+      for (const char* algorithm : {"ring", "reduce_to_one"}) {
+        for (std::size_t count = 2; count <= 4; ++count) {
+          SCOPED_TRACE(::testing::Message() << name_of(dtype) << " " << algorithm << (with_cpu ? " with cpu" : "")
+                                            << " participants " << count);
+          const auto communicator = make_communicator(algorithm);
+          constexpr std::int64_t kElements = 4099;
+          std::vector<Tensor> tensors, scratch;
+          std::vector<float> expected(kElements, 0.0F);
+          for (std::size_t rank = 0; rank < count; ++rank) {
+            std::vector<float> values;
+            for (std::int64_t i = 0; i < kElements; ++i)
+              values.push_back(static_cast<float>((i * 7 + static_cast<std::int64_t>(rank) * 13) % 61 - 30));
+            for (std::int64_t i = 0; i < kElements; ++i)
+              expected[static_cast<std::size_t>(i)] += values[static_cast<std::size_t>(i)];
+            tensors.push_back(ops::cast(Tensor::from_vector<float>(values, Shape{kElements}, *devices[rank]), dtype));
+            scratch.push_back(
+                Tensor::empty(Shape{communicator->scratch_elements(kElements, count, rank)}, dtype, *devices[rank]));
+          }
+          std::vector<Tensor> copies;  // for reduce-scatter then all-gather
+          for (const Tensor& tensor : tensors) copies.push_back(ops::cast(ops::cast(tensor, DType::f32), dtype));
+          communicator->all_reduce(tensors, scratch);
+          for (const Tensor& tensor : tensors) {
+            EXPECT_EQ(tensor.dtype(), dtype);
+            EXPECT_EQ(ops::cast(tensor, DType::f32).to_vector<float>(), expected);
+          }
+          communicator->reduce_scatter(copies, scratch);
+          communicator->all_gather(copies);
+          for (const Tensor& tensor : copies) EXPECT_EQ(ops::cast(tensor, DType::f32).to_vector<float>(), expected);
+        }
       }
-      communicator->all_reduce(tensors, scratch);
-      for (const Tensor& tensor : tensors) {
-        EXPECT_EQ(tensor.dtype(), dtype);
-        EXPECT_EQ(ops::cast(tensor, DType::f32).to_vector<float>(), expected);
+    }
+  }
+}
+
+// The direct path adds each chunk's values in participant order 0..R-1 (float32, each addition rounded), the
+// same for every chunk and size: the result is bitwise the left-to-right sum on the host, every time.
+TEST(Communicator, DirectAllReduceSumsInParticipantOrder) {
+  const auto devices = make_devices(false);
+  const auto ring = make_communicator("ring");
+  for (std::size_t count = 2; count <= 4; ++count) {
+    for (std::int64_t elements : {5, 4099}) {
+      SCOPED_TRACE(::testing::Message() << "participants " << count << " elements " << elements);
+      std::vector<float> expected;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        Participants made = random_participants(devices, *ring, count, elements, 77);
+        std::vector<float> sum = made.tensors[0].to_vector<float>();
+        for (std::size_t rank = 1; rank < count; ++rank) {
+          const std::vector<float> values = made.tensors[rank].to_vector<float>();
+          for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += values[i];
+        }
+        ring->all_reduce(made.tensors, made.scratch);
+        for (std::size_t rank = 0; rank < count; ++rank) EXPECT_EQ(made.tensors[rank].to_vector<float>(), sum);
+        if (repeat == 1) {
+          EXPECT_EQ(sum, expected);
+        }
+        expected = sum;
       }
+    }
+  }
+}
+
+// Stream order on the direct path: the collective sees work enqueued before it on every participant (held
+// back here behind a gate on participant 0), and work enqueued after it on a participant (doubling its tensor
+// in place) does not run before the other participants have read and written that tensor.
+TEST(Communicator, DirectCollectivesKeepStreamOrder) {
+  const auto devices = make_devices(false);
+  const auto ring = make_communicator("ring");
+  constexpr std::size_t kCount = 4;
+  constexpr std::int64_t kElements = 4099;
+  for (const bool all_reduce : {true, false}) {
+    SCOPED_TRACE(all_reduce ? "all_reduce" : "reduce_scatter then all_gather");
+    Participants made = random_participants(devices, *ring, kCount, kElements, 5);
+    const std::vector<float> first = made.tensors[0].to_vector<float>();
+    device::testing::Gate gate;
+    made.tensors[0].device().stream(0).enqueue([&gate] { gate.wait(); });
+    ops::scale_into(made.tensors[0], 2.0, made.tensors[0]);  // participant 0's earlier work, after the gate
+    if (all_reduce) {
+      ring->all_reduce(made.tensors, made.scratch);
+    } else {
+      ring->reduce_scatter(made.tensors, made.scratch);
+      ring->all_gather(made.tensors);
+    }
+    for (const Tensor& tensor : made.tensors) ops::scale_into(tensor, 2.0, tensor);  // the later work
+    gate.open();
+    std::vector<float> expected;
+    for (std::size_t rank = 0; rank < kCount; ++rank) {
+      const std::vector<float> values = made.tensors[rank].to_vector<float>();
+      if (rank == 0) expected = values;
+      EXPECT_EQ(values, expected) << "participant " << rank;
+    }
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(expected[i], 2.0 * (made.expected[i] + first[i]), 1e-4) << i;
     }
   }
 }

@@ -166,18 +166,20 @@ struct CopyRequest {
 // access go through copy(). Returns, per copy, an event that completes once the bytes have arrived.
 std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
 
-// Whether work on `to`'s streams may read `from`'s memory directly (peer access: sim devices of one process).
+// Whether work on `to`'s streams may read and write `from`'s memory directly (peer access: sim devices of one
+// process).
 bool peer_accessible(const Device& from, const Device& to) noexcept;
 
-// Inside a task of a stream of device D, lets the code touch the memory of `peer` (Buffer::data) when
-// peer_accessible(peer, D), for the scope's lifetime on this thread: a kernel that reads a neighbour's
-// buffer in place. Ordering with the peer's streams stays the enqueuer's job.
-class PeerReadScope {
+// Inside a task of a stream of device D, lets the code touch (read and write) the memory of `peer`
+// (Buffer::data) when peer_accessible(peer, D), for the scope's lifetime on this thread: a kernel that reads a
+// neighbour's buffer in place, or the direct all-reduce that stores its chunk's sum into every participant.
+// Ordering with the peer's streams stays the enqueuer's job.
+class PeerAccessScope {
  public:
-  explicit PeerReadScope(const Device& peer) noexcept;
-  ~PeerReadScope();
-  PeerReadScope(const PeerReadScope&) = delete;
-  PeerReadScope& operator=(const PeerReadScope&) = delete;
+  explicit PeerAccessScope(const Device& peer) noexcept;
+  ~PeerAccessScope();
+  PeerAccessScope(const PeerAccessScope&) = delete;
+  PeerAccessScope& operator=(const PeerAccessScope&) = delete;
   // The peer the current thread may touch, or null.
   static const Device* current() noexcept;
 

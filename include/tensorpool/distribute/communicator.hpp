@@ -1,8 +1,10 @@
 #pragma once
-// Communicator: collectives between replicas, one tensor per participant, each on its own device. This
-// issue's transports are in-process (between local devices): a ring (reduce-scatter then all-gather, each
-// device sending 2(R-1)/R of the data) and reduction-to-one (everything to participant 0, summed there, then
-// broadcast back) as the simple alternative. The multi-worker issue implements the same interface over MPI.
+// Communicator: collectives between replicas, one tensor per participant, each on its own device. In-process
+// transports (between local devices): "ring" (reduce-scatter then all-gather, each device sending 2(R-1)/R of
+// the data; when every participant reaches every other's memory directly, as sim devices do, the direct
+// collectives instead: each device sums its chunk over all participants in place and stores it everywhere,
+// one hand-off between the streams before and one after) and "reduce_to_one" (everything to participant 0,
+// summed there, then broadcast back) as the simple alternative; "mpi" crosses processes (mpi.hpp).
 //
 // Stream order: a collective enqueues its copies and additions on each participant's device stream 0 and
 // returns; work enqueued later on those streams sees the result, and the tensors stay alive until it has run.
