@@ -1,7 +1,8 @@
 // tp_collective_bench: all-reduce bus bandwidth (busbw = bytes / time x 2(N-1)/N, NCCL's convention) of the
 // in-process ring over 2 and 4 sim devices against the host's memcpy bandwidth, and, when run under
 // `mpirun -np N`, of the MPI communicator (one sim device per rank) against MPI_Allreduce called directly on
-// host memory. Sizes 1 KiB..256 MiB; each figure is the median of --rounds timed rounds, ours and the peer
+// host memory (or, with --collective reduce_scatter, its reduce-scatter against MPI_Reduce_scatter_block).
+// Sizes 1 KiB..256 MiB; each figure is the median of --rounds timed rounds, ours and the peer
 // alternating within a round.
 #include <mpi.h>
 
@@ -40,8 +41,9 @@ double time_per_call(double budget, Body body) {
   return seconds_since(start) / calls;
 }
 
-double bus_bandwidth(std::size_t bytes, double seconds, std::size_t participants) {
-  return static_cast<double>(bytes) / seconds * 2.0 * static_cast<double>(participants - 1) /
+// NCCL's bus bandwidth: an all-reduce moves 2(N-1)/N of the bytes per participant, a reduce-scatter (N-1)/N.
+double bus_bandwidth(std::size_t bytes, double seconds, std::size_t participants, double factor = 2.0) {
+  return static_cast<double>(bytes) / seconds * factor * static_cast<double>(participants - 1) /
          static_cast<double>(participants) / 1e9;
 }
 
@@ -86,11 +88,12 @@ void in_process(int rounds, double budget, std::size_t largest) {
   }
 }
 
-void across_ranks(int rounds, double budget, std::size_t largest) {
+// `scatter`: reduce-scatter (ours against MPI_Reduce_scatter_block) instead of all-reduce.
+void across_ranks(int rounds, double budget, std::size_t largest, bool scatter) {
   const tp::distribute::MpiWorld& world = tp::distribute::mpi_world();
   if (world.rank == 0) {
-    std::printf(
-        "| ranks | bytes | ours busbw GB/s | MPI_Allreduce busbw GB/s | ours / MPI |\n|---:|---:|---:|---:|---:|\n");
+    std::printf("| ranks | bytes | ours busbw GB/s | %s busbw GB/s | ours / MPI |\n|---:|---:|---:|---:|---:|\n",
+                scatter ? "MPI_Reduce_scatter_block" : "MPI_Allreduce");
   }
   tp::device::DeviceManagerOptions options;
   options.sim_devices = 1;
@@ -110,6 +113,8 @@ void across_ranks(int rounds, double budget, std::size_t largest) {
     std::vector<tp::Tensor> tensors = {tp::Tensor::empty(tp::Shape{elements}, tp::DType::f32, device)};
     std::vector<tp::Tensor> scratch = {tp::Tensor::empty(tp::Shape{1}, tp::DType::f32, device)};
     std::vector<float> host(static_cast<std::size_t>(elements), 1.0F);
+    const int block = static_cast<int>(elements / world.size);  // the peer's equal blocks (the sizes divide)
+    std::vector<float> received(static_cast<std::size_t>(std::max(block, 1)));
     std::vector<double> ours, peer;
     for (int round = 0; round < rounds; ++round) {
       // Every rank makes the same number of calls: about `budget` seconds' worth at 1 GB/s, at least 3.
@@ -119,8 +124,14 @@ void across_ranks(int rounds, double budget, std::size_t largest) {
         const auto start = Clock::now();
         for (int call = 0; call < calls; ++call) {
           if (side == 0) {
-            mpi->all_reduce(tensors, scratch);
+            if (scatter) {
+              mpi->reduce_scatter(tensors, scratch);
+            } else {
+              mpi->all_reduce(tensors, scratch);
+            }
             device.synchronize();
+          } else if (scatter) {
+            MPI_Reduce_scatter_block(host.data(), received.data(), block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
           } else {
             MPI_Allreduce(MPI_IN_PLACE, host.data(), static_cast<int>(elements), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
           }
@@ -130,8 +141,9 @@ void across_ranks(int rounds, double budget, std::size_t largest) {
     }
     if (world.rank == 0) {
       const auto ranks = static_cast<std::size_t>(world.size);
-      const double ours_busbw = bus_bandwidth(bytes, median(ours), ranks);
-      const double peer_busbw = bus_bandwidth(bytes, median(peer), ranks);
+      const double factor = scatter ? 1.0 : 2.0;
+      const double ours_busbw = bus_bandwidth(bytes, median(ours), ranks, factor);
+      const double peer_busbw = bus_bandwidth(bytes, median(peer), ranks, factor);
       std::printf("| %d | %s | %.2f | %.2f | %.2f |\n", world.size, tp::format_bytes(bytes).c_str(), ours_busbw,
                   peer_busbw, ours_busbw / peer_busbw);
     }
@@ -150,10 +162,13 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "time budget of one measurement")->check(CLI::PositiveNumber);
   app.add_option("--largest", largest, "largest size in bytes (sizes go 1 KiB, 4 KiB, ... up to it)");
   app.add_option("--mode", mode, "in_process | mpi | auto (mpi under mpirun with >1 rank, else in_process)");
+  std::string collective = "all_reduce";
+  app.add_option("--collective", collective, "mpi mode: all_reduce | reduce_scatter")
+      ->check(CLI::IsMember({"all_reduce", "reduce_scatter"}));
   CLI11_PARSE(app, argc, argv);
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   if (mode == "mpi" || (mode == "auto" && under_mpirun)) {
-    across_ranks(rounds, seconds, largest);
+    across_ranks(rounds, seconds, largest, collective == "reduce_scatter");
   } else {
     in_process(rounds, seconds, largest);
   }

@@ -4,8 +4,10 @@
 // non-blocking MPI polled against the deadline, and staged back.
 //
 // All-reduce runs its own pipelined ring on MPI point-to-point messages: each rank's segment of the bucket is
-// cut into pieces that travel the ring one by one, and each piece is staged in just before it is sent or
-// reduced and staged out as soon as it is final, so staging overlaps the transfers of the other pieces.
+// cut into pieces that travel the ring one by one; a piece is staged in just before it is first sent, a
+// reduction reads the device's piece and the received one and writes the sum once (to staging, and to the
+// device when final), and all-gathered pieces are staged out as they arrive, so staging overlaps the
+// transfers of the other pieces. Large reduce-scatters run the ring's first half.
 // (Open MPI's MPI_Iallreduce, libnbc, reduces with a binomial tree below 4 ranks: every byte goes to rank 0
 // and back, half the speed of the blocking MPI_Allreduce; the ring moves 2(N-1)/N of the bytes per rank.)
 // Small buckets, where the ring's 2(N-1) hops cost more than they save, still use MPI_Iallreduce.
@@ -20,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,6 +44,45 @@ void sum_16bit(void* in, void* inout, int* length, MPI_Datatype*) {
   const H* addend = static_cast<const H*>(in);
   H* sum = static_cast<H*>(inout);
   for (int i = 0; i < *length; ++i) sum[i] = H::from_float(static_cast<float>(sum[i]) + static_cast<float>(addend[i]));
+}
+
+// The ring's reduction fused with its staging: sum[i] = local[i] + addend[i] (as the MPI operation would
+// compute it, one rounding per addition), written to the staging block and, once the sum is final, straight
+// back to the device's bytes too, so a piece is read and written once instead of copied in, reduced and
+// copied out in three passes.
+template <typename T>
+void stage_sum(const std::byte* local, const std::byte* addend, std::byte* sum, std::byte* device_copy,
+               std::int64_t count) {
+  const T* a = reinterpret_cast<const T*>(local);
+  const T* b = reinterpret_cast<const T*>(addend);
+  T* out = reinterpret_cast<T*>(sum);
+  T* copy = reinterpret_cast<T*>(device_copy);
+  for (std::int64_t i = 0; i < count; ++i) {
+    T value;
+    if constexpr (std::is_floating_point_v<T>) {
+      value = a[i] + b[i];
+    } else {
+      value = T::from_float(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+    }
+    out[i] = value;
+    if (copy != nullptr) copy[i] = value;
+  }
+}
+
+void stage_sum(DType dtype, const std::byte* local, const std::byte* addend, std::byte* sum, std::byte* device_copy,
+               std::int64_t count) {
+  switch (dtype) {
+    case DType::f32:
+      return stage_sum<float>(local, addend, sum, device_copy, count);
+    case DType::f64:
+      return stage_sum<double>(local, addend, sum, device_copy, count);
+    case DType::f16:
+      return stage_sum<Half>(local, addend, sum, device_copy, count);
+    case DType::bf16:
+      return stage_sum<BFloat16>(local, addend, sum, device_copy, count);
+    default:
+      TP_THROW(InvalidArgument, "distribute", "mpi: cannot sum ", name_of(dtype));
+  }
 }
 
 template <typename H>
@@ -104,8 +146,8 @@ class MpiCommunicator final : public Communicator {
   void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     one_local_tensor(tensors, "reduce_scatter");
     (void)scratch;
-    // Open MPI's reduce-scatter of 2 ranks takes about 4x the time of the ring's first half (64 MiB: 110-140 ms,
-    // blocking or not), so large buckets take the ring's reduce-scatter phase.
+    // Open MPI's reduce-scatter of 2 ranks is 2.4-6x slower than the ring's first half at 1-256 MiB (blocking or
+    // not; docs/benchmarks.md), so large buckets take the ring's reduce-scatter phase.
     if (tensors[0].nbytes() >= kRingMinimumBytes) {
       ring_across_workers(tensors[0], RingPhases::reduce_scatter);
       return;
@@ -251,7 +293,6 @@ class MpiCommunicator final : public Communicator {
     const int shift = phases == RingPhases::all_reduce ? 0 : -1;
     const std::size_t element_bytes = size_of(tensor.dtype());
     const MPI_Datatype type = mpi_type(tensor.dtype());
-    const MPI_Op op = sum_op(tensor.dtype());
     auto* data = static_cast<std::byte*>(tensor.data());
     const auto piece_elements = static_cast<std::int64_t>(std::max<std::size_t>(kPieceBytes / element_bytes, 1));
     const auto wrap = [ranks](int segment) { return ((segment % ranks) + ranks) % ranks; };
@@ -310,13 +351,13 @@ class MpiCommunicator final : public Communicator {
       }
       for (std::size_t index = 0; index < segment_pieces.size(); ++index) {
         const auto [begin, end] = segment_pieces[index];
-        if (reduce) std::memcpy(staged + bytes(begin), data + bytes(begin), bytes(end - begin));
         deadline.wait(receives[index], what);
         if (reduce) {
-          MPI_Reduce_local(received + bytes(begin - segment_begin), staged + bytes(begin),
-                           static_cast<int>(end - begin), type, op);
+          stage_sum(tensor.dtype(), data + bytes(begin), received + bytes(begin - segment_begin), staged + bytes(begin),
+                    final ? data + bytes(begin) : nullptr, end - begin);
+        } else if (final) {
+          std::memcpy(data + bytes(begin), staged + bytes(begin), bytes(end - begin));
         }
-        if (final) std::memcpy(data + bytes(begin), staged + bytes(begin), bytes(end - begin));
         send(step + 1, segment_pieces[index]);
       }
     }
