@@ -79,8 +79,10 @@ TEST(MpiCommunicator, LargeBucketsTakeThePipelinedRingAndSumExactly) {
     const auto value = [period](int rank, std::size_t local, std::int64_t i) {
       return static_cast<float>(rank + 1) * 0.5F + static_cast<float>(local) * 0.25F + static_cast<float>(i % period);
     };
-    // 1,000,003 is prime: 2 or 3 unequal segments of several 1 MiB pieces plus a short one.
-    for (const std::int64_t elements : {std::int64_t{1'000'003}, std::int64_t{(1 << 20) / 2 + 1}}) {
+    // Just above the ring's threshold, and 1,000,003 (a prime) more: 2 or 3 unequal segments of several 1 MiB
+    // pieces plus a short one.
+    const auto threshold = static_cast<std::int64_t>(kMpiRingMinimumBytes / size_of(dtype));
+    for (const std::int64_t elements : {threshold + 1, threshold + 1'000'003}) {
       for (std::size_t locals : {1, 2}) {
         SCOPED_TRACE(::testing::Message() << name_of(dtype) << " elements " << elements << " locals " << locals);
         std::vector<Tensor> tensors, scratch;
@@ -92,7 +94,7 @@ TEST(MpiCommunicator, LargeBucketsTakeThePipelinedRingAndSumExactly) {
               Tensor::empty(Shape{std::max<std::int64_t>(1, communicator->scratch_elements(elements, locals, local))},
                             dtype, *devices[local]));
         }
-        ASSERT_GE(tensors[0].nbytes(), kMiB) << "the bucket must take the ring";
+        ASSERT_GE(tensors[0].nbytes(), kMpiRingMinimumBytes) << "the bucket must take the ring";
         communicator->all_reduce(tensors, scratch);
         for (std::size_t local = 0; local < locals; ++local) {
           const std::vector<float> result = ops::cast(tensors[local], DType::f32).to_vector<float>();
@@ -109,14 +111,17 @@ TEST(MpiCommunicator, LargeBucketsTakeThePipelinedRingAndSumExactly) {
   }
 }
 
-// Small buckets go through MPI's own collectives; from 1 MiB on the reduce-scatter takes the pipelined ring's
-// first half (odd counts, so the chunks and the 1 MiB pieces are unequal). The values are exact in every dtype.
+// Small buckets go through MPI's own collectives; from kMpiRingMinimumBytes on the reduce-scatter takes the
+// pipelined ring's first half (odd counts, so the chunks and the 1 MiB pieces are unequal). The values are exact
+// in every dtype.
 TEST(MpiCommunicator, ReduceScatterAndAllGatherWorkPerRank) {
   const MpiWorld& world = mpi_world();
-  auto device = make_device(Backend::sim, 64 * kMiB, {}, 0);
+  auto device = make_device(Backend::sim, 256 * kMiB, {}, 0);
   const auto communicator = make_mpi_communicator();
   for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    for (std::int64_t elements : {1, 7, 1000, 300001, 1000003}) {
+    const auto threshold = static_cast<std::int64_t>(kMpiRingMinimumBytes / size_of(dtype));
+    for (std::int64_t elements :
+         {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000}, threshold + 1, threshold + 1000003}) {
       SCOPED_TRACE(::testing::Message() << name_of(dtype) << " elements " << elements);
       std::vector<float> values(static_cast<std::size_t>(elements));
       for (std::int64_t i = 0; i < elements; ++i) values[static_cast<std::size_t>(i)] = value_of(world.rank, 0, i);

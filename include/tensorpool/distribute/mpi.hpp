@@ -41,6 +41,10 @@ std::chrono::milliseconds effective_timeout(const MpiOptions& options = {});
 // devices); the sums run over every worker's. Chunks (reduce_scatter, all_gather) are per worker and need one
 // local tensor: rank r owns Communicator::chunk(n, world size, r).
 std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions options = {});
+// Buckets of at least this many bytes cross the workers (all-reduce, reduce-scatter) in the communicator's
+// pipelined ring of point-to-point messages; smaller ones through MPI's own non-blocking collectives (the
+// measured crossover: docs/benchmarks.md).
+inline constexpr std::size_t kMpiRingMinimumBytes = std::size_t{8} << 20;
 
 // Sums `values` over the ranks in place (host doubles: step losses and counts for reporting).
 void mpi_sum(double* values, int count);

@@ -10,7 +10,7 @@
 // transfers of the other pieces. Large reduce-scatters run the ring's first half.
 // (Open MPI's MPI_Iallreduce, libnbc, reduces with a binomial tree below 4 ranks: every byte goes to rank 0
 // and back, half the speed of the blocking MPI_Allreduce; the ring moves 2(N-1)/N of the bytes per rank.)
-// Small buckets, where the ring's 2(N-1) hops cost more than they save, still use MPI_Iallreduce.
+// Buckets below kMpiRingMinimumBytes, where the ring's hops cost more than they save, use MPI's collectives.
 #include <mpi.h>
 
 #include <algorithm>
@@ -130,7 +130,7 @@ class MpiCommunicator final : public Communicator {
  private:
   void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     local_->all_reduce(tensors, scratch);
-    if (tensors[0].nbytes() < kRingMinimumBytes) {
+    if (tensors[0].nbytes() < kMpiRingMinimumBytes) {
       across_workers(tensors[0], "all_reduce", [](void* data, const Tensor& tensor, const Deadline& deadline) {
         MPI_Request request;
         MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(tensor.num_elements()), mpi_type(tensor.dtype()),
@@ -148,7 +148,7 @@ class MpiCommunicator final : public Communicator {
     (void)scratch;
     // Open MPI's reduce-scatter of 2 ranks is 2.4-6x slower than the ring's first half at 1-256 MiB (blocking or
     // not; docs/benchmarks.md), so large buckets take the ring's reduce-scatter phase.
-    if (tensors[0].nbytes() >= kRingMinimumBytes) {
+    if (tensors[0].nbytes() >= kMpiRingMinimumBytes) {
       ring_across_workers(tensors[0], RingPhases::reduce_scatter);
       return;
     }
@@ -236,11 +236,13 @@ class MpiCommunicator final : public Communicator {
                  target.buffer(), target.offset_bytes(), target.nbytes());
   }
 
-  // The ring all-reduce's piece: small enough that a piece staged in is still in cache when it is sent or
-  // reduced, large enough that MPI's per-message cost stays small. Buckets below kRingMinimumBytes use
-  // MPI_Iallreduce.
+  // The ring's piece: small enough that a piece staged in is still in cache when it is sent or reduced, large
+  // enough that MPI's per-message cost stays small. Buckets below kMpiRingMinimumBytes use MPI's own collectives:
+  // at 1-4 MiB the ring only ties MPI_Iallreduce in tp_collective_bench and loses in training (the main job's
+  // 1.6 MB bucket over 2 workers: 6,100-6,700 samples/s with the ring, 9,100-9,300 without; ZeRO-2's
+  // reduce-scatter 4,800-5,400 against 5,900-7,000), while from 16 MiB it wins (bench 0.70 against 0.32-0.41
+  // of MPI_Allreduce at 16 MiB; the wide MLP's 64 MiB bucket trains at 140-154 samples/s against 125-136).
   static constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
-  static constexpr std::size_t kRingMinimumBytes = std::size_t{1} << 20;
   static constexpr int kRingTag = 8000;  // + the ring step (0 .. 2(N-1)); other MPI traffic uses 7001..7102
 
   // all_reduce: both halves of the ring; reduce_scatter: its first N-1 steps, after which rank r holds the sum
