@@ -202,6 +202,14 @@ void Communicator::do_all_reduce(std::span<const Tensor> tensors, std::span<cons
   do_all_gather(tensors);
 }
 
+void Communicator::do_broadcast(std::span<const Tensor> tensors, std::size_t root) {
+  std::vector<Transfer> transfers;
+  for (std::size_t index = 0; index < tensors.size(); ++index) {
+    if (index != root) transfers.push_back({tensors[root], tensors[index]});
+  }
+  send_all(transfers);
+}
+
 void Communicator::check(std::string_view collective, std::span<const Tensor> tensors, std::span<const Tensor> scratch,
                          bool needs_scratch) const {
   if (tensors.empty()) TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": no tensors");
@@ -239,6 +247,16 @@ void Communicator::reduce_scatter(std::span<const Tensor> tensors, std::span<con
 void Communicator::all_gather(std::span<const Tensor> tensors) {
   check("all_gather", tensors, {}, false);
   do_all_gather(tensors);
+}
+
+void Communicator::broadcast(std::span<const Tensor> tensors, std::size_t root) {
+  check("broadcast", tensors, {}, false);
+  const std::size_t count = participants(tensors.size());
+  if (root >= count) {
+    TP_THROW(InvalidArgument, "distribute", name(), " broadcast: root ", root, " is not one of the ", count,
+             " participants");
+  }
+  do_broadcast(tensors, root);
 }
 
 std::unique_ptr<Communicator> make_communicator(std::string_view algorithm) {

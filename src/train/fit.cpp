@@ -77,6 +77,8 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
                    static_cast<long long>(first_batch), options.checkpoint_dir.c_str());
     }
   }
+  // Multi-worker: rank 0's variables (fresh or resumed) become every worker's, so the replicas start alike.
+  if (model.strategy().kind == Strategy::Kind::multi_worker) model.broadcast_variables(0);
   std::int64_t current_epoch = first_epoch, current_batch = first_batch;
   if (!options.checkpoint_dir.empty()) {  // ranks that do not write still capture: capturing can be collective
     callbacks.add(std::make_shared<CheckpointCallback>(

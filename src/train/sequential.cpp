@@ -347,6 +347,25 @@ std::vector<std::pair<std::string, Tensor>> Sequential::variables() {
   return values;
 }
 
+void Sequential::broadcast_variables(int root) {
+  if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
+  if (root < 0 || root >= compiled_->workers) {
+    TP_THROW(InvalidArgument, "train", "broadcast_variables: root ", root, " is not a rank of this job (0..",
+             compiled_->workers - 1, ")");
+  }
+  if (compiled_->workers <= 1) return;
+  const std::vector<std::vector<std::string>>& replicas = compiled_->model.variables;
+  session().run({}, replicas[0]);  // fetching creates and initialises the variables a first step would
+  for (std::size_t index = 0; index < replicas[0].size(); ++index) {
+    if (replicas[0][index].rfind("shard_", 0) == 0) continue;  // a worker's own optimizer-state shard
+    const Tensor local = session().read_variable(replicas[0][index]);
+    std::vector<float> values = local.to_vector<float>();
+    distribute::mpi_broadcast(values.data(), values.size() * sizeof(float), root);
+    const Tensor value = Tensor::from_vector<float>(values, local.shape(), local.device());
+    for (const std::vector<std::string>& replica : replicas) session().assign_variable(replica[index], value);
+  }
+}
+
 void Sequential::assign_variables(const std::vector<std::pair<std::string, Tensor>>& values) {
   for (const std::vector<std::string>& replica : compiled_->model.variables) {
     for (const std::string& name : replica) {

@@ -3,6 +3,7 @@
 // than the participant count; every replica ends with the exact sum, bitwise identical everywhere.
 // Reduce-scatter leaves each participant the sum of its chunk; all-gather spreads every chunk. The direct path
 // sums in participant order, waits for every participant's earlier work and holds back its later work.
+// Broadcast copies the root's tensor to every participant and refuses a root outside them.
 #include "tensorpool/distribute/communicator.hpp"
 
 #include <gtest/gtest.h>
@@ -208,6 +209,25 @@ TEST(Communicator, DirectCollectivesKeepStreamOrder) {
       ASSERT_NEAR(expected[i], 2.0 * (made.expected[i] + first[i]), 1e-4) << i;
     }
   }
+}
+
+TEST(Communicator, BroadcastGivesEveryParticipantTheRootsTensor) {
+  for_each_case([](Communicator& communicator, Participants made, std::size_t count, std::int64_t) {
+    const std::size_t root = count - 1;
+    const std::vector<float> rooted = made.tensors[root].to_vector<float>();
+    communicator.broadcast(made.tensors, root);
+    for (std::size_t rank = 0; rank < count; ++rank) EXPECT_EQ(made.tensors[rank].to_vector<float>(), rooted) << rank;
+    try {
+      communicator.broadcast(made.tensors, count);
+      ADD_FAILURE() << "root " << count << " of " << count << " participants was accepted";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(
+          std::string(error.what())
+              .find("root " + std::to_string(count) + " is not one of the " + std::to_string(count) + " participants"),
+          std::string::npos)
+          << error.what();
+    }
+  });
 }
 
 TEST(Communicator, ChunksCoverTheElementsInOrder) {

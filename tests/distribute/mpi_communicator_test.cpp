@@ -1,7 +1,7 @@
 // The MPI transport, run by ctest both alone (a world of one) and under `mpirun -np 2` (and 3): every rank
 // contributes rank-dependent values on one or two local sim devices; all-reduce leaves everyone the sum over
-// all ranks and devices, reduce-scatter each rank its chunk's sum, all-gather every rank every chunk; the
-// host-side sum and barrier agree; bad inputs are refused naming them.
+// all ranks and devices, reduce-scatter each rank its chunk's sum, all-gather every rank every chunk, broadcast
+// every tensor the root's; the host-side sum and barrier agree; bad inputs are refused naming them.
 #include <gtest/gtest.h>
 
 #include "device/support/device_test_support.hpp"
@@ -145,6 +145,39 @@ TEST(MpiCommunicator, ReduceScatterAndAllGatherWorkPerRank) {
         ASSERT_EQ(gathered[static_cast<std::size_t>(i)], expected(i)) << "element " << i;
       }
     }
+  }
+}
+
+// The root counts every worker's tensors (rank x locals + local): each root of the job, with one and two local
+// devices, reaches every tensor of every rank.
+TEST(MpiCommunicator, BroadcastReachesEveryTensorOfEveryRank) {
+  const MpiWorld& world = mpi_world();
+  std::vector<std::unique_ptr<device::Device>> devices;
+  for (int index = 0; index < 2; ++index) devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
+  const auto communicator = make_mpi_communicator();
+  for (std::size_t locals : {1, 2}) {
+    const std::size_t participants = locals * static_cast<std::size_t>(world.size);
+    for (std::size_t root = 0; root < participants; ++root) {
+      SCOPED_TRACE(::testing::Message() << "locals " << locals << " root " << root);
+      const std::int64_t elements = 1001;
+      std::vector<Tensor> tensors;
+      for (std::size_t local = 0; local < locals; ++local) {
+        std::vector<float> values(static_cast<std::size_t>(elements));
+        for (std::int64_t i = 0; i < elements; ++i)
+          values[static_cast<std::size_t>(i)] = value_of(world.rank, local, i);
+        tensors.push_back(Tensor::from_vector<float>(values, Shape{elements}, *devices[local]));
+      }
+      communicator->broadcast(tensors, root);
+      const auto root_rank = static_cast<int>(root / locals);
+      for (std::size_t local = 0; local < locals; ++local) {
+        const std::vector<float> result = tensors[local].to_vector<float>();
+        for (std::int64_t i = 0; i < elements; ++i) {
+          ASSERT_EQ(result[static_cast<std::size_t>(i)], value_of(root_rank, root % locals, i)) << "element " << i;
+        }
+      }
+    }
+    std::vector<Tensor> one = {Tensor::empty(Shape{4}, DType::f32, *devices[0])};
+    EXPECT_THROW(communicator->broadcast(one, static_cast<std::size_t>(world.size)), InvalidArgument);
   }
 }
 

@@ -38,17 +38,30 @@ class Communicator {
   void reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
   // In place: afterwards every tensor holds, in each chunk q, what tensors[q] held there. Same dtype and count.
   void all_gather(std::span<const Tensor> tensors);
+  // In place: afterwards every tensor holds what tensors[root] held (every participant of the job: across
+  // workers, `root` counts every worker's tensors, rank x local tensors + local index). Same dtype and count;
+  // tp::InvalidArgument for a root outside the participants.
+  void broadcast(std::span<const Tensor> tensors, std::size_t root);
 
   // Participant `index`'s chunk of `elements` split between `participants`: [index * S, min(n, (index + 1) * S))
   // with S = ceil(n / participants), as {begin, end} (empty at the tail when n < participants * S).
   static std::pair<std::int64_t, std::int64_t> chunk(std::int64_t elements, std::size_t participants,
                                                      std::size_t index);
 
+ protected:
+  // The root's tensor copied to every other local participant, all copies started together; a transport
+  // across processes builds on it. `root` is checked against participants() first.
+  virtual void do_broadcast(std::span<const Tensor> tensors, std::size_t root);
+  // The participants of a collective over `local` tensors: those tensors in one process, every worker's
+  // across an MPI job.
+  virtual std::size_t participants(std::size_t local) const { return local; }
+
  private:
   virtual void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) = 0;
   virtual void do_all_gather(std::span<const Tensor> tensors) = 0;
   // Reduce-scatter then all-gather unless a transport does better.
   virtual void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+
   void check(std::string_view collective, std::span<const Tensor> tensors, std::span<const Tensor> scratch,
              bool needs_scratch) const;
 };

@@ -54,5 +54,8 @@ void mpi_barrier(MpiOptions options = {});
 // rank holds a part of, such as the optimizer-state shards of ZeRO across workers that a checkpoint collects.
 // Collective: every rank calls it with the same `bytes` (checked; tp::InvalidArgument naming the ranks' sizes).
 void mpi_all_gather(const void* local, std::size_t bytes, void* gathered);
+// Rank `root`'s `bytes` host bytes at `data` into every rank's `data` (Horovod's broadcast of the initial
+// variables). Collective, same `bytes` on every rank (checked); tp::InvalidArgument for a root outside the job.
+void mpi_broadcast(void* data, std::size_t bytes, int root);
 
 }  // namespace tp::distribute

@@ -80,6 +80,11 @@ class Sequential {
   // it at the same point (fit() does, at each checkpoint); assign_variables() takes each worker's own.
   std::vector<std::pair<std::string, Tensor>> variables();
   void assign_variables(const std::vector<std::pair<std::string, Tensor>>& values);
+  // Multi-worker: every worker takes rank `root`'s replicated variables (the parameters and unsharded optimizer
+  // state; ZeRO shards are each worker's own), as Horovod's broadcast of the global variables, so the workers
+  // start alike whatever their seeds. Collective (fit() calls it on every worker before the first step); a no-op
+  // with one worker. tp::InvalidArgument for a root outside the job.
+  void broadcast_variables(int root = 0);
 
   // The loss-scale state; empty when no layer computes in float16 (or before compile()).
   std::optional<LossScaleState> loss_scale_state() const;

@@ -166,6 +166,27 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  std::size_t participants(std::size_t local) const override {
+    return local * static_cast<std::size_t>(mpi_world().size);
+  }
+
+  // The root worker first spreads the root tensor to its other devices; the others receive it on their first
+  // device (staged, MPI_Ibcast polled against the deadline) and then spread it.
+  void do_broadcast(std::span<const Tensor> tensors, std::size_t root) override {
+    const std::size_t locals = tensors.size();
+    const auto root_rank = static_cast<int>(root / locals);
+    const std::size_t source = root_rank == mpi_world().rank ? root % locals : 0;
+    if (root_rank == mpi_world().rank) Communicator::do_broadcast(tensors, source);
+    across_workers(tensors[source], "broadcast",
+                   [root_rank](void* data, const Tensor& tensor, const Deadline& deadline) {
+                     MPI_Request request;
+                     MPI_Ibcast(data, static_cast<int>(tensor.num_elements()), mpi_type(tensor.dtype()), root_rank,
+                                MPI_COMM_WORLD, &request);
+                     deadline.wait(request, "broadcast");
+                   });
+    if (root_rank != mpi_world().rank) Communicator::do_broadcast(tensors, 0);
+  }
+
   void do_all_gather(std::span<const Tensor> tensors) override {
     one_local_tensor(tensors, "all_gather");
     across_workers(tensors[0], "all_gather", [](void* data, const Tensor& tensor, const Deadline& deadline) {
@@ -180,34 +201,11 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  // Polls a request until it completes or the collective's deadline passes. MPI progresses only inside the
-  // calls, so it polls without sleeping (yielding the core) for kSpin, as a blocking MPI call would, then
-  // sleeps 50 us between polls: a rank that waits long is waiting for a stalled or slow peer.
+  // A collective's deadline: waits poll their request against it (detail::wait_for).
   class Deadline {
    public:
     Deadline(std::chrono::steady_clock::time_point end, std::uint64_t sequence) : end_(end), sequence_(sequence) {}
-    void wait(MPI_Request& request, std::string_view what) const {
-      static constexpr std::chrono::milliseconds kSpin{5};
-      const auto start = std::chrono::steady_clock::now();
-      int done = 0;
-      for (;;) {
-        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-        if (done != 0) return;
-        detail::serve_probes();
-        const auto now = std::chrono::steady_clock::now();
-        if (now > end_) {
-          const std::string missing = detail::unresponsive_ranks(std::chrono::seconds(2));
-          TP_THROW(DeviceError, "distribute", "rank ", mpi_world().rank, ": mpi ", what, " #", sequence_,
-                   " did not finish in time; rank(s) ", missing,
-                   " stopped answering (stalled or died); TP_COLLECTIVE_TIMEOUT (seconds) sets how long ranks wait");
-        }
-        if (now - start < kSpin) {
-          std::this_thread::yield();
-        } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-      }
-    }
+    void wait(MPI_Request& request, std::string_view what) const { detail::wait_for(request, end_, sequence_, what); }
 
    private:
     std::chrono::steady_clock::time_point end_;
@@ -417,7 +415,9 @@ void mpi_sum(double* values, int count) {
   const std::uint64_t sequence = detail::next_sequence();
   const auto end = std::chrono::steady_clock::now() + effective_timeout({});
   detail::arrive(sequence, "sum", end);
-  MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Request request;  // non-blocking: a rank that stalls inside the sum is named, not waited for forever
+  MPI_Iallreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &request);
+  detail::wait_for(request, end, sequence, "sum");
 }
 
 void mpi_barrier(MpiOptions options) {

@@ -171,6 +171,30 @@ std::string unresponsive_ranks(std::chrono::milliseconds patience) {
   return missing.empty() ? std::string("none (all answer; the transfer itself is stuck)") : missing;
 }
 
+void wait_for(MPI_Request& request, std::chrono::steady_clock::time_point deadline, std::uint64_t sequence,
+              std::string_view what) {
+  static constexpr std::chrono::milliseconds kSpin{5};
+  const auto start = std::chrono::steady_clock::now();
+  int done = 0;
+  for (;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done != 0) return;
+    serve_probes();
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) {
+      const std::string missing = unresponsive_ranks(std::chrono::seconds(2));
+      TP_THROW(DeviceError, "distribute", "rank ", mpi_world().rank, ": mpi ", what, " #", sequence,
+               " did not finish in time; rank(s) ", missing,
+               " stopped answering (stalled or died); TP_COLLECTIVE_TIMEOUT (seconds) sets how long ranks wait");
+    }
+    if (now - start < kSpin) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
 }  // namespace detail
 
 }  // namespace tp::distribute

@@ -2,6 +2,8 @@
 // The process's MPI state shared by the MPI collectives: one lock around every MPI call (the library needs
 // only MPI_THREAD_SERIALIZED), a collective sequence number every rank advances alike, and the arrival check.
 
+#include <mpi.h>
+
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -20,6 +22,12 @@ void arrive(std::uint64_t sequence, std::string_view what, std::chrono::steady_c
 // With mpi_mutex held, from every wait loop: answers other ranks' liveness probes, so that a rank that is
 // waiting (not stalled) is told apart from one that stopped.
 void serve_probes();
+// With mpi_mutex held: polls `request` of collective #`sequence` until it completes, answering probes; past
+// `deadline` throws tp::DeviceError naming the ranks that stopped answering (and marks MPI broken). MPI
+// progresses only inside its calls, so it polls without sleeping (yielding the core) for the first 5 ms, as a
+// blocking call would, then every 50 us: a rank that waits long is waiting for a stalled or slow peer.
+void wait_for(MPI_Request& request, std::chrono::steady_clock::time_point deadline, std::uint64_t sequence,
+              std::string_view what);
 // With mpi_mutex held, after a transfer timed out: the ranks that do not answer a probe within `patience`
 // (comma-separated), and marks MPI broken so that the process aborts the job at exit instead of
 // finalising (MPI_Finalize would wait for the stalled rank forever).

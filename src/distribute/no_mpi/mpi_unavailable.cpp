@@ -23,5 +23,6 @@ std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions) { unavailable();
 void mpi_sum(double*, int) { unavailable(); }
 void mpi_barrier(MpiOptions) { unavailable(); }
 void mpi_all_gather(const void*, std::size_t, void*) { unavailable(); }
+void mpi_broadcast(void*, std::size_t, int) { unavailable(); }
 
 }  // namespace tp::distribute

@@ -1,6 +1,7 @@
-// distribute::mpi_all_gather: every rank's host bytes in rank order, and a clear error when the ranks
-// contribute different sizes. Runs alone (a world of one) and under `mpirun -np 2` and `-np 3` (ctest tests
-// mpi.host_gather.np2 / np3). Skipped, saying why, in a build without MPI.
+// distribute::mpi_all_gather (every rank's host bytes in rank order) and mpi_broadcast (the root's bytes
+// everywhere), with a clear error when the ranks pass different sizes or a root outside the job. Runs alone (a
+// world of one) and under `mpirun -np 2` and `-np 3` (ctest tests mpi.host_collectives.np2 / np3). Skipped,
+// saying why, in a build without MPI.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,14 +15,14 @@
 namespace tp::distribute {
 namespace {
 
-class MpiHostGather : public ::testing::Test {
+class MpiHostCollectives : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!mpi_built()) GTEST_SKIP() << "built without MPI (apt-get install libopenmpi-dev openmpi-bin)";
   }
 };
 
-TEST_F(MpiHostGather, EveryRanksBytesArriveInRankOrder) {
+TEST_F(MpiHostCollectives, EveryRanksBytesArriveInRankOrder) {
   const MpiWorld& world = mpi_world();
   // An odd element count, so nothing lines up by accident.
   std::vector<std::int32_t> mine(7);
@@ -36,7 +37,7 @@ TEST_F(MpiHostGather, EveryRanksBytesArriveInRankOrder) {
   }
 }
 
-TEST_F(MpiHostGather, RanksThatContributeDifferentSizesAreToldSo) {
+TEST_F(MpiHostCollectives, RanksThatContributeDifferentSizesAreToldSo) {
   const MpiWorld& world = mpi_world();
   if (world.size == 1) GTEST_SKIP() << "one rank cannot disagree with itself; run under mpirun -np 2";
   const std::size_t bytes = world.rank == 0 ? 8 : 16;
@@ -53,6 +54,25 @@ TEST_F(MpiHostGather, RanksThatContributeDifferentSizesAreToldSo) {
   std::vector<std::int64_t> one{world.rank}, every(static_cast<std::size_t>(world.size));
   mpi_all_gather(one.data(), sizeof(std::int64_t), every.data());
   for (int rank = 0; rank < world.size; ++rank) EXPECT_EQ(every[static_cast<std::size_t>(rank)], rank);
+}
+
+TEST_F(MpiHostCollectives, BroadcastGivesEveryRankTheRootsBytes) {
+  const MpiWorld& world = mpi_world();
+  for (int root = 0; root < world.size; ++root) {
+    std::vector<std::int32_t> values(5);
+    std::iota(values.begin(), values.end(), 100 * world.rank);
+    mpi_broadcast(values.data(), values.size() * sizeof(std::int32_t), root);
+    for (std::size_t index = 0; index < values.size(); ++index) {
+      EXPECT_EQ(values[index], 100 * root + static_cast<int>(index)) << "root " << root << " element " << index;
+    }
+  }
+  std::int32_t value = 0;
+  try {
+    mpi_broadcast(&value, sizeof(value), world.size);
+    ADD_FAILURE() << "root " << world.size << " was accepted";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("is not a rank of this job"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace
