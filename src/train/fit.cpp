@@ -80,7 +80,11 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
   // Multi-worker: rank 0's variables (fresh or resumed) become every worker's, so the replicas start alike.
   if (model.strategy().kind == Strategy::Kind::multi_worker) model.broadcast_variables(0);
   std::int64_t current_epoch = first_epoch, current_batch = first_batch;
-  if (!options.checkpoint_dir.empty()) {  // ranks that do not write still capture: capturing can be collective
+  // Under ZeRO across workers capturing gathers every worker's shard (Sequential::variables), so the ranks that
+  // do not write capture too, at the same points.
+  const bool collective_capture =
+      model.strategy().kind == Strategy::Kind::multi_worker && model.strategy().shard != Shard::none;
+  if (!options.checkpoint_dir.empty() && (options.write_checkpoints || collective_capture)) {
     callbacks.add(std::make_shared<CheckpointCallback>(
         options.checkpoint_dir, [&] { return capture(model, step, current_epoch, current_batch, seed); },
         CheckpointCallbackOptions{.every_steps = options.checkpoint_every_steps, .write = options.write_checkpoints}));
