@@ -48,6 +48,21 @@ std::map<std::string, std::vector<float>> values(Sequential& model) {
   return result;
 }
 
+// Every variable (parameters and optimizer slots) of `actual` within 1e-6 of `expected`'s; `what` says otherwise.
+void expect_same_variables(Sequential& expected_model, Sequential& actual_model, const std::string& what) {
+  const auto expected = values(expected_model);
+  const auto actual = values(actual_model);
+  ASSERT_EQ(expected.size(), actual.size());
+  double largest = 0;
+  for (const auto& [name, want] : expected) {
+    ASSERT_TRUE(actual.contains(name)) << name;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      largest = std::max(largest, static_cast<double>(std::abs(want[i] - actual.at(name)[i])));
+    }
+  }
+  EXPECT_LE(largest, 1e-6) << what;
+}
+
 // Worker w's completed steps just after each update, replayed from the server's log.
 std::vector<std::vector<std::int64_t>> progress(const std::vector<UpdateRecord>& updates, std::size_t workers) {
   std::vector<std::int64_t> done(workers, 0);
@@ -69,17 +84,7 @@ TEST(ParameterServer, OneWorkerTrainsExactlyAsOneDevice) {
         compiled(manager, Strategy::parameter_server({"sim:1"}, "cpu:0", 0), {.optimizer = optimizer});
     const FitResult result = fit(*served, train, {.epochs = 2});  // fit() runs the parameter server
     EXPECT_EQ(result.steps, reference.steps);
-    const auto expected = values(*one);
-    const auto actual = values(*served);
-    ASSERT_EQ(expected.size(), actual.size());
-    double largest = 0;
-    for (const auto& [name, want] : expected) {
-      ASSERT_TRUE(actual.contains(name)) << name;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        largest = std::max(largest, static_cast<double>(std::abs(want[i] - actual.at(name)[i])));
-      }
-    }
-    EXPECT_LE(largest, 1e-6) << "variables (parameters and optimizer slots) differ from one-device training";
+    expect_same_variables(*one, *served, "variables (parameters and optimizer slots) differ from one-device training");
     ASSERT_EQ(reference.history.epochs.size(), result.history.epochs.size());
     for (std::size_t epoch = 0; epoch < reference.history.epochs.size(); ++epoch) {
       EXPECT_NEAR(reference.history.epochs[epoch].loss, result.history.epochs[epoch].loss, 1e-6);
@@ -112,16 +117,7 @@ TEST(ParameterServer, ARerunResumesFromTheCheckpointAtItsVersion) {
   EXPECT_EQ(resumed.resumed_from_step, first_result.steps);
   EXPECT_EQ(resumed.steps, reference.steps);
   ASSERT_EQ(resumed.history.epochs.size(), 1U) << "only the second epoch runs";
-  const auto expected = values(*one);
-  const auto actual = values(*second);
-  double largest = 0;
-  for (const auto& [name, want] : expected) {
-    ASSERT_TRUE(actual.contains(name)) << name;
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      largest = std::max(largest, static_cast<double>(std::abs(want[i] - actual.at(name)[i])));
-    }
-  }
-  EXPECT_LE(largest, 1e-6) << "resumed parameter-server training differs from two epochs on one device";
+  expect_same_variables(*one, *second, "resumed parameter-server training differs from two epochs on one device");
   EXPECT_EQ(load_latest_checkpoint(directory)->step, reference.steps);
   std::filesystem::remove_all(directory);
 }
