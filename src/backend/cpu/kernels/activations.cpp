@@ -1,8 +1,23 @@
 #include "backend/cpu/kernels/activations.hpp"
 
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 
 namespace tp::backend::cpu {
+namespace {
+
+template <typename T>
+TP_ISA_CLONES void relu_loop(const T* x, T* y, std::int64_t n) {
+  // `x <= 0` is false for NaN, so NaN passes through unchanged (as numpy.maximum and PyTorch do).
+  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] <= T{0} ? T{0} : x[i];
+}
+
+template <typename T>
+TP_ISA_CLONES void relu_grad_loop(const T* dy, const T* x, T* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > T{0} ? dy[i] : T{0};
+}
+
+}  // namespace
 
 template <typename T>
 void relu(const T* x, T* y, std::int64_t n) {
@@ -10,8 +25,7 @@ void relu(const T* x, T* y, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "y", y, n);
-  // `x <= 0` is false for NaN, so NaN passes through unchanged (as numpy.maximum and PyTorch do).
-  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] <= T{0} ? T{0} : x[i];
+  relu_loop(x, y, n);
 }
 
 template <typename T>
@@ -21,7 +35,7 @@ void relu_grad(const T* dy, const T* x, T* dx, std::int64_t n) {
   detail::check_pointer(kKernel, "dy", dy, n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "dx", dx, n);
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > T{0} ? dy[i] : T{0};
+  relu_grad_loop(dy, x, dx, n);
 }
 
 template void relu<float>(const float*, float*, std::int64_t);

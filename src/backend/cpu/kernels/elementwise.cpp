@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -37,6 +38,31 @@ void with_operation(std::string_view kernel, BinaryOp op, Body&& body) {
   TP_THROW(InvalidArgument, detail::kComponent, kernel, ": op = ", static_cast<int>(op), " is not a BinaryOp");
 }
 
+template <typename T, typename Op>
+TP_ISA_CLONES void binary_loop(Op apply, const T* x, const T* y, T* z, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) z[i] = apply(x[i], y[i]);
+}
+
+template <typename T, typename Op>
+TP_ISA_CLONES void row_broadcast_loop(Op apply, const T* x, const T* row, T* z, std::int64_t rows,
+                                      std::int64_t cols) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* x_row = x + r * cols;
+    T* z_row = z + r * cols;
+    for (std::int64_t c = 0; c < cols; ++c) z_row[c] = apply(x_row[c], row[c]);
+  }
+}
+
+template <typename T, typename Op>
+TP_ISA_CLONES void scalar_loop(Op apply, const T* x, T scalar, T* z, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) z[i] = apply(x[i], scalar);
+}
+
+template <typename T>
+TP_ISA_CLONES void add_scaled_loop(T* y, T alpha, const T* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
 }  // namespace
 
 template <typename T>
@@ -46,9 +72,7 @@ void binary(BinaryOp op, const T* x, const T* y, T* z, std::int64_t n) {
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "y", y, n);
   detail::check_pointer(kKernel, "z", z, n);
-  with_operation(kKernel, op, [&](auto apply) {
-    for (std::int64_t i = 0; i < n; ++i) z[i] = apply(x[i], y[i]);
-  });
+  with_operation(kKernel, op, [&](auto apply) { binary_loop(apply, x, y, z, n); });
 }
 
 template <typename T>
@@ -60,13 +84,7 @@ void binary_row_broadcast(BinaryOp op, const T* x, const T* row, T* z, std::int6
   detail::check_pointer(kKernel, "x", x, count);
   detail::check_pointer(kKernel, "row", row, count == 0 ? 0 : cols);
   detail::check_pointer(kKernel, "z", z, count);
-  with_operation(kKernel, op, [&](auto apply) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* x_row = x + r * cols;
-      T* z_row = z + r * cols;
-      for (std::int64_t c = 0; c < cols; ++c) z_row[c] = apply(x_row[c], row[c]);
-    }
-  });
+  with_operation(kKernel, op, [&](auto apply) { row_broadcast_loop(apply, x, row, z, rows, cols); });
 }
 
 template <typename T>
@@ -75,9 +93,7 @@ void binary_scalar(BinaryOp op, const T* x, T scalar, T* z, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "z", z, n);
-  with_operation(kKernel, op, [&](auto apply) {
-    for (std::int64_t i = 0; i < n; ++i) z[i] = apply(x[i], scalar);
-  });
+  with_operation(kKernel, op, [&](auto apply) { scalar_loop(apply, x, scalar, z, n); });
 }
 
 template <typename T>
@@ -91,7 +107,7 @@ void add_scaled(T* y, T alpha, const T* x, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "y", y, n);
   detail::check_pointer(kKernel, "x", x, n);
-  for (std::int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  add_scaled_loop(y, alpha, x, n);
 }
 
 #define TP_CPU_ELEMENTWISE_INSTANTIATE(T)                                                          \

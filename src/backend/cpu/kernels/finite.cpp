@@ -5,14 +5,13 @@
 #include <type_traits>
 
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 
 namespace tp::backend::cpu {
+namespace {
 
 template <typename T>
-bool all_finite(const T* x, std::int64_t n) {
-  constexpr std::string_view kKernel = "all_finite";
-  detail::check_size(kKernel, "n", n);
-  detail::check_pointer(kKernel, "x", x, n);
+TP_ISA_CLONES bool all_finite_loop(const T* x, std::int64_t n) {
   // Inf and NaN are exactly the values whose exponent bits are all ones. Testing the bits (an integer OR
   // reduction, which vectorises) instead of comparing floats also holds under flush-to-zero.
   using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t,
@@ -28,6 +27,16 @@ bool all_finite(const T* x, std::int64_t n) {
     special |= static_cast<Bits>((bits & kExponent) == kExponent);
   }
   return special == 0;
+}
+
+}  // namespace
+
+template <typename T>
+bool all_finite(const T* x, std::int64_t n) {
+  constexpr std::string_view kKernel = "all_finite";
+  detail::check_size(kKernel, "n", n);
+  detail::check_pointer(kKernel, "x", x, n);
+  return all_finite_loop(x, n);
 }
 
 template bool all_finite<float>(const float*, std::int64_t);

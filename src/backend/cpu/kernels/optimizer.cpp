@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -13,6 +14,29 @@ template <typename T>
 void check_beta(std::string_view name, T beta) {
   if (!(beta >= T{0} && beta < T{1})) {
     TP_THROW(InvalidArgument, detail::kComponent, "adam_update: ", name, " = ", beta, " is outside [0, 1)");
+  }
+}
+
+template <typename T>
+TP_ISA_CLONES void sgd_loop(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T momentum, bool nesterov) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    velocity[i] = momentum * velocity[i] - lr * grad[i];
+    param[i] += nesterov ? momentum * velocity[i] - lr * grad[i] : velocity[i];
+  }
+}
+
+// The four arrays never overlap (distinct tensors); saying so lets the compiler vectorise the loop.
+template <typename T>
+TP_ISA_CLONES void adam_loop(T* __restrict__ param, const T* __restrict__ grad, T* __restrict__ m,
+                             T* __restrict__ v, std::int64_t n, T alpha, T one_minus_beta1, T one_minus_beta2,
+                             T epsilon) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T g = grad[i];
+    const T m_i = m[i] + (g - m[i]) * one_minus_beta1;
+    const T v_i = v[i] + (g * g - v[i]) * one_minus_beta2;
+    m[i] = m_i;
+    v[i] = v_i;
+    param[i] -= m_i * alpha / (std::sqrt(v_i) + epsilon);
   }
 }
 
@@ -32,10 +56,7 @@ void sgd_update(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T mo
     for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
     return;
   }
-  for (std::int64_t i = 0; i < n; ++i) {
-    velocity[i] = momentum * velocity[i] - lr * grad[i];
-    param[i] += nesterov ? momentum * velocity[i] - lr * grad[i] : velocity[i];
-  }
+  sgd_loop(param, grad, velocity, n, lr, momentum, nesterov);
 }
 
 template <typename T>
@@ -58,21 +79,7 @@ void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T be
   const auto b2 = static_cast<double>(beta2);
   const auto alpha =
       static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
-  const T one_minus_beta1 = T{1} - beta1;
-  const T one_minus_beta2 = T{1} - beta2;
-  // The four arrays never overlap (distinct tensors); saying so lets the compiler vectorise the loop.
-  T* __restrict__ out_param = param;
-  T* __restrict__ out_m = m;
-  T* __restrict__ out_v = v;
-  const T* __restrict__ in_grad = grad;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T g = in_grad[i];
-    const T m_i = out_m[i] + (g - out_m[i]) * one_minus_beta1;
-    const T v_i = out_v[i] + (g * g - out_v[i]) * one_minus_beta2;
-    out_m[i] = m_i;
-    out_v[i] = v_i;
-    out_param[i] -= m_i * alpha / (std::sqrt(v_i) + epsilon);
-  }
+  adam_loop(param, grad, m, v, n, alpha, T{1} - beta1, T{1} - beta2, epsilon);
 }
 
 template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
