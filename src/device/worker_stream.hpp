@@ -4,6 +4,7 @@
 // it has run (or been skipped) and its captures are destroyed, so a waiter that sees it completed also sees
 // its buffers released. The destructor runs every task already enqueued, then joins the thread.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -25,12 +26,19 @@ class WorkerStream final : public Stream {
   void wait_idle() override;
   void serve();
 
-  mutable std::mutex mutex_;  // guards queue_, enqueued_, completed_, stopping_
+  mutable std::mutex mutex_;  // guards queue_, enqueued_, completed_, wake_at_, stopping_
   std::condition_variable work_available_;
   std::condition_variable work_completed_;
   std::deque<Task> queue_;
   std::uint64_t enqueued_ = 0;
   std::uint64_t completed_ = 0;
+  // enqueued_'s value for the worker to poll without the mutex before it sleeps (poll_before_sleeping).
+  std::atomic<std::uint64_t> enqueued_flag_{0};
+  // The smallest completion count a waiter in wait_idle() sleeps for (kNobodyWaits when none does). The
+  // worker wakes waiters only once completed_ reaches it, not after every task: a host thread waiting for a
+  // step of dozens of kernels is woken once, instead of taking a core from the worker dozens of times.
+  static constexpr std::uint64_t kNobodyWaits = ~std::uint64_t{0};
+  std::uint64_t wake_at_ = kNobodyWaits;
   bool stopping_ = false;
   std::thread worker_;  // last: started once everything above exists
 };

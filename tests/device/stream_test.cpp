@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -109,6 +110,41 @@ TEST(Stream, SynchronizeOfTheDeviceWaitsForEveryStream) {
   }
   device->synchronize();
   EXPECT_EQ(done.load(), 150);
+}
+
+// The worker wakes waiters only once the smallest count one of them waits for is reached (not after every
+// task); a waiter whose work is done must not be held back by work enqueued after it began to wait.
+TEST(Stream, SynchronizeReturnsOnceItsOwnWorkIsDoneWhileLaterWorkStillRuns) {
+  auto device = make_device(Backend::sim);
+  Stream& stream = device->stream();
+  Gate first_gate;
+  Gate second_gate;
+  stream.enqueue([&first_gate] { first_gate.wait(); });
+  std::atomic<bool> first_returned{false};
+  std::thread first_waiter([&] {
+    stream.synchronize();
+    first_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the first waiter sleeps, waiting for 1 task
+  stream.enqueue([&second_gate] { second_gate.wait(); });
+  std::atomic<bool> second_returned{false};
+  std::thread second_waiter([&] {
+    stream.synchronize();
+    second_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(first_returned.load());
+  first_gate.open();
+  for (int poll = 0; poll < 500 && !first_returned.load(); ++poll) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(first_returned.load()) << "the first waiter's task ran, yet it still waits behind the second task";
+  EXPECT_FALSE(second_returned.load());
+  second_gate.open();
+  first_waiter.join();
+  second_waiter.join();
+  EXPECT_TRUE(second_returned.load());
+  EXPECT_TRUE(stream.idle());
 }
 
 TEST(Stream, ManyHostThreadsEnqueueConcurrently) {
