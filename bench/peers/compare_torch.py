@@ -16,7 +16,8 @@ batch size, --epochs epochs each:
                         (torch.set_num_threads does not reach Debian's pthread OpenBLAS: the peer's GEMMs
                         still run on OpenBLAS's own threads, one per core, in every setting but OPENBLAS=1)
 
-and, with --ours one,mirrored,one2, ours on one device with 2 BLAS threads (--intra-op-threads 2).
+  ours, one device,      tensorpool train --strategy one --devices sim:0 --intra-op-threads 2
+  2 BLAS threads        (one2: both cores, as the tuned peer's GEMMs get them)
 
 Figures: samples/s of the timed training loop (ours: `samples_per_second` of --summary-json; the peer: its
 training samples over its epochs' time; both time the epoch loop with its shuffle and exclude loading and
@@ -69,10 +70,10 @@ PEER_SETTINGS = {
 OURS = {
     "one": ("ours, one device (sim:0)", ["--strategy", "one", "--devices", "sim:0"], 1),
     "mirrored": ("ours, mirrored (sim:0,sim:1)", ["--strategy", "mirrored", "--devices", "sim:0,sim:1"], 2),
-    # Not run by default (--ours one,one2,...): one device with two BLAS threads, as the peer's GEMMs get.
+    # One device with two BLAS threads: both cores, as the tuned peer's GEMMs get them.
     "one2": ("ours, one device, 2 BLAS threads", ["--strategy", "one", "--devices", "sim:0"], 2),
 }
-DEFAULT_OURS = ("one", "mirrored")
+DEFAULT_OURS = ("one", "one2", "mirrored")
 # Environment variables that change the peer's threading; removed so that each setting sets only its own.
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "GOTO_NUM_THREADS")
 
@@ -239,6 +240,7 @@ def summarise(runs, batches, settings, sgemm_gflops):
         entry["one2_vs_best_peer"] = one2 / best if one2 and best else None
         entry["one_roofline_fraction"] = one / roof1 if one and roof1 else None
         entry["mirrored_roofline_fraction"] = mirrored / (2 * roof1) if mirrored and roof1 else None
+        entry["one2_roofline_fraction"] = one2 / (2 * roof1) if one2 and roof1 else None
         result[batch] = entry
     return result
 
@@ -280,6 +282,8 @@ def markdown(summary, batches, settings):
         lambda e: "-" if e["roofline_1core"] is None else f"{e['roofline_1core']:,.0f}")
     if "one" in measured:
         row("ours one device / one-core roofline", lambda e: pct(e["one_roofline_fraction"]))
+    if "one2" in measured:
+        row("ours one device with 2 BLAS threads / two-core roofline", lambda e: pct(e["one2_roofline_fraction"]))
     if "mirrored" in measured:
         row("ours mirrored / two-core roofline", lambda e: pct(e["mirrored_roofline_fraction"]))
     for config in measured:
@@ -308,9 +312,11 @@ def targets(summary, batches):
         e = summary[batch]
         want = goal.get(batch)
         if want is not None and e["one_vs_best_peer"] is not None:
-            best_ours = max(v for v in (e["one_vs_best_peer"], e["mirrored_vs_best_peer"]) if v is not None)
-            rows.append((f"ours >= {want}x the tuned peer, batch {batch} (one device / mirrored)",
-                         f"{ratio(e['one_vs_best_peer'])} / {ratio(e['mirrored_vs_best_peer'])}",
+            # Our best configuration on the same two cores, as the peer's best setting is its best.
+            ours = (e["one_vs_best_peer"], e.get("one2_vs_best_peer"), e["mirrored_vs_best_peer"])
+            best_ours = max(v for v in ours if v is not None)
+            rows.append((f"ours >= {want}x the tuned peer, batch {batch} (one device / one device with 2 BLAS "
+                         f"threads / mirrored)", " / ".join(ratio(v) for v in ours),
                          "PASS" if best_ours >= want else "FAIL"))
     for batch in batches:
         e = summary[batch]
@@ -336,8 +342,8 @@ def main():
     ap.add_argument("--peer-settings", default=",".join(PEER_SETTINGS),
                     help=f"comma-separated peer thread settings, of {','.join(PEER_SETTINGS)}")
     ap.add_argument("--ours", default=",".join(DEFAULT_OURS),
-                    help="comma-separated configurations of ours: one,mirrored (default), one2 (one device, "
-                    "2 BLAS threads)")
+                    help="comma-separated configurations of ours, of one,one2,mirrored (one2: one device, 2 BLAS "
+                    "threads)")
     ap.add_argument("--tensorpool", default=os.path.join(ROOT, "build", "bin", "tensorpool"))
     ap.add_argument("--kernel-bench", default=os.path.join(ROOT, "build", "bench", "tp_kernel_bench"))
     ap.add_argument("--peer", default=os.path.normpath(os.path.join(ROOT, "..", "shared", "peers", "torch_mlp.py")))
