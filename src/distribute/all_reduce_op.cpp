@@ -4,8 +4,9 @@
 //
 // Outputs, each on its replica's device (output j on the device of input j % inputs):
 //   p * R + r           the elementwise sum over replicas of tensor p, on replica r (bitwise equal on all);
-//   P * R + r           replica r's bucket: the P tensors packed into one flat buffer, so the communicator
-//                       runs once per step (gradient bucketing) instead of once per tensor; empty when P = 1;
+//   P * R + r           replica r's bucket: the P tensors' sums packed into one flat buffer, so the
+//                       communicator runs once per step (gradient bucketing) instead of once per tensor
+//                       (Communicator::all_reduce_parts); empty when P = 1;
 //   P * R + R + r       the communicator's working space on replica r.
 // With `unpack` = false (and P > 1) outputs p * R + r are empty: a consumer that reads the reduced bucket itself
 // (ZeRO-1's sharded update reads its chunk of it) saves the unpacked copy's memory and time.
@@ -46,30 +47,18 @@ void all_reduce_kernel(KernelContext& context) {
   const std::size_t count = layout.replicas * layout.tensors;
   const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
   std::vector<Tensor> reduced, scratch;
+  std::vector<std::vector<Tensor>> parts(layout.replicas);
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     scratch.push_back(context.outputs[count + layout.replicas + replica]);
-  }
-  if (layout.tensors == 1) {
-    for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
-      copy_within(context.inputs[replica], context.outputs[replica]);
-      reduced.push_back(context.outputs[replica]);
-    }
-    communicator->all_reduce(reduced, scratch);
-    return;
-  }
-  // Pack each replica's tensors into its bucket, reduce the buckets once, unpack into the outputs.
-  for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
-    const Tensor& bucket = context.outputs[count + replica];
-    std::int64_t offset = 0;
     for (std::size_t tensor = 0; tensor < layout.tensors; ++tensor) {
-      const Tensor& input = context.inputs[tensor * layout.replicas + replica];
-      copy_within(input, flat_range(bucket, offset, offset + input.num_elements()));
-      offset += input.num_elements();
+      parts[replica].push_back(context.inputs[tensor * layout.replicas + replica]);
     }
-    reduced.push_back(bucket);
+    // One tensor is reduced in its output; several in the replica's bucket, unpacked afterwards.
+    reduced.push_back(context.outputs[layout.tensors == 1 ? replica : count + replica]);
   }
-  communicator->all_reduce(reduced, scratch);
-  if (!attribute_bool(context.node, "unpack", true)) return;
+  // The communicator packs the tensors into the buckets, or (between peer devices) sums straight out of them.
+  communicator->all_reduce_parts(parts, reduced, scratch);
+  if (layout.tensors == 1 || !attribute_bool(context.node, "unpack", true)) return;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     std::int64_t offset = 0;
     for (std::size_t tensor = 0; tensor < layout.tensors; ++tensor) {

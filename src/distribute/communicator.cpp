@@ -24,6 +24,17 @@ void send(const Tensor& source, const Tensor& target) {
                target.buffer(), target.offset_bytes(), target.nbytes());
 }
 
+// The parts copied back to back into the bucket, on its device's stream 0.
+void pack(const std::vector<Tensor>& parts, const Tensor& bucket) {
+  device::Stream& stream = bucket.device().stream(0);
+  std::int64_t offset = 0;
+  for (const Tensor& part : parts) {
+    const Tensor slot = range(bucket, offset, offset + part.num_elements());
+    device::copy(stream, part.buffer(), part.offset_bytes(), stream, slot.buffer(), slot.offset_bytes(), slot.nbytes());
+    offset += part.num_elements();
+  }
+}
+
 void accumulate(const Tensor& target, const Tensor& addend) {
   ops::add_scaled(target, 1.0, addend, {.stream = &target.device().stream(0)});
 }
@@ -82,6 +93,13 @@ class RingCommunicator final : public Communicator {
     if (all_peers(tensors)) return peer_all_reduce(tensors);
     do_reduce_scatter(tensors, scratch);
     do_all_gather(tensors);
+  }
+
+  bool do_reduce_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
+                       bool everywhere) override {
+    if (!all_peers(buckets)) return false;
+    peer_reduce_parts(parts, buckets, everywhere);
+    return true;
   }
 
   static std::int64_t wrap(std::int64_t value, std::int64_t participants) {
@@ -242,6 +260,58 @@ void Communicator::all_reduce(std::span<const Tensor> tensors, std::span<const T
 void Communicator::reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) {
   check("reduce_scatter", tensors, scratch, true);
   do_reduce_scatter(tensors, scratch);
+}
+
+bool Communicator::do_reduce_parts(std::span<const std::vector<Tensor>>, std::span<const Tensor>, bool) {
+  return false;
+}
+
+void Communicator::check_parts(std::string_view collective, std::span<const std::vector<Tensor>> parts,
+                               std::span<const Tensor> buckets) const {
+  if (parts.size() != buckets.size()) {
+    TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": parts of ", parts.size(), " participants for ",
+             buckets.size(), " buckets");
+  }
+  for (std::size_t index = 0; index < parts.size(); ++index) {
+    if (parts[index].size() != parts[0].size()) {
+      TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": participant ", index, " has ",
+               parts[index].size(), " parts but participant 0 has ", parts[0].size());
+    }
+    std::int64_t packed = 0;
+    for (std::size_t part = 0; part < parts[index].size(); ++part) {
+      const Tensor& tensor = parts[index][part];
+      if (&tensor.device() != &buckets[index].device() || tensor.dtype() != buckets[index].dtype() ||
+          tensor.shape() != parts[0][part].shape()) {
+        TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": part ", part, " of participant ", index,
+                 " is ", name_of(tensor.dtype()), tensor.shape(), " on ", tensor.device().name(), "; expected ",
+                 name_of(buckets[index].dtype()), parts[0][part].shape(), " on its bucket's device ",
+                 buckets[index].device().name());
+      }
+      packed += tensor.num_elements();
+    }
+    if (packed != buckets[index].num_elements()) {
+      TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": participant ", index, "'s parts hold ",
+               packed, " elements but its bucket ", buckets[index].num_elements());
+    }
+  }
+}
+
+void Communicator::all_reduce_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
+                                    std::span<const Tensor> scratch) {
+  check("all_reduce", buckets, scratch, true);
+  check_parts("all_reduce", parts, buckets);
+  if (do_reduce_parts(parts, buckets, true)) return;
+  for (std::size_t index = 0; index < buckets.size(); ++index) pack(parts[index], buckets[index]);
+  do_all_reduce(buckets, scratch);
+}
+
+void Communicator::reduce_scatter_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
+                                        std::span<const Tensor> scratch) {
+  check("reduce_scatter", buckets, scratch, true);
+  check_parts("reduce_scatter", parts, buckets);
+  if (do_reduce_parts(parts, buckets, false)) return;
+  for (std::size_t index = 0; index < buckets.size(); ++index) pack(parts[index], buckets[index]);
+  do_reduce_scatter(buckets, scratch);
 }
 
 void Communicator::all_gather(std::span<const Tensor> tensors) {

@@ -15,6 +15,7 @@
 // read or wrote its tensor. No working space.
 
 #include <span>
+#include <vector>
 
 #include "tensorpool/core/tensor.hpp"
 
@@ -26,5 +27,9 @@ bool all_peers(std::span<const Tensor> tensors);
 void peer_all_reduce(std::span<const Tensor> tensors);
 void peer_reduce_scatter(std::span<const Tensor> tensors);
 void peer_all_gather(std::span<const Tensor> tensors);
+// All-reduce (everywhere) or reduce-scatter of buckets that would hold parts[r] packed back to back, read
+// straight out of the parts: the same sums, in the same order, without packing them first (the layout as
+// Communicator::all_reduce_parts).
+void peer_reduce_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets, bool everywhere);
 
 }  // namespace tp::distribute

@@ -49,12 +49,13 @@ void reduce_scatter_kernel(KernelContext& context) {
   const Layout layout = layout_of(context.node, context.inputs.size());
   const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
   std::vector<Tensor> buckets, scratch;
+  std::vector<std::vector<Tensor>> parts;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     buckets.push_back(context.outputs[layout.replicas + replica]);
     scratch.push_back(context.outputs[2 * layout.replicas + replica]);
-    pack_range(replica_tensors(context, layout, replica), buckets.back(), 0, buckets.back().num_elements(), true);
+    parts.push_back(replica_tensors(context, layout, replica));
   }
-  communicator->reduce_scatter(buckets, scratch);
+  communicator->reduce_scatter_parts(parts, buckets, scratch);
   if (!attribute_bool(context.node, "unpack", true)) return;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     const Tensor& shard = context.outputs[replica];

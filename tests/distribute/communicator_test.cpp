@@ -3,12 +3,14 @@
 // than the participant count; every replica ends with the exact sum, bitwise identical everywhere.
 // Reduce-scatter leaves each participant the sum of its chunk; all-gather spreads every chunk. The direct path
 // sums in participant order, waits for every participant's earlier work and holds back its later work.
-// Broadcast copies the root's tensor to every participant and refuses a root outside them.
+// Broadcast copies the root's tensor to every participant and refuses a root outside them. The collectives of
+// parts (a bucket's tensors, not packed) equal those of the packed tensors bit for bit.
 #include "tensorpool/distribute/communicator.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/error.hpp"
@@ -244,6 +246,96 @@ TEST(Communicator, ChunksCoverTheElementsInOrder) {
       EXPECT_EQ(next, elements) << participants << " participants, " << elements << " elements";
     }
   }
+}
+
+// Each participant's tensor cut into up to three separate tensors (a third, one element, the rest), as the
+// gradients of several layers that a bucket packs.
+std::vector<std::vector<Tensor>> cut_into_parts(const Participants& made, std::int64_t elements) {
+  std::vector<std::int64_t> sizes = {elements / 3, elements / 3 < elements ? 1 : 0};
+  sizes.push_back(elements - sizes[0] - sizes[1]);
+  std::vector<std::vector<Tensor>> parts;
+  for (const Tensor& tensor : made.tensors) {
+    const std::vector<float> values = tensor.to_vector<float>();
+    parts.emplace_back();
+    std::int64_t offset = 0;
+    for (const std::int64_t size : sizes) {
+      if (size == 0) continue;
+      const std::vector<float> piece(values.begin() + offset, values.begin() + offset + size);
+      parts.back().push_back(Tensor::from_vector<float>(piece, Shape{size}, tensor.device()));
+      offset += size;
+    }
+  }
+  return parts;
+}
+
+// The buckets summed out of the parts hold bitwise what the collective leaves in the packed tensors, whether
+// the communicator reads the parts in place (the direct path between sim devices) or packs them first (the
+// ring through the cpu, reduction-to-one); the parts are left as they were.
+TEST(Communicator, CollectivesOfPartsEqualThoseOfThePackedTensors) {
+  for_each_case([](Communicator& communicator, Participants made, std::size_t count, std::int64_t elements) {
+    const std::vector<std::vector<Tensor>> parts = cut_into_parts(made, elements);
+    std::vector<std::vector<float>> before;
+    for (const auto& participant : parts) {
+      for (const Tensor& part : participant) before.push_back(part.to_vector<float>());
+    }
+    std::vector<Tensor> buckets, scattered;
+    for (const Tensor& tensor : made.tensors) {
+      buckets.push_back(Tensor::empty(Shape{elements}, DType::f32, tensor.device()));
+      scattered.push_back(Tensor::empty(Shape{elements}, DType::f32, tensor.device()));
+    }
+    communicator.all_reduce_parts(parts, buckets, made.scratch);
+    communicator.reduce_scatter_parts(parts, scattered, made.scratch);
+    std::vector<std::vector<float>> after;
+    for (const auto& participant : parts) {
+      for (const Tensor& part : participant) after.push_back(part.to_vector<float>());
+    }
+    EXPECT_EQ(after, before);
+
+    std::vector<Tensor> packed;
+    for (const Tensor& tensor : made.tensors) packed.push_back(ops::scale(tensor, 1.0));  // a copy
+    communicator.reduce_scatter(packed, made.scratch);
+    for (std::size_t rank = 0; rank < count; ++rank) {
+      const auto [begin, end] = Communicator::chunk(elements, count, rank);
+      const std::vector<float> expected = packed[rank].to_vector<float>();
+      const std::vector<float> actual = scattered[rank].to_vector<float>();
+      EXPECT_EQ(std::vector<float>(actual.begin() + begin, actual.begin() + end),
+                std::vector<float>(expected.begin() + begin, expected.begin() + end))
+          << "chunk of participant " << rank;
+    }
+    communicator.all_reduce(made.tensors, made.scratch);
+    for (std::size_t rank = 0; rank < count; ++rank) {
+      EXPECT_EQ(buckets[rank].to_vector<float>(), made.tensors[rank].to_vector<float>()) << "participant " << rank;
+    }
+  });
+}
+
+TEST(Communicator, PartsThatDoNotFillTheirBucketsAreRejected) {
+  auto first = make_device(Backend::sim, 64 * kMiB, {}, 0);
+  auto second = make_device(Backend::sim, 64 * kMiB, {}, 1);
+  const auto ring = make_communicator("ring");
+  const std::vector<Tensor> buckets = {Tensor::empty(Shape{6}, DType::f32, *first),
+                                       Tensor::empty(Shape{6}, DType::f32, *second)};
+  const std::vector<Tensor> scratch = {Tensor::empty(Shape{3}, DType::f32, *first),
+                                       Tensor::empty(Shape{3}, DType::f32, *second)};
+  auto zeros = [](std::int64_t size, device::Device& device) {
+    return Tensor::from_vector<float>(std::vector<float>(static_cast<std::size_t>(size), 0.0F), Shape{size}, device);
+  };
+  auto parts_on = [&](device::Device& device, std::int64_t first_size) {
+    return std::vector<Tensor>{zeros(first_size, device), zeros(6 - first_size, device)};
+  };
+  auto expect_rejected = [&](const std::vector<std::vector<Tensor>>& parts, const std::string& fragment) {
+    try {
+      ring->all_reduce_parts(parts, buckets, scratch);
+      ADD_FAILURE() << "accepted; expected an error mentioning '" << fragment << "'";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+  };
+  expect_rejected({parts_on(*first, 2)}, "parts of 1 participants for 2 buckets");
+  expect_rejected({parts_on(*first, 2), parts_on(*second, 3)}, "part 0 of participant 1");
+  expect_rejected({parts_on(*first, 2), parts_on(*first, 2)}, "on its bucket's device sim:1");
+  expect_rejected({{zeros(2, *first), zeros(3, *first)}, {zeros(2, *second), zeros(3, *second)}},
+                  "hold 5 elements but its bucket 6");
 }
 
 TEST(Communicator, MismatchedParticipantsAndUnknownAlgorithmsAreRejected) {

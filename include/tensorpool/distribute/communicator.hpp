@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "tensorpool/core/tensor.hpp"
 
@@ -36,6 +37,15 @@ class Communicator {
   // the elementwise sum over participants of that chunk; the rest of every tensor is working space. Same
   // requirements as all_reduce (scratch included).
   void reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+  // all_reduce and reduce_scatter of buckets that hold parts[i] (participant i's tensors: on buckets[i]'s
+  // device, in its dtype, the same shapes for every participant) packed back to back, bucket i having exactly
+  // their element count; the parts are left as they are. A transport that reads memory where it lies (the
+  // direct collectives between peers) sums straight out of the parts into the buckets, saving a copy of every
+  // byte; the others pack each participant's parts into its bucket on its stream 0, then run the collective.
+  void all_reduce_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
+                        std::span<const Tensor> scratch);
+  void reduce_scatter_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
+                            std::span<const Tensor> scratch);
   // In place: afterwards every tensor holds, in each chunk q, what tensors[q] held there. Same dtype and count.
   void all_gather(std::span<const Tensor> tensors);
   // In place: afterwards every tensor holds what tensors[root] held (every participant of the job: across
@@ -61,9 +71,15 @@ class Communicator {
   virtual void do_all_gather(std::span<const Tensor> tensors) = 0;
   // Reduce-scatter then all-gather unless a transport does better.
   virtual void do_all_reduce(std::span<const Tensor> tensors, std::span<const Tensor> scratch);
+  // Sums the parts straight into the buckets (every bucket's chunks when `everywhere`, chunk i of bucket i
+  // otherwise) and returns true; returns false, having done nothing, when this transport cannot.
+  virtual bool do_reduce_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
+                               bool everywhere);
 
   void check(std::string_view collective, std::span<const Tensor> tensors, std::span<const Tensor> scratch,
              bool needs_scratch) const;
+  void check_parts(std::string_view collective, std::span<const std::vector<Tensor>> parts,
+                   std::span<const Tensor> buckets) const;
 };
 
 // "ring", "reduce_to_one" or "mpi" (tensorpool/distribute/mpi.hpp); anything else throws tp::InvalidArgument
