@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/op_registry.hpp"
@@ -67,7 +69,11 @@ void add_dependencies(const graph::Graph& graph, Executable& executable) {
   for (std::size_t index = 0; index < steps.size(); ++index) {
     if (steps[index].kind != Step::Kind::copy) step_of[steps[index].node] = index;
   }
-  std::size_t previous_effect = steps.size();
+  // Effects keep their schedule order among themselves on each device they touch (a collective touches every
+  // participant's). Effects on different devices share no memory (what they read and write is ordered by the
+  // data, memory and variable hazards), so no order between them: the replicas of a mirrored step apply
+  // their updates at the same time instead of taking turns.
+  std::map<const device::Device*, std::size_t> previous_effect;
   for (std::size_t index = 0; index < steps.size(); ++index) {
     Step& step = steps[index];
     for (std::size_t input : step.inputs) {
@@ -80,9 +86,17 @@ void add_dependencies(const graph::Graph& graph, Executable& executable) {
         if (found != step_of.end()) step.after.push_back(found->second);
       }
     }
-    if (has_effects(graph, step)) {  // effects keep their schedule order among themselves
-      if (previous_effect < steps.size()) step.after.push_back(previous_effect);
-      previous_effect = index;
+    if (has_effects(graph, step)) {
+      std::vector<const device::Device*> devices = {step.device};
+      for (const std::vector<std::size_t>* values : {&step.inputs, &step.outputs}) {
+        for (std::size_t value : *values) devices.push_back(executable.values[value].device);
+      }
+      std::sort(devices.begin(), devices.end());
+      devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+      for (const device::Device* device : devices) {
+        const auto [previous, first] = previous_effect.try_emplace(device, index);
+        if (!first) step.after.push_back(std::exchange(previous->second, index));
+      }
     }
   }
   add_memory_hazards(executable);

@@ -1,11 +1,17 @@
 // Inter-op threads: independent ops of a step run at once (host threads for inline cpu streams, one stream
 // per lane on sim devices), and the results, the plan and its measured peak stay those of the serial run.
-// The step order constraints hold: every op that reuses arena memory follows everything that used it.
+// The step order constraints hold: every op that reuses arena memory follows everything that used it, and
+// updates on different devices do not wait for each other.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "runtime/executable.hpp"
 #include "runtime/step_dependencies.hpp"
@@ -259,6 +265,58 @@ TEST(StepDependencies, ArenaReuseFollowsEveryEarlierUserOfTheMemory) {
   EXPECT_GT(reuses, 0u) << "the plan reused no memory; the test checks nothing";
   assign_streams(mlp.graph, *executable, 4);
   EXPECT_TRUE(executable->multi_lane) << "four lanes on a four-stream device and no kernel left lane 0";
+}
+
+// Updates on different devices share no memory, so none waits for another (the replicas of a mirrored step
+// update at the same time); on one device they keep their schedule order.
+TEST(StepDependencies, UpdatesOnDifferentDevicesDoNotWaitForEachOther) {
+  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  graph::Graph g;
+  std::vector<std::string> updates;
+  std::map<std::string, graph::TensorType, std::less<>> feeds;
+  // Schedule order alternates between the devices: sim:0, sim:1, sim:0, sim:1.
+  for (const std::string name : {"a", "b", "c", "d"}) {
+    const std::string device = name == "a" || name == "c" ? "sim:0" : "sim:1";
+    auto on = [&](graph::Output output) {
+      g.mutable_node(output.node).device = device;
+      return output;
+    };
+    auto variable = [&](const std::string& suffix) {
+      const graph::Output output = on(graph::variable(g, name + suffix, DType::f32, {8}));
+      g.mutable_node(output.node).attributes["initializer"] = std::string("zeros");
+      return output;
+    };
+    const graph::Output param = variable("");
+    const graph::Output m = variable("/m");
+    const graph::Output v = variable("/v");
+    const graph::Output grad = on(graph::placeholder(g, name + "/grad", DType::f32, {8}));
+    feeds[name + "/grad"] = {DType::f32, {8}};
+    const graph::NodeId update = g.add_node("ApplyAdam", {param, grad, m, v}, {}, name + "/ApplyAdam");
+    g.mutable_node(update).device = device;
+    updates.push_back(name + "/ApplyAdam");
+  }
+  PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
+  std::unique_ptr<Executable> executable = prepare(g, feeds, {}, updates, placement);
+  std::map<std::string, std::size_t> step_of;
+  for (std::size_t index = 0; index < executable->steps.size(); ++index) {
+    const Step& step = executable->steps[index];
+    if (step.kind == Step::Kind::kernel) step_of[g.node(step.node).name] = index;
+  }
+  // follows(a, b): step a waits, directly or through other steps, for step b.
+  std::function<bool(std::size_t, std::size_t)> follows = [&](std::size_t later, std::size_t earlier) {
+    for (std::size_t before : executable->steps[later].after) {
+      if (before == earlier || follows(before, earlier)) return true;
+    }
+    return false;
+  };
+  const std::size_t a = step_of.at("a/ApplyAdam"), b = step_of.at("b/ApplyAdam");
+  const std::size_t c = step_of.at("c/ApplyAdam"), d = step_of.at("d/ApplyAdam");
+  EXPECT_TRUE(follows(c, a)) << "updates on one device keep their schedule order";
+  EXPECT_TRUE(follows(d, b));
+  for (const auto& [later, earlier] : {std::pair{b, a}, std::pair{c, b}, std::pair{d, a}, std::pair{d, c}}) {
+    EXPECT_FALSE(follows(later, earlier)) << g.node(executable->steps[later].node).name << " waits for "
+                                          << g.node(executable->steps[earlier].node).name << " on another device";
+  }
 }
 
 }  // namespace
