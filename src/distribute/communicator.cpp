@@ -35,6 +35,37 @@ void pack(const std::vector<Tensor>& parts, const Tensor& bucket) {
   }
 }
 
+// Every participant has the same parts (shapes), on its bucket's device in its dtype, filling it exactly.
+void check_parts(std::string_view communicator, std::string_view collective, std::span<const std::vector<Tensor>> parts,
+                 std::span<const Tensor> buckets) {
+  if (parts.size() != buckets.size()) {
+    TP_THROW(InvalidArgument, "distribute", communicator, " ", collective, ": parts of ", parts.size(),
+             " participants for ", buckets.size(), " buckets");
+  }
+  for (std::size_t index = 0; index < parts.size(); ++index) {
+    if (parts[index].size() != parts[0].size()) {
+      TP_THROW(InvalidArgument, "distribute", communicator, " ", collective, ": participant ", index, " has ",
+               parts[index].size(), " parts but participant 0 has ", parts[0].size());
+    }
+    std::int64_t packed = 0;
+    for (std::size_t part = 0; part < parts[index].size(); ++part) {
+      const Tensor& tensor = parts[index][part];
+      if (&tensor.device() != &buckets[index].device() || tensor.dtype() != buckets[index].dtype() ||
+          tensor.shape() != parts[0][part].shape()) {
+        TP_THROW(InvalidArgument, "distribute", communicator, " ", collective, ": part ", part, " of participant ",
+                 index, " is ", name_of(tensor.dtype()), tensor.shape(), " on ", tensor.device().name(), "; expected ",
+                 name_of(buckets[index].dtype()), parts[0][part].shape(), " on its bucket's device ",
+                 buckets[index].device().name());
+      }
+      packed += tensor.num_elements();
+    }
+    if (packed != buckets[index].num_elements()) {
+      TP_THROW(InvalidArgument, "distribute", communicator, " ", collective, ": participant ", index, "'s parts hold ",
+               packed, " elements but its bucket ", buckets[index].num_elements());
+    }
+  }
+}
+
 void accumulate(const Tensor& target, const Tensor& addend) {
   ops::add_scaled(target, 1.0, addend, {.stream = &target.device().stream(0)});
 }
@@ -266,52 +297,27 @@ bool Communicator::do_reduce_parts(std::span<const std::vector<Tensor>>, std::sp
   return false;
 }
 
-void Communicator::check_parts(std::string_view collective, std::span<const std::vector<Tensor>> parts,
-                               std::span<const Tensor> buckets) const {
-  if (parts.size() != buckets.size()) {
-    TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": parts of ", parts.size(), " participants for ",
-             buckets.size(), " buckets");
-  }
-  for (std::size_t index = 0; index < parts.size(); ++index) {
-    if (parts[index].size() != parts[0].size()) {
-      TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": participant ", index, " has ",
-               parts[index].size(), " parts but participant 0 has ", parts[0].size());
-    }
-    std::int64_t packed = 0;
-    for (std::size_t part = 0; part < parts[index].size(); ++part) {
-      const Tensor& tensor = parts[index][part];
-      if (&tensor.device() != &buckets[index].device() || tensor.dtype() != buckets[index].dtype() ||
-          tensor.shape() != parts[0][part].shape()) {
-        TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": part ", part, " of participant ", index,
-                 " is ", name_of(tensor.dtype()), tensor.shape(), " on ", tensor.device().name(), "; expected ",
-                 name_of(buckets[index].dtype()), parts[0][part].shape(), " on its bucket's device ",
-                 buckets[index].device().name());
-      }
-      packed += tensor.num_elements();
-    }
-    if (packed != buckets[index].num_elements()) {
-      TP_THROW(InvalidArgument, "distribute", name(), " ", collective, ": participant ", index, "'s parts hold ",
-               packed, " elements but its bucket ", buckets[index].num_elements());
-    }
-  }
-}
-
 void Communicator::all_reduce_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
                                     std::span<const Tensor> scratch) {
-  check("all_reduce", buckets, scratch, true);
-  check_parts("all_reduce", parts, buckets);
-  if (do_reduce_parts(parts, buckets, true)) return;
-  for (std::size_t index = 0; index < buckets.size(); ++index) pack(parts[index], buckets[index]);
-  do_all_reduce(buckets, scratch);
+  reduce_parts("all_reduce", parts, buckets, scratch, true);
 }
 
 void Communicator::reduce_scatter_parts(std::span<const std::vector<Tensor>> parts, std::span<const Tensor> buckets,
                                         std::span<const Tensor> scratch) {
-  check("reduce_scatter", buckets, scratch, true);
-  check_parts("reduce_scatter", parts, buckets);
-  if (do_reduce_parts(parts, buckets, false)) return;
+  reduce_parts("reduce_scatter", parts, buckets, scratch, false);
+}
+
+void Communicator::reduce_parts(std::string_view collective, std::span<const std::vector<Tensor>> parts,
+                                std::span<const Tensor> buckets, std::span<const Tensor> scratch, bool everywhere) {
+  check(collective, buckets, scratch, true);
+  check_parts(name(), collective, parts, buckets);
+  if (do_reduce_parts(parts, buckets, everywhere)) return;
   for (std::size_t index = 0; index < buckets.size(); ++index) pack(parts[index], buckets[index]);
-  do_reduce_scatter(buckets, scratch);
+  if (everywhere) {
+    do_all_reduce(buckets, scratch);
+  } else {
+    do_reduce_scatter(buckets, scratch);
+  }
 }
 
 void Communicator::all_gather(std::span<const Tensor> tensors) {

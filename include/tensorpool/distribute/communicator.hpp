@@ -78,8 +78,9 @@ class Communicator {
 
   void check(std::string_view collective, std::span<const Tensor> tensors, std::span<const Tensor> scratch,
              bool needs_scratch) const;
-  void check_parts(std::string_view collective, std::span<const std::vector<Tensor>> parts,
-                   std::span<const Tensor> buckets) const;
+  // all_reduce_parts (everywhere) or reduce_scatter_parts.
+  void reduce_parts(std::string_view collective, std::span<const std::vector<Tensor>> parts,
+                    std::span<const Tensor> buckets, std::span<const Tensor> scratch, bool everywhere);
 };
 
 // "ring", "reduce_to_one" or "mpi" (tensorpool/distribute/mpi.hpp); anything else throws tp::InvalidArgument
