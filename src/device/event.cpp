@@ -11,9 +11,9 @@ namespace tp::device {
 struct Event::State {
   std::mutex mutex;
   std::condition_variable completed_condition;
-  bool completed = false;  // guarded by mutex; only ever goes false -> true
-  // Mirrors `completed` for waiters that poll before they lock (poll_before_sleeping); set after it, under mutex.
-  std::atomic<bool> completed_flag{false};
+  // Only ever goes false -> true, stored under mutex (so a waiter on the condition cannot miss it); atomic so
+  // that waiters poll it without the mutex first (poll_before_sleeping) and query() never blocks.
+  std::atomic<bool> completed{false};
 };
 
 Event Event::pending() {
@@ -25,23 +25,20 @@ Event Event::pending() {
 void Event::complete() const noexcept {
   {
     std::lock_guard lock(state_->mutex);
-    state_->completed = true;
-    state_->completed_flag.store(true, std::memory_order_release);
+    state_->completed.store(true, std::memory_order_release);
   }
   state_->completed_condition.notify_all();
 }
 
 bool Event::query() const {
-  if (state_ == nullptr) return true;
-  std::lock_guard lock(state_->mutex);
-  return state_->completed;
+  return state_ == nullptr || state_->completed.load(std::memory_order_acquire);
 }
 
 void Event::synchronize() const {
   if (state_ == nullptr) return;
-  if (detail::poll_before_sleeping([this] { return state_->completed_flag.load(std::memory_order_acquire); })) return;
+  if (detail::poll_before_sleeping([this] { return query(); })) return;
   std::unique_lock lock(state_->mutex);
-  state_->completed_condition.wait(lock, [this] { return state_->completed; });
+  state_->completed_condition.wait(lock, [this] { return state_->completed.load(std::memory_order_relaxed); });
 }
 
 }  // namespace tp::device

@@ -10,8 +10,8 @@
 // that the thread it waits for needs; a yield hands the core over when anyone else is runnable and costs one
 // syscall when nobody is. Bounded, so a stream with nothing to do still sleeps.
 //
-// Measured (1 epoch of the main job, batch 32, one BLAS thread per device, medians of 3; docs/benchmarks.md):
-// one device 36.0k -> 40.3k samples/s, mirrored over two sim devices 24.0k -> 36.6k.
+// Measured without and with the poll (1 epoch of the main job, batch 32, one BLAS thread per device, medians
+// of 3; docs/benchmarks.md): one device 34.9k -> 40.3k samples/s, mirrored over two sim devices 25.7k -> 36.6k.
 
 #include <chrono>
 #include <thread>
