@@ -22,8 +22,7 @@ void WorkerStream::do_enqueue(Task task) {
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(task));
-    ++enqueued_;
-    enqueued_flag_.store(enqueued_, std::memory_order_release);
+    enqueued_.fetch_add(1, std::memory_order_release);
   }
   work_available_.notify_one();
 }
@@ -49,7 +48,7 @@ void WorkerStream::serve() {
   std::uint64_t taken = 0;  // tasks this worker has popped; only it pops
   for (;;) {
     Task task;
-    detail::poll_before_sleeping([&] { return enqueued_flag_.load(std::memory_order_acquire) > taken; });
+    detail::poll_before_sleeping([&] { return enqueued_.load(std::memory_order_acquire) > taken; });
     {
       std::unique_lock lock(mutex_);
       work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });

@@ -26,14 +26,14 @@ class WorkerStream final : public Stream {
   void wait_idle() override;
   void serve();
 
-  mutable std::mutex mutex_;  // guards queue_, enqueued_, completed_, wake_at_, stopping_
+  mutable std::mutex mutex_;  // guards queue_, enqueued_ (writes), completed_, wake_at_, stopping_
   std::condition_variable work_available_;
   std::condition_variable work_completed_;
   std::deque<Task> queue_;
-  std::uint64_t enqueued_ = 0;
+  // Written under mutex_; atomic so that the worker polls it without the mutex before it sleeps
+  // (poll_before_sleeping).
+  std::atomic<std::uint64_t> enqueued_{0};
   std::uint64_t completed_ = 0;
-  // enqueued_'s value for the worker to poll without the mutex before it sleeps (poll_before_sleeping).
-  std::atomic<std::uint64_t> enqueued_flag_{0};
   // The smallest completion count a waiter in wait_idle() sleeps for (kNobodyWaits when none does). The
   // worker wakes waiters only once completed_ reaches it, not after every task: a host thread waiting for a
   // step of dozens of kernels is woken once, instead of taking a core from the worker dozens of times.
