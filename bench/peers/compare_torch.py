@@ -8,7 +8,7 @@ batch size, --epochs epochs each:
 
   ours, one device      tensorpool train --strategy one --devices sim:0 --intra-op-threads 1
   ours, mirrored        tensorpool train --strategy mirrored --devices sim:0,sim:1 --intra-op-threads 1
-                        (two replicas, one BLAS thread each, the same global batch)
+                        (two replicas, one intra-op thread each, the same global batch)
   peer, default         torch_mlp.py --threads 2
   peer, OPENBLAS=1      OPENBLAS_NUM_THREADS=1 torch_mlp.py --threads 2
   peer, PASSIVE         OMP_WAIT_POLICY=PASSIVE torch_mlp.py --threads 2
@@ -17,7 +17,7 @@ batch size, --epochs epochs each:
                         still run on OpenBLAS's own threads, one per core, in every setting but OPENBLAS=1)
 
   ours, one device,      tensorpool train --strategy one --devices sim:0 --intra-op-threads 2
-  2 BLAS threads        (one2: both cores, as the tuned peer's GEMMs get them)
+  2 intra-op threads    (one2: both cores, as the tuned peer's GEMMs get them)
 
 Figures: samples/s of the timed training loop (ours: `samples_per_second` of --summary-json; the peer: its
 training samples over its epochs' time; both time the epoch loop with its shuffle and exclude loading and
@@ -70,8 +70,8 @@ PEER_SETTINGS = {
 OURS = {
     "one": ("ours, one device (sim:0)", ["--strategy", "one", "--devices", "sim:0"], 1),
     "mirrored": ("ours, mirrored (sim:0,sim:1)", ["--strategy", "mirrored", "--devices", "sim:0,sim:1"], 2),
-    # One device with two BLAS threads: both cores, as the tuned peer's GEMMs get them.
-    "one2": ("ours, one device, 2 BLAS threads", ["--strategy", "one", "--devices", "sim:0"], 2),
+    # One device with two intra-op threads: both cores, as the tuned peer's GEMMs get them.
+    "one2": ("ours, one device, 2 intra-op threads", ["--strategy", "one", "--devices", "sim:0"], 2),
 }
 DEFAULT_OURS = ("one", "one2", "mirrored")
 # Environment variables that change the peer's threading; removed so that each setting sets only its own.
@@ -275,7 +275,7 @@ def markdown(summary, batches, settings):
     if "mirrored" in measured:
         row("**ours mirrored / best peer**", lambda e: f"**{ratio(e['mirrored_vs_best_peer'])}**")
     if "one2" in measured:
-        row("ours one device with 2 BLAS threads / best peer", lambda e: ratio(e.get("one2_vs_best_peer")))
+        row("ours one device with 2 intra-op threads / best peer", lambda e: ratio(e.get("one2_vs_best_peer")))
     if "one" in measured and "mirrored" in measured:
         row("ours mirrored / ours one device", lambda e: ratio(e["mirrored_vs_one"]))
     row("roofline, one core (sgemm rate / 1,636,352 FLOPs), samples/s",
@@ -283,7 +283,7 @@ def markdown(summary, batches, settings):
     if "one" in measured:
         row("ours one device / one-core roofline", lambda e: pct(e["one_roofline_fraction"]))
     if "one2" in measured:
-        row("ours one device with 2 BLAS threads / two-core roofline", lambda e: pct(e["one2_roofline_fraction"]))
+        row("ours one device with 2 intra-op threads / two-core roofline", lambda e: pct(e["one2_roofline_fraction"]))
     if "mirrored" in measured:
         row("ours mirrored / two-core roofline", lambda e: pct(e["mirrored_roofline_fraction"]))
     for config in measured:
@@ -315,7 +315,7 @@ def targets(summary, batches):
             # Our best configuration on the same two cores, as the peer's best setting is its best.
             ours = (e["one_vs_best_peer"], e.get("one2_vs_best_peer"), e["mirrored_vs_best_peer"])
             best_ours = max(v for v in ours if v is not None)
-            rows.append((f"ours >= {want}x the tuned peer, batch {batch} (one device / one device with 2 BLAS "
+            rows.append((f"ours >= {want}x the tuned peer, batch {batch} (one device / one device with 2 intra-op "
                          f"threads / mirrored)", " / ".join(ratio(v) for v in ours),
                          "PASS" if best_ours >= want else "FAIL"))
     for batch in batches:
@@ -342,7 +342,7 @@ def main():
     ap.add_argument("--peer-settings", default=",".join(PEER_SETTINGS),
                     help=f"comma-separated peer thread settings, of {','.join(PEER_SETTINGS)}")
     ap.add_argument("--ours", default=",".join(DEFAULT_OURS),
-                    help="comma-separated configurations of ours, of one,one2,mirrored (one2: one device, 2 BLAS "
+                    help="comma-separated configurations of ours, of one,one2,mirrored (one2: one device, 2 intra-op "
                     "threads)")
     ap.add_argument("--tensorpool", default=os.path.join(ROOT, "build", "bin", "tensorpool"))
     ap.add_argument("--kernel-bench", default=os.path.join(ROOT, "build", "bench", "tp_kernel_bench"))

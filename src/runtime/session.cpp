@@ -1,11 +1,10 @@
 #include "tensorpool/runtime/session.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "runtime/executable.hpp"
 #include "runtime/session_memory.hpp"
 #include "runtime/step_dependencies.hpp"
@@ -132,7 +131,7 @@ Session::Session(const graph::Graph& graph, SessionOptions options)
   if (options_.intra_op_threads < 0) {
     TP_THROW(InvalidArgument, "session", "intra_op_threads = ", options_.intra_op_threads, " must be >= 0");
   }
-  if (options_.intra_op_threads > 0) openblas_set_num_threads(options_.intra_op_threads);
+  if (options_.intra_op_threads > 0) backend::cpu::set_intra_op_threads(options_.intra_op_threads);
   if (options_.inter_op_threads < 0) {
     TP_THROW(InvalidArgument, "session", "inter_op_threads = ", options_.inter_op_threads,
              " must be >= 0 (0 or 1: ops one after another)");

@@ -43,7 +43,7 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
                   "host threads launching a step's ops (> 1: independent ops, e.g. a gradient bucket's all-reduce "
                   "and the rest of the backward pass, may overlap); 0 or 1: in schedule order")
       ->capture_default_str();
-  command.add_option("--intra-op-threads", arguments.intra_op_threads, "BLAS threads; 0: cores / devices")
+  command.add_option("--intra-op-threads", arguments.intra_op_threads, "threads of each CPU kernel (GEMM blocks, element-wise chunks); 0: cores / devices")
       ->capture_default_str();
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
       ->capture_default_str();

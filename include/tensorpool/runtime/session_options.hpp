@@ -34,7 +34,9 @@ struct SessionOptions {                        // {} initialisers: designated in
   // before the devices exist. A device that already exists with another configuration is an error (as
   // TensorFlow fixes GPU options at the first session).
   std::map<std::string, memory::MemoryConfig> device_memory{};
-  int intra_op_threads = 0;  // > 0: threads of the BLAS (process-wide); 0: its default
+  // > 0: threads of one CPU kernel, the BLAS's GEMMs and the element-wise loops alike (process-wide);
+  // 0: left as they are (the BLAS's default, element-wise loops on one thread)
+  int intra_op_threads = 0;
   // How many independent ops of a step may run at once (TensorFlow's inter_op_parallelism_threads). 0 or 1:
   // ops run one after another in schedule order, launched by the calling thread. N > 1: N host threads
   // launch ops as soon as their inputs are ready, and a device runs up to min(N, its streams) kernels at

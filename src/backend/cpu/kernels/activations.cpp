@@ -1,5 +1,6 @@
 #include "backend/cpu/kernels/activations.hpp"
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/isa_clones.hpp"
 
@@ -25,7 +26,8 @@ void relu(const T* x, T* y, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "y", y, n);
-  relu_loop(x, y, n);
+  parallel_for(n, kStreamingGrain,
+               [&](std::int64_t begin, std::int64_t end) { relu_loop(x + begin, y + begin, end - begin); });
 }
 
 template <typename T>
@@ -35,7 +37,9 @@ void relu_grad(const T* dy, const T* x, T* dx, std::int64_t n) {
   detail::check_pointer(kKernel, "dy", dy, n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "dx", dx, n);
-  relu_grad_loop(dy, x, dx, n);
+  parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+    relu_grad_loop(dy + begin, x + begin, dx + begin, end - begin);
+  });
 }
 
 template void relu<float>(const float*, float*, std::int64_t);

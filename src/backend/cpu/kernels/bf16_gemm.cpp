@@ -3,10 +3,12 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -61,7 +63,9 @@ void matmul_bf16_onednn(Transpose transpose_a, Transpose transpose_b, std::int64
   Context& state = context();
   try {
     Matmul& matmul = matmul_for(state, {transpose_a == Transpose::yes, transpose_b == Transpose::yes, m, n, k});
-    omp_set_num_threads(openblas_get_num_threads());  // this thread's OpenMP team size, as OpenBLAS's
+    // This thread's OpenMP team: the intra-op threads once set (the BLAS is then single-threaded), else as many
+    // as the BLAS's default.
+    omp_set_num_threads(std::max(intra_op_threads(), openblas_get_num_threads()));
     // oneDNN takes untyped, non-const handles; it only reads its SRC and WEIGHTS.
     matmul.primitive.execute(state.stream,
                              {{DNNL_ARG_SRC, dnnl::memory(matmul.a, state.engine, const_cast<BFloat16*>(a))},

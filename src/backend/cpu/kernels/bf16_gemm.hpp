@@ -7,7 +7,7 @@
 // (Cooper Lake, Sapphire Rapids with AMX, AMD Zen 4...). Elsewhere oneDNN would emulate bfloat16 and
 // matmul_half converts around sgemm instead. Primitives are cached per thread and shape (each device stream
 // is one thread, and a step repeats the same shapes), so a steady-state step builds none. The primitive uses
-// as many threads as OpenBLAS is set to use (openblas_get_num_threads), as the float32 GEMM does.
+// as many threads as the float32 GEMM does: the intra-op threads once set, else the BLAS's default.
 
 #include <cstdint>
 

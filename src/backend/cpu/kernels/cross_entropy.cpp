@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string_view>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/softmax.hpp"
 #include "tensorpool/core/error.hpp"
@@ -35,19 +36,21 @@ template <typename T, typename Label>
 void sparse_softmax_cross_entropy(const T* logits, const Label* labels, T* loss, T* dlogits, std::int64_t rows,
                                   std::int64_t cols) {
   check_batch("sparse_softmax_cross_entropy", logits, labels, loss, rows, cols);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* row = logits + r * cols;
-    const auto label = static_cast<std::int64_t>(labels[r]);
-    const detail::RowShift shift = detail::row_shift(row, cols);
-    // logsumexp - x[label] = log(s) - (x[label] - m): the shifted form keeps full precision for large m.
-    loss[r] = static_cast<T>(std::log(shift.sum_exp) - (static_cast<double>(row[label]) - shift.max));
-    if (dlogits == nullptr) continue;
-    T* grad = dlogits + r * cols;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const double probability = std::exp(static_cast<double>(row[c]) - shift.max) / shift.sum_exp;
-      grad[c] = static_cast<T>(c == label ? probability - 1.0 : probability);
+  parallel_for(rows, detail::exp_rows_per_chunk(cols), [&](std::int64_t first_row, std::int64_t end_row) {
+    for (std::int64_t r = first_row; r < end_row; ++r) {
+      const T* row = logits + r * cols;
+      const auto label = static_cast<std::int64_t>(labels[r]);
+      const detail::RowShift shift = detail::row_shift(row, cols);
+      // logsumexp - x[label] = log(s) - (x[label] - m): the shifted form keeps full precision for large m.
+      loss[r] = static_cast<T>(std::log(shift.sum_exp) - (static_cast<double>(row[label]) - shift.max));
+      if (dlogits == nullptr) continue;
+      T* grad = dlogits + r * cols;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const double probability = std::exp(static_cast<double>(row[c]) - shift.max) / shift.sum_exp;
+        grad[c] = static_cast<T>(c == label ? probability - 1.0 : probability);
+      }
     }
-  }
+  });
 }
 
 template <typename T, typename Label>

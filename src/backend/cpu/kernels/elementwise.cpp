@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
@@ -72,7 +73,11 @@ void binary(BinaryOp op, const T* x, const T* y, T* z, std::int64_t n) {
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "y", y, n);
   detail::check_pointer(kKernel, "z", z, n);
-  with_operation(kKernel, op, [&](auto apply) { binary_loop(apply, x, y, z, n); });
+  with_operation(kKernel, op, [&](auto apply) {
+    parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+      binary_loop(apply, x + begin, y + begin, z + begin, end - begin);
+    });
+  });
 }
 
 template <typename T>
@@ -84,7 +89,11 @@ void binary_row_broadcast(BinaryOp op, const T* x, const T* row, T* z, std::int6
   detail::check_pointer(kKernel, "x", x, count);
   detail::check_pointer(kKernel, "row", row, count == 0 ? 0 : cols);
   detail::check_pointer(kKernel, "z", z, count);
-  with_operation(kKernel, op, [&](auto apply) { row_broadcast_loop(apply, x, row, z, rows, cols); });
+  with_operation(kKernel, op, [&](auto apply) {
+    parallel_for(rows, rows_per_chunk(cols), [&](std::int64_t begin, std::int64_t end) {
+      row_broadcast_loop(apply, x + begin * cols, row, z + begin * cols, end - begin, cols);
+    });
+  });
 }
 
 template <typename T>
@@ -93,7 +102,11 @@ void binary_scalar(BinaryOp op, const T* x, T scalar, T* z, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "z", z, n);
-  with_operation(kKernel, op, [&](auto apply) { scalar_loop(apply, x, scalar, z, n); });
+  with_operation(kKernel, op, [&](auto apply) {
+    parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+      scalar_loop(apply, x + begin, scalar, z + begin, end - begin);
+    });
+  });
 }
 
 template <typename T>
@@ -107,7 +120,9 @@ void add_scaled(T* y, T alpha, const T* x, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "y", y, n);
   detail::check_pointer(kKernel, "x", x, n);
-  add_scaled_loop(y, alpha, x, n);
+  parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+    add_scaled_loop(y + begin, alpha, x + begin, end - begin);
+  });
 }
 
 #define TP_CPU_ELEMENTWISE_INSTANTIATE(T)                                                          \

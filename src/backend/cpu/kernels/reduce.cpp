@@ -6,6 +6,7 @@
 #include <limits>
 #include <string_view>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "tensorpool/core/error.hpp"
 
@@ -41,14 +42,21 @@ bool check_view(std::string_view kernel, const T* x, const Out* y, View view, bo
 
 // Calls `block(o, first, begin, width)` for each outer index o and each block [begin, begin + width) of
 // inner positions; `first` points at x(o, 0, begin) and consecutive axis steps are `inner` elements apart.
+// Blocks are independent (each reduces its own inner positions in axis order), so they are spread over the
+// intra-op threads without changing a result.
 template <typename T, typename Block>
 void for_each_block(const T* x, View view, Block&& block) {
-  for (std::int64_t o = 0; o < view.outer; ++o) {
-    for (std::int64_t begin = 0; begin < view.inner; begin += kBlock) {
-      const std::int64_t width = std::min(kBlock, view.inner - begin);
-      block(o, x + o * view.axis * view.inner + begin, begin, width);
-    }
-  }
+  const std::int64_t blocks_per_outer = (view.inner + kBlock - 1) / kBlock;
+  const std::int64_t elements_per_block = std::max<std::int64_t>(1, view.axis) * kBlock;
+  parallel_for(view.outer * blocks_per_outer, std::max<std::int64_t>(1, kStreamingGrain / elements_per_block),
+               [&](std::int64_t first_block, std::int64_t end_block) {
+                 for (std::int64_t index = first_block; index < end_block; ++index) {
+                   const std::int64_t o = index / blocks_per_outer;
+                   const std::int64_t begin = (index % blocks_per_outer) * kBlock;
+                   const std::int64_t width = std::min(kBlock, view.inner - begin);
+                   block(o, x + o * view.axis * view.inner + begin, begin, width);
+                 }
+               });
 }
 
 template <typename T>

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 
 namespace tp::backend::cpu {
@@ -22,15 +23,17 @@ std::int64_t check_matrix(std::string_view kernel, const T* x, const T* y, std::
 template <typename T>
 void softmax(const T* x, T* y, std::int64_t rows, std::int64_t cols) {
   if (check_matrix("softmax", x, y, rows, cols) == 0) return;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* in = x + r * cols;
-    T* out = y + r * cols;
-    const detail::RowShift shift = detail::row_shift(in, cols);
-    // Each out[c] is written only after in[c] was read for the last time, so y may alias x.
-    for (std::int64_t c = 0; c < cols; ++c) {
-      out[c] = static_cast<T>(std::exp(static_cast<double>(in[c]) - shift.max) / shift.sum_exp);
+  parallel_for(rows, detail::exp_rows_per_chunk(cols), [&](std::int64_t first_row, std::int64_t end_row) {
+    for (std::int64_t r = first_row; r < end_row; ++r) {
+      const T* in = x + r * cols;
+      T* out = y + r * cols;
+      const detail::RowShift shift = detail::row_shift(in, cols);
+      // Each out[c] is written only after in[c] was read for the last time, so y may alias x.
+      for (std::int64_t c = 0; c < cols; ++c) {
+        out[c] = static_cast<T>(std::exp(static_cast<double>(in[c]) - shift.max) / shift.sum_exp);
+      }
     }
-  }
+  });
 }
 
 template <typename T>

@@ -1,0 +1,205 @@
+#include "backend/cpu/intra_op_pool.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+#include "device/poll_before_sleeping.hpp"
+#include "tensorpool/core/error.hpp"
+
+namespace tp::backend::cpu {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+
+// The caller's floating-point environment (flush-to-zero, denormals-are-zero, rounding: a stream task runs
+// under ScopedFlushDenormals) applies to every chunk, whichever thread runs it; otherwise a chunk run by a
+// helper could round differently from the same chunk run by the caller.
+class FloatEnvironment {
+ public:
+#if defined(__SSE__)
+  static FloatEnvironment current() noexcept { return FloatEnvironment(_mm_getcsr()); }
+  class Scope {
+   public:
+    explicit Scope(FloatEnvironment environment) noexcept : saved_(_mm_getcsr()) { _mm_setcsr(environment.csr_); }
+    ~Scope() { _mm_setcsr(saved_); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    unsigned saved_;
+  };
+
+ private:
+  explicit FloatEnvironment(unsigned csr) noexcept : csr_(csr) {}
+  unsigned csr_;
+#else
+  static FloatEnvironment current() noexcept { return {}; }
+  struct Scope {
+    explicit Scope(FloatEnvironment) noexcept {}
+  };
+#endif
+};
+
+// One parallel_for in flight. Lives on the caller's stack; the caller returns only once every helper that
+// joined has left (helpers_inside == 0), and no helper joins after the caller has unpublished it.
+struct Loop {
+  detail::ChunkFunction function;
+  const void* body;
+  std::int64_t n;
+  std::int64_t grain;
+  std::int64_t chunks;
+  FloatEnvironment environment;
+  std::atomic<std::int64_t> next_chunk{0};
+  std::atomic<int> helpers_inside{0};
+
+  void run_chunks() {
+    for (std::int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed); chunk < chunks;
+         chunk = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
+      const std::int64_t begin = chunk * grain;
+      function(body, begin, std::min(n, begin + grain));
+    }
+  }
+};
+
+class Pool {
+ public:
+  // Never destroyed: a device's worker thread may still run a kernel while statics are destroyed at exit.
+  static Pool& instance() {
+    static Pool* const pool = new Pool;
+    return *pool;
+  }
+
+  int threads() const noexcept { return threads_.load(std::memory_order_relaxed); }
+
+  void resize(int threads) {
+    acquire();  // no loop in flight while helpers come and go
+    if (threads != this->threads()) {
+      stop_helpers();
+      threads_.store(threads, std::memory_order_relaxed);
+      // The generation is read here, not by the new thread: a loop published before that thread first runs
+      // must still count as new to it.
+      const std::uint64_t seen = generation_.load(std::memory_order_relaxed);
+      for (int helper = 1; helper < threads; ++helper) helpers_.emplace_back([this, seen] { serve(seen); });
+    }
+    release();
+  }
+
+  // False when another caller's loop holds the pool (or the caller is inside a body of its own loop).
+  bool try_acquire() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
+  void release() noexcept { busy_.store(false, std::memory_order_release); }
+
+  void run(Loop& loop) {
+    {
+      std::lock_guard lock(mutex_);
+      loop_ = &loop;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    wake_.notify_all();
+    loop.run_chunks();
+    {
+      std::lock_guard lock(mutex_);
+      loop_ = nullptr;
+    }
+    while (loop.helpers_inside.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+ private:
+  Pool() = default;
+
+  void acquire() noexcept {
+    while (!try_acquire()) std::this_thread::yield();
+  }
+
+  void stop_helpers() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_.store(true, std::memory_order_relaxed);
+    }
+    wake_.notify_all();
+    for (std::thread& helper : helpers_) helper.join();
+    helpers_.clear();
+    stopping_.store(false, std::memory_order_relaxed);
+  }
+
+  void serve(std::uint64_t seen) {
+    for (;;) {
+      device::detail::poll_before_sleeping([&] {
+        return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
+      });
+      Loop* loop = nullptr;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] {
+          return stopping_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen;
+        });
+        if (stopping_.load(std::memory_order_relaxed)) return;
+        seen = generation_.load(std::memory_order_relaxed);
+        loop = loop_;
+        if (loop == nullptr) continue;  // that loop finished before this helper woke
+        loop->helpers_inside.fetch_add(1, std::memory_order_relaxed);
+      }
+      {
+        const FloatEnvironment::Scope environment(loop->environment);
+        loop->run_chunks();
+      }
+      loop->helpers_inside.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  std::atomic<bool> busy_{false};  // a loop is in flight, or the helpers are being replaced
+  std::atomic<int> threads_{1};
+  std::vector<std::thread> helpers_;  // threads_ - 1 of them; changed only while busy_ is held
+  std::mutex mutex_;                  // guards loop_; generation_ and stopping_ change under it
+  std::condition_variable wake_;
+  Loop* loop_ = nullptr;
+  // Incremented for every published loop; atomic so that an idle helper polls it without the mutex.
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace
+
+void set_intra_op_threads(int threads) {
+  if (threads < 1 || threads > kMaxThreads) {
+    TP_THROW(InvalidArgument, "intra_op_threads", "threads = ", threads, " must be in [1, ", kMaxThreads,
+             "] (1: every kernel on its calling thread)");
+  }
+  // The GEMMs are split over the pool's threads (kernels/gemm.cpp), one BLAS call on one thread per block.
+  openblas_set_num_threads(1);
+  Pool::instance().resize(threads);
+}
+
+int intra_op_threads() noexcept { return Pool::instance().threads(); }
+
+namespace detail {
+
+void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, const void* body) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  Pool& pool = Pool::instance();
+  if (pool.threads() < 2 || n <= grain || !pool.try_acquire()) {
+    function(body, 0, n);
+    return;
+  }
+  Loop loop{.function = function,
+            .body = body,
+            .n = n,
+            .grain = grain,
+            .chunks = (n + grain - 1) / grain,
+            .environment = FloatEnvironment::current()};
+  pool.run(loop);
+  pool.release();
+}
+
+}  // namespace detail
+}  // namespace tp::backend::cpu

@@ -1,0 +1,142 @@
+// Results do not depend on the intra-op thread count: every kernel that splits its work over the pool
+// (GEMM blocks of rows or columns, element-wise chunks, reduction blocks, softmax rows) gives bitwise the
+// same output with 2, 3 or 4 threads as with 1. Sizes are chosen so that every kernel really splits.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernel_test_support.hpp"
+#include "backend/cpu/kernels/activations.hpp"
+#include "backend/cpu/kernels/bias.hpp"
+#include "backend/cpu/kernels/cross_entropy.hpp"
+#include "backend/cpu/kernels/elementwise.hpp"
+#include "backend/cpu/kernels/gemm.hpp"
+#include "backend/cpu/kernels/optimizer.hpp"
+#include "backend/cpu/kernels/softmax.hpp"
+
+namespace tp::backend::cpu {
+namespace {
+
+class ThreadCount : public ::testing::Test {
+ protected:
+  void TearDown() override { set_intra_op_threads(1); }
+
+  // Runs `compute` (which fills `output` from fresh copies of its inputs) with 1 thread, then with 2, 3 and
+  // 4, and expects the same bits every time.
+  template <typename T>
+  static void expect_same_bits(std::size_t size, const std::function<void(std::vector<T>&)>& compute) {
+    set_intra_op_threads(1);
+    std::vector<T> reference(size);
+    compute(reference);
+    for (int threads : {2, 3, 4}) {
+      set_intra_op_threads(threads);
+      std::vector<T> output(size);
+      compute(output);
+      std::size_t differing = 0;
+      for (std::size_t i = 0; i < size; ++i) differing += std::memcmp(&output[i], &reference[i], sizeof(T)) != 0;
+      EXPECT_EQ(differing, 0U) << threads << " threads: " << differing << " of " << size << " elements differ";
+    }
+  }
+};
+
+struct GemmShape {
+  std::int64_t m, n, k;
+};
+
+TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  // The main job's GEMMs at batch 32 and 128 (forward, weight gradient), square and ragged shapes, and a
+  // product too small to split.
+  const std::vector<GemmShape> shapes{{32, 512, 784},  {784, 512, 32}, {128, 512, 784},
+                                      {784, 512, 128}, {512, 10, 128}, {300, 300, 300},
+                                      {1001, 37, 513}, {45, 700, 99},  {64, 64, 64}};
+  for (const GemmShape& shape : shapes) {
+    for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
+      for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "m " << shape.m << " n " << shape.n << " k " << shape.k << " ta "
+                     << (transpose_a == Transpose::yes) << " tb " << (transpose_b == Transpose::yes));
+        const std::vector<float> a = tp_test::random_vector<float>(rng, shape.m * shape.k);
+        const std::vector<float> b = tp_test::random_vector<float>(rng, shape.k * shape.n);
+        expect_same_bits<float>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<float>& c) {
+          matmul<float>(transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F, c.data());
+        });
+      }
+    }
+  }
+}
+
+TEST_F(ThreadCount, OptimizerUpdatesAreBitwiseIndependentOfTheThreadCount) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  constexpr std::int64_t kN = 100003;  // 7 chunks, the last one short
+  const std::vector<float> param = tp_test::random_vector<float>(rng, kN);
+  const std::vector<float> grad = tp_test::random_vector<float>(rng, kN);
+  const std::vector<float> moment = tp_test::random_vector<float>(rng, kN, 0.0, 0.1);
+  // Output: the updated parameters followed by both moments (Adam) or the velocity (SGD).
+  expect_same_bits<float>(3 * kN, [&](std::vector<float>& out) {
+    std::vector<float> p = param, m = moment, v = moment;
+    adam_update<float>(p.data(), grad.data(), m.data(), v.data(), kN, 1e-3F, 0.9F, 0.999F, 1e-7F, 7);
+    std::copy(p.begin(), p.end(), out.begin());
+    std::copy(m.begin(), m.end(), out.begin() + kN);
+    std::copy(v.begin(), v.end(), out.begin() + 2 * kN);
+  });
+  expect_same_bits<float>(2 * kN, [&](std::vector<float>& out) {
+    std::vector<float> p = param, velocity = moment;
+    sgd_update<float>(p.data(), grad.data(), velocity.data(), kN, 1e-2F, 0.9F, true);
+    std::copy(p.begin(), p.end(), out.begin());
+    std::copy(velocity.begin(), velocity.end(), out.begin() + kN);
+  });
+}
+
+TEST_F(ThreadCount, ElementWiseKernelsAreBitwiseIndependentOfTheThreadCount) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  constexpr std::int64_t kRows = 301;
+  constexpr std::int64_t kCols = 512;
+  constexpr std::int64_t kN = kRows * kCols;  // 5 chunks of kStreamingGrain
+  const std::vector<float> x = tp_test::random_vector<float>(rng, kN);
+  const std::vector<float> y = tp_test::random_vector<float>(rng, kN);
+  const std::vector<float> row = tp_test::random_vector<float>(rng, kCols);
+  expect_same_bits<float>(kN, [&](std::vector<float>& out) { relu<float>(x.data(), out.data(), kN); });
+  expect_same_bits<float>(kN, [&](std::vector<float>& out) { relu_grad<float>(y.data(), x.data(), out.data(), kN); });
+  expect_same_bits<float>(
+      kN, [&](std::vector<float>& out) { binary<float>(BinaryOp::div, x.data(), y.data(), out.data(), kN); });
+  expect_same_bits<float>(
+      kN, [&](std::vector<float>& out) { binary_scalar<float>(BinaryOp::sub, x.data(), 0.25F, out.data(), kN); });
+  expect_same_bits<float>(kN, [&](std::vector<float>& out) {
+    out = y;
+    add_scaled<float>(out.data(), 0.3F, x.data(), kN);
+  });
+  expect_same_bits<float>(
+      kN, [&](std::vector<float>& out) { bias_add<float>(x.data(), row.data(), out.data(), kRows, kCols); });
+  expect_same_bits<float>(kCols,
+                          [&](std::vector<float>& out) { bias_add_grad<float>(x.data(), out.data(), kRows, kCols); });
+}
+
+TEST_F(ThreadCount, SoftmaxAndCrossEntropyAreBitwiseIndependentOfTheThreadCount) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  constexpr std::int64_t kRows = 1000;
+  constexpr std::int64_t kClasses = 10;
+  const std::vector<float> logits = tp_test::random_vector<float>(rng, kRows * kClasses, -8.0, 8.0);
+  std::vector<std::int32_t> labels(kRows);
+  for (std::int32_t& label : labels) label = static_cast<std::int32_t>(rng() % kClasses);
+  expect_same_bits<float>(kRows * kClasses,
+                          [&](std::vector<float>& out) { softmax<float>(logits.data(), out.data(), kRows, kClasses); });
+  // Output: the per-row losses followed by the gradient.
+  expect_same_bits<float>(kRows * (kClasses + 1), [&](std::vector<float>& out) {
+    sparse_softmax_cross_entropy<float, std::int32_t>(logits.data(), labels.data(), out.data(), out.data() + kRows,
+                                                      kRows, kClasses);
+  });
+}
+
+}  // namespace
+}  // namespace tp::backend::cpu
