@@ -69,13 +69,15 @@ struct Operands {
 
 // The GEMM is split over the intra-op threads into blocks of C's rows (when m >= n) or columns, one BLAS call
 // per block on one BLAS thread each (set_intra_op_threads leaves the BLAS single-threaded). Measured on the
-// 2-vCPU VM against OpenBLAS's own two threads (bench/kernels/kernel_bench.cpp): the main job's weight
-// gradient [784 x 32] x [32 x 512] 150 us instead of 200, its forward GEMM the same.
+// 2-vCPU VM against OpenBLAS's own two threads (bench/kernels/intra_op_bench.cpp, docs/benchmarks.md): the
+// main job's weight gradient [784 x 32] x [32 x 512] 145 us instead of 177, its forward GEMM 176 instead of
+// 183; OpenBLAS splits both operands and synchronises its threads inside the call, the blocks never do.
 //
-// Each block keeps at least kMinBlockWork multiply-adds: OpenBLAS computes products of at most 10^6 with its
-// small-matrix kernels, which sum in another order, so splitting a product above that size into blocks
-// below it would change C's bits. Above it every element is the same K-ordered sum whatever the blocks:
-// results do not depend on the thread count (tests/backend/cpu/cpu_gemm_test.cpp checks this).
+// Each block keeps at least kMinBlockWork multiply-adds: OpenBLAS computes small products (about 10^6
+// multiply-adds or fewer) with other kernels, which sum in another order, so a product split into blocks below
+// that size changes C's bits (128 x 10 x 784 does, in halves). Above it every element is the same K-ordered
+// sum whatever the blocks: results do not depend on the thread count (cpu_thread_count_test checks this, and
+// fails with kMinBlockWork = 1).
 constexpr std::int64_t kMinBlockWork = std::int64_t{1} << 20;
 // Blocks of whole 16-row/column panels (the widest AVX-512 micro-kernel tile).
 constexpr std::int64_t kBlockMultiple = 16;
