@@ -153,7 +153,7 @@ void Device::enqueue_peer(Stream&, const std::shared_ptr<Buffer>&, std::size_t, 
 }
 
 void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
-          const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) {
+          const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes, SourceRelease release) {
   Device& source = src_stream.device();
   Device& target = dst_stream.device();
   check_span(source, src, src_offset, bytes, "source");
@@ -164,10 +164,11 @@ void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t sr
     target.enqueue_within(dst_stream, src, src_offset, dst, dst_offset, bytes);
     return;
   }
-  if (source.peer_access(target)) {
+  const bool source_waits = release == SourceRelease::wait_for_read;
+  if (source.peer_access(target) || (!source_waits && target.reads_directly(source))) {
     dst_stream.wait(src_stream.record());  // the source's bytes are ready
-    target.enqueue_peer(dst_stream, src, src_offset, dst, dst_offset, bytes);
-    src_stream.wait(dst_stream.record());  // the source's later work may overwrite them only once read
+    target.enqueue_peer(dst_stream, src, src_offset, dst, dst_offset, bytes);  // the task holds `src`
+    if (source_waits) src_stream.wait(dst_stream.record());  // its later work overwrites them only once read
     return;
   }
   // Through the source's staging memory: the destination's task holds it, and runs only after the source's

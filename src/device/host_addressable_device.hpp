@@ -60,6 +60,10 @@ class HostAddressableDevice : public Device {
     return kind() != DeviceKind::cpu && other.kind() != DeviceKind::cpu &&
            dynamic_cast<const HostAddressableDevice*>(&other) != nullptr;
   }
+  // Any host-addressable device's memory, the cpu's included, is host memory this device's tasks can read.
+  bool reads_directly(const Device& source) const noexcept override {
+    return dynamic_cast<const HostAddressableDevice*>(&source) != nullptr;
+  }
   void enqueue_peer(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
                     const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) override {
     stream.enqueue([src, src_offset, dst, dst_offset, bytes] {

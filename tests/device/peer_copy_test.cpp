@@ -1,14 +1,18 @@
 // Copies between two sim devices take the peer path (one transfer on the destination's stream) and stay in
 // stream order on both sides: the copy waits for the source's earlier work, the destination's later work sees
 // the bytes, and the source's later work cannot overwrite the bytes before the copy has read them. Copies
-// with the cpu stay staged (its inline streams would block the host on the peer).
+// with the cpu stay staged (its inline streams would block the host on the peer), unless the caller promises
+// to write nothing into the source before it synchronizes (SourceRelease::caller_synchronizes, Session::run's
+// feeds): then a sim device reads the host buffer in place, without staging and without blocking the host.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "device/host_addressable_device.hpp"
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/buffer.hpp"
 
@@ -38,6 +42,43 @@ TEST(PeerCopy, SimDevicesHavePeerAccessAndTheCpuDoesNot) {
   EXPECT_EQ(read(*second, target), ones);
   copy(second->stream(), target, 0, cpu->stream(), host, 0, ones.size());
   EXPECT_EQ(read(*cpu, host), ones);
+}
+
+TEST(PeerCopy, ACallerSynchronizedCopyFromTheHostIsOneTransferThatNeitherStagesNorBlocks) {
+  auto sim = make_device(Backend::sim, 64 * kMiB, {}, 0);
+  auto cpu = make_device(Backend::cpu);
+  const StagingPool& staging = dynamic_cast<HostAddressableDevice&>(*cpu).staging();
+  constexpr std::size_t kBytes = 1 << 20;
+  std::shared_ptr<Buffer> host = cpu->allocate(kBytes);
+  std::memset(host->data(), 'H', kBytes);
+  const auto target = sim->allocate(kBytes);
+  // The destination's stream is busy until the gate opens: a copy that waited for its read would block here.
+  Gate target_free;
+  sim->stream().enqueue([&target_free] { target_free.wait(); });
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    opened = true;
+    target_free.open();
+  });
+  const std::uint64_t staged_before = staging.stats().num_allocs;
+  copy(cpu->stream(), host, 0, sim->stream(), target, 0, kBytes, SourceRelease::caller_synchronizes);
+  EXPECT_FALSE(opened) << "the copy blocked the host until the destination had read the source";
+  EXPECT_EQ(staging.stats().num_allocs, staged_before) << "the bytes went through the host's staging memory";
+  const std::weak_ptr<Buffer> source = host;
+  host.reset();  // the caller's last reference: the copy's task holds the source until it has read it
+  EXPECT_FALSE(source.expired());
+  opener.join();
+  EXPECT_EQ(read(*sim, target), std::vector<char>(kBytes, 'H'));
+  EXPECT_TRUE(source.expired());
+
+  // Without the promise the host's bytes are staged, so the caller may reuse its buffer at once.
+  const auto reused = cpu->allocate(kBytes);
+  std::memset(reused->data(), 'R', kBytes);
+  copy(cpu->stream(), reused, 0, sim->stream(), target, 0, kBytes);
+  EXPECT_GT(staging.stats().num_allocs, staged_before);
+  std::memset(reused->data(), 'X', kBytes);
+  EXPECT_EQ(read(*sim, target), std::vector<char>(kBytes, 'R'));
 }
 
 TEST(PeerCopy, StaysInStreamOrderOnBothSides) {

@@ -41,6 +41,17 @@ struct DeviceOptions {
 
 inline constexpr unsigned char kPoisonByte = 0xFF;
 
+// What keeps a copy's source unchanged until the copy has read it (device::copy).
+enum class SourceRelease {
+  // The source stream's later work waits for the read: copy() records that on the source's stream.
+  wait_for_read,
+  // The caller writes nothing into the source before it has synchronized the destination stream (as
+  // Session::run with its feeds: run returns only then). Nothing needs to wait, and a destination that reads
+  // the source's memory directly (a sim device reading a host buffer) copies it in one transfer on its own
+  // stream instead of the host first staging it: the host neither copies nor blocks.
+  caller_synchronizes,
+};
+
 class Device {
  public:
   virtual ~Device();
@@ -104,7 +115,8 @@ class Device {
  private:
   friend class tp::Buffer;
   friend void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
-                   const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
+                   const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes,
+                   SourceRelease release);
   friend std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
   friend bool peer_accessible(const Device& from, const Device& to) noexcept;
 
@@ -122,6 +134,10 @@ class Device {
   // Peer access (as CUDA's between GPUs): whether this device can copy straight into `other`'s memory with
   // one transfer on one of the two devices' streams, instead of staging through host memory.
   virtual bool peer_access(const Device& other) const noexcept { return (void)other, false; }
+  // Whether this device's streams can read `source`'s memory in place (enqueue_peer from it), when nothing
+  // has to wait on the source's side (SourceRelease::caller_synchronizes): wider than peer_access, whose
+  // copies also make the source's stream wait, which an inline (host) stream would do by blocking.
+  virtual bool reads_directly(const Device& source) const noexcept { return (void)source, false; }
   // Enqueues on `stream` (of this device or of the peer) the one-transfer copy; only when peer_access().
   virtual void enqueue_peer(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
                             const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
@@ -145,9 +161,12 @@ class Device {
 // both sides: the destination's work after this call sees the bytes; the source buffer is not reused before
 // the copy has read it. Between two devices with peer access (sim devices of one process) it is one transfer
 // on the destination's stream, after the source's earlier work, and the source's later work waits for it;
-// between other devices the bytes go through the source device's staging memory.
+// between other devices the bytes go through the source device's staging memory. With
+// SourceRelease::caller_synchronizes, a destination that reads the source in place (reads_directly: a sim
+// device reading host memory) takes the one-transfer path too, and nothing waits on the source's side.
 void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, Stream& dst_stream,
-          const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes);
+          const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes,
+          SourceRelease release = SourceRelease::wait_for_read);
 
 struct CopyRequest {
   Stream* src_stream = nullptr;
