@@ -52,11 +52,11 @@ struct GemmShape {
 TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
   std::mt19937 rng(tp_test::test_seed());
   TP_TRACE_SEED(tp_test::test_seed());
-  // The main job's GEMMs at batch 32 and 128 (forward, weight gradient), square and ragged shapes, and a
-  // product too small to split.
-  const std::vector<GemmShape> shapes{{32, 512, 784},  {784, 512, 32}, {128, 512, 784},
-                                      {784, 512, 128}, {512, 10, 128}, {300, 300, 300},
-                                      {1001, 37, 513}, {45, 700, 99},  {64, 64, 64}};
+  // The main job's GEMMs at batch 32 and 128 (forward, weight gradient; the layer-2 ones, always split in two
+  // blocks), square and ragged shapes, and products too small to split.
+  const std::vector<GemmShape> shapes{{32, 512, 784},  {784, 512, 32}, {128, 512, 784}, {784, 512, 128},
+                                      {512, 10, 128},  {128, 10, 512}, {128, 512, 10},  {300, 300, 300},
+                                      {1001, 37, 513}, {45, 700, 99},  {64, 64, 64},    {32, 10, 512}};
   for (const GemmShape& shape : shapes) {
     for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
       for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {

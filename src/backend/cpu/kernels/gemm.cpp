@@ -76,18 +76,30 @@ struct Operands {
 // Each block keeps at least kMinBlockWork multiply-adds: OpenBLAS computes small products (about 10^6
 // multiply-adds or fewer) with other kernels, which sum in another order, so a product split into blocks below
 // that size changes C's bits (128 x 10 x 784 does, in halves). Above it every element is the same K-ordered
-// sum whatever the blocks: results do not depend on the thread count (cpu_thread_count_test checks this, and
-// fails with kMinBlockWork = 1).
+// sum whatever the blocks, so the block count may follow the thread count.
 constexpr std::int64_t kMinBlockWork = std::int64_t{1} << 20;
+// A product of kMinPairWork to kMinBlockWork multiply-adds (the main job's layer-2 GEMMs at batch 128: the
+// skinny 128 x 10 x 512, 512 x 10 x 128 and 128 x 512 x 10) is always computed as two blocks, whatever the
+// thread count (one thread runs both): its bits are those of the two blocks, never of the whole.
+constexpr std::int64_t kMinPairWork = std::int64_t{1} << 18;
 // Blocks of whole 16-row/column panels (the widest AVX-512 micro-kernel tile).
 constexpr std::int64_t kBlockMultiple = 16;
 
-// The block size (a multiple of kBlockMultiple) splitting `extent` rows or columns over at most `threads`
-// blocks, each of at least kMinBlockWork multiply-adds at `work_per_line` per row or column; 0: do not split.
+std::int64_t round_up_to_panels(std::int64_t rows) {
+  return (rows + kBlockMultiple - 1) / kBlockMultiple * kBlockMultiple;
+}
+
+// The block size (whole panels) splitting `extent` rows or columns, at `work_per_line` multiply-adds each;
+// 0: one call. The bits of C depend only on the shape, never on `threads` (cpu_thread_count_test checks this,
+// and fails with kMinBlockWork = 1).
 std::int64_t block_size(std::int64_t extent, double work_per_line, int threads) {
+  const double work = static_cast<double>(extent) * work_per_line;
+  if (work < static_cast<double>(kMinBlockWork)) {
+    const bool pair = work >= static_cast<double>(kMinPairWork) && extent >= 2 * kBlockMultiple;
+    return pair ? round_up_to_panels((extent + 1) / 2) : 0;
+  }
   for (std::int64_t blocks = std::min<std::int64_t>(threads, extent / kBlockMultiple); blocks >= 2; --blocks) {
-    const std::int64_t per_block = (extent + blocks - 1) / blocks;
-    const std::int64_t size = (per_block + kBlockMultiple - 1) / kBlockMultiple * kBlockMultiple;
+    const std::int64_t size = round_up_to_panels((extent + blocks - 1) / blocks);
     const std::int64_t last = extent - (extent - 1) / size * size;  // the shortest block
     if (size < extent && static_cast<double>(last) * work_per_line >= static_cast<double>(kMinBlockWork)) {
       return size;
@@ -106,11 +118,17 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
     operands.gemm(m, n, k);
     return;
   }
-  parallel_for(extent, size, [&](std::int64_t begin, std::int64_t end) {
-    if (by_rows) {
-      operands.rows(begin).gemm(end - begin, n, k);
-    } else {
-      operands.columns(begin).gemm(m, end - begin, k);
+  // Indexed by block, so that a caller running everything itself still makes one call per block.
+  const std::int64_t blocks = (extent + size - 1) / size;
+  parallel_for(blocks, 1, [&](std::int64_t first_block, std::int64_t end_block) {
+    for (std::int64_t block = first_block; block < end_block; ++block) {
+      const std::int64_t begin = block * size;
+      const std::int64_t lines = std::min(extent, begin + size) - begin;
+      if (by_rows) {
+        operands.rows(begin).gemm(lines, n, k);
+      } else {
+        operands.columns(begin).gemm(m, lines, k);
+      }
     }
   });
 }
