@@ -12,53 +12,23 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <vector>
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/gemm.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
+#include "support/mlp_gemms.hpp"
+#include "support/timing.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using tp::backend::cpu::Transpose;
-
-// Seconds per call of `body`, timed over enough calls to last about `seconds`.
-double time_per_call(const std::function<void()>& body, double seconds) {
-  body();  // warm up (and wake the helpers)
-  std::size_t calls = 1;
-  for (;;) {
-    const auto start = Clock::now();
-    for (std::size_t call = 0; call < calls; ++call) body();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (elapsed >= seconds || calls >= (std::size_t{1} << 24)) return elapsed / static_cast<double>(calls);
-    calls =
-        std::max(calls * 2, static_cast<std::size_t>(static_cast<double>(calls) * seconds / std::max(elapsed, 1e-9)));
-  }
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-struct GemmCase {
-  const char* role;
-  std::int64_t m, n, k;
-  bool transpose_a, transpose_b;
-};
-
-std::vector<GemmCase> training_gemms(std::int64_t batch) {
-  return {
-      {"forward dense 1", batch, 512, 784, false, false},      {"forward dense 2", batch, 10, 512, false, false},
-      {"grad input 2 (dy W^T)", batch, 512, 10, false, true},  {"grad kernel 1 (x^T dy)", 784, 512, batch, true, false},
-      {"grad kernel 2 (h^T dy)", 512, 10, batch, true, false},
-  };
-}
+using tp::bench::GemmCase;
+using tp::bench::median;
+using tp::bench::time_per_call;
+using tp::bench::training_gemms;
 
 void print_row(const char* batch, const char* role, const char* shape, double openblas, double ours) {
   std::printf("| %s | %s | %s | %.1f | %.1f | %.2fx |\n", batch, role, shape, openblas * 1e6, ours * 1e6,

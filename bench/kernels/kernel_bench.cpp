@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "backend/cpu/kernels/bf16_gemm.hpp"
+#include "support/mlp_gemms.hpp"
+#include "support/timing.hpp"
 #include "backend/cpu/kernels/half_nn.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/units.hpp"
@@ -39,25 +41,10 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Seconds per call of `body`, timed over enough calls to last about `seconds`.
-double time_per_call(const std::function<void()>& body, double seconds) {
-  body();  // warm up
-  std::size_t calls = 1;
-  for (;;) {
-    const auto start = Clock::now();
-    for (std::size_t call = 0; call < calls; ++call) body();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (elapsed >= seconds || calls >= (std::size_t{1} << 24)) return elapsed / static_cast<double>(calls);
-    calls =
-        std::max(calls * 2, static_cast<std::size_t>(static_cast<double>(calls) * seconds / std::max(elapsed, 1e-9)));
-  }
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using tp::bench::GemmCase;
+using tp::bench::median;
+using tp::bench::time_per_call;
+using tp::bench::training_gemms;
 
 struct Pair {
   double ours = 0;
@@ -73,12 +60,6 @@ Pair alternate(const std::function<void()>& ours, const std::function<void()>& b
   }
   return {median(ours_times), median(baseline_times)};
 }
-
-struct GemmCase {
-  const char* role;
-  std::int64_t m, n, k;
-  bool transpose_a, transpose_b;
-};
 
 void bench_gemm(tp::device::Device& device, const GemmCase& shape, int rounds, double seconds) {
   using tp::Shape;
@@ -135,16 +116,6 @@ void bench_copy(tp::device::Device& device, std::size_t bytes, int rounds, doubl
   std::printf("| %-5s | %9s | %8.2f | %8.2f | %5.2f |\n", device.name().c_str(), tp::format_bytes(bytes).c_str(),
               static_cast<double>(bytes) / pair.ours / 1e9, static_cast<double>(bytes) / pair.baseline / 1e9,
               pair.baseline / pair.ours);
-}
-
-// The GEMMs of one training step of the 784-512-10 MLP at batch `batch` (row-major, as ops::matmul_into calls
-// them): 2 x (784x512 + 512x10 + 512x10 + 784x512 + 512x10) = 1,636,352 FLOPs per sample.
-std::vector<GemmCase> training_gemms(std::int64_t batch) {
-  return {
-      {"forward dense 1", batch, 512, 784, false, false},      {"forward dense 2", batch, 10, 512, false, false},
-      {"grad input 2 (dy W^T)", batch, 512, 10, false, true},  {"grad kernel 1 (x^T dy)", 784, 512, batch, true, false},
-      {"grad kernel 2 (h^T dy)", 512, 10, batch, true, false},
-  };
 }
 
 // --sgemm-rate: one JSON line {"sgemm_gflops": X, "shapes": [...], ...}. Each round times every GEMM once
