@@ -25,8 +25,10 @@
 namespace {
 
 using tp::backend::cpu::Transpose;
+using tp::bench::gemm_operands;
 using tp::bench::GemmCase;
 using tp::bench::median;
+using tp::bench::raw_sgemm;
 using tp::bench::time_per_call;
 using tp::bench::training_gemms;
 
@@ -39,25 +41,12 @@ void bench_gemms(int threads, int rounds, double seconds) {
   for (std::int64_t batch : {32, 128}) {
     double openblas_total = 0, ours_total = 0;
     for (const GemmCase& shape : training_gemms(batch)) {
-      std::vector<float> a(static_cast<std::size_t>(shape.m * shape.k));
-      std::vector<float> b(static_cast<std::size_t>(shape.k * shape.n));
-      std::vector<float> c(static_cast<std::size_t>(shape.m * shape.n));
-      for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.0625F - 0.5F;
-      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.0625F - 0.375F;
+      auto [a, b, c] = gemm_operands(shape);
       std::vector<double> openblas, ours;
       for (int round = 0; round < rounds; ++round) {
         tp::backend::cpu::set_intra_op_threads(1);  // the pool idle, the BLAS single-threaded...
         openblas_set_num_threads(threads);          // ...then OpenBLAS's own threads
-        openblas.push_back(time_per_call(
-            [&] {
-              cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
-                          shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m),
-                          static_cast<int>(shape.n), static_cast<int>(shape.k), 1.0F, a.data(),
-                          static_cast<int>(shape.transpose_a ? shape.m : shape.k), b.data(),
-                          static_cast<int>(shape.transpose_b ? shape.k : shape.n), 0.0F, c.data(),
-                          static_cast<int>(shape.n));
-            },
-            seconds));
+        openblas.push_back(time_per_call([&] { raw_sgemm(shape, a.data(), b.data(), c.data()); }, seconds));
         tp::backend::cpu::set_intra_op_threads(threads);
         ours.push_back(time_per_call(
             [&] {
@@ -106,8 +95,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   int rounds = 7;
   double seconds = 0.2;
-  app.add_option("--threads", threads, "threads (intra-op, and OpenBLAS's for the baseline)")
-      ->check(CLI::Range(2, 64));
+  app.add_option("--threads", threads, "threads (intra-op, and OpenBLAS's for the baseline)")->check(CLI::Range(2, 64));
   app.add_option("--rounds", rounds, "alternating rounds per pair (the median is reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--seconds", seconds, "minimum seconds per timed measurement")->check(CLI::PositiveNumber);

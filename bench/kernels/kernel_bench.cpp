@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "backend/cpu/kernels/bf16_gemm.hpp"
+#include "backend/cpu/kernels/half_nn.hpp"
 #include "support/mlp_gemms.hpp"
 #include "support/timing.hpp"
-#include "backend/cpu/kernels/half_nn.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
@@ -41,8 +41,10 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using tp::bench::gemm_operands;
 using tp::bench::GemmCase;
 using tp::bench::median;
+using tp::bench::raw_sgemm;
 using tp::bench::time_per_call;
 using tp::bench::training_gemms;
 
@@ -72,11 +74,7 @@ void bench_gemm(tp::device::Device& device, const GemmCase& shape, int rounds, d
   tp::ops::uniform(a, -1, 1, 1);
   tp::ops::uniform(b, -1, 1, 2);
   device.synchronize();
-  std::vector<float> host_a(static_cast<std::size_t>(shape.m * shape.k), 0.5F);
-  std::vector<float> host_b(static_cast<std::size_t>(shape.k * shape.n), 0.25F);
-  std::vector<float> host_c(static_cast<std::size_t>(shape.m * shape.n));
-  const auto lda = static_cast<int>(shape.transpose_a ? shape.m : shape.k);
-  const auto ldb = static_cast<int>(shape.transpose_b ? shape.k : shape.n);
+  auto [host_a, host_b, host_c] = gemm_operands(shape);
   // Ours is measured two ways: pipelined (a burst of kBurst ops, then one wait: how a step runs) and
   // synchronised after every op (the latency of one op round trip through the stream).
   constexpr int kBurst = 16;
@@ -87,12 +85,7 @@ void bench_gemm(tp::device::Device& device, const GemmCase& shape, int rounds, d
     device.stream().synchronize();
   };
   auto raw = [&](int burst) {
-    for (int call = 0; call < burst; ++call) {
-      cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
-                  shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
-                  static_cast<int>(shape.k), 1.0F, host_a.data(), lda, host_b.data(), ldb, 0.0F, host_c.data(),
-                  static_cast<int>(shape.n));
-    }
+    for (int call = 0; call < burst; ++call) raw_sgemm(shape, host_a.data(), host_b.data(), host_c.data());
   };
   const Pair pair = alternate([&] { ours(kBurst); }, [&] { raw(kBurst); }, rounds, seconds);
   const Pair synchronised = alternate([&] { ours(1); }, [&] { raw(1); }, rounds, seconds);
@@ -126,22 +119,12 @@ int sgemm_rate(int rounds, double seconds) {
   struct Case {
     std::int64_t batch;
     GemmCase shape;
-    std::vector<float> a, b, c;
+    tp::bench::GemmOperands operands;
     std::vector<double> seconds_per_call;
   };
   std::vector<Case> cases;
   for (std::int64_t batch : batches) {
-    for (const GemmCase& shape : training_gemms(batch)) {
-      Case entry{batch,
-                 shape,
-                 std::vector<float>(static_cast<std::size_t>(shape.m * shape.k)),
-                 std::vector<float>(static_cast<std::size_t>(shape.k * shape.n)),
-                 std::vector<float>(static_cast<std::size_t>(shape.m * shape.n)),
-                 {}};
-      for (std::size_t i = 0; i < entry.a.size(); ++i) entry.a[i] = static_cast<float>(i % 17) * 0.0625F - 0.5F;
-      for (std::size_t i = 0; i < entry.b.size(); ++i) entry.b[i] = static_cast<float>(i % 13) * 0.0625F - 0.375F;
-      cases.push_back(std::move(entry));
-    }
+    for (const GemmCase& shape : training_gemms(batch)) cases.push_back({batch, shape, gemm_operands(shape), {}});
   }
   auto flops_of = [](const GemmCase& shape) { return 2.0 * static_cast<double>(shape.m * shape.n * shape.k); };
   std::vector<double> total_rates;
@@ -154,16 +137,9 @@ int sgemm_rate(int rounds, double seconds) {
     std::vector<double> batch_flops(batches.size(), 0), batch_time(batches.size(), 0);
     for (Case& entry : cases) {
       const GemmCase& shape = entry.shape;
-      const auto lda = static_cast<int>(shape.transpose_a ? shape.m : shape.k);
-      const auto ldb = static_cast<int>(shape.transpose_b ? shape.k : shape.n);
-      const double per_call = time_per_call(
-          [&] {
-            cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
-                        shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m),
-                        static_cast<int>(shape.n), static_cast<int>(shape.k), 1.0F, entry.a.data(), lda, entry.b.data(),
-                        ldb, 0.0F, entry.c.data(), static_cast<int>(shape.n));
-          },
-          seconds);
+      tp::bench::GemmOperands& operands = entry.operands;
+      const double per_call =
+          time_per_call([&] { raw_sgemm(shape, operands.a.data(), operands.b.data(), operands.c.data()); }, seconds);
       entry.seconds_per_call.push_back(per_call);
       const auto index =
           static_cast<std::size_t>(std::find(batches.begin(), batches.end(), entry.batch) - batches.begin());
@@ -218,11 +194,8 @@ int half_gemm(int rounds, double seconds) {
   for (std::int64_t batch : {32, 128}) {
     double flops_total = 0, f32_total = 0, bf16_total = 0, f16_total = 0;
     for (const GemmCase& shape : training_gemms(batch)) {
-      const auto a_size = static_cast<std::size_t>(shape.m * shape.k),
-                 b_size = static_cast<std::size_t>(shape.k * shape.n);
-      std::vector<float> a(a_size), b(b_size), c(static_cast<std::size_t>(shape.m * shape.n));
-      for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.0625F - 0.5F;
-      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.0625F - 0.375F;
+      auto [a, b, c] = gemm_operands(shape);
+      const std::size_t a_size = a.size(), b_size = b.size();
       std::vector<BFloat16> a_bf(a_size), b_bf(b_size), c_bf(c.size());
       std::vector<Half> a_h(a_size), b_h(b_size), c_h(c.size());
       for (std::size_t i = 0; i < a_size; ++i) a_bf[i] = BFloat16::from_float(a[i]), a_h[i] = Half::from_float(a[i]);
@@ -231,16 +204,7 @@ int half_gemm(int rounds, double seconds) {
       const Transpose tb = shape.transpose_b ? Transpose::yes : Transpose::no;
       std::vector<double> f32, bf16, f16;
       for (int round = 0; round < rounds; ++round) {
-        f32.push_back(time_per_call(
-            [&] {
-              cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
-                          shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m),
-                          static_cast<int>(shape.n), static_cast<int>(shape.k), 1.0F, a.data(),
-                          static_cast<int>(shape.transpose_a ? shape.m : shape.k), b.data(),
-                          static_cast<int>(shape.transpose_b ? shape.k : shape.n), 0.0F, c.data(),
-                          static_cast<int>(shape.n));
-            },
-            seconds));
+        f32.push_back(time_per_call([&] { raw_sgemm(shape, a.data(), b.data(), c.data()); }, seconds));
         bf16.push_back(time_per_call(
             [&] {
               tp::backend::cpu::matmul_half<BFloat16>(ta, tb, shape.m, shape.n, shape.k, a_bf.data(), b_bf.data(),

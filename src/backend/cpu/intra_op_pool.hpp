@@ -1,6 +1,7 @@
 #pragma once
-// Intra-op parallelism of the CPU kernels: one op's loop split over several threads, as the BLAS splits a
-// GEMM. `set_intra_op_threads(n)` sets both, process-wide (OpenBLAS's thread count is process-wide too):
+// Intra-op parallelism of the CPU kernels: one op's work split over several threads, the GEMMs' blocks
+// (kernels/gemm.cpp) and the element-wise loops alike. `set_intra_op_threads(n)` sets it process-wide, as
+// OpenBLAS's thread count is (and sets OpenBLAS to one thread: each GEMM block is one single-threaded call):
 // parallel_for then runs on the calling thread plus n - 1 helper threads.
 //
 // Why our own pool: the element-wise ops between the GEMMs (above all Adam, bound by its square root and
@@ -12,15 +13,15 @@
 //   are multiples of grain (the last chunk may be shorter), so a body that keeps 64-byte alignment per chunk
 //   can rely on it. Which thread runs which chunk is unspecified: bodies must be element-wise independent,
 //   and then results are bitwise those of one thread.
-// - Returns once every chunk has run. One chunk (n <= grain), one thread, or a pool busy with another caller's loop
-//   (two devices' workers at once): the caller runs everything itself, so parallel_for never waits for the
-//   pool and never deadlocks when called from inside a body.
+// - Returns once every chunk has run. One chunk (n <= grain), one thread, or a pool busy with another
+//   caller's loop (two devices' workers at once): the caller runs body(0, n) itself, so parallel_for never
+//   waits for the pool and never deadlocks when called from inside a body. A body whose split must not depend
+//   on the thread count (a GEMM's blocks) iterates over block indices instead of assuming one call per chunk.
 // - body must not throw (the kernels' loops check their arguments before the loop).
 // - Helpers pick up work within microseconds: after a loop they poll (yielding the core) for a while before
 //   sleeping, as the device streams do; a helper that has not woken yet simply leaves its chunks to others.
 
 #include <cstdint>
-#include <utility>
 
 namespace tp::backend::cpu {
 
