@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/kernels/cast.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/allocation_tag.hpp"
 
@@ -21,10 +22,7 @@ BatchAssembler::BatchAssembler(std::shared_ptr<const DatasetStorage> storage, st
       device_(&device) {
   if (!storage_->features_u8.empty() && !maps_.empty() && maps_.front().divisor()) {
     first_map_fused_ = true;
-    const float divisor = *maps_.front().divisor();
-    for (int value = 0; value < 256; ++value) u8_table_[static_cast<std::size_t>(value)] = static_cast<float>(value) / divisor;
-  } else {
-    for (int value = 0; value < 256; ++value) u8_table_[static_cast<std::size_t>(value)] = static_cast<float>(value);
+    u8_divisor_ = *maps_.front().divisor();
   }
 }
 
@@ -32,13 +30,23 @@ void BatchAssembler::fill_features(std::int64_t example, float* out) const {
   const auto elements = static_cast<std::size_t>(storage_->example_elements);
   const std::size_t offset = static_cast<std::size_t>(example) * elements;
   if (!storage_->features_u8.empty()) {
-    const std::uint8_t* source = storage_->features_u8.data() + offset;
-    for (std::size_t i = 0; i < elements; ++i) out[i] = u8_table_[source[i]];
+    backend::cpu::u8_to_f32_divided(storage_->features_u8.data() + offset, u8_divisor_, out,
+                                    static_cast<std::int64_t>(elements));
   } else {
     std::memcpy(out, storage_->features_f32.data() + offset, elements * sizeof(float));
   }
   const std::span<float> features(out, elements);
   for (std::size_t m = first_map_fused_ ? 1 : 0; m < maps_.size(); ++m) maps_[m].apply(features);
+}
+
+void BatchAssembler::prefetch_features(std::int64_t example) const {
+  const auto elements = static_cast<std::size_t>(storage_->example_elements);
+  const std::size_t offset = static_cast<std::size_t>(example) * elements;
+  const char* begin = storage_->features_u8.empty()
+                          ? reinterpret_cast<const char*>(storage_->features_f32.data() + offset)
+                          : reinterpret_cast<const char*>(storage_->features_u8.data() + offset);
+  const std::size_t bytes = elements * (storage_->features_u8.empty() ? sizeof(float) : 1);
+  for (std::size_t line = 0; line < bytes; line += 64) __builtin_prefetch(begin + line);
 }
 
 Batch BatchAssembler::assemble(std::int64_t index) const {
@@ -65,6 +73,7 @@ Batch BatchAssembler::assemble(std::int64_t index) const {
   const std::int64_t elements = storage_->example_elements;
   for (std::int64_t k = 0; k < size; ++k) {
     const std::int64_t example = order_[static_cast<std::size_t>(begin + k)];
+    if (k + 1 < size) prefetch_features(order_[static_cast<std::size_t>(begin + k + 1)]);
     fill_features(example, x + k * elements);
     y[k] = storage_->labels[static_cast<std::size_t>(example)];
   }

@@ -3,7 +3,6 @@
 // examples in the epoch's order, converts them to float32 and runs the maps. Immutable after construction,
 // so assemble() may run on any thread (the prefetch thread) while the consumer holds earlier batches.
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,6 +28,9 @@ class BatchAssembler {
 
  private:
   void fill_features(std::int64_t example, float* out) const;
+  // Asks the cache for the next example's row while this one converts: the shuffled order jumps across the
+  // dataset, so each row starts with a miss that the hardware prefetcher only catches a few lines in.
+  void prefetch_features(std::int64_t example) const;
 
   // Set once by the constructor (not const, so the assembler moves into its iterator without copies).
   std::shared_ptr<const DatasetStorage> storage_;
@@ -38,10 +40,10 @@ class BatchAssembler {
   std::int64_t num_batches_;
   std::shared_ptr<BatchStaging> staging_;
   device::Device* device_;
-  // u8 sources whose first map is a division: that map is fused into the conversion through this table
-  // (table[v] = v / divisor, the same float32 division the map computes), and skipped in maps_.
+  // u8 sources whose first map is a division: that map is fused into the conversion (v / divisor, the same
+  // float32 division the map computes), and skipped in maps_; otherwise the conversion divides by 1.
   bool first_map_fused_ = false;
-  std::array<float, 256> u8_table_{};
+  float u8_divisor_ = 1.0f;
 };
 
 }  // namespace tp::data::detail

@@ -287,4 +287,26 @@ TEST(Cast, RejectsBadDTypesSizesAndNullPointers) {
   cast(nullptr, DType::f64, nullptr, DType::boolean, 0);
 }
 
+// The pipeline's pixel normalisation: every byte value, at every position of a vector (lengths that are not
+// a multiple of any vector width, offsets that are not aligned), equals the scalar float32 division.
+TEST(Cast, U8ToF32DividedIsTheScalarDivisionForEveryByteAndPosition) {
+  std::vector<std::uint8_t> bytes(256 * 3 + 7);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 97 + 13) % 256);
+  for (const float divisor : {255.0f, 1.0f, 3.0f, 7.5f, 0.1f, -2.0f}) {
+    for (const std::size_t offset : {0, 1, 5}) {
+      const auto n = static_cast<std::int64_t>(bytes.size() - offset);
+      std::vector<float> out(bytes.size() - offset + 1, -1.0f);
+      tp::backend::cpu::u8_to_f32_divided(bytes.data() + offset, divisor, out.data(), n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float expected = static_cast<float>(bytes[offset + static_cast<std::size_t>(i)]) / divisor;
+        const float actual = out[static_cast<std::size_t>(i)];
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(actual), std::bit_cast<std::uint32_t>(expected))
+            << "divisor " << divisor << ", offset " << offset << ", element " << i;
+      }
+      EXPECT_EQ(out.back(), -1.0f) << "wrote past n";
+    }
+  }
+}
+
 }  // namespace
+
