@@ -8,7 +8,8 @@
 //   one memcpy of the same size between host buffers.
 //
 // --sgemm-rate prints instead one JSON line, the roofline input of bench/peers/compare_torch.py: the
-// single-threaded (openblas_set_num_threads(1)) raw cblas_sgemm rate over the GEMMs of one MLP training step
+// single-threaded (openblas_set_num_threads(1)) raw cblas_sgemm rate (--library onednn: oneDNN's dnnl_sgemm
+// on one OpenMP thread) over the GEMMs of one MLP training step
 // (784-512-10; forward 2 GEMMs, layer-2 input gradient, both weight gradients) at batch 32 and 128, weighted
 // by FLOPs (total FLOPs / total time of one call of each), median of the rounds.
 //
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -113,8 +115,9 @@ void bench_copy(tp::device::Device& device, std::size_t bytes, int rounds, doubl
 
 // --sgemm-rate: one JSON line {"sgemm_gflops": X, "shapes": [...], ...}. Each round times every GEMM once
 // (time_per_call over `seconds`); the round's rate is its total FLOPs over its total time; medians of rounds.
-int sgemm_rate(int rounds, double seconds) {
+int sgemm_rate(int rounds, double seconds, const std::string& library) {
   openblas_set_num_threads(1);
+  const auto sgemm = library == "onednn" ? tp::bench::raw_onednn_sgemm : raw_sgemm;
   const std::vector<std::int64_t> batches = {32, 128};
   struct Case {
     std::int64_t batch;
@@ -139,7 +142,7 @@ int sgemm_rate(int rounds, double seconds) {
       const GemmCase& shape = entry.shape;
       tp::bench::GemmOperands& operands = entry.operands;
       const double per_call =
-          time_per_call([&] { raw_sgemm(shape, operands.a.data(), operands.b.data(), operands.c.data()); }, seconds);
+          time_per_call([&] { sgemm(shape, operands.a.data(), operands.b.data(), operands.c.data()); }, seconds);
       entry.seconds_per_call.push_back(per_call);
       const auto index =
           static_cast<std::size_t>(std::find(batches.begin(), batches.end(), entry.batch) - batches.begin());
@@ -157,9 +160,9 @@ int sgemm_rate(int rounds, double seconds) {
   double flops_per_sample = 0;  // batch 1: every GEMM is linear in the batch
   for (const GemmCase& shape : training_gemms(1)) flops_per_sample += flops_of(shape);
   std::printf(
-      "{\"sgemm_gflops\": %.3f, \"threads\": 1, \"rounds\": %d, \"seconds\": %g, \"flops_per_sample\": %.0f, "
-      "\"cpu_per_wall\": %.3f",
-      median(total_rates) / 1e9, rounds, seconds, flops_per_sample, cpu_per_wall);
+      "{\"sgemm_gflops\": %.3f, \"library\": \"%s\", \"threads\": 1, \"rounds\": %d, \"seconds\": %g, "
+      "\"flops_per_sample\": %.0f, \"cpu_per_wall\": %.3f",
+      median(total_rates) / 1e9, library.c_str(), rounds, seconds, flops_per_sample, cpu_per_wall);
   std::printf(", \"by_batch\": {");
   for (std::size_t index = 0; index < batches.size(); ++index)
     std::printf("%s\"%lld\": %.3f", index ? ", " : "", static_cast<long long>(batches[index]),
@@ -250,12 +253,16 @@ int main(int argc, char** argv) {
                "print only one JSON line: the single-threaded raw cblas_sgemm rate over the MLP training GEMMs "
                "at batch 32 and 128 (FLOP-weighted, median of --rounds), the roofline input of "
                "bench/peers/compare_torch.py");
+  std::string library = "openblas";
+  app.add_option("--library", library, "--sgemm-rate: the library timed, openblas (cblas_sgemm) or onednn (dnnl_sgemm)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"openblas", "onednn"}));
   bool half_gemm_only = false;
   app.add_flag("--half-gemm", half_gemm_only,
                "print only the 16-bit GEMMs of mixed precision (bfloat16, float16) against float32 sgemm on the MLP "
                "training shapes, one thread");
   CLI11_PARSE(app, argc, argv);
-  if (sgemm_rate_only) return sgemm_rate(rounds, seconds);
+  if (sgemm_rate_only) return sgemm_rate(rounds, seconds, library);
   if (half_gemm_only) return half_gemm(rounds, seconds);
 
   tp::memory::MemoryConfig config;

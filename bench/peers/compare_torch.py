@@ -18,6 +18,8 @@ batch size, --epochs epochs each:
 
   ours, one device,      tensorpool train --strategy one --devices sim:0 --intra-op-threads 2
   2 intra-op threads    (one2: both cores, as the tuned peer's GEMMs get them)
+  ours, the same with   tensorpool train --strategy one --devices sim:0 --intra-op-threads 2 --gemm onednn
+  oneDNN GEMMs          (one2dnn: oneDNN's float32 GEMMs instead of OpenBLAS's)
 
 Figures: samples/s of the timed training loop (ours: `samples_per_second` of --summary-json; the peer: its
 training samples over its epochs' time; both time the epoch loop with its shuffle and exclude loading and
@@ -25,8 +27,9 @@ evaluation), peak RSS (ours: the child's ru_maxrss from os.wait4; the peer: its 
 test accuracy, and CPU time / wall time of each run (a sign of a shared, busy machine). The comparison is
 against the best peer setting's median per batch size.
 
-Roofline: `tp_kernel_bench --sgemm-rate` measures the single-threaded raw cblas_sgemm rate over the step's
-GEMMs at batch 32 and 128 (FLOP-weighted, median of rounds); one core's roofline is that rate / 1,636,352
+Roofline: `tp_kernel_bench --sgemm-rate --library openblas|onednn` measures the single-threaded raw sgemm rate
+of each library (cblas_sgemm, dnnl_sgemm) over the step's GEMMs at batch 32 and 128 (FLOP-weighted, median of
+rounds); the faster library's rate is the machine's; one core's roofline is that rate / 1,636,352
 FLOPs per sample (forward 2 x (784x512 + 512x10), layer-2 input gradient, both weight gradients). Ours one
 device is reported against one core's roofline, mirrored against two cores'.
 
@@ -72,8 +75,11 @@ OURS = {
     "mirrored": ("ours, mirrored (sim:0,sim:1)", ["--strategy", "mirrored", "--devices", "sim:0,sim:1"], 2),
     # One device with two intra-op threads: both cores, as the tuned peer's GEMMs get them.
     "one2": ("ours, one device, 2 intra-op threads", ["--strategy", "one", "--devices", "sim:0"], 2),
+    # The same with oneDNN's float32 GEMMs (`--gemm onednn`) instead of OpenBLAS's.
+    "one2dnn": ("ours, one device, 2 intra-op threads, oneDNN GEMMs",
+                ["--strategy", "one", "--devices", "sim:0", "--gemm", "onednn"], 2),
 }
-DEFAULT_OURS = ("one", "one2", "mirrored")
+DEFAULT_OURS = ("one", "one2", "one2dnn", "mirrored")
 # Environment variables that change the peer's threading; removed so that each setting sets only its own.
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "GOTO_NUM_THREADS")
 
@@ -110,7 +116,7 @@ def run_ours(args, config, batch, workdir):
     if os.path.exists(summary):
         os.unlink(summary)
     argv = [args.tensorpool, "train", "--epochs", str(args.epochs), "--batch-size", str(batch),
-            "--intra-op-threads", "2" if config == "one2" else "1", "--summary-json", summary] + flags
+            "--intra-op-threads", "2" if config in ("one2", "one2dnn") else "1", "--summary-json", summary] + flags
     if args.data:
         argv += ["--data", args.data]
     if args.limit_train:
@@ -153,13 +159,18 @@ def run_peer(args, setting, batch, workdir):
 
 
 def measure_sgemm(args):
-    argv = [args.kernel_bench, "--sgemm-rate", "--rounds", str(args.sgemm_rounds)]
-    code, out, err, _, _ = run_child(argv, base_env(), ROOT)
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if code != 0 or not lines:
-        raise RuntimeError(f"{' '.join(argv)} failed with {code}:\n{out[-2000:]}\n{err[-2000:]}")
-    data = json.loads(lines[-1])
-    data["command"] = argv
+    """The faster library's single-threaded sgemm rate (the machine's roofline), with both libraries' figures."""
+    measured = {}
+    for library in ("openblas", "onednn"):
+        argv = [args.kernel_bench, "--sgemm-rate", "--rounds", str(args.sgemm_rounds), "--library", library]
+        code, out, err, _, _ = run_child(argv, base_env(), ROOT)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if code != 0 or not lines:
+            raise RuntimeError(f"{' '.join(argv)} failed with {code}:\n{out[-2000:]}\n{err[-2000:]}")
+        measured[library] = json.loads(lines[-1])
+        measured[library]["command"] = argv
+    data = dict(max(measured.values(), key=lambda d: d["sgemm_gflops"]))
+    data["libraries"] = measured
     return data
 
 
@@ -238,6 +249,9 @@ def summarise(runs, batches, settings, sgemm_gflops):
         entry["mirrored_vs_one"] = mirrored / one if one and mirrored else None
         one2 = entry["ours"].get("one2", {}).get("median")
         entry["one2_vs_best_peer"] = one2 / best if one2 and best else None
+        one2dnn = entry["ours"].get("one2dnn", {}).get("median")
+        entry["one2dnn_vs_best_peer"] = one2dnn / best if one2dnn and best else None
+        entry["one2dnn_roofline_fraction"] = one2dnn / (2 * roof1) if one2dnn and roof1 else None
         entry["one_roofline_fraction"] = one / roof1 if one and roof1 else None
         entry["mirrored_roofline_fraction"] = mirrored / (2 * roof1) if mirrored and roof1 else None
         entry["one2_roofline_fraction"] = one2 / (2 * roof1) if one2 and roof1 else None
@@ -276,6 +290,9 @@ def markdown(summary, batches, settings):
         row("**ours mirrored / best peer**", lambda e: f"**{ratio(e['mirrored_vs_best_peer'])}**")
     if "one2" in measured:
         row("ours one device with 2 intra-op threads / best peer", lambda e: ratio(e.get("one2_vs_best_peer")))
+    if "one2dnn" in measured:
+        row("ours one device with 2 intra-op threads, oneDNN GEMMs / best peer",
+            lambda e: ratio(e.get("one2dnn_vs_best_peer")))
     if "one" in measured and "mirrored" in measured:
         row("ours mirrored / ours one device", lambda e: ratio(e["mirrored_vs_one"]))
     row("roofline, one core (sgemm rate / 1,636,352 FLOPs), samples/s",
@@ -284,6 +301,9 @@ def markdown(summary, batches, settings):
         row("ours one device / one-core roofline", lambda e: pct(e["one_roofline_fraction"]))
     if "one2" in measured:
         row("ours one device with 2 intra-op threads / two-core roofline", lambda e: pct(e["one2_roofline_fraction"]))
+    if "one2dnn" in measured:
+        row("ours one device with 2 intra-op threads, oneDNN GEMMs / two-core roofline",
+            lambda e: pct(e["one2dnn_roofline_fraction"]))
     if "mirrored" in measured:
         row("ours mirrored / two-core roofline", lambda e: pct(e["mirrored_roofline_fraction"]))
     for config in measured:
@@ -313,10 +333,11 @@ def targets(summary, batches):
         want = goal.get(batch)
         if want is not None and e["one_vs_best_peer"] is not None:
             # Our best configuration on the same two cores, as the peer's best setting is its best.
-            ours = (e["one_vs_best_peer"], e.get("one2_vs_best_peer"), e["mirrored_vs_best_peer"])
+            ours = (e["one_vs_best_peer"], e.get("one2_vs_best_peer"), e.get("one2dnn_vs_best_peer"),
+                    e["mirrored_vs_best_peer"])
             best_ours = max(v for v in ours if v is not None)
             rows.append((f"ours >= {want}x the tuned peer, batch {batch} (one device / one device with 2 intra-op "
-                         f"threads / mirrored)", " / ".join(ratio(v) for v in ours),
+                         f"threads / the same with oneDNN GEMMs / mirrored)", " / ".join(ratio(v) for v in ours),
                          "PASS" if best_ours >= want else "FAIL"))
     for batch in batches:
         e = summary[batch]
@@ -342,8 +363,8 @@ def main():
     ap.add_argument("--peer-settings", default=",".join(PEER_SETTINGS),
                     help=f"comma-separated peer thread settings, of {','.join(PEER_SETTINGS)}")
     ap.add_argument("--ours", default=",".join(DEFAULT_OURS),
-                    help="comma-separated configurations of ours, of one,one2,mirrored (one2: one device, 2 intra-op "
-                    "threads)")
+                    help="comma-separated configurations of ours, of one,one2,one2dnn,mirrored (one2: one device, 2 "
+                    "intra-op threads; one2dnn: the same with oneDNN GEMMs)")
     ap.add_argument("--tensorpool", default=os.path.join(ROOT, "build", "bin", "tensorpool"))
     ap.add_argument("--kernel-bench", default=os.path.join(ROOT, "build", "bench", "tp_kernel_bench"))
     ap.add_argument("--peer", default=os.path.normpath(os.path.join(ROOT, "..", "shared", "peers", "torch_mlp.py")))
@@ -414,7 +435,12 @@ def main():
                f"{' / '.join(f'{x:.2f}' for x in load_after)} after.")
     sg = sgemm["sgemm_gflops"]
     by_batch = sgemm.get("by_batch", {})
-    out.append(f"sgemm rate, one thread, raw cblas_sgemm over the step's GEMMs (FLOP-weighted): {sg:.1f} GFLOP/s"
+    libraries = sgemm.get("libraries", {})
+    if libraries:
+        out.append("sgemm rate by library, one thread: " + ", ".join(
+            f"{name} {lib['sgemm_gflops']:.1f} GFLOP/s" for name, lib in libraries.items()) +
+            f"; the roofline uses the faster ({sgemm.get('library')}).")
+    out.append(f"sgemm rate, one thread, raw sgemm over the step's GEMMs (FLOP-weighted): {sg:.1f} GFLOP/s"
                + (f" (batch 32: {by_batch['32']:.1f}, batch 128: {by_batch['128']:.1f}; "
                   f"CPU/wall during it {sgemm.get('cpu_per_wall', float('nan')):.2f})" if by_batch else " (given)")
                + f"; one-core roofline {sg * 1e9 / FLOPS_PER_SAMPLE:,.0f} samples/s.")

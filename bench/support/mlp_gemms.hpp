@@ -4,6 +4,8 @@
 // 512x10) = 1,636,352 FLOPs per sample.
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +48,14 @@ inline void raw_sgemm(const GemmCase& shape, const float* a, const float* b, flo
               shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
               static_cast<int>(shape.k), 1.0F, a, static_cast<int>(shape.transpose_a ? shape.m : shape.k), b,
               static_cast<int>(shape.transpose_b ? shape.k : shape.n), 0.0F, c, static_cast<int>(shape.n));
+}
+
+// The same product through oneDNN's row-major dnnl_sgemm on one thread (its OpenMP team is the calling
+// thread's): the library `--gemm onednn` selects.
+inline void raw_onednn_sgemm(const GemmCase& shape, const float* a, const float* b, float* c) {
+  omp_set_num_threads(1);
+  dnnl_sgemm(shape.transpose_a ? 'T' : 'N', shape.transpose_b ? 'T' : 'N', shape.m, shape.n, shape.k, 1.0F, a,
+             shape.transpose_a ? shape.m : shape.k, b, shape.transpose_b ? shape.k : shape.n, 0.0F, c, shape.n);
 }
 
 }  // namespace tp::bench

@@ -145,6 +145,19 @@ void Device::copy_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, st
   std::memcpy(dst, staging.get(), bytes);
 }
 
+HostReadback Device::read_to_host_async(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                                        std::size_t bytes) {
+  check_stream(*this, stream);
+  check_span(*this, src, src_offset, bytes, "source");
+  HostReadback readback;
+  if (bytes > 0) {
+    readback.bytes = staging_buffer(bytes);
+    enqueue_to_host(stream, src, src_offset, readback.bytes.get(), bytes);
+  }
+  readback.ready = stream.record();
+  return readback;
+}
+
 void* Device::unchecked_address(const Buffer& buffer) noexcept { return buffer.data_; }
 
 void Device::enqueue_peer(Stream&, const std::shared_ptr<Buffer>&, std::size_t, const std::shared_ptr<Buffer>&,

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernels/gemm.hpp"
 #include "runtime/executable.hpp"
 #include "runtime/session_memory.hpp"
 #include "runtime/step_dependencies.hpp"
@@ -27,6 +28,9 @@ struct Session::State {
   std::map<std::string, std::unique_ptr<Executable>> executables;             // by step signature
   std::map<device::Device*, std::shared_ptr<Buffer>> arenas;                  // shared by the executables
   std::unique_ptr<StepRunner> runner;                                         // the inter-op threads
+  // Where the latest run's work ends on each of its streams: the next run's other streams wait for these.
+  std::vector<std::pair<device::Stream*, device::Event>> last_run_drained;
+  std::shared_ptr<PendingRun::Ledger> ledger = std::make_shared<PendingRun::Ledger>();
 };
 
 namespace {
@@ -132,6 +136,10 @@ Session::Session(const graph::Graph& graph, SessionOptions options)
     TP_THROW(InvalidArgument, "session", "intra_op_threads = ", options_.intra_op_threads, " must be >= 0");
   }
   if (options_.intra_op_threads > 0) backend::cpu::set_intra_op_threads(options_.intra_op_threads);
+  if (!options_.gemm_library.empty()) {
+    backend::cpu::set_gemm_library(
+        backend::cpu::parse_gemm_library(options_.gemm_library, "SessionOptions::gemm_library"));
+  }
   if (options_.inter_op_threads < 0) {
     TP_THROW(InvalidArgument, "session", "inter_op_threads = ", options_.inter_op_threads,
              " must be >= 0 (0 or 1: ops one after another)");
@@ -261,8 +269,33 @@ void Session::bind(Executable& executable) {
   }
 }
 
+namespace {
+
+// Every stream a run of `step` enqueues work on, fetches' streams included, in first-use order.
+std::vector<device::Stream*> streams_of(const Executable& step) {
+  std::vector<device::Stream*> streams;
+  auto add = [&streams](device::Stream* stream) {
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  };
+  for (const Step& current : step.steps) {
+    for (device::Stream* stream : current.streams) add(stream);
+  }
+  for (std::size_t fetch : step.fetches) add(&step.values[fetch].device->stream(0));
+  return streams;
+}
+
+}  // namespace
+
 std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::string>& fetches,
                                  const std::vector<std::string>& targets, const RunOptions& options) {
+  std::vector<Tensor> results = run_async(feeds, fetches, targets, options).wait();
+  std::lock_guard lock(mutex_);
+  for (device::Device* device : state_->devices) device->synchronize();
+  return results;
+}
+
+PendingRun Session::run_async(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                              const std::vector<std::string>& targets, const RunOptions& options) {
   std::lock_guard lock(mutex_);
   Executable& step = executable(types_of(feeds), fetches, targets);
   for (const auto& [name, value] : step.feeds) {
@@ -280,6 +313,17 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
     }
   }
   for (const Step& current : step.steps) memory_of(*current.device);  // launches then only look the memory up
+  const std::vector<device::Stream*> streams = streams_of(step);
+  // Runs in flight follow each other on every stream: a stream starts this run once the other streams have
+  // finished the previous one (its own order covers itself), so no device overwrites a buffer that another
+  // device's work of the previous run still reads (a collective's peer reads) or writes.
+  // (A host device's stream runs its work inline, at launch: it has nothing in flight to order.)
+  for (device::Stream* stream : streams) {
+    if (stream->device().host_accessible()) continue;
+    for (const auto& [other, drained] : state_->last_run_drained) {
+      if (other != stream) stream->wait(drained);
+    }
+  }
   // events[i][j]: where step i's work on its stream j ends, for later steps on other streams.
   std::vector<std::vector<device::Event>> events(step.steps.size());
   auto launch = [&](std::size_t index) {
@@ -356,29 +400,58 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
       }
     }
   };
+  PendingRun pending;
   try {
     state_->runner->run(step.steps, launch);
+    enqueue_fetches(step, streams, pending);
   } catch (...) {
     for (device::Device* device : state_->devices) drain(*device);
     throw;
   }
-  // A fetch is copied on its device's stream 0; values made on other lanes are complete only once their
-  // streams are.
-  if (step.multi_lane) {
-    for (device::Device* device : state_->devices) device->synchronize();
+  state_->last_run_drained.clear();
+  for (device::Stream* stream : streams) {
+    pending.drained_.push_back(stream->record());
+    state_->last_run_drained.emplace_back(stream, pending.drained_.back());
   }
-  std::vector<Tensor> results;
+  pending.streams_ = streams;
+  for (const auto& [name, tensor] : feeds) pending.feeds_.push_back(tensor);
+  pending.ledger_ = state_->ledger;
+  {
+    std::lock_guard ledger_lock(state_->ledger->mutex);
+    pending.id_ = ++state_->ledger->launched;
+  }
+  pending.waited_ = false;
+  return pending;
+}
+
+void Session::enqueue_fetches(Executable& step, const std::vector<device::Stream*>& streams, PendingRun& pending) {
+  pending.host_ = state_->cpu;
+  // A fetch is copied on its device's stream 0; values made on other lanes are complete only once those
+  // lanes' work is.
+  if (step.multi_lane) {
+    for (device::Stream* stream : streams) {
+      device::Stream& first = stream->device().stream(0);
+      if (stream != &first) first.wait(stream->record());
+    }
+  }
   for (std::size_t fetch : step.fetches) {
     const Value& value = step.values[fetch];
-    results.push_back(value.tensor.to(*state_->cpu, {.name = value.name, .kind = memory::AllocationKind::activation}));
+    PendingRun::Fetch& out = pending.fetches_.emplace_back();
+    out.name = value.name;
+    out.shape = value.shape;
+    out.dtype = value.dtype;
+    if (value.device->host_accessible()) {  // its stream ran inline: the value is complete
+      out.on_host = value.tensor.to(*state_->cpu, {.name = value.name, .kind = memory::AllocationKind::activation});
+    } else {
+      out.readback = value.device->read_to_host_async(value.device->stream(0), value.tensor.buffer(),
+                                                      value.tensor.offset_bytes(), value.tensor.nbytes());
+    }
   }
   if (!options_.planner) {
     for (Value& value : step.values) {
       if (!value.variable) value.tensor = Tensor();
     }
   }
-  for (device::Device* device : state_->devices) device->synchronize();
-  return results;
 }
 
 MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>& fetches,

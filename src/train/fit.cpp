@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
@@ -34,6 +35,21 @@ void restore(Sequential& model, const CheckpointState& state, device::Device& ho
   model.assign_variables(values);
 }
 
+// FitOptions::steps_in_flight, or 1 where a step needs the previous one's results or the host's exact state
+// after each step: loss scaling (the next scale), per-step checkpoints, and multi-worker steps (the host sums
+// each step's figures over MPI, which must not run beside the device streams' collectives of the next step).
+std::size_t pipelined_steps(const Sequential& model, const FitOptions& options) {
+  if (options.steps_in_flight < 1) {
+    TP_THROW(InvalidArgument, "train", "steps_in_flight = ", options.steps_in_flight,
+             " must be >= 1 (1: each step is waited for before the next is launched)");
+  }
+  if (options.checkpoint_every_steps > 0 || model.loss_scale_state().has_value() ||
+      model.strategy().kind == Strategy::Kind::multi_worker) {
+    return 1;
+  }
+  return static_cast<std::size_t>(options.steps_in_flight);
+}
+
 }  // namespace
 
 Evaluation evaluate(Sequential& model, const data::Dataset& dataset) {
@@ -61,6 +77,7 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
     return fit_parameter_server(model, train, {.fit = options}).fit;
   }
   if (options.epochs < 0) TP_THROW(InvalidArgument, "train", "epochs = ", options.epochs, " must be >= 0");
+  const std::size_t steps_in_flight = pipelined_steps(model, options);
   CallbackList callbacks(options.callbacks);
   FitResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
@@ -100,24 +117,44 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
     const auto start = Clock::now();
     double loss_sum = 0, correct = 0;
     std::int64_t samples = 0;
-    data::BatchIterator batches = train.epoch(epoch, epoch == first_epoch ? first_batch : 0);
-    while (std::optional<data::Batch> batch = batches.next()) {
-      const StepResult step_result = model.train_step(batch->features, batch->labels, ++step);
+    auto finish = [&](const StepResult& step_result, std::int64_t finished_step, std::int64_t batch_index) {
       loss_sum += step_result.loss * static_cast<double>(step_result.examples);
       correct += step_result.correct;
       samples += step_result.examples;
       current_epoch = epoch;
-      current_batch = batch->index + 1;
+      current_batch = batch_index + 1;
       BatchLogs logs{.epoch = epoch,
-                     .batch = batch->index,
+                     .batch = batch_index,
                      .batches_per_epoch = batches_per_epoch,
-                     .step = step,
+                     .step = finished_step,
                      .loss = loss_sum / static_cast<double>(samples),
                      .samples = samples,
                      .elapsed_seconds = seconds_since(start)};
       if (model.has_accuracy()) logs.accuracy = correct / static_cast<double>(samples);
       callbacks.on_batch_end(logs);
+    };
+    struct InFlight {
+      PendingStep pending;
+      std::int64_t step;
+      std::int64_t batch_index;
+    };
+    std::deque<InFlight> in_flight;
+    auto finish_oldest = [&] {
+      InFlight oldest = std::move(in_flight.front());
+      in_flight.pop_front();
+      finish(oldest.pending.wait(), oldest.step, oldest.batch_index);
+    };
+    data::BatchIterator batches = train.epoch(epoch, epoch == first_epoch ? first_batch : 0);
+    while (std::optional<data::Batch> batch = batches.next()) {
+      ++step;
+      if (steps_in_flight == 1) {
+        finish(model.train_step(batch->features, batch->labels, step), step, batch->index);
+        continue;
+      }
+      in_flight.push_back({model.launch_train_step(batch->features, batch->labels, step), step, batch->index});
+      if (in_flight.size() >= steps_in_flight) finish_oldest();
     }
+    while (!in_flight.empty()) finish_oldest();
     const double seconds = seconds_since(start);
     result.train_seconds += seconds;
     result.train_samples += samples;

@@ -34,6 +34,7 @@ GradientWorker::GradientWorker(Sequential& model, const std::string& device, con
                                                                   .name = session_name,
                                                                   .default_device = device,
                                                                   .intra_op_threads = model_session.intra_op_threads,
+                                                                  .gemm_library = model_session.gemm_library,
                                                                   .devices = &manager,
                                                               });
   for (const std::string& name : graph_.variables.front()) {

@@ -258,6 +258,27 @@ StepResult Sequential::train_step(const Tensor& features, const Tensor& labels, 
   return collect(fetched, features.shape().dim(0));
 }
 
+PendingStep Sequential::launch_train_step(const Tensor& features, const Tensor& labels, std::int64_t step) {
+  if (compiled_ != nullptr) {
+    const Strategy::Kind kind = compiled_->strategy.kind;
+    if (kind == Strategy::Kind::parameter_server || kind == Strategy::Kind::multi_worker) {
+      TP_THROW(InvalidArgument, "train", "launch_train_step under the ",
+               kind == Strategy::Kind::multi_worker ? "multi-worker" : "parameter-server",
+               " strategy: its steps exchange data on the host between steps; call train_step");
+    }
+    if (compiled_->loss_scale) {
+      TP_THROW(InvalidArgument, "train",
+               "launch_train_step with loss scaling: each step's loss scale follows from the previous step's "
+               "gradients; call train_step");
+    }
+  }
+  runtime::PendingRun run = session().run_async(feeds(features, &labels), loss_and_correct_fetches(),
+                                                compiled_->model.updates, {.step = step});
+  return PendingStep(std::move(run), *this, features.shape().dim(0));
+}
+
+StepResult PendingStep::wait() { return model_->collect(run_.wait(), examples_); }
+
 std::optional<LossScaleState> Sequential::loss_scale_state() const {
   if (compiled_ == nullptr || !compiled_->loss_scale) return std::nullopt;
   return compiled_->loss_scale->state();

@@ -96,6 +96,41 @@ TEST(Stream, KeepsAnAsynchronousErrorForSynchronizeAndSkipsTheWorkBehindIt) {
   EXPECT_TRUE(ran_later);
 }
 
+TEST(Stream, FailedTellsAKeptErrorUntilSynchronizeReportsIt) {
+  auto device = make_device(Backend::sim);
+  EXPECT_FALSE(device->stream().failed());
+  device->stream().enqueue([] { throw std::runtime_error("kernel failed"); });
+  device->stream().record().synchronize();
+  EXPECT_TRUE(device->stream().failed());
+  EXPECT_THROW(device->stream().synchronize(), std::runtime_error);
+  EXPECT_FALSE(device->stream().failed());
+}
+
+// The asynchronous read into host memory returns before the copy has run (the stream is held by a gate) and
+// holds the bytes once its event completes; behind a kept error the event still completes.
+TEST(Stream, ReadToHostAsyncReturnsAtOnceAndHoldsTheBytesOnceItsEventCompletes) {
+  auto device = make_device(Backend::sim);
+  const std::vector<char> bytes{1, 2, 3, 4, 5, 6, 7, 8};
+  const auto buffer = device->allocate(bytes.size());
+  device->copy_from_host(device->stream(), bytes.data(), buffer, 0, bytes.size());
+  Gate gate;
+  device->stream().enqueue([&gate] { gate.wait(); });
+  const HostReadback readback = device->read_to_host_async(device->stream(), buffer, 2, 4);
+  EXPECT_FALSE(readback.ready.query()) << "the read waited for the stream";
+  gate.open();
+  readback.ready.synchronize();
+  ASSERT_NE(readback.bytes, nullptr);
+  EXPECT_EQ(std::vector<char>(static_cast<const char*>(readback.bytes.get()),
+                              static_cast<const char*>(readback.bytes.get()) + 4),
+            (std::vector<char>{3, 4, 5, 6}));
+  EXPECT_THROW(device->read_to_host_async(device->stream(), buffer, 6, 4), InvalidArgument) << "out of range";
+
+  device->stream().enqueue([] { throw std::runtime_error("kernel failed"); });
+  device->read_to_host_async(device->stream(), buffer, 0, 8).ready.synchronize();
+  EXPECT_TRUE(device->stream().failed());
+  EXPECT_THROW(device->stream().synchronize(), std::runtime_error);
+}
+
 TEST(Stream, InlineStreamRaisesFromEnqueue) {
   auto device = make_device(Backend::cpu);
   EXPECT_THROW(device->stream().enqueue([] { throw std::runtime_error("kernel failed"); }), std::runtime_error);

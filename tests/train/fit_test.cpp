@@ -87,5 +87,74 @@ TEST(Fit, ResumesAfterACrashAtTheSameStepWithTheSameWeights) {
   std::filesystem::remove_all(directory);
 }
 
+// Records every on_batch_end, to compare the batch logs of two runs.
+class BatchRecorder final : public Callback {
+ public:
+  void on_batch_end(const BatchLogs& logs) override { seen.push_back(logs); }
+  std::vector<BatchLogs> seen;
+};
+
+struct Trained {
+  std::vector<BatchLogs> batches;
+  History history;
+  std::vector<std::pair<std::string, Tensor>> variables;
+};
+
+Trained fit_with(device::DeviceManager& manager, const Strategy& strategy, std::int64_t steps_in_flight) {
+  auto sequential = model(manager, strategy);
+  const data::Dataset train = synthetic(manager, 320, 4, 32);
+  const data::Dataset validation = synthetic(manager, 128, 5, 64);
+  auto recorder = std::make_shared<BatchRecorder>();
+  const FitResult result = fit(*sequential, train,
+                               {.epochs = 2, .validation = &validation, .callbacks = {recorder},
+                                .steps_in_flight = steps_in_flight});
+  return {recorder->seen, result.history, sequential->variables()};
+}
+
+// Steps launched ahead of the one whose results are read train bitwise as steps run one at a time, and the
+// callbacks see every step once, in order, with the same logs.
+TEST(Fit, StepsInFlightTrainExactlyAsStepsOneAtATime) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  for (const Strategy& strategy : {Strategy::one_device("sim:0"), Strategy::mirrored({"sim:0", "sim:1"})}) {
+    const Trained serial = fit_with(manager, strategy, 1);
+    ASSERT_EQ(serial.batches.size(), 20u);
+    for (const std::int64_t in_flight : {2, 4}) {
+      const Trained overlapped = fit_with(manager, strategy, in_flight);
+      ASSERT_EQ(overlapped.batches.size(), serial.batches.size()) << in_flight;
+      for (std::size_t index = 0; index < serial.batches.size(); ++index) {
+        const BatchLogs& expected = serial.batches[index];
+        const BatchLogs& actual = overlapped.batches[index];
+        EXPECT_EQ(actual.step, expected.step);
+        EXPECT_EQ(actual.epoch, expected.epoch);
+        EXPECT_EQ(actual.batch, expected.batch);
+        EXPECT_EQ(actual.loss, expected.loss) << "step " << expected.step << ", " << in_flight << " in flight";
+        EXPECT_EQ(actual.accuracy, expected.accuracy);
+      }
+      ASSERT_EQ(overlapped.history.epochs.size(), 2u);
+      for (std::size_t epoch = 0; epoch < 2; ++epoch) {
+        EXPECT_EQ(overlapped.history.epochs[epoch].loss, serial.history.epochs[epoch].loss);
+        EXPECT_EQ(overlapped.history.epochs[epoch].val_loss, serial.history.epochs[epoch].val_loss);
+      }
+      ASSERT_EQ(overlapped.variables.size(), serial.variables.size());
+      for (std::size_t index = 0; index < serial.variables.size(); ++index) {
+        const auto& [name, expected] = serial.variables[index];
+        EXPECT_EQ(overlapped.variables[index].second.to_vector<float>(), expected.to_vector<float>()) << name;
+      }
+    }
+  }
+}
+
+TEST(Fit, StepsInFlightBelowOneAreRefused) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  auto sequential = model(manager, Strategy::one_device("sim:0"));
+  const data::Dataset train = synthetic(manager, 64, 6, 32);
+  try {
+    fit(*sequential, train, {.epochs = 1, .steps_in_flight = 0});
+    FAIL() << "steps_in_flight = 0 was accepted";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("steps_in_flight = 0"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace tp::train

@@ -10,6 +10,7 @@
 #include "backend/cpu/kernel_test_support.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/train/checkpoint.hpp"
+#include "tensorpool/train/fit.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "train/model_graph.hpp"
 #include "train/support/synthetic_training.hpp"
@@ -179,6 +180,27 @@ TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
     EXPECT_EQ(ran[index].second.to_vector<float>(), reference[index].second.to_vector<float>()) << ran[index].first;
   }
   EXPECT_NE(ran[0].second.to_vector<float>(), before[0].second.to_vector<float>());
+}
+
+// A step's loss scale follows from the previous step's gradients, so a step cannot be launched before the
+// previous one is read: launch_train_step refuses; fit() runs such steps one at a time whatever
+// steps_in_flight asks, and trains exactly as with steps_in_flight = 1.
+TEST(MixedPrecision, LossScaledStepsAreNeverLaunchedAhead) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  const Data data = batch(manager, 1);
+  std::vector<std::vector<float>> kernels;
+  for (const std::int64_t in_flight : {1, 2}) {
+    Sequential model({kIn}, mlp_layers());
+    model.compile({.policy = DTypePolicy::mixed_float16(), .loss_scale = {.initial_scale = 0x1p40}},
+                  Strategy::one_device("sim:0"), {.name = "in_flight_" + std::to_string(in_flight), .devices = &manager});
+    EXPECT_THROW(model.launch_train_step(data.x, data.labels, 1), InvalidArgument);
+    const data::Dataset train =
+        data::Dataset::from_tensors(data.x, data.labels).batch(data.x.shape().dim(0) / 4).stage_on(manager.device("cpu:0"));
+    fit(model, train, {.epochs = 3, .steps_in_flight = in_flight});
+    EXPECT_EQ(model.loss_scale_state()->skipped_steps + model.loss_scale_state()->good_steps, 12);
+    kernels.push_back(model.session().read_variable("dense/kernel").to_vector<float>());
+  }
+  EXPECT_EQ(kernels[0], kernels[1]);
 }
 
 // Inputs of 1..4 x 2^-24 (float16's smallest subnormals) give kernel gradients of +-0.125 or +-0.375 x 2^-24:

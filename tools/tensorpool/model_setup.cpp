@@ -45,6 +45,12 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->capture_default_str();
   command.add_option("--intra-op-threads", arguments.intra_op_threads, "threads of each CPU kernel (GEMM blocks, element-wise chunks); 0: cores / devices")
       ->capture_default_str();
+  command
+      .add_option("--gemm", arguments.gemm,
+                  "float32 GEMM library: openblas | onednn (oneDNN's AVX-512 kernels, faster on the MLP's GEMMs; "
+                  "results differ from OpenBLAS's in the last bits)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"openblas", "onednn"}));
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
       ->capture_default_str();
   command.add_option("--max-staleness", arguments.max_staleness,
@@ -194,7 +200,10 @@ std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, co
                   .seed = arguments.seed,
                   .policy = policy},
                  setup.strategy,
-                 {.name = "train", .intra_op_threads = threads, .inter_op_threads = arguments.inter_op_threads});
+                 {.name = "train",
+                  .intra_op_threads = threads,
+                  .gemm_library = arguments.gemm,
+                  .inter_op_threads = arguments.inter_op_threads});
   return model;
 }
 

@@ -43,6 +43,7 @@ struct TrainArguments {
   std::string summary_json;
   std::string history_csv;
   std::int64_t limit_train = 0;
+  std::int64_t steps_in_flight = 2;  // FitOptions::steps_in_flight: the host launches a step ahead
   std::string profile_dir;  // --profile: memory profiler reports written there (docs/profiling.md)
 };
 
@@ -214,7 +215,8 @@ void run_train(const TrainArguments& arguments) {
   train::FitOptions options{.epochs = arguments.epochs,
                             .validation = &test,
                             .checkpoint_dir = arguments.checkpoint_dir,
-                            .write_checkpoints = rank == 0};
+                            .write_checkpoints = rank == 0,
+                            .steps_in_flight = arguments.steps_in_flight};
   if (rank == 0 && !parameter_server)
     options.callbacks.push_back(std::make_shared<train::ProgressBar>(std::cout, train::stdout_is_terminal()));
   if (!arguments.history_csv.empty() && rank == 0)
@@ -283,6 +285,12 @@ void add_train_command(CLI::App& app) {
   command->add_option("--summary-json", arguments->summary_json, "write the run's summary as JSON");
   command->add_option("--history-csv", arguments->history_csv, "write the per-epoch history as CSV");
   command->add_option("--limit-train", arguments->limit_train, "train on about this many examples (quick runs)");
+  command
+      ->add_option("--steps-in-flight", arguments->steps_in_flight,
+                   "training steps launched ahead of the one whose loss is read (1: wait for each step before "
+                   "launching the next; 2: the devices never wait for the host between steps)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   command->add_option("--profile", arguments->profile_dir,
                       "record memory; write snapshot.json, trace.json, trace.csv, report.html, summary.txt there");
   command->callback([arguments] { run_train(*arguments); });

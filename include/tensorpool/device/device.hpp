@@ -52,6 +52,13 @@ enum class SourceRelease {
   caller_synchronizes,
 };
 
+// Bytes on their way from a device to host memory (Device::read_to_host_async): `bytes` holds them once
+// `ready` has completed.
+struct HostReadback {
+  std::shared_ptr<void> bytes;
+  Event ready;
+};
+
 class Device {
  public:
   virtual ~Device();
@@ -99,6 +106,11 @@ class Device {
   // they are there (rethrowing a kept stream error).
   void copy_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* dst,
                     std::size_t bytes);
+  // The same without blocking (as cudaMemcpyAsync into pinned memory, then an event): enqueues the copy into
+  // this device's staging memory and returns that memory with the event after which it holds the bytes.
+  // Behind a kept stream error the copy is skipped while the event still completes: check the stream.
+  HostReadback read_to_host_async(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                                  std::size_t bytes);
 
  protected:
   Device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,

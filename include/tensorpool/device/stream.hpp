@@ -49,6 +49,9 @@ class Stream {
   void synchronize();
   // True when no enqueued work is pending (never blocks).
   bool idle() const { return do_idle(); }
+  // True while a task error is kept: later kernels and copies are skipped until synchronize() reports it.
+  // Never blocks.
+  bool failed() const noexcept { return has_error_.load(std::memory_order_acquire); }
 
   // The stream whose task the calling thread is running, or null on a plain host thread. Host code that
   // touches device memory outside a task is a bug that Tensor::data() reports through this.

@@ -12,6 +12,8 @@
 // returns all of the session's device memory at once.
 //
 // Thread safety: one run at a time per session (run() serialises callers); several sessions may run at once.
+// run_async() launches a run and returns without waiting for it, so that the host prepares the next run
+// while the devices work on this one.
 
 #include <map>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/memory_stats.hpp"
 #include "tensorpool/runtime/memory_plan.hpp"
+#include "tensorpool/runtime/pending_run.hpp"
 #include "tensorpool/runtime/session_options.hpp"
 
 namespace tp::device {
@@ -50,6 +53,13 @@ class Session {
   // an unknown name; tp::OutOfMemoryError when the session's quota or the device is exhausted.
   std::vector<Tensor> run(const FeedMap& feeds, const std::vector<std::string>& fetches,
                           const std::vector<std::string>& targets = {}, const RunOptions& options = {});
+  // run() without the wait: validates and launches the run's work, its fetches' copies to host memory
+  // included, and returns once it is enqueued on the devices' streams; PendingRun::wait() returns the
+  // fetches (pending_run.hpp). The next run may be launched before this one is waited for: on every stream
+  // it runs after this one. The fed tensors are read in place until the run's work is done: the caller
+  // writes nothing into them before wait() returns (the PendingRun keeps them alive).
+  PendingRun run_async(const FeedMap& feeds, const std::vector<std::string>& fetches,
+                       const std::vector<std::string>& targets = {}, const RunOptions& options = {});
 
   // The memory plan of that step, without running it (and without allocating its arena).
   MemoryPlan plan(const FeedTypes& feeds, const std::vector<std::string>& fetches,
@@ -77,6 +87,9 @@ class Session {
   Tensor& variable(graph::NodeId id, device::Device& device);
   device::Device& variable_device(graph::NodeId id);
   void bind(Executable& executable);
+  // Enqueues the copies of the run's fetches into host memory (after its work on `streams`) into `pending`;
+  // in online mode also drops the step's values, which the enqueued work holds until it has run.
+  void enqueue_fetches(Executable& step, const std::vector<device::Stream*>& streams, PendingRun& pending);
 
   SessionOptions options_;
   std::unique_ptr<State> state_;

@@ -37,6 +37,10 @@ struct SessionOptions {                        // {} initialisers: designated in
   // > 0: threads of one CPU kernel, the BLAS's GEMMs and the element-wise loops alike (process-wide);
   // 0: left as they are (the BLAS's default, element-wise loops on one thread)
   int intra_op_threads = 0;
+  // The float32 GEMM library of the CPU kernels (process-wide, as intra_op_threads): "openblas" or "onednn"
+  // (faster AVX-512 kernels; results differ from OpenBLAS's in the last bits). Empty: left as it is (OpenBLAS
+  // unless set before).
+  std::string gemm_library{};
   // How many independent ops of a step may run at once (TensorFlow's inter_op_parallelism_threads). 0 or 1:
   // ops run one after another in schedule order, launched by the calling thread. N > 1: N host threads
   // launch ops as soon as their inputs are ready, and a device runs up to min(N, its streams) kernels at

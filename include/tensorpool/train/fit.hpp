@@ -28,6 +28,13 @@ struct FitOptions {
   // Resume from checkpoint_dir but never write there: the workers of a multi-worker job other than rank 0. They
   // still capture the state at each checkpoint, with rank 0 (ZeRO across workers gathers the shards then).
   bool write_checkpoints = true;
+  // Training steps launched ahead of the one whose results the loop reads (>= 1). With 1 each step is waited
+  // for before the next is launched. With 2 the host launches step k + 1 before it waits for step k, so the
+  // devices never wait for the host's work between steps (the fetches, callbacks, next batch, launches);
+  // then a callback's on_batch_end(k) runs while step k + 1 trains. fit() waits for every step before an
+  // epoch ends (validation, checkpoints and epoch callbacks see every update). Steps run one at a time
+  // (as 1) with loss scaling, per-step checkpoints and the multi-worker strategy.
+  std::int64_t steps_in_flight = 1;
 };
 
 struct Evaluation {

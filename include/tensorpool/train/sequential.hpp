@@ -24,6 +24,7 @@
 #include "tensorpool/runtime/session_options.hpp"
 #include "tensorpool/train/layers.hpp"
 #include "tensorpool/train/loss_scale.hpp"
+#include "tensorpool/train/pending_step.hpp"
 #include "tensorpool/train/plan_bytes.hpp"
 #include "tensorpool/train/strategy.hpp"
 
@@ -62,6 +63,11 @@ class Sequential {
   // [B, units] float32 for mean squared error), on any device. `step` counts from 1. With loss scaling a step
   // whose gradients overflow updates nothing (see loss_scale.hpp) and Adam's step counter skips it.
   StepResult train_step(const Tensor& features, const Tensor& labels, std::int64_t step);
+  // The same step launched without waiting for it (pending_step.hpp): fit() keeps FitOptions::steps_in_flight
+  // of them launched. The batch's tensors are read in place until the step is waited for. Throws
+  // tp::InvalidArgument under loss scaling (a step's loss scale follows from the previous step's gradients)
+  // and under the parameter-server and multi-worker strategies.
+  PendingStep launch_train_step(const Tensor& features, const Tensor& labels, std::int64_t step);
   // The loss and correct count without updating anything.
   StepResult test_step(const Tensor& features, const Tensor& labels);
   // The output layer's values for a batch, on cpu:0, [B, units].
@@ -104,6 +110,7 @@ class Sequential {
   struct Compiled;
   runtime::FeedMap feeds(const Tensor& features, const Tensor* labels) const;
   std::vector<std::string> loss_and_correct_fetches() const;
+  friend class PendingStep;
   StepResult collect(const std::vector<Tensor>& fetched, std::int64_t examples) const;
 
   std::vector<std::int64_t> input_shape_;

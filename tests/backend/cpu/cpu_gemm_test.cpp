@@ -4,8 +4,6 @@
 // |alpha| * sum |a||b| + |beta * c| (the sum of the magnitudes of the terms), with float rel 1e-5 /
 // abs 1e-6 and double rel 1e-13 / abs 1e-14. A wrong transpose or leading dimension is off by O(1).
 
-#include "backend/cpu/kernels/gemm.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_test_support.hpp"
+#include "backend/cpu/kernels/gemm.hpp"
 
 namespace {
 
@@ -86,12 +85,12 @@ class MatmulTest : public ::testing::Test {};
 using FloatTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(MatmulTest, FloatTypes);
 
-TYPED_TEST(MatmulTest, MatchesFloat64ReferenceForAllTransposes) {
-  using T = TypeParam;
+template <typename T>
+void matches_float64_reference_for_all_transposes() {
   const std::uint32_t seed = tp_test::test_seed();
   TP_TRACE_SEED(seed);
   std::mt19937 rng(seed);
-  const std::vector<Case> cases = {{1, 1, 1}, {7, 13, 5}, {13, 5, 7},  {1, 9, 1},   {9, 1, 3},
+  const std::vector<Case> cases = {{1, 1, 1}, {7, 13, 5},   {13, 5, 7},   {1, 9, 1},  {9, 1, 3},
                                    {3, 4, 1}, {16, 17, 31}, {64, 33, 65}, {2, 3, 200}};
   for (const Case& shape : cases) {
     for (Transpose ta : {Transpose::no, Transpose::yes}) {
@@ -103,8 +102,8 @@ TYPED_TEST(MatmulTest, MatchesFloat64ReferenceForAllTransposes) {
   }
 }
 
-TYPED_TEST(MatmulTest, EmptyOutputTouchesNothingAndEmptyKScalesC) {
-  using T = TypeParam;
+template <typename T>
+void empty_output_touches_nothing_and_empty_k_scales_c() {
   const std::uint32_t seed = tp_test::test_seed();
   TP_TRACE_SEED(seed);
   std::mt19937 rng(seed);
@@ -124,8 +123,8 @@ TYPED_TEST(MatmulTest, EmptyOutputTouchesNothingAndEmptyKScalesC) {
   matmul<T>(Transpose::no, Transpose::no, 0, 5, 7, T{1}, nullptr, b.data(), T{3}, nullptr);
 }
 
-TYPED_TEST(MatmulTest, BetaZeroOverwritesNaNInC) {
-  using T = TypeParam;
+template <typename T>
+void beta_zero_overwrites_nan_in_c() {
   const T nan = std::numeric_limits<T>::quiet_NaN();
   const std::vector<T> a{T{1}, T{2}, T{3}, T{4}};  // [[1, 2], [3, 4]]
   const std::vector<T> b{T{5}, T{6}, T{7}, T{8}};  // [[5, 6], [7, 8]]
@@ -140,13 +139,61 @@ TYPED_TEST(MatmulTest, BetaZeroOverwritesNaNInC) {
   EXPECT_EQ(c_empty_k, std::vector<T>(4, T{0}));
 }
 
+TYPED_TEST(MatmulTest, MatchesFloat64ReferenceForAllTransposes) {
+  matches_float64_reference_for_all_transposes<TypeParam>();
+}
+TYPED_TEST(MatmulTest, EmptyOutputTouchesNothingAndEmptyKScalesC) {
+  empty_output_touches_nothing_and_empty_k_scales_c<TypeParam>();
+}
+TYPED_TEST(MatmulTest, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<TypeParam>(); }
+
+// The same checks with oneDNN computing the float32 products (float64 stays on OpenBLAS).
+class OneDnnMatmul : public ::testing::Test {
+ protected:
+  void SetUp() override { tp::backend::cpu::set_gemm_library(tp::backend::cpu::GemmLibrary::onednn); }
+  void TearDown() override { tp::backend::cpu::set_gemm_library(tp::backend::cpu::GemmLibrary::openblas); }
+};
+
+TEST_F(OneDnnMatmul, MatchesFloat64ReferenceForAllTransposes) { matches_float64_reference_for_all_transposes<float>(); }
+TEST_F(OneDnnMatmul, EmptyOutputTouchesNothingAndEmptyKScalesC) {
+  empty_output_touches_nothing_and_empty_k_scales_c<float>();
+}
+TEST_F(OneDnnMatmul, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<float>(); }
+
+// The switch takes effect: on the main job's forward GEMM the two libraries sum in different orders, so some
+// elements differ in their last bits (and all agree within rounding).
+TEST_F(OneDnnMatmul, ComputesWithOtherKernelsThanOpenBlas) {
+  std::mt19937 rng(tp_test::test_seed());
+  const std::int64_t m = 128, n = 512, k = 784;
+  const std::vector<float> a = tp_test::random_vector<float>(rng, m * k);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, k * n);
+  std::vector<float> onednn(static_cast<std::size_t>(m * n)), openblas(onednn.size());
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, onednn.data());
+  tp::backend::cpu::set_gemm_library(tp::backend::cpu::GemmLibrary::openblas);
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, openblas.data());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < onednn.size(); ++i) {
+    differing += onednn[i] != openblas[i];
+    ASSERT_NEAR(onednn[i], openblas[i], 1e-4 * (1.0 + std::fabs(openblas[i]))) << "element " << i;
+  }
+  EXPECT_GT(differing, 0U) << "oneDNN gave OpenBLAS's bits everywhere: was it called at all?";
+}
+
+TEST(GemmLibrary, NamesParseAndAnUnknownOneIsRefused) {
+  using tp::backend::cpu::GemmLibrary;
+  using tp::backend::cpu::parse_gemm_library;
+  EXPECT_EQ(parse_gemm_library("openblas", "--gemm"), GemmLibrary::openblas);
+  EXPECT_EQ(parse_gemm_library("onednn", "--gemm"), GemmLibrary::onednn);
+  EXPECT_EQ(tp::backend::cpu::name_of(GemmLibrary::onednn), "onednn");
+  expect_invalid([] { parse_gemm_library("mkl", "--gemm"); }, {"--gemm", "'mkl'", "openblas", "onednn"});
+}
+
 TEST(Matmul, RejectsNegativeSizesNullPointersAndBlasOverflow) {
   std::vector<float> buffer(16, 1.0F);
   float* data = buffer.data();
   expect_invalid([&] { matmul(Transpose::no, Transpose::no, -1, 2, 2, 1.0F, data, data, 0.0F, data); },
                  {"[cpu]", "matmul", "m = -1"});
-  expect_invalid([&] { matmul(Transpose::no, Transpose::no, 2, 2, -3, 1.0F, data, data, 0.0F, data); },
-                 {"k = -3"});
+  expect_invalid([&] { matmul(Transpose::no, Transpose::no, 2, 2, -3, 1.0F, data, data, 0.0F, data); }, {"k = -3"});
   expect_invalid([&] { matmul<float>(Transpose::no, Transpose::no, 2, 2, 2, 1.0F, nullptr, data, 0.0F, data); },
                  {"a is null", "4 elements"});
   expect_invalid([&] { matmul<float>(Transpose::no, Transpose::no, 2, 3, 2, 1.0F, data, data, 0.0F, nullptr); },

@@ -25,7 +25,10 @@ namespace {
 
 class ThreadCount : public ::testing::Test {
  protected:
-  void TearDown() override { set_intra_op_threads(1); }
+  void TearDown() override {
+    set_intra_op_threads(1);
+    set_gemm_library(GemmLibrary::openblas);
+  }
 
   // Runs `compute` (which fills `output` from fresh copies of its inputs) with 1 thread, then with 2, 3 and
   // 4, and expects the same bits every time.
@@ -57,17 +60,21 @@ TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
   const std::vector<GemmShape> shapes{{32, 512, 784},  {784, 512, 32}, {128, 512, 784}, {784, 512, 128},
                                       {512, 10, 128},  {128, 10, 512}, {128, 512, 10},  {300, 300, 300},
                                       {1001, 37, 513}, {45, 700, 99},  {64, 64, 64},    {32, 10, 512}};
-  for (const GemmShape& shape : shapes) {
-    for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
-      for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {
-        SCOPED_TRACE(::testing::Message()
-                     << "m " << shape.m << " n " << shape.n << " k " << shape.k << " ta "
-                     << (transpose_a == Transpose::yes) << " tb " << (transpose_b == Transpose::yes));
-        const std::vector<float> a = tp_test::random_vector<float>(rng, shape.m * shape.k);
-        const std::vector<float> b = tp_test::random_vector<float>(rng, shape.k * shape.n);
-        expect_same_bits<float>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<float>& c) {
-          matmul<float>(transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F, c.data());
-        });
+  for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+    set_gemm_library(library);
+    for (const GemmShape& shape : shapes) {
+      for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
+        for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {
+          SCOPED_TRACE(::testing::Message()
+                       << name_of(library) << ": m " << shape.m << " n " << shape.n << " k " << shape.k << " ta "
+                       << (transpose_a == Transpose::yes) << " tb " << (transpose_b == Transpose::yes));
+          const std::vector<float> a = tp_test::random_vector<float>(rng, shape.m * shape.k);
+          const std::vector<float> b = tp_test::random_vector<float>(rng, shape.k * shape.n);
+          expect_same_bits<float>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<float>& c) {
+            matmul<float>(transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F,
+                          c.data());
+          });
+        }
       }
     }
   }

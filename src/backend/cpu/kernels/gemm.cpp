@@ -1,8 +1,11 @@
 #include "backend/cpu/kernels/gemm.hpp"
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <type_traits>
 
@@ -14,6 +17,8 @@ namespace tp::backend::cpu {
 namespace {
 
 constexpr std::string_view kKernel = "matmul";
+
+std::atomic<GemmLibrary> selected_library{GemmLibrary::openblas};
 
 void check_blas_size(std::string_view name, std::int64_t value) {
   detail::check_size(kKernel, name, value);
@@ -39,15 +44,33 @@ struct Operands {
   T* c;
   int ldc;
   T alpha, beta;
+  GemmLibrary library = GemmLibrary::openblas;  // float32 only
 
   void gemm(std::int64_t m, std::int64_t n, std::int64_t k) const {
     if constexpr (std::is_same_v<T, float>) {
+      if (library == GemmLibrary::onednn) {
+        onednn_sgemm(m, n, k);
+        return;
+      }
       cblas_sgemm(CblasRowMajor, to_blas(transpose_a), to_blas(transpose_b), static_cast<int>(m), static_cast<int>(n),
                   static_cast<int>(k), alpha, a, lda, b, ldb, beta, c, ldc);
     } else {
       static_assert(std::is_same_v<T, double>, "matmul is instantiated for float and double only");
       cblas_dgemm(CblasRowMajor, to_blas(transpose_a), to_blas(transpose_b), static_cast<int>(m), static_cast<int>(n),
                   static_cast<int>(k), alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+  }
+
+  // oneDNN's row-major sgemm on this thread alone: its OpenMP team size is the calling thread's, which
+  // bf16_gemm sets to the intra-op thread count; the blocks are this code's split, not oneDNN's.
+  void onednn_sgemm(std::int64_t m, std::int64_t n, std::int64_t k) const {
+    omp_set_num_threads(1);
+    const dnnl_status_t status =
+        dnnl_sgemm(transpose_a == Transpose::yes ? 'T' : 'N', transpose_b == Transpose::yes ? 'T' : 'N', m, n, k,
+                   alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success) {
+      TP_THROW(DeviceError, detail::kComponent, kKernel, ": oneDNN's dnnl_sgemm failed (status ",
+               static_cast<int>(status), ") on ", m, " x ", n, " x ", k);
     }
   }
 
@@ -77,6 +100,8 @@ struct Operands {
 // multiply-adds or fewer) with other kernels, which sum in another order, so a product split into blocks below
 // that size changes C's bits (128 x 10 x 784 does, in halves). Above it every element is the same K-ordered
 // sum whatever the blocks, so the block count may follow the thread count.
+// oneDNN's sgemm keeps every element's sum independent of the blocks above that size too
+// (cpu_thread_count_test checks both libraries).
 constexpr std::int64_t kMinBlockWork = std::int64_t{1} << 20;
 // A product of kMinPairWork to kMinBlockWork multiply-adds (the main job's layer-2 GEMMs at batch 128: the
 // skinny 128 x 10 x 512, 512 x 10 x 128 and 128 x 512 x 10) is always computed as two blocks, whatever the
@@ -135,6 +160,22 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
 
 }  // namespace
 
+void set_gemm_library(GemmLibrary library) noexcept { selected_library.store(library, std::memory_order_relaxed); }
+
+GemmLibrary gemm_library() noexcept { return selected_library.load(std::memory_order_relaxed); }
+
+std::string_view name_of(GemmLibrary library) noexcept {
+  return library == GemmLibrary::onednn ? "onednn" : "openblas";
+}
+
+GemmLibrary parse_gemm_library(std::string_view text, std::string_view what) {
+  for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+    if (text == name_of(library)) return library;
+  }
+  TP_THROW(InvalidArgument, detail::kComponent, what, " = '", text,
+           "' is not a GEMM library; use 'openblas' (the default) or 'onednn'");
+}
+
 template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
             const T* a, const T* b, T beta, T* c) {
@@ -166,7 +207,8 @@ void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::i
                              .c = c,
                              .ldc = leading_dimension(n),
                              .alpha = alpha,
-                             .beta = beta};
+                             .beta = beta,
+                             .library = gemm_library()};
   split_gemm(operands, m, n, k);
 }
 
