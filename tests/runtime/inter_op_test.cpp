@@ -15,6 +15,7 @@
 
 #include "runtime/executable.hpp"
 #include "runtime/step_dependencies.hpp"
+#include "runtime/support/failing_op.hpp"
 #include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/attributes.hpp"
@@ -164,22 +165,7 @@ TEST_P(InterOp, ADeviceWithOneStreamRunsOneKernelAtATime) {
 INSTANTIATE_TEST_SUITE_P(Devices, InterOp, ::testing::Values("cpu:0", "sim:0"));
 
 TEST(InterOpErrors, AFailingOpFailsTheRunAndTheSessionRunsOn) {
-  graph::OpRegistry& registry = graph::OpRegistry::global();
-  if (registry.find("TestFailOnNegative") == nullptr) {
-    graph::OpDef fail;
-    fail.name = "TestFailOnNegative";
-    fail.num_inputs = 1;
-    fail.infer = [](const graph::InferenceContext& context) { return context.inputs; };
-    fail.kernels[device::DeviceKind::cpu] = [](graph::KernelContext& context) {
-      const Tensor input = context.inputs[0];
-      const Tensor output = context.outputs[0];
-      context.stream.enqueue([input, output] {
-        if (input.data<float>()[0] < 0) TP_THROW(InvalidArgument, "test", "negative input");
-        output.data<float>()[0] = input.data<float>()[0];
-      });
-    };
-    registry.add(std::move(fail));
-  }
+  testing::register_fail_on_negative();
   device::DeviceManager manager(devices_with_streams(4), testing::kNoEnv);
   graph::Graph g;
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {1});

@@ -8,10 +8,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <future>
 #include <thread>
 
+#include "runtime/support/failing_op.hpp"
 #include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/op_registry.hpp"
@@ -156,32 +156,12 @@ TEST(PendingRun, ARunDroppedWithoutWaitStillFinishesItsWork) {
   EXPECT_EQ(updated, reference.read_variable("dense/kernel").to_vector<float>());
 }
 
-void register_fail_on_negative() {
-  graph::OpRegistry& registry = graph::OpRegistry::global();
-  if (registry.find("TestPendingFailOnNegative") != nullptr) return;
-  graph::OpDef fail;
-  fail.name = "TestPendingFailOnNegative";
-  fail.num_inputs = 1;
-  fail.infer = [](const graph::InferenceContext& context) { return context.inputs; };
-  const std::function<void(graph::KernelContext&)> kernel = [](graph::KernelContext& context) {
-    const Tensor input = context.inputs[0];
-    const Tensor output = context.outputs[0];
-    context.stream.enqueue([input, output] {
-      if (input.data<float>()[0] < 0) TP_THROW(InvalidArgument, "test", "negative input");
-      output.data<float>()[0] = input.data<float>()[0];
-    });
-  };
-  fail.kernels[device::DeviceKind::cpu] = kernel;
-  fail.kernels[device::DeviceKind::sim] = kernel;
-  registry.add(std::move(fail));
-}
-
 TEST(PendingRun, AKernelErrorFailsItsRunAndTheRunsLaunchedBeforeItWasReported) {
-  register_fail_on_negative();
+  testing::register_fail_on_negative();
   device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
   graph::Graph g;
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {1});
-  g.add("Relu", {g.add("TestPendingFailOnNegative", {x}, {}, "check")}, {}, "relu");
+  g.add("Relu", {g.add("TestFailOnNegative", {x}, {}, "check")}, {}, "relu");
   Session session(g, {.default_device = "sim:0", .devices = &manager});
   auto feeds = [&](float value) {
     return FeedMap{{"x", Tensor::from_vector<float>(std::vector<float>{value}, Shape{1}, manager.device("cpu:0"))}};
