@@ -6,6 +6,16 @@
 
 namespace tp::runtime {
 
+PendingRun::PendingRun(PendingRun&& other) noexcept
+    : id_(other.id_),
+      ledger_(std::move(other.ledger_)),
+      host_(other.host_),
+      fetches_(std::move(other.fetches_)),
+      streams_(std::move(other.streams_)),
+      drained_(std::move(other.drained_)),
+      feeds_(std::move(other.feeds_)),
+      waited_(std::exchange(other.waited_, true)) {}
+
 PendingRun& PendingRun::operator=(PendingRun&& other) noexcept {
   if (this == &other) return *this;
   if (!waited_) wait_for_work();

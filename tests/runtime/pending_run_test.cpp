@@ -126,6 +126,10 @@ TEST(PendingRun, TheFedTensorsLiveUntilTheRunsWorkHasReadThem) {
   EXPECT_TRUE(run.done());
   EXPECT_TRUE(fed.expired()) << "the run kept its feed after wait()";
   EXPECT_THROW(run.wait(), InvalidArgument) << "a second wait()";
+  PendingRun source = session.run_async(feeds_of(manager, 1), {mlp.loss});
+  PendingRun moved = std::move(source);
+  EXPECT_THROW(source.wait(), InvalidArgument) << "wait() on a moved-from run";  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(moved.wait().at(0).to_vector<float>().at(0), expected);
 }
 
 TEST(PendingRun, ARunDroppedWithoutWaitStillFinishesItsWork) {

@@ -32,7 +32,7 @@ class Session;
 
 class PendingRun {
  public:
-  PendingRun(PendingRun&& other) noexcept = default;
+  PendingRun(PendingRun&& other) noexcept;
   PendingRun& operator=(PendingRun&& other) noexcept;
   ~PendingRun();
 
