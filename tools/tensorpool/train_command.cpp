@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "memory_summary.hpp"
 #include "model_setup.hpp"
 #include "oom_advice.hpp"
 #include "profile_output.hpp"
@@ -46,81 +47,6 @@ struct TrainArguments {
   std::int64_t steps_in_flight = 2;  // FitOptions::steps_in_flight: the host launches a step ahead
   std::string profile_dir;  // --profile: memory profiler reports written there (docs/profiling.md)
 };
-
-struct LargestTensor {
-  std::string name, shape, kind;
-  std::size_t bytes = 0;
-};
-
-std::string shape_text(const std::vector<std::int64_t>& dims) {
-  std::string text = "[";
-  for (std::size_t index = 0; index < dims.size(); ++index) text += (index ? "," : "") + std::to_string(dims[index]);
-  return text + "]";
-}
-
-nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<std::string>& names,
-                              const runtime::MemoryPlan& plan, const train::Sequential& model) {
-  nlohmann::json devices = nlohmann::json::array();
-  std::cout << "\nMemory summary\n";
-  for (const std::string& name : names) {
-    device::Device& device = manager.device(name);
-    const memory::MemoryStats stats = device.memory().stats();
-    std::size_t planned_peak = 0;
-    for (const runtime::DevicePlan& device_plan : plan.devices) {
-      if (device_plan.device == name) planned_peak = device_plan.planned_peak_bytes;
-    }
-    std::vector<LargestTensor> largest;
-    std::size_t parameter_bytes = 0, optimizer_state_bytes = 0;  // the live variables, by kind
-    if (memory::TrackingAdaptor* tracking = device.memory().tracking()) {
-      for (const memory::TrackedAllocation& live : tracking->live_allocations()) {
-        const bool arena = live.tag.dtype.empty();  // the step's arena: the planned tensors live inside it
-        if (!arena && live.tag.kind == memory::AllocationKind::parameter) parameter_bytes += live.bytes;
-        if (!arena && live.tag.kind == memory::AllocationKind::optimizer_state) optimizer_state_bytes += live.bytes;
-        largest.push_back({live.tag.name, arena ? "" : live.tag.dtype + shape_text(live.tag.shape),
-                           arena ? "the step's planned arena" : std::string(memory::to_string(live.tag.kind)),
-                           live.bytes});
-      }
-    }
-    for (const runtime::PlannedTensor& tensor : plan.tensors) {
-      if (tensor.device == name && tensor.planned_bytes > 0) {
-        largest.push_back(
-            {tensor.name, tensor.dtype + shape_text(tensor.shape), "activation (in arena)", tensor.bytes});
-      }
-    }
-    std::sort(largest.begin(), largest.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
-    largest.resize(std::min<std::size_t>(largest.size(), 6));
-    std::cout << fmt::format("  {}: peak in use {}, reserved {} (peak {}), planned peak {}, fragmentation {:.1f}%\n",
-                             name, format_bytes(stats.peak_bytes_in_use), format_bytes(stats.bytes_reserved),
-                             format_bytes(stats.peak_bytes_reserved), format_bytes(planned_peak),
-                             100.0 * stats.fragmentation());
-    std::cout << fmt::format("    parameters {}, optimizer state {}\n", format_bytes(parameter_bytes),
-                             format_bytes(optimizer_state_bytes));
-    const train::StepBytes split = model.step_bytes(plan, name);
-    std::cout << fmt::format("    planned activations {}, activation gradients {}, weight gradients {}, other {}\n",
-                             format_bytes(split.activation_bytes), format_bytes(split.activation_gradient_bytes),
-                             format_bytes(split.weight_gradient_bytes), format_bytes(split.other_bytes));
-    nlohmann::json tensors = nlohmann::json::array();
-    for (const LargestTensor& tensor : largest) {
-      std::cout << fmt::format("    {:>10}  {} {} ({})\n", format_bytes(tensor.bytes), tensor.name, tensor.shape,
-                               tensor.kind);
-      tensors.push_back(
-          {{"name", tensor.name}, {"shape", tensor.shape}, {"kind", tensor.kind}, {"bytes", tensor.bytes}});
-    }
-    devices.push_back({{"device", name},
-                       {"peak_in_use_bytes", stats.peak_bytes_in_use},
-                       {"reserved_bytes", stats.bytes_reserved},
-                       {"peak_reserved_bytes", stats.peak_bytes_reserved},
-                       {"planned_peak_bytes", planned_peak},
-                       {"fragmentation", stats.fragmentation()},
-                       {"parameter_bytes", parameter_bytes},
-                       {"optimizer_state_bytes", optimizer_state_bytes},
-                       {"activation_bytes", split.activation_bytes},
-                       {"activation_gradient_bytes", split.activation_gradient_bytes},
-                       {"weight_gradient_bytes", split.weight_gradient_bytes},
-                       {"largest_tensors", tensors}});
-  }
-  return devices;
-}
 
 std::string parameter_server_line(const train::Strategy& strategy, bool across_processes, int ranks) {
   const std::string bound =
