@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 TRACE ?= bench/traces/data/training.csv
 
-.PHONY: all deps configure build run replay test bench sanitize tsan clean
+.PHONY: all deps configure build cli run replay test bench sanitize tsan clean
 
 all: build
 
@@ -15,16 +15,21 @@ deps:
 configure: deps
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) > $(BUILD_DIR).configure.log 2>&1 || (cat $(BUILD_DIR).configure.log; exit 1)
 
+# Everything: the library, the CLI, the tests and the benchmarks.
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Only what `make run` and `make replay` execute: the library and the CLI (no test, no benchmark).
+cli: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target tensorpool_cli
+
 # The main job: the Keras-example MLP on Fashion-MNIST, mirrored over two sim devices, with a memory summary.
 TRAIN_FLAGS ?=
-run: build
+run: cli
 	@$(BUILD_DIR)/bin/tensorpool train $(TRAIN_FLAGS)
 
 # The allocator replay demo on a bundled trace (the main job of the memory core).
-replay: build
+replay: cli
 	@$(BUILD_DIR)/bin/tensorpool replay --trace $(TRACE) --allocator all
 
 test: build
