@@ -12,15 +12,25 @@ std::size_t OutOfMemoryReport::free_bytes() const noexcept {
   return ceiling > in_use_bytes ? ceiling - in_use_bytes : 0;
 }
 
+std::size_t OutOfMemoryReport::reserved_free_bytes() const noexcept {
+  const std::size_t reserved_free = reserved_bytes > in_use_bytes ? reserved_bytes - in_use_bytes : 0;
+  return reserved_free < free_bytes() ? reserved_free : free_bytes();
+}
+
 double OutOfMemoryReport::fragmentation() const noexcept {
-  const std::size_t free = free_bytes();
+  // Only memory the allocator holds can be in pieces: what it has not reserved yet is one block to it.
+  const std::size_t free = reserved_free_bytes();
   if (free == 0) return 0.0;
   const std::size_t largest = largest_free_block < free ? largest_free_block : free;
   return 1.0 - static_cast<double>(largest) / static_cast<double>(free);
 }
 
 bool OutOfMemoryReport::is_fragmentation() const noexcept {
-  return free_bytes() >= rounded_bytes && largest_free_block < rounded_bytes;
+  return free_bytes() >= rounded_bytes && largest_free_block < rounded_bytes && reserved_free_bytes() > 0;
+}
+
+bool OutOfMemoryReport::exceeds_limit() const noexcept {
+  return limit_bytes.has_value() && rounded_bytes > *limit_bytes;
 }
 
 OutOfMemoryReport OutOfMemoryReport::for_request(std::string allocator, std::size_t requested, std::size_t rounded,
@@ -57,14 +67,26 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
        << format_bytes(report.largest_free_block) << ", fragmentation " << percent << ".";
   if (!report.detail.empty()) text << "\n  " << report.detail;
 
-  if (report.is_fragmentation()) {
+  if (report.exceeds_limit()) {
+    text << "\n  Cause: the request alone (" << format_bytes(report.rounded_bytes) << ") exceeds the limit ("
+         << format_bytes(*report.limit_bytes) << ")"
+         << (report.in_use_bytes == 0 ? "; nothing else is in use, so freeing memory cannot help."
+                                      : ", whatever else is freed.")
+         << " Make the tensor smaller (a smaller batch or layer, or split it over devices) or raise the limit"
+         << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
+  } else if (report.is_fragmentation()) {
     text << "\n  Cause: fragmentation. " << format_bytes(report.free_bytes())
          << " are free in total but no single block holds the request. Use the expandable allocator"
          << " (TP_ALLOCATOR=expandable), which maps pages on demand so free space needs no contiguous hole, or"
          << " allocate long-lived tensors (parameters, optimizer state) before short-lived ones so they do not"
          << " pin holes between activations.";
+  } else if (report.in_use_bytes == 0) {
+    text << "\n  Cause: the memory below this allocator refused the request although nothing of this stack is"
+         << " in use and it is within the limit: the device's memory is held elsewhere (see above), or the"
+         << " limit is larger than what the device can give.";
   } else {
-    text << "\n  Cause: real shortage: the request does not fit in what the limit leaves beside live data."
+    text << "\n  Cause: real shortage: the request does not fit in the " << format_bytes(report.free_bytes())
+         << " the limit leaves beside the " << format_bytes(report.in_use_bytes) << " in use."
          << " Reduce the batch size, free tensors you no longer need, or raise the limit"
          << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
   }

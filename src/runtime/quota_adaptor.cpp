@@ -39,11 +39,17 @@ void* QuotaAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const 
       ++counters_.num_ooms;
       held = counters_.bytes_in_use;
     }
+    // Other clients matter only when they hold some of the device: then closing them frees memory for this one.
+    const std::size_t reserved_by_all = client_.arbiter().reserved_bytes();
+    const std::size_t others = reserved_by_all > held ? reserved_by_all - held : 0;
     error.amend([&](OutOfMemoryReport& report) {
       if (!report.detail.empty()) report.detail += "\n  ";
       report.detail += "Client '" + client_.name() + "' of memory arbiter '" + client_.arbiter().name() +
-                       "' holds " + format_bytes(held) + "; the device itself is full, so other clients' memory "
-                       "counts too: close other sessions or use a smaller batch.";
+                       "' holds " + format_bytes(held);
+      report.detail += others > 0 ? "; other clients hold " + format_bytes(others) +
+                                        " of the same device: close other sessions (or processes) sharing it, or "
+                                        "use a smaller batch."
+                                  : "; no other client holds memory on the device.";
     });
     throw;
   }

@@ -41,6 +41,33 @@ TEST(OutOfMemoryReport, TellsFragmentationFromShortage) {
   EXPECT_NE(shortage_text.find("batch size"), std::string::npos) << shortage_text;
 }
 
+TEST(OutOfMemoryReport, NothingReservedIsNeverFragmentation) {
+  // A growing allocator that has reserved nothing: free by the limit, but no block held in pieces.
+  OutOfMemoryReport report = report_with(12 * kMiB, 0, 0);
+  report.limit_bytes = 10 * kMiB;
+  report.reserved_bytes = 0;
+  EXPECT_EQ(report.free_bytes(), 10 * kMiB);
+  EXPECT_EQ(report.reserved_free_bytes(), 0u);
+  EXPECT_DOUBLE_EQ(report.fragmentation(), 0.0);
+  EXPECT_FALSE(report.is_fragmentation());
+  EXPECT_TRUE(report.exceeds_limit());
+  const std::string text = OutOfMemoryError(report).what();
+  EXPECT_NE(text.find("fragmentation 0.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("Cause: the request alone (12.00 MiB) exceeds the limit (10.00 MiB); nothing else is in use"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("real shortage"), std::string::npos) << text;
+  // Within the limit with nothing of the stack in use: something below refused, not a shortage of this stack.
+  report.rounded_bytes = 4 * kMiB;
+  EXPECT_FALSE(report.exceeds_limit());
+  const std::string below = OutOfMemoryError(report).what();
+  EXPECT_NE(below.find("nothing of this stack is in use"), std::string::npos) << below;
+  // Reserved memory all in use: nothing is free in pieces either.
+  report.reserved_bytes = 6 * kMiB;
+  report.in_use_bytes = 6 * kMiB;
+  EXPECT_DOUBLE_EQ(report.fragmentation(), 0.0);
+}
+
 TEST(OutOfMemoryReport, FreeBytesWithoutALimitIsTheReservedRemainder) {
   OutOfMemoryReport report = report_with(kMiB, 10 * kMiB, kMiB);
   report.limit_bytes.reset();

@@ -162,10 +162,28 @@ TEST(QuotaAdaptor, DeviceOutOfMemoryNamesTheClient) {
     ADD_FAILURE() << "the device served more than its limit";
   } catch (const OutOfMemoryError& error) {
     const std::string text = error.what();
-    EXPECT_EQ(contains(text, {"out of memory on sim:0", "session-a", "device itself is full"}), "") << text;
+    EXPECT_EQ(contains(text, {"out of memory on sim:0", "session-a", "no other client holds memory"}), "") << text;
+    EXPECT_EQ(text.find("close other sessions"), std::string::npos) << "nobody else holds memory: " << text;
   }
   EXPECT_EQ(a.stats().num_ooms, 1u);
   EXPECT_EQ(arbiter.reserved_bytes(), 0u) << "nothing was reserved for the failed request";
+}
+
+TEST(QuotaAdaptor, DeviceOutOfMemoryNamesWhatOtherClientsHold) {
+  auto device = make_device(8 * kMiB);  // smaller than the arbiter's budget: the device refuses first
+  InProcessArbiter arbiter(32 * kMiB);
+  QuotaAdaptor a(*device, arbiter, "session-a", 16 * kMiB);
+  QuotaAdaptor b(*device, arbiter, "session-b", 16 * kMiB);
+  Held held_a(a);
+  held_a.take(3 * kMiB, "a");
+  try {
+    b.allocate(6 * kMiB, 256, tag("b_wide"));
+    ADD_FAILURE() << "the device served more than its limit";
+  } catch (const OutOfMemoryError& error) {
+    const std::string text = error.what();
+    EXPECT_EQ(contains(text, {"session-b", "holds 0 B", "other clients hold 3.00 MiB", "close other sessions"}), "")
+        << text;
+  }
 }
 
 TEST(QuotaAdaptor, ChargesWhatTheUpstreamHandsOut) {

@@ -43,8 +43,8 @@ TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
   EXPECT_NE(text.find("for train/arena (Session, activation)"), std::string::npos) << text;
   // The device's figures and the cause with its numbers.
   EXPECT_NE(text.find("limit 16.00 MiB, in use"), std::string::npos) << text;
-  EXPECT_TRUE(text.find("Cause: real shortage") != std::string::npos ||
-              text.find("Cause: fragmentation") != std::string::npos)
+  // The 36 MiB arena is larger than the whole 16 MiB limit: the cause says so, not "shortage" of what is left.
+  EXPECT_NE(text.find("Cause: the request alone (36.43 MiB) exceeds the limit (16.00 MiB)"), std::string::npos)
       << text;
   // The largest live tensors with their kinds.
   EXPECT_NE(text.find("Largest live allocations:"), std::string::npos) << text;
@@ -87,6 +87,44 @@ TEST_F(OomCli, FragmentationPointsToTheExpandableAllocator) {
   EXPECT_NE(run.output.find("use the expandable allocator (--allocator expandable"), std::string::npos) << run.output;
   const CliRun expandable = run_cli("profile " + kSmallDevice + " --batch-size 1093 --allocator expandable");
   EXPECT_EQ(expandable.exit_code, 0) << expandable.output;
+}
+
+TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessions) {
+  // A first layer of 12.25 MiB on a 10 MiB device: the very first variable fails with nothing in use.
+  const CliRun run = run_cli("profile --devices sim:0 --strategy one --sim-memory 10MiB --hidden 4096,4096 "
+                             "--synthetic --steps 1");
+  ASSERT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("in use 0 B, reserved 0 B"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("fragmentation 0.0%"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("Cause: the request alone (12.25 MiB) exceeds the limit (10.00 MiB)"), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("close other sessions"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("the device itself is full"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("real shortage"), std::string::npos) << run.output;
+}
+
+TEST_F(OomCli, TrainWithProfileWritesTheReportsAtTheFailure) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist";
+  }
+  const fs::path out = fs::temp_directory_path() / ("tp_oom_cli_profile_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const CliRun run = run_cli("train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 --sim-memory 8MiB "
+                             "--batch-size 128 --profile '" +
+                             out.string() + "'");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_NE(run.output.find("out of memory on sim:0"), std::string::npos) << run.output;
+  for (const char* file : {"snapshot.json", "trace.json", "trace.csv", "report.html", "summary.txt"}) {
+    EXPECT_TRUE(fs::exists(out / file)) << file << "\n" << run.output;
+  }
+  std::ifstream in(out / "snapshot.json");
+  ASSERT_TRUE(in.good()) << run.output;
+  const nlohmann::json snapshot = nlohmann::json::parse(in);
+  EXPECT_EQ(snapshot.at("reason"), "out of memory on sim:0");
+  const nlohmann::json& device = snapshot.at("devices").at(0);
+  EXPECT_GE(device.at("failures"), 1);
+  EXPECT_EQ(device.at("live").size(), 12u) << "the variables, still live at the failure";
+  fs::remove_all(out);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/trace.hpp"
@@ -46,6 +47,16 @@ std::string write_profile(const std::filesystem::path& directory, const profile:
   profile::write_text_file(directory / "report.html", profile::html_report(snapshot));
   profile::write_text_file(directory / "summary.txt", summary);
   return summary;
+}
+
+void write_profile_at_oom(const std::filesystem::path& directory, const profile::MemoryProfiler& profiler,
+                          const std::string& device) noexcept {
+  try {
+    write_profile(directory, profiler.snapshot(device.empty() ? "out of memory" : "out of memory on " + device));
+    std::cerr << "tensorpool: memory profile at the out-of-memory error written to " << directory.string() << '\n';
+  } catch (const std::exception& writing) {
+    std::cerr << "tensorpool: the profile was not written: " << writing.what() << '\n';
+  }
 }
 
 }  // namespace tp::cli

@@ -26,5 +26,10 @@ std::vector<device::Device*> named_devices(device::DeviceManager& manager, const
 void set_planned_peaks(profile::MemoryProfiler& profiler, const runtime::MemoryPlan& plan);
 // Writes the five files into `directory` (created if missing); returns the summary text.
 std::string write_profile(const std::filesystem::path& directory, const profile::MemorySnapshot& snapshot);
+// After an out-of-memory error on `device` (empty when unknown): the five files, taken while everything that
+// was live at the failure is still live. Never throws: a write error is printed to stderr, so it cannot hide
+// the out-of-memory error the caller is about to rethrow.
+void write_profile_at_oom(const std::filesystem::path& directory, const profile::MemoryProfiler& profiler,
+                          const std::string& device) noexcept;
 
 }  // namespace tp::cli

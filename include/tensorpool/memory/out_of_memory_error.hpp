@@ -42,10 +42,16 @@ struct OutOfMemoryReport {
 
   // Bytes that could still hold data: limit - in use, or reserved - in use without a limit.
   std::size_t free_bytes() const noexcept;
-  // 1 - largest_free_block / free_bytes (0 when nothing is free).
+  // The part of free_bytes() the allocator has reserved: the only part that can be in pieces.
+  std::size_t reserved_free_bytes() const noexcept;
+  // 1 - largest_free_block / reserved_free_bytes(); 0 when nothing reserved is free (nothing reserved, or
+  // all of it in use), so an allocator that has reserved nothing never reads as fragmented.
   double fragmentation() const noexcept;
-  // True when enough memory is free in total but no single block is large enough.
+  // True when enough memory is free in total but no single block is large enough, and some of the free
+  // memory is reserved (in pieces the allocator holds).
   bool is_fragmentation() const noexcept;
+  // True when the request alone (after rounding) is larger than the limit: nothing freed would make it fit.
+  bool exceeds_limit() const noexcept;
 };
 
 class OutOfMemoryError : public std::bad_alloc {
