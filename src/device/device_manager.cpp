@@ -141,6 +141,28 @@ std::vector<PlannedDevice> plan_devices(const DeviceManagerOptions& options, std
   return planned;
 }
 
+// The whole plan: the simulated devices checked, cpu:0's capacity found, then plan_devices.
+std::vector<PlannedDevice> plan_all(const DeviceManagerOptions& options) {
+  validate_sim_devices(options.sim_devices, options.sim_memory_bytes);
+  const std::size_t cpu_capacity =
+      options.cpu_memory_bytes != 0 ? options.cpu_memory_bytes : memory::host_physical_memory_bytes();
+  if (cpu_capacity == 0) {
+    TP_THROW(InvalidArgument, "device",
+             "the host's physical memory is unknown, so cpu:0 has no budget; set "
+             "DeviceManagerOptions::cpu_memory_bytes");
+  }
+  return plan_devices(options, cpu_capacity);
+}
+
+// How to get a device of `id`'s kind: simulated ones are configured, CUDA ones need a backend this build lacks.
+std::string missing_device_hint(const DeviceId& id) {
+  if (id.kind == DeviceKind::sim) {
+    return " (TP_SIM_DEVICES or DeviceManager::set_sim_devices sets how many simulated devices there are)";
+  }
+  if (id.kind == DeviceKind::cuda) return " (this build has no CUDA backend; use sim devices or cpu:0)";
+  return "";
+}
+
 }  // namespace
 
 memory::MemoryConfig DeviceManagerOptions::default_device_memory_config() {
@@ -223,25 +245,29 @@ void DeviceManager::set_device_options(DeviceOptions options) {
   options_.device_options = options;
 }
 
+std::vector<DeviceId> DeviceManager::planned_devices() const {
+  const std::lock_guard lock(mutex_);
+  std::vector<DeviceId> ids;
+  if (initialised_) {
+    for (const auto& device : devices_) ids.push_back(device->id());
+    return ids;
+  }
+  for (const PlannedDevice& device : plan_all(options_)) ids.push_back(device.id);
+  return ids;
+}
+
 void DeviceManager::materialise() {
   if (initialised_) return;
-  validate_sim_devices(options_.sim_devices, options_.sim_memory_bytes);
-  const std::size_t cpu_capacity =
-      options_.cpu_memory_bytes != 0 ? options_.cpu_memory_bytes : memory::host_physical_memory_bytes();
-  if (cpu_capacity == 0) {
-    TP_THROW(InvalidArgument, "device",
-             "the host's physical memory is unknown, so cpu:0 has no budget; set "
-             "DeviceManagerOptions::cpu_memory_bytes");
-  }
-  const std::vector<PlannedDevice> plan = plan_devices(options_, cpu_capacity);
+  const std::vector<PlannedDevice> plan = plan_all(options_);
   for (const auto& [id, config] : options_.memory_configs) {
     const bool exists =
         std::any_of(plan.begin(), plan.end(), [&](const PlannedDevice& device) { return device.id == id; });
     if (!exists) {
       std::vector<DeviceId> existing;
       for (const PlannedDevice& device : plan) existing.push_back(device.id);
-      TP_THROW(InvalidArgument, "device", "a memory config is set for ", id.str(),
-               ", which does not exist; the devices are ", join(existing));
+      TP_THROW(InvalidArgument, "device", "device ", id.str(),
+               " does not exist (a memory config names it); the devices are ", join(existing),
+               missing_device_hint(id));
     }
   }
   // Built into a local list: if one device fails, the ones built so far are destroyed and nothing changes.
@@ -291,7 +317,7 @@ Device& DeviceManager::device(DeviceId id) {
   std::vector<DeviceId> existing;
   for (const auto& device : devices_) existing.push_back(device->id());
   TP_THROW(InvalidArgument, "device", "device ", id.str(), " does not exist; the devices are ", join(existing),
-           id.kind == DeviceKind::sim ? " (TP_SIM_DEVICES sets how many simulated devices there are)" : "");
+           missing_device_hint(id));
 }
 
 std::vector<DeviceInfo> DeviceManager::info() {

@@ -1,6 +1,7 @@
 #include "tensorpool/train/history_logger.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -42,6 +43,32 @@ bool has_rows(const std::filesystem::path& path) {
   return true;
 }
 
+// The text of `path` (which has_rows() accepted) without its rows of `first_epoch` and later, which a run
+// resumed at `first_epoch` logs again; nullopt when there are none to drop. A row that does not start with
+// an epoch number is refused.
+std::optional<std::string> without_rows_from(const std::filesystem::path& path, std::int64_t first_epoch) {
+  std::ifstream existing(path);
+  std::string line, kept;
+  std::getline(existing, line);
+  kept = std::string(kCsvHeader) + "\n";
+  bool dropped = false;
+  for (std::size_t number = 2; std::getline(existing, line); ++number) {
+    if (line.empty() || line == "\r") continue;
+    std::int64_t epoch = -1;
+    const auto [end, error] = std::from_chars(line.data(), line.data() + line.size(), epoch);
+    if (error != std::errc() || end == line.data() + line.size() || *end != ',') {
+      TP_THROW(DataError, "train", path.string(), ":", number, ": cannot append: the row does not start with an epoch");
+    }
+    if (epoch < first_epoch) {
+      kept += line + "\n";
+    } else {
+      dropped = true;
+    }
+  }
+  if (!dropped) return std::nullopt;
+  return kept;
+}
+
 }  // namespace
 
 CsvLogger::CsvLogger(std::filesystem::path path, CsvLoggerOptions options)
@@ -50,6 +77,11 @@ CsvLogger::CsvLogger(std::filesystem::path path, CsvLoggerOptions options)
 void CsvLogger::open() {
   if (file_.is_open()) file_.close();
   const bool keep_rows = options_.append && has_rows(path_);
+  if (keep_rows && first_epoch_) {
+    if (const std::optional<std::string> kept = without_rows_from(path_, *first_epoch_)) {
+      detail::write_file_durably(path_, *kept, "CsvLogger");
+    }
+  }
   errno = 0;
   file_.open(path_, keep_rows ? std::ios::app : std::ios::trunc);
   if (!file_.is_open()) throw_write_error(path_, "open");
@@ -58,7 +90,10 @@ void CsvLogger::open() {
   if (!file_) throw_write_error(path_, "write the header to");
 }
 
-void CsvLogger::on_train_begin(const TrainInfo&) { open(); }
+void CsvLogger::on_train_begin(const TrainInfo& info) {
+  first_epoch_ = info.initial_epoch;
+  open();
+}
 
 void CsvLogger::on_epoch_end(const EpochLogs& logs) {
   if (!file_.is_open()) open();

@@ -309,8 +309,22 @@ TEST(DeviceManager, MemoryConfigForAMissingDeviceIsAnError) {
   DeviceManager manager(small_options(1), kNoEnv);
   manager.set_memory_config(sim(5), DeviceManagerOptions::default_device_memory_config());
   const std::string message = invalid_argument_message([&] { manager.devices(); });
-  EXPECT_TRUE(contains(message, "sim:5")) << message;
+  EXPECT_TRUE(contains(message, "device sim:5 does not exist")) << message;
   EXPECT_TRUE(contains(message, "cpu:0, sim:0")) << message;
+  EXPECT_TRUE(contains(message, "TP_SIM_DEVICES")) << message;  // how to get it
+}
+
+// Issue 18: callers check a device exists before configuring it, without building any.
+TEST(DeviceManager, PlannedDevicesAreTheIdsWithoutBuildingThem) {
+  DeviceManager manager(small_options(3), kNoEnv);
+  manager.set_visible_devices({sim(2), sim(0)});
+  EXPECT_EQ(manager.planned_devices(), (std::vector<DeviceId>{cpu(0), sim(0), sim(1)}));
+  EXPECT_FALSE(manager.initialised());
+  manager.set_sim_devices(1, 64 * kMiB);  // still configurable; now sim:2 is missing
+  EXPECT_TRUE(contains(invalid_argument_message([&] { (void)manager.planned_devices(); }), "sim:2 does not exist"));
+  manager.set_visible_devices({sim(0)});
+  EXPECT_EQ(names(manager.devices()), (std::vector<std::string>{"cpu:0", "sim:0"}));
+  EXPECT_EQ(manager.planned_devices(), (std::vector<DeviceId>{cpu(0), sim(0)}));
 }
 
 TEST(DeviceManager, MemoryEnvironmentOverridesApplyToEveryDevice) {

@@ -102,6 +102,39 @@ TEST(CsvLoggerTest, TruncatesByDefaultAppendsWhenAsked) {
   EXPECT_EQ(parse_csv(read_text(directory / "new.csv")).size(), 2u);
 }
 
+// Issue 18: a run resumed at an epoch logs it and the later ones again; the file keeps each epoch once.
+TEST(CsvLoggerTest, AppendingDropsTheRowsTheResumedRunLogsAgain) {
+  TemporaryDirectory directory("csv_logger_resume");
+  const auto path = directory / "history.csv";
+  {
+    CsvLogger first(path);
+    first.on_train_begin({.epochs = 3});
+    for (std::int64_t index = 0; index < 3; ++index) first.on_epoch_end(epoch(index, false));
+    first.on_train_end({});
+  }
+  {
+    CsvLogger resumed(path, {.append = true});  // from a checkpoint taken at the end of epoch 0
+    resumed.on_train_begin({.epochs = 3, .initial_epoch = 1});
+    resumed.on_epoch_end(epoch(1, true));
+    resumed.on_epoch_end(epoch(2, true));
+    resumed.on_train_end({});
+  }
+  auto rows = parse_csv(read_text(path));
+  ASSERT_EQ(rows.size(), 4u) << read_text(path);
+  EXPECT_EQ(rows[1][0], "0");
+  EXPECT_EQ(rows[1][3], "");  // the first run's row, without validation
+  EXPECT_EQ(rows[2][0], "1");
+  EXPECT_EQ(rows[2][3], rows[3][3]);  // the resumed run's rows, with validation
+  EXPECT_NE(rows[2][3], "");
+  EXPECT_EQ(rows[3][0], "2");
+  {
+    CsvLogger finished(path, {.append = true});  // a rerun of the finished job logs nothing
+    finished.on_train_begin({.epochs = 3, .initial_epoch = 3});
+    finished.on_train_end({});
+  }
+  EXPECT_EQ(parse_csv(read_text(path)).size(), 4u);
+}
+
 TEST(CsvLoggerTest, RefusesToAppendToAForeignFile) {
   TemporaryDirectory directory("csv_logger_foreign");
   testing::write_bytes(directory / "other.csv", {'a', ',', 'b', '\n'});

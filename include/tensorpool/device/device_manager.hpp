@@ -110,6 +110,10 @@ class DeviceManager {
   Device& device(std::string_view name) { return device(parse_device_id(name)); }
   std::vector<DeviceInfo> info();
   bool initialised() const;
+  // The ids of the devices the current configuration gives (the built ones once initialised), in the order
+  // of devices(), without building any: callers check a device exists before configuring it. Throws what
+  // materialising would for a bad visible list or split.
+  std::vector<DeviceId> planned_devices() const;
 
  private:
   void check_not_initialised(std::string_view what) const;  // requires mutex_

@@ -11,7 +11,9 @@
 // Epochs are the 0-based indices the training loop reports (as Keras's CSVLogger writes them).
 
 #include <filesystem>
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "tensorpool/train/callbacks.hpp"
@@ -21,8 +23,10 @@ namespace tp::train {
 inline constexpr char kCsvHeader[] = "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_second";
 
 struct CsvLoggerOptions {
-  // Keep an existing file's rows and add to them (resume); its first line must be kCsvHeader. Otherwise
-  // the file is truncated at on_train_begin.
+  // Keep an existing file's rows and add to them (resume); its first line must be kCsvHeader. The rows of
+  // TrainInfo::initial_epoch and later are dropped at on_train_begin (the resumed run logs those epochs
+  // again), so the file holds each epoch once, as a run that was never interrupted writes it. Otherwise the
+  // file is truncated at on_train_begin.
   bool append = false;
 };
 
@@ -45,6 +49,7 @@ class CsvLogger final : public Callback {
 
   const std::filesystem::path path_;
   const CsvLoggerOptions options_;
+  std::optional<std::int64_t> first_epoch_;  // TrainInfo::initial_epoch; unset before on_train_begin
   std::ofstream file_;  // open between on_train_begin and on_train_end
 };
 
