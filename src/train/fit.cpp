@@ -1,14 +1,21 @@
 #include "tensorpool/train/fit.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/distribute/job_settings.hpp"
 #include "tensorpool/train/checkpoint.hpp"
 #include "tensorpool/train/host_tensor.hpp"
 #include "tensorpool/train/parameter_server.hpp"
+#include "train/checkpoint_restore.hpp"
 
 namespace tp::train {
 
@@ -29,10 +36,28 @@ CheckpointState capture(Sequential& model, std::int64_t step, std::int64_t epoch
   return state;
 }
 
-void restore(Sequential& model, const CheckpointState& state, device::Device& host) {
-  std::vector<std::pair<std::string, Tensor>> values;
-  for (const auto& [name, tensor] : state.tensors) values.emplace_back(name, to_device(tensor, host, {.name = name}));
-  model.assign_variables(values);
+// Multi-worker: every worker resumes from the same point (the same checkpoint directory, which they all see), or
+// all start fresh; otherwise their step counts, and so their collectives, would differ. Collective.
+void require_same_start(const FitOptions& options, const std::optional<CheckpointState>& state) {
+  std::string start = "none", shown = "starts without a checkpoint directory";
+  if (state) {
+    start = fmt::format("step {} epoch {} batch {}", state->step, state->epoch, state->batch_in_epoch);
+    shown = fmt::format("resumes from step {} (epoch {}, batch {}) in {}", state->step, state->epoch + 1,
+                        state->batch_in_epoch, options.checkpoint_dir.string());
+  } else if (!options.checkpoint_dir.empty()) {
+    start = "fresh";
+    shown = "starts fresh (no checkpoint in " + options.checkpoint_dir.string() + ")";
+  }
+  const std::vector<distribute::JobSettingDifference> differences =
+      distribute::compare_with_rank0({{.name = "start", .value = start, .shown = shown}});
+  if (differences.empty()) return;
+  std::string text;
+  for (const distribute::JobSettingDifference& difference : differences) {
+    text += fmt::format("{}worker rank {} {}, rank 0 {}", text.empty() ? "" : "; ", difference.rank, difference.value,
+                        difference.rank0_value);
+  }
+  TP_THROW(InvalidArgument, "train", text,
+           ": give every worker the same checkpoint directory (--checkpoint-dir), one that all of them see");
 }
 
 // FitOptions::steps_in_flight, or 1 where a step needs the previous one's results or the host's exact state
@@ -82,18 +107,29 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
   FitResult result;
   std::int64_t step = 0, first_epoch = 0, first_batch = 0;
   const std::uint64_t seed = train.settings().shuffle_seed.value_or(0);
-  if (!options.checkpoint_dir.empty()) {
-    if (std::optional<CheckpointState> state = load_latest_checkpoint(options.checkpoint_dir)) {
-      restore(model, *state, model.session().options().devices->device("cpu:0"));
-      step = state->step;
-      first_epoch = state->epoch;
-      first_batch = state->batch_in_epoch;
-      result.resumed_from_step = step;
+  std::optional<CheckpointState> state;
+  if (!options.checkpoint_dir.empty()) state = load_latest_checkpoint(options.checkpoint_dir);
+  if (model.strategy().kind == Strategy::Kind::multi_worker) require_same_start(options, state);
+  if (state) {
+    restore_checkpoint(model, *state, model.session().options().devices->device("cpu:0"), options.checkpoint_dir);
+    step = state->step;
+    first_epoch = state->epoch;
+    first_batch = state->batch_in_epoch;
+    result.resumed_from_step = step;
+    if (first_epoch >= options.epochs) {
+      const std::string partial = first_batch > 0 ? fmt::format(" and {} batches", first_batch) : "";
+      std::fprintf(stderr,
+                   "[train] nothing to train: the checkpoint in %s is at step %lld, after epoch %lld%s, and epochs "
+                   "= %lld; ask for more epochs to train on, or use another checkpoint directory to start afresh\n",
+                   options.checkpoint_dir.c_str(), static_cast<long long>(step), static_cast<long long>(first_epoch),
+                   partial.c_str(), static_cast<long long>(options.epochs));
+    } else {
       std::fprintf(stderr, "[train] resumed from step %lld (epoch %lld, batch %lld) in %s\n",
                    static_cast<long long>(step), static_cast<long long>(first_epoch + 1),
                    static_cast<long long>(first_batch), options.checkpoint_dir.c_str());
     }
   }
+  result.first_epoch = first_epoch;
   // Multi-worker: rank 0's variables (fresh or resumed) become every worker's, so the replicas start alike.
   if (model.strategy().kind == Strategy::Kind::multi_worker) model.broadcast_variables(0);
   std::int64_t current_epoch = first_epoch, current_batch = first_batch;

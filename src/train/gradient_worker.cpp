@@ -50,6 +50,9 @@ GradientWorker::GradientWorker(Sequential& model, const std::string& device, con
              nodes.gradients.size(), " gradients (a parameter the loss does not depend on?)");
   }
   for (std::int64_t dim : model.input_shape()) features_ *= dim;
+  labels_type_ = model.compile_options().loss == Loss::sparse_categorical_crossentropy
+                     ? graph::TensorType{DType::i32, {1}}
+                     : graph::TensorType{DType::f32, {1, model.layers().back().units}};
   fetches_.push_back(nodes.loss);
   if (graph_.has_accuracy) fetches_.push_back(nodes.correct);
   fetches_.insert(fetches_.end(), nodes.gradients.begin(), nodes.gradients.end());
@@ -99,6 +102,18 @@ PushedGradients GradientWorker::compute(const Tensor& features, const Tensor& la
   result.examples = rows;
   result.gradients.assign(fetched.begin() + static_cast<std::ptrdiff_t>(next), fetched.end());
   return result;
+}
+
+runtime::MemoryPlan GradientWorker::plan(std::int64_t batch_size) {
+  if (batch_size <= 0) TP_THROW(InvalidArgument, "train", "batch size ", batch_size, " must be positive");
+  const ReplicaNodes& nodes = graph_.replicas.front();
+  runtime::FeedTypes types;
+  types[nodes.x] = {DType::f32, {batch_size, features_}};
+  graph::TensorType labels = labels_type_;
+  labels.dims.front() = batch_size;
+  types[nodes.labels] = labels;
+  types[graph_.inv_global_batch] = {DType::f32, {}};
+  return session_->plan(types, fetches_, {});
 }
 
 std::int64_t run_worker_loop(GradientWorker& worker, ParameterSource& source, const data::Dataset& shard,

@@ -37,6 +37,8 @@ class GradientWorker {
 
   // The loss (mean over the batch), correct count and gradients (on cpu:0) of one batch.
   PushedGradients compute(const Tensor& features, const Tensor& labels);
+  // The memory plan of compute() on a batch of `batch_size` examples, before it runs (nothing allocated).
+  runtime::MemoryPlan plan(std::int64_t batch_size);
 
  private:
   ModelGraph graph_;
@@ -46,6 +48,7 @@ class GradientWorker {
   std::vector<Shape> shapes_;
   std::int64_t elements_ = 0;
   std::int64_t features_ = 1;  // values per example
+  graph::TensorType labels_type_{};  // of a batch of one example
   std::vector<std::string> fetches_;
 };
 

@@ -13,6 +13,7 @@
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/distribute/parameter_transport.hpp"
 #include "tensorpool/train/checkpoint.hpp"
+#include "train/checkpoint_restore.hpp"
 #include "train/gradient_worker.hpp"
 #include "train/parameter_server_run.hpp"
 
@@ -48,8 +49,8 @@ void check_parameter_server(const Strategy& strategy, const CompileOptions& opti
     }
     if (worker == strategy.parameter_device) {
       TP_THROW(InvalidArgument, "train", "parameter server: ", worker,
-               " is both the parameter device and a worker device; put the variables on another device (e.g. "
-               "cpu:0) or drop it from the workers");
+               " is both the parameter device and a worker device; put the variables on a device no worker uses "
+               "(--ps-device in the CLI; cpu:0 by default) or drop it from the workers");
     }
   }
   if (strategy.max_staleness && *strategy.max_staleness < 0) {
@@ -97,15 +98,21 @@ ParameterServerStart resume_parameter_server(Sequential& model, const ParameterS
   if (options.fit.checkpoint_dir.empty()) return start;
   const std::optional<CheckpointState> state = load_latest_checkpoint(options.fit.checkpoint_dir);
   if (!state) return start;
-  device::Device& host = device_of(model, "cpu:0");
-  std::vector<std::pair<std::string, Tensor>> values;
-  for (const auto& [name, tensor] : state->tensors) values.emplace_back(name, to_device(tensor, host, {.name = name}));
-  model.assign_variables(values);
+  restore_checkpoint(model, *state, device_of(model, "cpu:0"), options.fit.checkpoint_dir);
   start.version = state->step;
   start.first_epoch = state->epoch;
-  std::fprintf(stderr, "[train] parameter server resumed from update %lld (epoch %lld) in %s\n",
-               static_cast<long long>(start.version), static_cast<long long>(start.first_epoch + 1),
-               options.fit.checkpoint_dir.c_str());
+  if (start.first_epoch >= options.fit.epochs) {
+    std::fprintf(stderr,
+                 "[train] nothing to train: the parameter server's checkpoint in %s is at update %lld, after epoch "
+                 "%lld, and epochs = %lld; ask for more epochs to train on, or use another checkpoint directory to "
+                 "start afresh\n",
+                 options.fit.checkpoint_dir.c_str(), static_cast<long long>(start.version),
+                 static_cast<long long>(start.first_epoch), static_cast<long long>(options.fit.epochs));
+  } else {
+    std::fprintf(stderr, "[train] parameter server resumed from update %lld (epoch %lld) in %s\n",
+                 static_cast<long long>(start.version), static_cast<long long>(start.first_epoch + 1),
+                 options.fit.checkpoint_dir.c_str());
+  }
   return start;
 }
 
@@ -116,6 +123,7 @@ void finish_parameter_server(Sequential& model, const ParameterStore& store, con
   result.updates = store.updates();
   result.fit.steps = store.version();
   result.fit.resumed_from_step = start.version;
+  result.fit.first_epoch = start.first_epoch;
   result.fit.train_seconds = seconds;
   CallbackList callbacks(options.fit.callbacks);
   callbacks.on_train_begin({.epochs = options.fit.epochs,
@@ -160,6 +168,35 @@ void finish_parameter_server(Sequential& model, const ParameterStore& store, con
     state.metadata["strategy"] = "parameter_server";
     save_checkpoint(options.fit.checkpoint_dir, state);
   }
+}
+
+runtime::MemoryPlan plan_parameter_server(Sequential& model, std::int64_t batch_size) {
+  const Strategy& strategy = model.strategy();
+  if (strategy.kind != Strategy::Kind::parameter_server) {
+    TP_THROW(InvalidArgument, "train",
+             "plan_parameter_server needs a model compiled with Strategy::parameter_server; call plan() instead");
+  }
+  // The model's own graph lives on the parameter device; only its variables stay there during training.
+  const runtime::MemoryPlan server = model.plan(batch_size);
+  runtime::MemoryPlan plan;
+  runtime::DevicePlan home{.device = strategy.parameter_device, .strategy = "parameter server: variables only"};
+  for (const runtime::PlannedTensor& variable : server.variables) {
+    if (variable.device != strategy.parameter_device) continue;
+    home.variable_bytes += variable.bytes;
+    plan.variables.push_back(variable);
+  }
+  home.planned_peak_bytes = home.variable_bytes;
+  plan.devices.push_back(home);
+  for (std::size_t index = 0; index < strategy.devices.size(); ++index) {
+    GradientWorker worker(model, strategy.devices[index], "ps_worker_" + std::to_string(index));
+    runtime::MemoryPlan part = worker.plan(batch_size);
+    plan.devices.insert(plan.devices.end(), part.devices.begin(), part.devices.end());
+    plan.tensors.insert(plan.tensors.end(), part.tensors.begin(), part.tensors.end());
+    plan.variables.insert(plan.variables.end(), part.variables.begin(), part.variables.end());
+    plan.placement_log.insert(plan.placement_log.end(), part.placement_log.begin(), part.placement_log.end());
+    plan.steps = std::max(plan.steps, part.steps);
+  }
+  return plan;
 }
 
 ParameterServerResult fit_parameter_server(Sequential& model, const data::Dataset& train,

@@ -198,6 +198,60 @@ TEST_F(MultiWorkerCli, ZeroAcrossWorkersRefusesSeveralDevicesPerWorker) {
   EXPECT_NE(run.output.find("takes one device per worker"), std::string::npos) << run.output;
 }
 
+// mpirun's MPMD form: rank 0 runs `rank0`, rank 1 runs `rank1` (each a tensorpool command line).
+CliRun run_two_workers(const std::string& rank0, const std::string& rank1) {
+  return run_cli(rank1, "mpirun --allow-run-as-root --oversubscribe -np 1 '" + cli_path().string() + "' " + rank0 +
+                            " : -np 1");
+}
+
+// Workers started with different flags would run different programs, whose collectives mismatch inside MPI
+// (MPI_ERR_TRUNCATE, exit 15): they compare their flags first and refuse, naming the rank and the flag.
+TEST_F(MultiWorkerCli, WorkersStartedWithDifferentFlagsRefuseNamingTheRankAndTheFlag) {
+  const std::string common = "train --strategy multi_worker --devices sim:0 --limit-train 320";
+  const CliRun run = run_two_workers(common + " --epochs 2", common + " --epochs 1");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("worker rank 1 was started with --epochs 1, rank 0 with --epochs 2: start every worker "
+                            "with the same flags"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("MPI_ERR"), std::string::npos) << run.output;
+  // Paths and thread counts may differ per machine: those workers train.
+  const CliRun paths = run_two_workers(
+      common + " --epochs 1 --intra-op-threads 1 --summary-json " + (directory_ / "s.json").string(),
+      common + " --epochs 1 --intra-op-threads 2");
+  EXPECT_EQ(paths.exit_code, 0) << paths.output;
+}
+
+TEST_F(MultiWorkerCli, WorkersResumingFromDifferentCheckpointDirectoriesRefuse) {
+  const std::string common = "train --strategy multi_worker --devices sim:0 --limit-train 64 --epochs 1";
+  const fs::path checkpoints = directory_ / "checkpoints";
+  const CliRun run = run_two_workers(common + " --checkpoint-dir " + checkpoints.string(), common);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("worker rank 1 starts without a checkpoint directory, rank 0 starts fresh (no checkpoint "
+                            "in " +
+                            checkpoints.string() + ")"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST_F(MultiWorkerCli, MultiWorkerWithoutMpirunRefusesSayingHowToLaunchIt) {
+  const CliRun run = run_cli("train --strategy multi_worker --devices sim:0 --epochs 1 --limit-train 64",
+                             "env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("not started by mpirun"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("mpirun -np 2 tensorpool train --strategy multi_worker"), std::string::npos) << run.output;
+}
+
+// One-process strategies under mpirun: every rank would train the whole job and share one checkpoint directory.
+TEST_F(MultiWorkerCli, OneProcessStrategiesUnderMpirunRefuseNamingMultiWorker) {
+  for (const std::string strategy : {"mirrored --devices sim:0,sim:1", "one --devices sim:0"}) {
+    const CliRun run = run_cli("train --epochs 1 --limit-train 64 --strategy " + strategy, kMpirun);
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("was started as one of 2 mpirun processes"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find("use --strategy multi_worker"), std::string::npos) << run.output;
+  }
+}
+
 // Starts `command` in its own process group; returns the shell's pid.
 pid_t start(const std::string& command, const fs::path& output) {
   const pid_t pid = ::fork();

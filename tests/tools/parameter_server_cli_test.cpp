@@ -160,5 +160,44 @@ TEST_F(ParameterServerCli, AStalledWorkerRankMakesTheServerFailNamingIt) {
   EXPECT_TRUE(named) << "the error does not name rank 2: " << text;
 }
 
+// estimate and profile plan the parameter-server strategy as it trains: the variables and the optimizer state
+// on --ps-device (cpu:0), each worker device a copy of the parameters and its own step, no optimizer state.
+TEST_F(ParameterServerCli, EstimatePlansTheServersVariablesAndEachWorkersStep) {
+  const CliRun run = run_cli("estimate --strategy ps --devices sim:0,sim:1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json json = nlohmann::json::parse(run.output);
+  ASSERT_EQ(json.at("devices").size(), 3u) << run.output;
+  constexpr double kParameterBytes = 4.0 * 407050;  // the MLP's float32 parameters
+  const nlohmann::json& server = json.at("devices").at(0);
+  EXPECT_EQ(server.at("device").get<std::string>(), "cpu:0");
+  EXPECT_EQ(server.at("bytes_by_kind").at("parameter").get<double>(), kParameterBytes);
+  EXPECT_EQ(server.at("bytes_by_kind").at("optimizer_state").get<double>(), 2 * kParameterBytes) << "Adam's moments";
+  EXPECT_EQ(server.at("arena_bytes").get<double>(), 0) << "the server runs no step";
+  for (std::size_t index = 1; index < 3; ++index) {
+    const nlohmann::json& worker = json.at("devices").at(index);
+    EXPECT_EQ(worker.at("device").get<std::string>(), "sim:" + std::to_string(index - 1));
+    EXPECT_EQ(worker.at("bytes_by_kind").at("parameter").get<double>(), kParameterBytes);
+    EXPECT_FALSE(worker.at("bytes_by_kind").contains("optimizer_state")) << worker.dump();
+    EXPECT_GT(worker.at("arena_bytes").get<double>(), 0);
+  }
+}
+
+TEST_F(ParameterServerCli, ProfileMeasuresEachWorkerAtItsPlannedPeak) {
+  const CliRun run = run_cli(
+      "profile --strategy parameter_server --devices sim:0,sim:1 --ps-device sim:2 --synthetic --steps 4 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json json = nlohmann::json::parse(run.output);
+  ASSERT_EQ(json.at("devices").size(), 3u) << run.output;
+  const nlohmann::json& server = json.at("devices").at(0);
+  EXPECT_EQ(server.at("device").get<std::string>(), "sim:2") << "the parameter device";
+  // The server's plan is the model's variables; its update copy and the pushed gradients come on top.
+  EXPECT_GE(server.at("measured_peak_requested_bytes").get<double>(), server.at("planned_peak_bytes").get<double>());
+  for (std::size_t index = 1; index < 3; ++index) {
+    const nlohmann::json& worker = json.at("devices").at(index);
+    EXPECT_EQ(worker.at("planned_peak_bytes").get<double>(), worker.at("measured_peak_requested_bytes").get<double>())
+        << worker.dump();
+  }
+}
+
 }  // namespace
 }  // namespace tp::cli::testing

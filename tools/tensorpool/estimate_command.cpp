@@ -8,8 +8,10 @@
 #include "commands.hpp"
 #include "memory_estimate.hpp"
 #include "model_setup.hpp"
+#include "profile_output.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/train/parameter_server.hpp"
 
 namespace tp::cli {
 namespace {
@@ -22,9 +24,13 @@ struct EstimateArguments {
 void run_estimate(const EstimateArguments& arguments) {
   const ModelSetup setup = configure_model_devices(arguments.model, "estimate");
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
-  const MemoryEstimate estimate =
-      estimate_memory(model->plan(arguments.model.batch_size), setup.devices, arguments.model.batch_size);
-  for (device::Device* device : setup.devices) {
+  // The parameter-server strategy plans its variables on --ps-device as well as the workers' steps.
+  const std::vector<device::Device*> devices = named_devices(*setup.manager, setup.used_devices());
+  const runtime::MemoryPlan plan = setup.strategy.kind == train::Strategy::Kind::parameter_server
+                                       ? train::plan_parameter_server(*model, arguments.model.batch_size)
+                                       : model->plan(arguments.model.batch_size);
+  const MemoryEstimate estimate = estimate_memory(plan, devices, arguments.model.batch_size);
+  for (device::Device* device : devices) {
     if (device->memory().stats().num_allocs != 0) {  // the contract: an estimate touches no device memory
       TP_THROW(DeviceError, "estimate", "planning allocated on ", device->name(), "; this is a bug, please report it");
     }

@@ -23,6 +23,7 @@
 #include "tensorpool/data/fashion_mnist.hpp"
 #include "tensorpool/profile/exporters.hpp"
 #include "tensorpool/train/host_tensor.hpp"
+#include "tensorpool/train/parameter_server.hpp"
 
 namespace tp::cli {
 namespace {
@@ -87,20 +88,65 @@ class Batches {
   std::int64_t epoch_ = 0;
 };
 
+// The parameter-server strategy trains through its own loop (workers pulling and pushing), so its steps come
+// from a dataset of `steps` whole batches, which the workers share.
+data::Dataset parameter_server_batches(const ProfileArguments& arguments, device::Device& host) {
+  const std::int64_t examples = arguments.steps * arguments.model.batch_size;
+  data::IdxArray features, labels;
+  if (arguments.synthetic) {
+    std::mt19937 generator(static_cast<std::mt19937::result_type>(arguments.model.seed));
+    std::uniform_int_distribution<int> pixel(0, 255);
+    std::vector<std::uint8_t> pixels(static_cast<std::size_t>(examples) * 784), classes(static_cast<std::size_t>(examples));
+    for (std::uint8_t& value : pixels) value = static_cast<std::uint8_t>(pixel(generator));
+    for (std::size_t index = 0; index < classes.size(); ++index) classes[index] = static_cast<std::uint8_t>(index % 10);
+    features = data::IdxArray::of<std::uint8_t>({examples, 784}, pixels);
+    labels = data::IdxArray::of<std::uint8_t>({examples}, classes);
+  } else {
+    data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
+    const std::int64_t available = mnist.train_labels.dims.at(0);
+    if (examples > available) {
+      TP_THROW(InvalidArgument, "profile", "--steps ", arguments.steps, " at --batch-size ", arguments.model.batch_size,
+               " needs ", examples, " examples; Fashion-MNIST has ", available,
+               " (the parameter-server strategy profiles one pass): fewer steps, or --synthetic");
+    }
+    features = std::move(mnist.train_images);
+    labels = std::move(mnist.train_labels);
+    features.dims.at(0) = examples;
+    features.bytes.resize(static_cast<std::size_t>(examples) * 784);
+    labels.dims.at(0) = examples;
+    labels.bytes.resize(static_cast<std::size_t>(examples));
+  }
+  return data::Dataset::from_arrays(std::move(features), std::move(labels))
+      .normalize()
+      .shuffle(arguments.model.seed)
+      .batch(arguments.model.batch_size, true)
+      .stage_on(host);
+}
+
 void run_profile(const ProfileArguments& arguments) {
   if (arguments.steps <= 0) TP_THROW(InvalidArgument, "profile", "--steps must be positive");
   const ModelSetup setup = configure_model_devices(arguments.model, "profile");
+  // The parameter-server strategy keeps its variables on --ps-device, beside the workers' devices.
+  const std::vector<std::string> names = setup.used_devices();
+  const std::vector<device::Device*> run_devices = named_devices(*setup.manager, names);
   std::unique_ptr<profile::MemoryProfiler> profiler =
-      start_profiler(*setup.manager, setup.names, true, arguments.max_events);
+      start_profiler(*setup.manager, names, true, arguments.max_events);
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
-  const runtime::MemoryPlan plan = model->plan(arguments.model.batch_size);
+  const bool parameter_server = setup.strategy.kind == train::Strategy::Kind::parameter_server;
+  const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(*model, arguments.model.batch_size)
+                                                    : model->plan(arguments.model.batch_size);
   set_planned_peaks(*profiler, plan);
-  const MemoryEstimate estimate = estimate_memory(plan, setup.devices, arguments.model.batch_size);
-  Batches batches(arguments, setup.manager->device("cpu:0"));
+  const MemoryEstimate estimate = estimate_memory(plan, run_devices, arguments.model.batch_size);
   try {
-    for (std::int64_t step = 1; step <= arguments.steps; ++step) {
-      const auto [features, labels] = batches.next();
-      model->train_step(features, labels, step);
+    if (parameter_server) {
+      train::fit_parameter_server(*model, parameter_server_batches(arguments, setup.manager->device("cpu:0")),
+                                  {.fit = {.epochs = 1}});
+    } else {
+      Batches batches(arguments, setup.manager->device("cpu:0"));
+      for (std::int64_t step = 1; step <= arguments.steps; ++step) {
+        const auto [features, labels] = batches.next();
+        model->train_step(features, labels, step);
+      }
     }
   } catch (OutOfMemoryError& error) {
     if (!arguments.out.empty()) {  // the files, taken at the failure; a write error must not hide the OOM
@@ -112,7 +158,7 @@ void run_profile(const ProfileArguments& arguments) {
         std::cerr << "tensorpool: the profile was not written: " << writing.what() << '\n';
       }
     }
-    add_oom_advice(error, *model, setup.devices, arguments.model.batch_size);
+    add_oom_advice(error, *model, run_devices, arguments.model.batch_size);
     throw;
   }
   const profile::MemorySnapshot snapshot = profiler->snapshot("after " + std::to_string(arguments.steps) + " steps");

@@ -19,6 +19,7 @@
 #include "model_setup.hpp"
 #include "oom_advice.hpp"
 #include "profile_output.hpp"
+#include "worker_launch.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
@@ -97,6 +98,13 @@ void run_train(const TrainArguments& arguments) {
   // Parameter server: in-process workers, or under mpirun rank 0 serves and ranks 1.. work.
   const bool parameter_server = strategy.kind == train::Strategy::Kind::parameter_server;
   const bool across_processes = multi_worker || (parameter_server && distribute::parameter_server_job());
+  check_launch(flags, strategy);
+  if (across_processes) {  // before the first collective: ranks with other flags would run another program
+    std::vector<distribute::JobSetting> settings = shared_model_settings(flags, strategy);
+    settings.push_back({.name = "--epochs", .value = std::to_string(arguments.epochs), .shown = {}});
+    settings.push_back({.name = "--limit-train", .value = std::to_string(arguments.limit_train), .shown = {}});
+    require_same_flags(settings);
+  }
   const int rank = across_processes ? distribute::mpi_world().rank : 0;
   const int workers = across_processes ? distribute::mpi_world().size : 1;
   std::streambuf* const console = std::cout.rdbuf();
@@ -169,8 +177,19 @@ void run_train(const TrainArguments& arguments) {
   if (parameter_server && rank == 0) ps_summary = report_parameter_server(ps_result, strategy);
   const double samples_per_second =
       result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0.0;
-  std::cout << fmt::format("\nTest accuracy {:.4f}, test loss {:.4f}; {:.0f} samples/s over {} steps\n",
-                           evaluation.accuracy, evaluation.loss, samples_per_second, result.steps);
+  // The speed of the steps trained now; a rerun of a finished job trains none and says why instead.
+  std::string speed = fmt::format("{:.0f} samples/s over {} steps", samples_per_second,
+                                  result.steps - result.resumed_from_step);
+  if (result.resumed_from_step > 0) speed += fmt::format(" (resumed at step {})", result.resumed_from_step);
+  if (result.train_samples == 0 && result.first_epoch >= arguments.epochs) {
+    speed = result.resumed_from_step > 0
+                ? fmt::format("nothing to train: the checkpoint in {} is at epoch {} of {} (step {}); raise --epochs "
+                              "to train on, or give another --checkpoint-dir to start afresh",
+                              arguments.checkpoint_dir, result.first_epoch, arguments.epochs, result.resumed_from_step)
+                : fmt::format("nothing to train with --epochs {}", arguments.epochs);
+  }
+  std::cout << fmt::format("\nTest accuracy {:.4f}, test loss {:.4f}; {}\n", evaluation.accuracy, evaluation.loss,
+                           speed);
   if (const std::optional<train::LossScaleState> scale = model.loss_scale_state()) {
     std::cout << fmt::format("Loss scale {:g} ({} steps skipped on overflow)\n", scale->scale, scale->skipped_steps);
   }

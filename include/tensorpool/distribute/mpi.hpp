@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 
 #include "tensorpool/distribute/communicator.hpp"
 
@@ -26,6 +27,10 @@ struct MpiWorld {
 
 // True when the library was built with MPI.
 bool mpi_built();
+// The number of processes a launcher (mpirun: Open MPI's OMPI_COMM_WORLD_SIZE, or PMI_SIZE) says this one is a
+// rank of, read from the environment without initialising MPI; std::nullopt when no launcher started it.
+// tp::InvalidArgument naming the variable when it is set but not a positive whole number.
+std::optional<int> launcher_world_size();
 // Initialises MPI once per process (MPI_Init_thread; at least MPI_THREAD_SERIALIZED, collectives are issued
 // under one lock) and finalises it at exit. Without mpirun it is a world of one.
 const MpiWorld& mpi_world();

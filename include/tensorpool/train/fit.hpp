@@ -6,7 +6,11 @@
 // checkpoint directory it resumes from the latest valid checkpoint there (variables, optimizer state, step,
 // epoch and the batch within it: the data order is a pure function of the seed and the epoch, so a run
 // killed mid-epoch continues at the same step) and saves one at each epoch end and every
-// `checkpoint_every_steps` steps.
+// `checkpoint_every_steps` steps. A checkpoint at or past `epochs` leaves nothing to train: fit() says so on
+// stderr, runs no epoch and returns with train_samples 0. A checkpoint saved by another model is refused
+// (tp::InvalidArgument naming the file, the variable and both shapes). Under the multi-worker strategy every
+// worker must resume from the same point (the same directory): fit() compares them first and refuses,
+// naming the ranks, before any worker trains.
 
 #include <cstdint>
 #include <filesystem>
@@ -48,6 +52,7 @@ struct FitResult {
   History history{};
   std::int64_t steps = 0;              // optimizer steps of the whole run (resumed ones included)
   std::int64_t resumed_from_step = 0;  // 0 when the run started fresh
+  std::int64_t first_epoch = 0;        // the epoch the run started in (resumed: the checkpoint's; >= epochs: none)
   double train_seconds = 0;            // wall time of the training epochs run now (validation excluded)
   std::int64_t train_samples = 0;      // samples trained now
 };

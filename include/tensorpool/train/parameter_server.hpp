@@ -28,6 +28,7 @@
 #include <functional>
 #include <vector>
 
+#include "tensorpool/runtime/memory_plan.hpp"
 #include "tensorpool/train/fit.hpp"
 
 namespace tp::device {
@@ -73,6 +74,14 @@ struct ParameterServerResult {
 // checkpoint directory it resumes from the latest checkpoint's variables and version and saves one at the end.
 ParameterServerResult fit_parameter_server(Sequential& model, const data::Dataset& train,
                                            const ParameterServerOptions& options = {});
+
+// The memory plan of parameter-server training of `model` at `batch_size`, before anything runs (nothing is
+// allocated on the devices): the parameter device holds the model's variables (parameters and optimizer
+// state; no step arena: the server runs no step; the store's working copy of them and the gradients workers
+// push, which the server holds while it applies them, are not planned), and each worker
+// device its own copy of the parameters and the arena of its step (forward, backward and the gradients it
+// pushes) on whole batches of `batch_size` examples, which each worker takes from its shard of the data.
+runtime::MemoryPlan plan_parameter_server(Sequential& model, std::int64_t batch_size);
 
 // Sequential::compile's check of a parameter-server strategy: at least one worker device, existing distinct
 // devices, the server's device not a worker's, max_staleness >= 0, float32 layers, no ZeRO sharding. Throws
