@@ -8,8 +8,13 @@
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
+#include "option_checks.hpp"
 
 namespace tp::cli {
+namespace {
+// More host threads than this is a typo, not a machine.
+constexpr int kMaxThreads = 1024;
+}  // namespace
 
 void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--devices", arguments.devices, "comma-separated devices")->capture_default_str();
@@ -17,18 +22,24 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       .add_option("--strategy", arguments.strategy,
                   "one | mirrored | multi_worker (under mpirun) | parameter_server (or ps; asynchronous, in-process "
                   "or under mpirun: rank 0 serves)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"one", "mirrored", "multi_worker", "parameter_server", "ps"}));
   command.add_option("--batch-size", arguments.batch_size, "global batch size")->capture_default_str();
-  command.add_option("--allocator", arguments.allocator, "bfc | expandable | system")->capture_default_str();
+  command.add_option("--allocator", arguments.allocator, "bfc | expandable | system")
+      ->capture_default_str()
+      ->check(one_of({"bfc", "expandable", "system"}));
   command.add_option("--allow-growth", arguments.allow_growth, "grow device memory on demand (true) or preallocate")
       ->capture_default_str();
   command.add_option("--sim-memory", arguments.sim_memory, "memory of each sim device")->capture_default_str();
-  command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")->capture_default_str();
+  command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")
+      ->capture_default_str()
+      ->check(one_of({"ring", "reduce_to_one", "mpi"}));
   command
       .add_option(
           "--shard", arguments.shard,
           "none | optimizer | gradients (ZeRO-1 / ZeRO-2; mirrored, or multi_worker with one device per worker)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"none", "optimizer", "gradients"}));
   command
       .add_option("--bucket-size", arguments.bucket_size,
                   "mirrored, multi_worker: gradients are all-reduced in buckets of at most this size (e.g. 1MiB)")
@@ -36,21 +47,24 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--hidden", arguments.hidden, "hidden Dense relu widths, comma-separated (e.g. 4096,4096)")
       ->capture_default_str();
   command.add_option("--precision", arguments.precision, "float32 | mixed_float16 | mixed_bfloat16")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"float32", "mixed_float16", "mixed_bfloat16"}));
   command.add_option("--seed", arguments.seed, "initialisation and shuffle seed")->capture_default_str();
   command
       .add_option("--inter-op-threads", arguments.inter_op_threads,
                   "host threads launching a step's ops (> 1: independent ops, e.g. a gradient bucket's all-reduce "
                   "and the rest of the backward pass, may overlap); 0 or 1: in schedule order")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(0, kMaxThreads));
   command.add_option("--intra-op-threads", arguments.intra_op_threads, "threads of each CPU kernel (GEMM blocks, element-wise chunks); 0: cores / devices")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(0, kMaxThreads));
   command
       .add_option("--gemm", arguments.gemm,
                   "float32 GEMM library: openblas | onednn (oneDNN's AVX-512 kernels, faster on the MLP's GEMMs; "
                   "results differ from OpenBLAS's in the last bits)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"openblas", "onednn"}));
+      ->check(one_of({"openblas", "onednn"}));
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
       ->capture_default_str();
   command.add_option("--max-staleness", arguments.max_staleness,

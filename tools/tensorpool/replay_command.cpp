@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/offline_planner.hpp"
@@ -217,7 +218,13 @@ void add_replay_command(CLI::App& app) {
       "replay", "Replay an allocation trace on a simulated device with each allocator and compare latency and footprint");
   auto arguments = std::make_shared<ReplayArguments>();
   command->add_option("--trace", arguments->trace, "trace CSV (Thread,Time,Action,Pointer,Size,Stream)");
-  command->add_option("--allocator", arguments->allocator, "bfc | bfc-grow | expandable | system | all (default: all)");
+  std::vector<std::string> allocators;
+  for (const memory::ReplayAllocator allocator : memory::all_replay_allocators()) {
+    allocators.emplace_back(memory::to_string(allocator));
+  }
+  allocators.emplace_back("all");
+  command->add_option("--allocator", arguments->allocator, "bfc | bfc-grow | expandable | system | all (default: all)")
+      ->check(one_of(allocators));
   command->add_option("--capacity", arguments->capacity,
                       "simulated device capacity, e.g. 2GiB (default: 2 x peak live, rounded up to whole GiB)");
   command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");

@@ -1,5 +1,6 @@
 // tensorpool trace generate --kind random|training|varying_shape|all --output PATH [--seed N]
 #include "commands.hpp"
+#include "option_checks.hpp"
 
 #include <charconv>
 #include <filesystem>
@@ -62,7 +63,10 @@ void add_trace_command(CLI::App& app) {
   CLI::App* generate = trace->add_subcommand(
       "generate", "Write the synthetic traces (random, training, varying_shape) used by tests and benchmarks");
   auto arguments = std::make_shared<GenerateArguments>();
-  generate->add_option("--kind", arguments->kind, "random | training | varying_shape | all (default: all)");
+  std::vector<std::string> kinds = memory::trace_kinds();
+  kinds.emplace_back("all");
+  generate->add_option("--kind", arguments->kind, "random | training | varying_shape | all (default: all)")
+      ->check(one_of(kinds));
   generate->add_option("--output", arguments->output,
                        "file to write, or directory for --kind all (default: bench/traces/data)");
   generate->add_option("--seed", arguments->seed, "seed of the generators (default: 1)");

@@ -17,6 +17,7 @@
 #include "commands.hpp"
 #include "memory_summary.hpp"
 #include "model_setup.hpp"
+#include "option_checks.hpp"
 #include "oom_advice.hpp"
 #include "profile_output.hpp"
 #include "worker_launch.hpp"
@@ -226,7 +227,7 @@ void add_train_command(CLI::App& app) {
   auto arguments = std::make_shared<TrainArguments>();
   CLI::App* command = app.add_subcommand("train", "train the Keras-example MLP on Fashion-MNIST (the main job)");
   add_model_options(*command, arguments->model);
-  command->add_option("--epochs", arguments->epochs, "epochs")->capture_default_str()->check(CLI::NonNegativeNumber);
+  command->add_option("--epochs", arguments->epochs, "epochs")->capture_default_str()->check(whole_number<std::int64_t>(0));
   command->add_option("--data", arguments->data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
   command->add_option("--checkpoint-dir", arguments->checkpoint_dir, "save checkpoints there and resume from them");
   command->add_option("--summary-json", arguments->summary_json, "write the run's summary as JSON");
@@ -237,7 +238,7 @@ void add_train_command(CLI::App& app) {
                    "training steps launched ahead of the one whose loss is read (1: wait for each step before "
                    "launching the next; 2: the devices never wait for the host between steps)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number<std::int64_t>(1));
   command->add_option("--profile", arguments->profile_dir,
                       "record memory; write snapshot.json, trace.json, trace.csv, report.html, summary.txt there");
   command->callback([arguments] { run_train(*arguments); });
