@@ -68,11 +68,18 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
   if (!report.detail.empty()) text << "\n  " << report.detail;
 
   if (report.exceeds_limit()) {
+    // Variables do not depend on the batch: a smaller batch only shrinks the step's tensors.
+    const memory::AllocationKind kind = report.request_tag.kind;
+    const bool persistent = kind == memory::AllocationKind::parameter ||
+                            kind == memory::AllocationKind::optimizer_state ||
+                            kind == memory::AllocationKind::gradient;
     text << "\n  Cause: the request alone (" << format_bytes(report.rounded_bytes) << ") exceeds the limit ("
          << format_bytes(*report.limit_bytes) << ")"
          << (report.in_use_bytes == 0 ? "; nothing else is in use, so freeing memory cannot help."
                                       : ", whatever else is freed.")
-         << " Make the tensor smaller (a smaller batch or layer, or split it over devices) or raise the limit"
+         << " Make the tensor smaller ("
+         << (persistent ? "a smaller layer" : "a smaller batch or layer")
+         << ", or split it over devices) or raise the limit"
          << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
   } else if (report.is_fragmentation()) {
     text << "\n  Cause: fragmentation. " << format_bytes(report.free_bytes())

@@ -29,7 +29,7 @@ std::string shape_text(const std::vector<std::int64_t>& dims) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vector<device::Device*>& devices,
-                               std::int64_t batch_size, const std::string& arena_name) {
+                               std::int64_t batch_size, const std::string& arena_name, const ConfigChange& change) {
   MemoryEstimate estimate;
   estimate.batch_size = batch_size;
   for (const runtime::DevicePlan& device_plan : plan.devices) {
@@ -54,6 +54,7 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vecto
     // the same allocator over simulated memory (reserved lazily by the OS, never touched).
     memory::MemoryConfig scratch_config = device->memory().config();
     scratch_config.tracking = false;
+    if (change) change(scratch_config);
     std::unique_ptr<memory::MemoryStack> scratch =
         memory::make_sim_device_memory_stack(scratch_config, device->capacity_bytes());
     std::vector<std::pair<void*, std::size_t>> held;
@@ -78,6 +79,7 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vecto
       estimate.rows.push_back({entry.device, variable.name, kind, variable.op, variable.dtype, "variable",
                                variable.shape, variable.bytes, allocated});
     }
+    entry.variables_fit = entry.fits;
     estimate.rows.push_back({entry.device,
                              arena_name,
                              "activation",

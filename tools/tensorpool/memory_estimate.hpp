@@ -9,6 +9,7 @@
 // step's peak of requested bytes equals exactly, and the peak in use after rounding.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "tensorpool/device/device.hpp"
+#include "tensorpool/memory/memory_config.hpp"
 #include "tensorpool/runtime/memory_plan.hpp"
 
 namespace tp::cli {
@@ -36,6 +38,7 @@ struct DeviceEstimate {
   std::size_t planned_peak_allocated_bytes = 0;  // in use after the allocator's rounding (replayed)
   std::size_t limit_bytes = 0;
   bool fits = true;                                  // the replay on the scratch stack served every allocation
+  bool variables_fit = true;                         // ... every variable, before the arena
   std::map<std::string, std::size_t> bytes_by_kind;  // sum of the tensors' bytes (arena tensors reuse memory)
 };
 
@@ -45,10 +48,16 @@ struct MemoryEstimate {
   std::vector<EstimateRow> rows;  // by device, then variables, then step tensors in plan order
 };
 
+// Applied to a copy of each device's MemoryConfig before the replay: what another configuration would do
+// (e.g. the expandable allocator) with the same limit and the same allocations.
+using ConfigChange = std::function<void(memory::MemoryConfig&)>;
+
 // `devices` gives each planned device's memory configuration and limit (looked up by name); `arena_name` is
-// the tag of the session's arena ("<session name>/arena").
+// the tag of the session's arena ("<session name>/arena"); `change`, when set, alters the replayed
+// configuration (the devices themselves are not touched).
 MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vector<device::Device*>& devices,
-                               std::int64_t batch_size, const std::string& arena_name = "train/arena");
+                               std::int64_t batch_size, const std::string& arena_name = "train/arena",
+                               const ConfigChange& change = {});
 nlohmann::json to_json(const MemoryEstimate& estimate);
 void print_estimate(std::ostream& out, const MemoryEstimate& estimate);
 

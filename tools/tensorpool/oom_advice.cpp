@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 
-#include "memory_estimate.hpp"
 #include "tensorpool/core/units.hpp"
 
 namespace tp::cli {
@@ -16,26 +16,97 @@ std::string shape_text(const std::vector<std::int64_t>& dims) {
   return text + "]";
 }
 
-bool fits(train::Sequential& model, const std::vector<device::Device*>& devices, std::int64_t batch_size) {
-  const MemoryEstimate estimate = estimate_memory(model.plan(batch_size), devices, batch_size);
+std::string allocator_text(const memory::MemoryConfig& config) {
+  std::string text(memory::to_string(config.allocator));
+  if (config.allocator != memory::AllocatorKind::system) {
+    text += config.policy == memory::GrowthPolicy::grow ? " (growing)" : " (preallocated)";
+  }
+  return text;
+}
+
+// Peaks after rounding, per device: "8.00 MiB of 8.00 MiB on sim:0".
+std::string peaks_text(const MemoryEstimate& estimate) {
+  std::string peaks;
   for (const DeviceEstimate& device : estimate.devices) {
-    if (!device.fits || static_cast<double>(device.planned_peak_allocated_bytes) >
-                            kPlanHeadroom * static_cast<double>(device.limit_bytes)) {
-      return false;
+    peaks += fmt::format("{}{} of {} on {}", peaks.empty() ? "" : ", ",
+                         format_bytes(device.planned_peak_allocated_bytes), format_bytes(device.limit_bytes),
+                         device.device);
+  }
+  return peaks;
+}
+
+struct Alternative {
+  std::string flags;
+  ConfigChange change;
+};
+
+// Settings other than the device's own that could serve the same allocations: another allocator, or BFC's
+// other growth policy (a preallocated region has no seams between growth regions; a growing one may round
+// less). Only the ones a replay confirms are named.
+std::vector<Alternative> alternatives(const memory::MemoryConfig& config) {
+  using memory::AllocatorKind;
+  using memory::GrowthPolicy;
+  std::vector<Alternative> candidates;
+  if (config.allocator != AllocatorKind::expandable) {
+    candidates.push_back({"--allocator expandable", [](memory::MemoryConfig& c) {
+                            c.allocator = AllocatorKind::expandable;
+                          }});
+  }
+  if (config.allocator == AllocatorKind::bfc) {
+    const bool growing = config.policy == GrowthPolicy::grow;
+    candidates.push_back({growing ? "--allow-growth false" : "--allow-growth true",
+                          [growing](memory::MemoryConfig& c) {
+                            c.policy = growing ? GrowthPolicy::preallocate : GrowthPolicy::grow;
+                          }});
+  } else {
+    for (const GrowthPolicy policy : {GrowthPolicy::grow, GrowthPolicy::preallocate}) {
+      candidates.push_back({fmt::format("--allocator bfc --allow-growth {}", policy == GrowthPolicy::grow),
+                            [policy](memory::MemoryConfig& c) {
+                              c.allocator = AllocatorKind::bfc;
+                              c.policy = policy;
+                            }});
     }
   }
-  return true;
+  return candidates;
+}
+
+// The variables alone exceed a device: no batch size helps, only more memory or fewer variables per device.
+std::string variables_advice(const MemoryEstimate& estimate, const std::vector<device::Device*>& devices) {
+  std::string advice;
+  for (const DeviceEstimate& device : estimate.devices) {
+    if (device.variables_fit) continue;
+    const auto bytes_of = [&device](const char* kind) {
+      const auto found = device.bytes_by_kind.find(kind);
+      return found == device.bytes_by_kind.end() ? std::size_t{0} : found->second;
+    };
+    advice += fmt::format(
+        "the parameters need {} (optimizer state {}) on {}; the device has {}, so no batch size fits: give it "
+        "more memory (a larger --sim-memory), or spread the variables over more devices ({}). ",
+        format_bytes(bytes_of("parameter")), format_bytes(bytes_of("optimizer_state")), device.device,
+        format_bytes(device.limit_bytes),
+        devices.size() > 1 ? "--shard optimizer divides the optimizer state among the replicas"
+                           : "--strategy mirrored --shard optimizer over several devices divides the optimizer "
+                             "state among them");
+  }
+  return advice;
 }
 
 }  // namespace
 
+bool batch_fits(train::Sequential& model, const std::vector<device::Device*>& devices, std::int64_t batch_size,
+                const ConfigChange& change) {
+  const MemoryEstimate estimate = estimate_memory(model.plan(batch_size), devices, batch_size, "train/arena", change);
+  return std::all_of(estimate.devices.begin(), estimate.devices.end(),
+                     [](const DeviceEstimate& device) { return device.fits; });
+}
+
 std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<device::Device*>& devices,
                                    std::int64_t batch_size) {
-  // The planned peak grows with the batch: binary search for the last batch that fits.
+  // A step's allocations only grow with the batch: binary search for the last batch that fits.
   std::int64_t low = 0, high = batch_size;  // fits(low) or low == 0; !fits(high) assumed
   while (high - low > 1) {
     const std::int64_t middle = low + (high - low) / 2;
-    if (fits(model, devices, middle)) {
+    if (batch_fits(model, devices, middle)) {
       low = middle;
     } else {
       high = middle;
@@ -49,32 +120,32 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
   std::string advice;
   try {
     const OutOfMemoryReport& report = error.report();
-    if (report.is_fragmentation()) {
-      advice += "use the expandable allocator (--allocator expandable or TP_ALLOCATOR=expandable). ";
-    }
-    const std::int64_t batch = largest_fitting_batch(model, devices, batch_size);
-    if (batch > 0) {
-      const MemoryEstimate estimate = estimate_memory(model.plan(batch), devices, batch);
-      std::string peaks;
-      for (const DeviceEstimate& device : estimate.devices) {
-        peaks += fmt::format("{}{} of {} on {}", peaks.empty() ? "" : ", ",
-                             format_bytes(device.planned_peak_allocated_bytes), format_bytes(device.limit_bytes),
-                             device.device);
-      }
-      advice += fmt::format(
-          "--batch-size {} fits according to the estimate (planned peak {}; check it with "
-          "`tensorpool estimate --batch-size {}`). ",
-          batch, peaks, batch);
-    } else {
-      const MemoryEstimate smallest = estimate_memory(model.plan(1), devices, 1);
-      advice += fmt::format(
-          "not even --batch-size 1 fits within {:.0f}% of the limit according to the estimate "
-          "(planned peak {} on {}, limit {}): raise the limit (--sim-memory) or spread the "
-          "variables over more devices. ",
-          100 * kPlanHeadroom, format_bytes(smallest.devices.front().planned_peak_allocated_bytes),
-          smallest.devices.front().device, format_bytes(smallest.devices.front().limit_bytes));
-    }
     const MemoryEstimate current = estimate_memory(model.plan(batch_size), devices, batch_size);
+    const std::string too_many_variables = variables_advice(current, devices);
+    if (!too_many_variables.empty()) {
+      advice += too_many_variables;
+    } else if (!devices.empty()) {
+      const std::string allocator = allocator_text(devices.front()->memory().config());
+      const std::int64_t batch = largest_fitting_batch(model, devices, batch_size);
+      if (batch > 0) {
+        advice += fmt::format(
+            "--batch-size {} fits: its allocations, replayed through the {} allocator, peak at {} (check it "
+            "with `tensorpool estimate --batch-size {}`). ",
+            batch, allocator, peaks_text(estimate_memory(model.plan(batch), devices, batch)), batch);
+      } else {
+        advice += fmt::format("not even --batch-size 1 fits with the {} allocator (peak after rounding {}). ",
+                              allocator, peaks_text(estimate_memory(model.plan(1), devices, 1)));
+      }
+      std::string verified;
+      for (const Alternative& alternative : alternatives(devices.front()->memory().config())) {
+        if (batch_fits(model, devices, batch_size, alternative.change)) {
+          verified += (verified.empty() ? "" : ", ") + alternative.flags;
+        }
+      }
+      if (!verified.empty()) {
+        advice += fmt::format("--batch-size {} itself fits with {} (replayed the same way). ", batch_size, verified);
+      }
+    }
     if (report.request_tag.name.ends_with("/arena")) {  // name what the arena holds: the step's tensors
       std::vector<const EstimateRow*> inside;
       for (const EstimateRow& row : current.rows) {
@@ -90,7 +161,7 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
       if (!largest.empty())
         advice += "The arena holds the step's tensors at planned offsets; its largest: " + largest + ". ";
     }
-    if (!current.devices.empty()) {
+    if (!current.devices.empty() && too_many_variables.empty()) {
       const DeviceEstimate& first = current.devices.front();
       const auto state = first.bytes_by_kind.find("optimizer_state");
       if (state != first.bytes_by_kind.end() && first.planned_peak_bytes > 0) {

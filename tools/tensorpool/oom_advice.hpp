@@ -1,22 +1,28 @@
 #pragma once
-// The concrete fix for an out-of-memory error during training, from what the CLI knows about the workload:
-// the largest batch size whose static plan fits every device (searched by planning only, nothing allocated),
-// the expandable allocator when fragmentation caused it, trim when reserved memory sits free, and the share
-// of the optimizer state. Written into the error's report (OutOfMemoryReport::suggestion), so what() says it.
+// The concrete fix for an out-of-memory error during training, from what the CLI knows about the workload.
+// "Fits" is decided the way the device decides it: the plan's allocations (variables, then the step's arena)
+// are replayed through a fresh stack of each device's memory configuration (same allocator, growth policy,
+// limit and rounding) over scratch simulated memory (memory_estimate.hpp); no planned-bytes margin is guessed.
+// The advice names: when the variables alone do not fit, what they need against what the device has; else the
+// largest batch size that fits with the current allocator, the other allocator settings that make the
+// requested batch fit (each replayed the same way), what the arena holds, and the optimizer state's share.
+// Written into the error's report (OutOfMemoryReport::suggestion), so what() says it.
 #include <cstdint>
 #include <vector>
 
+#include "memory_estimate.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace tp::cli {
 
-// Plans leave this share of each device's limit for the allocator's rounding and region growth.
-inline constexpr double kPlanHeadroom = 0.9;
+// True when every allocation of a step at `batch_size` is served by every device's allocator (replayed with
+// `change` applied to its configuration).
+bool batch_fits(train::Sequential& model, const std::vector<device::Device*>& devices, std::int64_t batch_size,
+                const ConfigChange& change = {});
 
-// The largest global batch below `batch_size` whose planned peak (after rounding) stays within kPlanHeadroom
-// of every device's limit; 0 when not even 1 fits.
+// The largest global batch below `batch_size` that batch_fits(); 0 when not even 1 does.
 std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<device::Device*>& devices,
                                    std::int64_t batch_size);
 
