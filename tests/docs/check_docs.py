@@ -265,7 +265,8 @@ def reduced_cli(arguments):
         arguments = set_flag(arguments, "--epochs", "1")
         limit = flag_value(arguments, "--limit-train")
         cap = max(320, 2 * batch)
-        arguments = set_flag(arguments, "--limit-train", str(min(int(limit), cap) if limit else cap))
+        # 0 (or none) means every example: the cap applies.
+        arguments = set_flag(arguments, "--limit-train", str(min(int(limit), cap) if limit and int(limit) > 0 else cap))
         hidden = flag_value(arguments, "--hidden")
         if hidden:
             widths = ",".join(str(min(int(width), 512)) if width.strip().isdigit() else width
