@@ -104,6 +104,40 @@ TEST_F(DevicesCli, TheEnvironmentConfiguresTheDevicesAndOptionsOverrideIt) {
   EXPECT_EQ(devices[1].at("capacity_bytes"), 32 * kMiB);
 }
 
+// Issue 18: one precedence rule in every command, flag over environment: `train`, `estimate` and `profile`
+// ignored --sim-memory when TP_SIM_DEVICES was set, and TP_SIM_MEMORY when it was not.
+TEST_F(DevicesCli, TheSimMemoryFlagOverridesTheEnvironmentInEveryCommand) {
+  struct Case {
+    std::string flag, variables;
+    std::size_t expected;
+  };
+  const Case cases[] = {
+      {"--sim-memory 48MiB", "TP_SIM_DEVICES=2", 48 * kMiB},
+      {"", "TP_SIM_MEMORY=32MiB", 32 * kMiB},
+      {"--sim-memory 48MiB", "TP_SIM_MEMORY=32MiB", 48 * kMiB},
+      {"--sim-memory 48MiB", "TP_SIM_DEVICES=2 TP_SIM_MEMORY=32MiB", 48 * kMiB},
+      {"", "", kGiB},
+  };
+  for (const Case& c : cases) {
+    const CliRun estimate = run("estimate --json " + c.flag, c.variables);
+    ASSERT_EQ(estimate.exit_code, 0) << c.flag << " " << c.variables << ": " << estimate.output;
+    const nlohmann::json devices = nlohmann::json::parse(estimate.output).at("devices");
+    ASSERT_EQ(devices.size(), 2u) << estimate.output;
+    for (const nlohmann::json& device : devices) {
+      EXPECT_EQ(device.at("limit_bytes").get<std::size_t>(), c.expected) << c.flag << " " << c.variables;
+    }
+    const std::string sim_memory = c.flag.empty() ? "" : " --sim-memory 48MiB";
+    const CliRun listed = run("devices --sim-devices 2 --json" + sim_memory, c.variables);
+    ASSERT_EQ(listed.exit_code, 0) << listed.output;
+    EXPECT_EQ(nlohmann::json::parse(listed.output).at("devices").at(1).at("capacity_bytes").get<std::size_t>(),
+              c.expected)
+        << c.flag << " " << c.variables;
+  }
+  const CliRun small = run("estimate --sim-memory 1KiB", "TP_SIM_DEVICES=2");
+  EXPECT_EQ(small.exit_code, 2) << small.output;
+  EXPECT_NE(small.output.find("--sim-memory 1KiB"), std::string::npos) << small.output;
+}
+
 TEST_F(DevicesCli, PrintsATableWithOneRowPerDevice) {
   const CliRun result = run("devices --sim-devices 2 --sim-memory 1GiB --allocate 10MiB");
   ASSERT_EQ(result.exit_code, 0) << result.output;

@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -53,6 +55,7 @@ TEST_F(TrainCli, AShortRunPrintsThePlanTheEpochsAndTheMemorySummary) {
   EXPECT_NE(run.output.find("Epoch 1/1"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("Test accuracy"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("Memory summary"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find('\r'), std::string::npos) << "a progress bar in a pipe: " << run.output;
   std::ifstream in(summary);
   const nlohmann::json json = nlohmann::json::parse(in);
   EXPECT_GT(json.at("test_accuracy").get<double>(), 0.6);
@@ -111,9 +114,161 @@ TEST_F(TrainCli, MixedPrecisionRunReportsTheSplitAndRejectsUnknownPolicies) {
   EXPECT_NEAR(static_cast<double>(activations[1]) / static_cast<double>(activations[0]), 0.5, 0.05);
   const CliRun bad = run_cli("train --precision float16");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--precision 'float16' is not one of float32, mixed_float16, mixed_bfloat16"),
+  EXPECT_NE(bad.output.find("'float16' is not one of float32, mixed_float16, mixed_bfloat16"),
             std::string::npos)
       << bad.output;
+}
+
+// The tensorpool variables unset, then `variables` set: these cases must not depend on the caller's environment.
+CliRun run_clean(const std::string& arguments, const std::string& variables = "") {
+  return run_cli(arguments, "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
+                            "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION " + variables);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text;
+  std::getline(in, text, '\0');  // the whole file: it holds no NUL
+  return text;
+}
+
+// Issue 18, item 5: an output that cannot be written is refused before the data is even loaded, not after
+// training (which then lost its results).
+TEST_F(TrainCli, UnwritableOutputsAreRefusedBeforeTraining) {
+  const fs::path file = directory_ / "a_file";
+  std::ofstream(file) << "x";
+  const std::string quick = "train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 ";
+  const std::string cases[] = {
+      "--summary-json '" + (file / "summary.json").string() + "'",
+      "--history-csv '" + (file / "history.csv").string() + "'",
+      "--checkpoint-dir '" + (file / "checkpoints").string() + "'",
+      "--profile '" + (file / "profile").string() + "'",
+      "--summary-json '" + (directory_ / "missing" / "summary.json").string() + "'",
+      "--history-csv '" + directory_.string() + "'",
+      "--summary-json /proc/x.json",
+      "--checkpoint-dir /proc/x",
+      "--profile /proc/x",
+  };
+  for (const std::string& output : cases) {
+    const CliRun run = run_clean(quick + output);
+    EXPECT_EQ(run.exit_code, 2) << output << ": " << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << output << ": " << run.output;
+    EXPECT_EQ(run.output.find("Fashion-MNIST:"), std::string::npos) << output << ": " << run.output;
+    const std::string flag = output.substr(0, output.find(' '));
+    EXPECT_NE(run.output.find(flag), std::string::npos) << output << ": " << run.output;
+  }
+  EXPECT_EQ(read_file(file), "x");
+  EXPECT_FALSE(fs::exists(directory_ / "missing"));
+}
+
+// Issue 18, item 6: --history-csv with --checkpoint-dir keeps the earlier epochs when a run resumes, and a rerun
+// of the finished job leaves the file as it is (it was truncated to the new epochs, or to the header).
+TEST_F(TrainCli, TheHistoryCsvOfAResumedRunHoldsEveryEpochOnce) {
+  const fs::path history = directory_ / "history.csv";
+  const std::string common = "train --limit-train 640 --strategy one --devices sim:0 --checkpoint-dir '" +
+                             (directory_ / "checkpoints").string() + "' --history-csv '" + history.string() + "'";
+  ASSERT_EQ(run_clean(common + " --epochs 1").exit_code, 0);
+  const CliRun resumed = run_clean(common + " --epochs 2");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::string after_resume = read_file(history);
+  std::istringstream lines(after_resume);
+  std::vector<std::string> epochs;
+  for (std::string line; std::getline(lines, line);) epochs.push_back(line.substr(0, line.find(',')));
+  EXPECT_EQ(epochs, (std::vector<std::string>{"epoch", "0", "1"})) << after_resume;
+  const CliRun rerun = run_clean(common + " --epochs 2");
+  ASSERT_EQ(rerun.exit_code, 0) << rerun.output;
+  EXPECT_EQ(read_file(history), after_resume);
+}
+
+// Issue 18, item 7: --limit-train N trains on exactly N examples (it kept every 60000/N-th one, rounded, so 40000
+// meant all 60000); a negative count or more than the file holds is refused.
+TEST_F(TrainCli, LimitTrainKeepsExactlyThatManyExamples) {
+  const fs::path summary = directory_ / "summary.json";
+  const CliRun run = run_clean("train --epochs 1 --limit-train 700 --batch-size 100 --strategy one --devices sim:0 "
+                               "--summary-json '" + summary.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("Fashion-MNIST: 700 training"), std::string::npos) << run.output;
+  std::ifstream in(summary);
+  EXPECT_EQ(nlohmann::json::parse(in).at("steps").get<int>(), 7);
+  const CliRun large = run_clean("train --epochs 0 --limit-train 40000 --strategy one --devices sim:0");
+  ASSERT_EQ(large.exit_code, 0) << large.output;
+  EXPECT_NE(large.output.find("Fashion-MNIST: 40000 training"), std::string::npos) << large.output;
+  for (const std::string& limit : {std::string("-1"), std::string("-2000"), std::string("60001")}) {
+    const CliRun bad = run_clean("train --epochs 1 --limit-train " + limit);
+    EXPECT_EQ(bad.exit_code, 2) << limit << ": " << bad.output;
+    EXPECT_NE(bad.output.find("--limit-train " + limit), std::string::npos) << bad.output;
+  }
+}
+
+// Issue 18, items 9 and 10: a missing device is named with what exists and how to get it; device lists may
+// have spaces but no repeats; a batch larger than the training set is refused instead of trained clamped.
+TEST_F(TrainCli, DeviceListsAndBatchSizesAreCheckedBeforeTraining) {
+  const CliRun missing = run_clean("train --epochs 1 --limit-train 2000", "TP_SIM_DEVICES=1");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  for (const char* expected : {"sim:1, which does not exist", "cpu:0, sim:0 (TP_SIM_DEVICES=1)",
+                               "TP_SIM_DEVICES=2", "--devices sim:0"}) {
+    EXPECT_NE(missing.output.find(expected), std::string::npos) << expected << " in " << missing.output;
+  }
+  EXPECT_EQ(missing.output.find("memory config"), std::string::npos) << missing.output;
+  const CliRun spaced = run_clean("train --epochs 1 --limit-train 640 --devices 'sim:0, sim:1'");
+  EXPECT_EQ(spaced.exit_code, 0) << spaced.output;
+  const CliRun twice = run_clean("train --epochs 1 --limit-train 640 --devices sim:0,sim:0");
+  EXPECT_EQ(twice.exit_code, 2) << twice.output;
+  EXPECT_NE(twice.output.find("sim:0 twice"), std::string::npos) << twice.output;
+  for (const std::string& arguments : {std::string("--batch-size 100000000"),
+                                       std::string("--limit-train 640 --batch-size 641")}) {
+    const CliRun huge = run_clean("train --epochs 1 " + arguments);
+    EXPECT_EQ(huge.exit_code, 2) << arguments << ": " << huge.output;
+    EXPECT_NE(huge.output.find("--batch-size"), std::string::npos) << huge.output;
+    EXPECT_EQ(huge.output.find("Epoch 1"), std::string::npos) << huge.output;
+  }
+  // `profile` on the real data (whole batches only) crashed on a batch larger than the training set.
+  const CliRun profile = run_clean("profile --steps 1 --strategy one --devices sim:0 --batch-size 60001");
+  EXPECT_EQ(profile.exit_code, 2) << profile.output;
+  EXPECT_NE(profile.output.find("--batch-size 60001"), std::string::npos) << profile.output;
+}
+
+// Issue 18, item 4: --sim-memory applies when TP_SIM_DEVICES is set (it was ignored: this run trained in 1 GiB).
+TEST_F(TrainCli, SimMemoryFlagOverridesTheEnvironment) {
+  const CliRun run =
+      run_clean("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --sim-memory 2MiB",
+                "TP_SIM_DEVICES=1 TP_SIM_MEMORY=1GiB");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+}
+
+// Issue 18, item 11: through a pipe each line arrives as it is printed: the first one comes while the first
+// epoch (all 60,000 examples) is still training, so a run killed then leaves a log. It used to wait in the
+// buffer until the epoch's line flushed it.
+TEST_F(TrainCli, ThroughAPipeEachLineArrivesWhenPrinted) {
+  std::array<int, 2> pipe_ends{};
+  ASSERT_EQ(::pipe(pipe_ends.data()), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::dup2(pipe_ends[1], STDOUT_FILENO);
+    ::close(pipe_ends[0]);
+    ::close(pipe_ends[1]);
+    const std::string command = "exec env -u TP_SIM_DEVICES -u TP_SIM_MEMORY '" + cli_path().string() +
+                                "' train --epochs 1 --strategy one --devices sim:0 2>/dev/null";
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(pipe_ends[1]);
+  std::string first_read;
+  std::array<char, 4096> buffer{};
+  while (first_read.find('\n') == std::string::npos) {
+    const ssize_t count = ::read(pipe_ends[0], buffer.data(), buffer.size());
+    if (count <= 0) break;
+    first_read.append(buffer.data(), static_cast<std::size_t>(count));
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(pipe_ends[0]);
+  EXPECT_EQ(first_read.rfind("Fashion-MNIST: 60000 training", 0), 0u) << first_read;
+  EXPECT_EQ(first_read.find("Epoch 1/1"), std::string::npos) << "the first line came with the epoch's:\n"
+                                                              << first_read;
+  EXPECT_TRUE(WIFSIGNALED(status)) << "the run ended before the first line arrived";
 }
 
 TEST_F(TrainCli, BadFlagsExitWithCodeTwoAndOneLine) {

@@ -1,6 +1,9 @@
 #include "model_setup.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <optional>
@@ -8,6 +11,7 @@
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_resource.hpp"
 #include "option_checks.hpp"
 
 namespace tp::cli {
@@ -30,7 +34,10 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->check(one_of({"bfc", "expandable", "system"}));
   command.add_option("--allow-growth", arguments.allow_growth, "grow device memory on demand (true) or preallocate")
       ->capture_default_str();
-  command.add_option("--sim-memory", arguments.sim_memory, "memory of each sim device")->capture_default_str();
+  command.add_option("--sim-memory", arguments.sim_memory,
+                     "memory of each sim device, e.g. 1GiB; overrides TP_SIM_MEMORY (default: TP_SIM_MEMORY, "
+                     "else 1GiB)")
+      ->type_name("BYTES");
   command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")
       ->capture_default_str()
       ->check(one_of({"ring", "reduce_to_one", "mpi"}));
@@ -108,20 +115,106 @@ train::Strategy parameter_server_strategy(const ModelArguments& arguments, const
                                            parse_staleness(arguments.max_staleness, command));
 }
 
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())) != 0) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())) != 0) text.remove_suffix(1);
+  return text;
+}
+
+// The entries of --devices, spaces around each dropped; an empty or repeated entry is refused (a device
+// listed twice would run two replicas on one device's memory).
+std::vector<std::string> device_names(const std::string& devices, const char* command) {
+  std::vector<std::string> names;
+  std::vector<device::DeviceId> ids;
+  std::size_t start = 0;
+  while (start <= devices.size()) {
+    const std::size_t comma = std::min(devices.find(',', start), devices.size());
+    const std::string name(trim(std::string_view(devices).substr(start, comma - start)));
+    if (name.empty()) {
+      TP_THROW(InvalidArgument, command, "--devices '", devices, "' has an empty entry; write e.g. sim:0,sim:1");
+    }
+    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
+    if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+      TP_THROW(InvalidArgument, command, "--devices '", devices, "' lists ", id.str(),
+               " twice; list each device once (e.g. sim:0,sim:1)");
+    }
+    names.push_back(id.str());
+    ids.push_back(id);
+    start = comma + 1;
+  }
+  return names;
+}
+
+// One rule for the simulated devices, flag over environment: their memory is --sim-memory when given, else
+// TP_SIM_MEMORY, else DeviceManagerOptions' default; their count is TP_SIM_DEVICES when set, else as many as
+// the highest sim index the run names.
+void configure_sim_devices(device::DeviceManager& manager, const ModelArguments& arguments,
+                           const std::vector<std::string>& used, const char* command) {
+  device::DeviceManagerOptions environment;
+  device::apply_device_env(environment, ::getenv);
+  std::size_t memory_bytes = environment.sim_memory_bytes;
+  if (!arguments.sim_memory.empty()) {
+    memory_bytes = parse_bytes(arguments.sim_memory, "--sim-memory");
+    if (memory_bytes < device::kMinSimMemoryBytes || memory_bytes > memory::kMaxAllocationBytes) {
+      TP_THROW(InvalidArgument, command, "--sim-memory ", arguments.sim_memory, " is outside [",
+               format_bytes(device::kMinSimMemoryBytes), ", ", format_bytes(memory::kMaxAllocationBytes),
+               "]; give each simulated device's memory, e.g. 1GiB");
+    }
+  }
+  int count = environment.sim_devices;
+  if (std::getenv("TP_SIM_DEVICES") == nullptr) {
+    count = 0;
+    for (const std::string& name : used) {
+      const device::DeviceId id = device::parse_device_id(name, "--devices entry");
+      if (id.kind == device::DeviceKind::sim) count = std::max(count, id.index + 1);
+    }
+  }
+  manager.set_sim_devices(count, memory_bytes);
+}
+
+// Each device the run uses must exist; the error names the missing one, the devices this process has, and
+// the setting that would provide it.
+void check_devices_exist(const device::DeviceManager& manager, const ModelSetup& setup, const char* command) {
+  const std::vector<std::string> used = setup.used_devices();
+  const std::vector<device::DeviceId> existing = manager.planned_devices();
+  std::string listed;
+  for (const device::DeviceId& id : existing) listed += (listed.empty() ? "" : ", ") + id.str();
+  std::string sims_listed;  // the sim devices that exist, as a --devices value
+  for (const device::DeviceId& id : existing) {
+    if (id.kind == device::DeviceKind::sim) sims_listed += (sims_listed.empty() ? "" : ",") + id.str();
+  }
+  for (const std::string& name : used) {
+    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
+    if (std::find(existing.begin(), existing.end(), id) != existing.end()) continue;
+    std::string fix;
+    if (id.kind == device::DeviceKind::cuda) {
+      fix = "this build has no CUDA backend; use simulated devices (e.g. --devices sim:0,sim:1) or cpu:0";
+    } else if (id.kind == device::DeviceKind::sim && std::getenv("TP_VISIBLE_DEVICES") != nullptr) {
+      fix = fmt::format("TP_VISIBLE_DEVICES='{}' hides it; add it there or unset TP_VISIBLE_DEVICES",
+                        std::getenv("TP_VISIBLE_DEVICES"));
+    } else if (id.kind == device::DeviceKind::sim) {
+      fix = fmt::format("set TP_SIM_DEVICES={} (or unset it: the run then creates the sim devices --devices names)",
+                        id.index + 1);
+    } else {
+      fix = "cpu:0 is the only cpu device";
+    }
+    if (id.kind == device::DeviceKind::sim) {
+      fix += sims_listed.empty() ? std::string(", or use --devices cpu:0")
+                                 : fmt::format(", or use --devices {}", sims_listed);
+    }
+    const char* const sim_env = std::getenv("TP_SIM_DEVICES");
+    const bool listed_in_devices = std::find(setup.names.begin(), setup.names.end(), name) != setup.names.end();
+    TP_THROW(InvalidArgument, command, listed_in_devices ? "--devices" : "--ps-device", " names ", id.str(),
+             ", which does not exist: this process has ", listed,
+             sim_env != nullptr ? fmt::format(" (TP_SIM_DEVICES={})", sim_env) : std::string(), "; ", fix);
+  }
+}
+
 }  // namespace
 
 ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command) {
   ModelSetup setup;
-  std::size_t start = 0;
-  while (start <= arguments.devices.size()) {
-    const std::size_t comma = std::min(arguments.devices.find(',', start), arguments.devices.size());
-    setup.names.push_back(arguments.devices.substr(start, comma - start));
-    if (setup.names.back().empty()) {
-      TP_THROW(InvalidArgument, command, "--devices '", arguments.devices,
-               "' has an empty entry; write e.g. sim:0,sim:1");
-    }
-    start = comma + 1;
-  }
+  setup.names = device_names(arguments.devices, command);
   if (arguments.batch_size <= 0) TP_THROW(InvalidArgument, command, "--batch-size must be positive");
   if (arguments.strategy == "one") {
     if (setup.names.size() != 1) {
@@ -164,14 +257,8 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
     TP_THROW(InvalidArgument, command, "--allocator '", arguments.allocator, "' is not bfc, expandable or system");
   }
   device::DeviceManager& manager = device::DeviceManager::instance();
-  int sims = 0;
-  for (const std::string& name : setup.used_devices()) {
-    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
-    if (id.kind == device::DeviceKind::sim) sims = std::max(sims, id.index + 1);
-  }
-  if (std::getenv("TP_SIM_DEVICES") == nullptr && sims > 0) {
-    manager.set_sim_devices(sims, parse_bytes(arguments.sim_memory, "--sim-memory"));
-  }
+  configure_sim_devices(manager, arguments, setup.used_devices(), command);
+  check_devices_exist(manager, setup, command);
   for (const std::string& name : setup.used_devices()) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (id.kind != device::DeviceKind::cpu) manager.set_memory_config(id, config);

@@ -21,7 +21,7 @@ struct ModelArguments {
   std::int64_t batch_size = 32;
   std::string allocator = "bfc";
   bool allow_growth = true;
-  std::string sim_memory = "1GiB";
+  std::string sim_memory;  // empty: TP_SIM_MEMORY, else 1GiB (a flag overrides the environment)
   std::string all_reduce = "ring";
   std::string shard = "none";         // none | optimizer (ZeRO-1) | gradients (ZeRO-2); mirrored only
   std::string bucket_size = "25MiB";  // mirrored, multi_worker: the AllReduce buckets' size limit

@@ -16,7 +16,9 @@
 #include "memory_estimate.hpp"
 #include "model_setup.hpp"
 #include "oom_advice.hpp"
+#include "output_paths.hpp"
 #include "profile_output.hpp"
+#include "training_examples.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
@@ -54,6 +56,8 @@ class Batches {
       return;
     }
     data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
+    // Whole batches only (drop_remainder): a batch larger than the training set would leave none.
+    check_batch_fits_examples(batch_size_, mnist.train_labels.dims.at(0), false, "profile");
     dataset_ = std::make_unique<data::Dataset>(
         data::Dataset::from_arrays(std::move(mnist.train_images), std::move(mnist.train_labels))
             .normalize()
@@ -125,6 +129,7 @@ data::Dataset parameter_server_batches(const ProfileArguments& arguments, device
 
 void run_profile(const ProfileArguments& arguments) {
   if (arguments.steps <= 0) TP_THROW(InvalidArgument, "profile", "--steps must be positive");
+  check_writable_directory(arguments.out, "--out", "profile");  // before the steps, not after them
   const ModelSetup setup = configure_model_devices(arguments.model, "profile");
   // The parameter-server strategy keeps its variables on --ps-device, beside the workers' devices.
   const std::vector<std::string> names = setup.used_devices();

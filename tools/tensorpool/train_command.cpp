@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -19,7 +20,9 @@
 #include "model_setup.hpp"
 #include "option_checks.hpp"
 #include "oom_advice.hpp"
+#include "output_paths.hpp"
 #include "profile_output.hpp"
+#include "training_examples.hpp"
 #include "worker_launch.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
@@ -90,6 +93,15 @@ nlohmann::json report_parameter_server(const train::ParameterServerResult& resul
 
 void run_train(const TrainArguments& arguments) {
   const ModelArguments& flags = arguments.model;
+  // Line-buffered even into a pipe or a file (where stdout is fully buffered by default): a log shows each
+  // line as it is printed, and a run killed early leaves everything it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  // Every output checked before any work: a path that cannot be written must not cost a training run.
+  validate_limit_train(arguments.limit_train);
+  check_writable_file(arguments.summary_json, "--summary-json", "train");
+  check_writable_file(arguments.history_csv, "--history-csv", "train");
+  check_writable_directory(arguments.checkpoint_dir, "--checkpoint-dir", "train");
+  check_writable_directory(arguments.profile_dir, "--profile", "train");
   const ModelSetup setup = configure_model_devices(flags, "train");
   const std::vector<std::string> names = setup.used_devices();
   const train::Strategy& strategy = setup.strategy;
@@ -120,9 +132,9 @@ void run_train(const TrainArguments& arguments) {
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
   device::Device& cpu = manager.device("cpu:0");
+  limit_training_examples(mnist, arguments.limit_train, arguments.data);
   data::Dataset train = data::Dataset::from_arrays(std::move(mnist.train_images), std::move(mnist.train_labels));
-  if (arguments.limit_train > 0)
-    train = train.shard(std::max<std::int64_t>(1, train.size() / arguments.limit_train), 0);
+  check_batch_fits_examples(flags.batch_size, train.size(), arguments.limit_train > 0, "train");
   train = train.normalize().shuffle(flags.seed).batch(flags.batch_size).prefetch(2).stage_on(cpu);
   const data::Dataset test = data::Dataset::from_arrays(std::move(mnist.test_images), std::move(mnist.test_labels))
                                  .normalize()
@@ -155,7 +167,10 @@ void run_train(const TrainArguments& arguments) {
   if (rank == 0 && !parameter_server)
     options.callbacks.push_back(std::make_shared<train::ProgressBar>(std::cout, train::stdout_is_terminal()));
   if (!arguments.history_csv.empty() && rank == 0)
-    options.callbacks.push_back(std::make_shared<train::CsvLogger>(arguments.history_csv));
+    options.callbacks.push_back(std::make_shared<train::CsvLogger>(
+        arguments.history_csv,
+        // Resuming from --checkpoint-dir keeps the epochs before the resumed one; a fresh run starts the file.
+        train::CsvLoggerOptions{.append = !arguments.checkpoint_dir.empty()}));
   train::ParameterServerResult ps_result;
   const train::FitResult result = [&] {
     try {
@@ -231,8 +246,12 @@ void add_train_command(CLI::App& app) {
   command->add_option("--data", arguments->data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
   command->add_option("--checkpoint-dir", arguments->checkpoint_dir, "save checkpoints there and resume from them");
   command->add_option("--summary-json", arguments->summary_json, "write the run's summary as JSON");
-  command->add_option("--history-csv", arguments->history_csv, "write the per-epoch history as CSV");
-  command->add_option("--limit-train", arguments->limit_train, "train on about this many examples (quick runs)");
+  command->add_option("--history-csv", arguments->history_csv,
+                      "write the per-epoch history as CSV (with --checkpoint-dir, a resumed run appends to it)");
+  command
+      ->add_option("--limit-train", arguments->limit_train,
+                   "train on the first N training examples (quick runs); 0: all of them")
+      ->capture_default_str();
   command
       ->add_option("--steps-in-flight", arguments->steps_in_flight,
                    "training steps launched ahead of the one whose loss is read (1: wait for each step before "
