@@ -84,6 +84,13 @@ TEST_F(ParameterServerCli, InProcessAndMpiWorkersTrainAndReportStaleness) {
   EXPECT_EQ(summary["parameter_server"]["updates"], 100);  // 1,600 examples: 2 x 25 batches of each half, 2 epochs
   EXPECT_LE(summary["parameter_server"]["staleness_max"].get<int>(), 5);  // (N - 1)(2K + 1)
   EXPECT_GT(summary["test_accuracy"].get<double>(), 0.6);
+  // The memory summary plans each worker's own step on its device (plan_parameter_server), not only cpu:0.
+  ASSERT_EQ(summary["devices"].size(), 3u) << summary.dump();
+  for (const nlohmann::json& device : summary["devices"]) {
+    if (device["device"] == "cpu:0") continue;
+    EXPECT_GT(device["planned_peak_bytes"].get<double>(), 0) << device.dump();
+    EXPECT_LE(device["planned_peak_bytes"].get<double>(), device["peak_in_use_bytes"].get<double>()) << device.dump();
+  }
 
   need_mpi();
   if (IsSkipped()) return;

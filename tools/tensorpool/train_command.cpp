@@ -145,7 +145,9 @@ void run_train(const TrainArguments& arguments) {
 
   const std::unique_ptr<train::Sequential> compiled = build_mlp(flags, setup);
   train::Sequential& model = *compiled;
-  const runtime::MemoryPlan plan = model.plan(flags.batch_size);
+  // The parameter-server strategy: the variables on the parameter device, each worker's step on its device.
+  const runtime::MemoryPlan plan =
+      parameter_server ? train::plan_parameter_server(model, flags.batch_size) : model.plan(flags.batch_size);
   if (profiler) set_planned_peaks(*profiler, plan);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
