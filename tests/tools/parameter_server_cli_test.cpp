@@ -167,6 +167,22 @@ TEST_F(ParameterServerCli, AStalledWorkerRankMakesTheServerFailNamingIt) {
   EXPECT_TRUE(named) << "the error does not name rank 2: " << text;
 }
 
+// Ranks started with different flags compare them before serving or working and refuse, naming each
+// difference ("ps" and "parameter_server" are one strategy).
+TEST_F(ParameterServerCli, RanksStartedWithDifferentFlagsRefuseNamingTheRankAndTheFlag) {
+  need_mpi();
+  if (IsSkipped()) return;
+  const std::string common = " --limit-train 320 --intra-op-threads 1";
+  const CliRun run = run_cli("train --strategy parameter_server --epochs 1 --seed 7" + common,
+                             "mpirun --allow-run-as-root --oversubscribe -np 2 '" + cli_path().string() +
+                                 "' train --strategy ps --epochs 2" + common + " : -np 1");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("worker rank 2 was started with --seed 7, rank 0 with --seed 42; worker rank 2 was "
+                            "started with --epochs 1, rank 0 with --epochs 2: start every worker with the same flags"),
+            std::string::npos)
+      << run.output;
+}
+
 // estimate and profile plan the parameter-server strategy as it trains: the variables and the optimizer state
 // on --ps-device (cpu:0), each worker device a copy of the parameters and its own step, no optimizer state.
 TEST_F(ParameterServerCli, EstimatePlansTheServersVariablesAndEachWorkersStep) {
