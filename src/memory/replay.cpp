@@ -6,6 +6,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -29,6 +30,16 @@ std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double fracti
   return sorted[rank - 1];
 }
 
+// Makes (event, bytes) the result's largest refused allocation if it is larger, or as large and earlier.
+void keep_larger_oom(ReplayResult& result, std::size_t event, std::size_t bytes) {
+  if (event == kNoEvent) return;
+  const bool larger = result.largest_oom_event == kNoEvent || bytes > result.largest_oom_bytes ||
+                      (bytes == result.largest_oom_bytes && event < result.largest_oom_event);
+  if (!larger) return;
+  result.largest_oom_event = event;
+  result.largest_oom_bytes = bytes;
+}
+
 void summarize_pairs(ReplayResult& result) {
   std::vector<std::uint64_t> sorted = result.pair_ns;
   std::sort(sorted.begin(), sorted.end());
@@ -36,35 +47,46 @@ void summarize_pairs(ReplayResult& result) {
   result.p99_pair_ns = percentile(sorted, 0.99);
 }
 
-// One replay. Each event index is touched by exactly one worker (its thread's), and a free reads its
-// allocation's pointer only after the turn counter (release/acquire) says the allocation happened.
+// The workers of a replay: trace thread k (in order of first appearance) runs on worker k % kMaxReplayThreads.
+std::vector<std::size_t> assign_workers(const Trace& trace) {
+  std::unordered_map<std::uint64_t, std::size_t> rank;
+  for (const std::uint64_t thread : trace.threads()) rank.emplace(thread, rank.size());
+  std::vector<std::size_t> worker_of_event(trace.size());
+  for (std::size_t index = 0; index < trace.size(); ++index) {
+    worker_of_event[index] = rank.at(trace.events()[index].thread) % kMaxReplayThreads;
+  }
+  return worker_of_event;
+}
+
+// One replay. Each event index is touched by exactly one worker, and a free reads its allocation's pointer
+// only after the turn counter (release/acquire) says the allocation happened. The worker that performs event
+// i hands the turn to event i + 1's worker alone: it stores turn_ = i + 1, then bumps that worker's wake-up
+// generation (release), so a worker that read its generation before checking turn_ cannot sleep through it.
 class ReplayRun {
  public:
   ReplayRun(const Trace& trace, MemoryResource& resource, std::size_t alignment)
-      : trace_(trace), resource_(resource), alignment_(alignment), pointers_(trace.size(), nullptr),
+      : trace_(trace), resource_(resource), alignment_(alignment), worker_of_event_(assign_workers(trace)),
+        wake_ups_(std::min(trace.threads().size(), kMaxReplayThreads)), pointers_(trace.size(), nullptr),
         allocate_ns_(trace.size(), 0), free_ns_(trace.size(), 0) {}
 
   ReplayResult run() {
     resource_.reset_peak();
-    std::unordered_map<std::uint64_t, std::size_t> worker_of;
-    for (const std::uint64_t thread : trace_.threads()) worker_of.emplace(thread, worker_of.size());
-    std::vector<std::vector<std::size_t>> schedules(worker_of.size());
-    for (std::size_t index = 0; index < trace_.size(); ++index) {
-      schedules[worker_of.at(trace_.events()[index].thread)].push_back(index);
-    }
+    std::vector<std::vector<std::size_t>> schedules(wake_ups_.size());
+    for (std::size_t index = 0; index < trace_.size(); ++index) schedules[worker_of_event_[index]].push_back(index);
     std::vector<Tally> tallies(schedules.size());
     std::vector<std::thread> workers;
     workers.reserve(schedules.size());
     try {
       for (std::size_t worker = 0; worker < schedules.size(); ++worker) {
-        workers.emplace_back([this, &schedules, &tallies, worker] { work(schedules[worker], tallies[worker]); });
+        workers.emplace_back(
+            [this, &schedules, &tallies, worker] { work(worker, schedules[worker], tallies[worker]); });
       }
-    } catch (...) {
+    } catch (const std::system_error& error) {
       abort_.store(true);
-      turn_.store(kAborted);  // a new value, so that blocked waiters wake up and see abort_
-      turn_.notify_all();
+      for (std::size_t worker = 0; worker < workers.size(); ++worker) wake(worker);
       for (std::thread& worker : workers) worker.join();
-      throw;
+      TP_THROW(DeviceError, "replay", trace_.source(), ": cannot start replay thread ", workers.size() + 1, " of ",
+               schedules.size(), " (", error.what(), "); the host limits threads per process (ulimit -u)");
     }
     for (std::thread& worker : workers) worker.join();
     if (error_) {
@@ -78,6 +100,7 @@ class ReplayRun {
       result.allocations += tally.allocations;
       result.oom_count += tally.ooms;
       result.skipped_frees += tally.skipped_frees;
+      keep_larger_oom(result, tally.largest_oom_event, tally.largest_oom_bytes);
     }
     const MemoryStats stats = resource_.stats();
     release_leftovers();
@@ -100,33 +123,42 @@ class ReplayRun {
     std::size_t allocations = 0;
     std::size_t ooms = 0;
     std::size_t skipped_frees = 0;
+    std::size_t largest_oom_event = kNoEvent;
+    std::size_t largest_oom_bytes = 0;
   };
 
-  void work(const std::vector<std::size_t>& schedule, Tally& tally) {
+  // A worker's wake-up generation, on its own cache line so that hand-offs to one worker do not disturb others.
+  struct alignas(64) WakeUp {
+    std::atomic<std::uint32_t> generation{0};
+  };
+
+  void work(std::size_t worker, const std::vector<std::size_t>& schedule, Tally& tally) {
     for (const std::size_t index : schedule) {
-      if (!wait_turn(index)) return;
+      if (!wait_turn(worker, index)) return;
       perform(index, tally);
       turn_.store(index + 1, std::memory_order_release);
-      const bool hand_off = index + 1 < trace_.size() &&
-                            trace_.events()[index + 1].thread != trace_.events()[index].thread;
-      if (hand_off) turn_.notify_all();
+      if (index + 1 < trace_.size() && worker_of_event_[index + 1] != worker) wake(worker_of_event_[index + 1]);
     }
   }
 
+  void wake(std::size_t worker) {
+    wake_ups_[worker].generation.fetch_add(1, std::memory_order_release);
+    wake_ups_[worker].generation.notify_one();
+  }
+
   // Spins briefly, then yields, then blocks until it is event `index`'s turn; false when aborted.
-  bool wait_turn(std::size_t index) {
+  bool wait_turn(std::size_t worker, std::size_t index) {
     constexpr int kSpins = 64;
     constexpr int kYields = 64;
-    std::uint64_t current = turn_.load(std::memory_order_acquire);
     for (int attempt = 0;; ++attempt) {
+      const std::uint32_t generation = wake_ups_[worker].generation.load(std::memory_order_acquire);
       if (abort_.load(std::memory_order_relaxed)) return false;
-      if (current == index) return true;
+      if (turn_.load(std::memory_order_acquire) == index) return true;
       if (attempt >= kSpins + kYields) {
-        turn_.wait(current, std::memory_order_acquire);
+        wake_ups_[worker].generation.wait(generation, std::memory_order_acquire);
       } else if (attempt >= kSpins) {
         std::this_thread::yield();
       }
-      current = turn_.load(std::memory_order_acquire);
     }
   }
 
@@ -146,6 +178,10 @@ class ReplayRun {
           ++tally.allocations;
         } catch (const std::bad_alloc&) {
           ++tally.ooms;
+          if (tally.largest_oom_event == kNoEvent || event.size > tally.largest_oom_bytes) {
+            tally.largest_oom_event = index;  // a worker's events come in order: the earliest of equal sizes
+            tally.largest_oom_bytes = event.size;
+          }
         } catch (...) {
           const std::lock_guard lock(error_mutex_);
           if (!error_) error_ = std::current_exception();
@@ -182,11 +218,12 @@ class ReplayRun {
   const Trace& trace_;
   MemoryResource& resource_;
   const std::size_t alignment_;
+  const std::vector<std::size_t> worker_of_event_;  // per event: the worker that performs it
+  std::vector<WakeUp> wake_ups_;                      // per worker; sized once, never moved
   std::vector<void*> pointers_;             // per allocate event: the replayed pointer, null if refused
   std::vector<std::uint64_t> allocate_ns_;  // per allocate event
   std::vector<std::uint64_t> free_ns_;      // per allocate event: the time of its free
-  static constexpr std::uint64_t kAborted = ~std::uint64_t{0};
-  std::atomic<std::uint64_t> turn_{0};      // index of the next event to perform; kAborted when aborted
+  std::atomic<std::uint64_t> turn_{0};      // index of the next event to perform
   std::atomic<bool> abort_{false};
   std::mutex error_mutex_;                  // guards error_
   std::exception_ptr error_;
@@ -205,6 +242,7 @@ ReplayResult merge_replays(const std::vector<ReplayResult>& results) {
   for (const ReplayResult& result : results) {
     merged.pair_ns.insert(merged.pair_ns.end(), result.pair_ns.begin(), result.pair_ns.end());
   }
+  for (const ReplayResult& result : results) keep_larger_oom(merged, result.largest_oom_event, result.largest_oom_bytes);
   summarize_pairs(merged);
   return merged;
 }

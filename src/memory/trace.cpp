@@ -176,9 +176,8 @@ std::string_view to_string(TraceAction action) noexcept {
 
 Trace::Trace(std::string source, std::vector<TraceEvent> events, std::span<const std::size_t> line_numbers)
     : source_(std::move(source)), events_(std::move(events)), partners_(events_.size(), kNoEvent) {
-  auto where = [&](std::size_t index) {
-    return Location{source_, index < line_numbers.size() ? line_numbers[index] : index + 2};
-  };
+  line_numbers_.assign(line_numbers.begin(), line_numbers.end());
+  auto where = [&](std::size_t index) { return Location{source_, line(index)}; };
   std::unordered_map<std::uintptr_t, std::size_t> live;   // pointer -> index of its allocate
   std::unordered_map<std::uintptr_t, std::size_t> freed;  // pointer -> index of its last free, while not live
   std::unordered_map<std::uint64_t, bool> seen_threads;

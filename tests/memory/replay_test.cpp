@@ -1,5 +1,6 @@
 // The replay engine on small hand-written traces: exact peak live, OOM counting and skipped frees, the
-// original interleaving of threads, pointer mapping across threads, and the minimum-capacity search.
+// largest refusal named, the original interleaving of threads (also beyond kMaxReplayThreads), pointer
+// mapping across threads, and the minimum-capacity search.
 #include "tensorpool/memory/replay.hpp"
 
 #include <gtest/gtest.h>
@@ -115,6 +116,51 @@ TEST(Replay, CountsOomsContinuesAndSkipsTheirFrees) {
   EXPECT_EQ(result.allocations, 2u);
   EXPECT_EQ(result.ops, 5u);  // 3 allocate calls (one refused) + 2 frees; the logged failure is not replayed
   EXPECT_EQ(limit.outstanding_bytes(), 0u);
+}
+
+TEST(Replay, NamesTheLargestRefusedAllocation) {
+  tp::memory::HostResource host;
+  tp::memory::LimitingAdaptor limit(host, 1000);
+  const Trace trace("oom", {alloc(0, 0x10, 800), alloc(1, 0x20, 400), alloc(0, 0x30, 2000), alloc(1, 0x40, 2000),
+                            release(0, 0x10, 800), alloc(1, 0x50, 100), release(1, 0x50, 100)});
+  const tp::memory::ReplayResult result = tp::memory::replay(trace, limit);
+  EXPECT_EQ(result.oom_count, 3u);
+  EXPECT_EQ(result.largest_oom_event, 2u) << "the largest refusal, the earliest of equal sizes";
+  EXPECT_EQ(result.largest_oom_bytes, 2000u);
+
+  const tp::memory::ReplayResult clean = tp::memory::replay(Trace("clean", {alloc(0, 0x10, 8)}), limit);
+  EXPECT_EQ(clean.largest_oom_event, tp::memory::kNoEvent);
+  const tp::memory::ReplayResult merged = tp::memory::merge_replays({result, clean});
+  EXPECT_EQ(merged.largest_oom_event, 2u) << "a repeat without OOMs must not hide an earlier one";
+  EXPECT_EQ(merged.largest_oom_bytes, 2000u);
+}
+
+TEST(Replay, TracesOfMoreThreadsThanTheLimitShareWorkersInOrder) {
+  // Three times as many logged threads as OS threads a replay starts; sizes encode the event index.
+  const std::size_t threads = 3 * tp::memory::kMaxReplayThreads;
+  std::vector<TraceEvent> events;
+  for (std::size_t thread = 0; thread < threads; ++thread) {
+    events.push_back(alloc(thread, 0x1000 * (thread + 1), thread + 1));
+  }
+  for (std::size_t thread = threads; thread-- > 0;) {
+    events.push_back(release(thread, 0x1000 * (thread + 1), thread + 1));
+  }
+  const Trace trace("many threads", events);
+  ASSERT_EQ(trace.threads().size(), threads);
+
+  RecordingResource resource;
+  const tp::memory::ReplayResult result = tp::memory::replay(trace, resource);
+  const std::vector<RecordingResource::Call> calls = resource.calls();
+  ASSERT_EQ(calls.size(), trace.size());
+  std::set<std::thread::id> os_threads;
+  for (std::size_t index = 0; index < trace.size(); ++index) {
+    EXPECT_EQ(calls[index].allocate, trace.events()[index].action == TraceAction::allocate) << index;
+    EXPECT_EQ(calls[index].bytes, trace.events()[index].size) << index;
+    os_threads.insert(calls[index].thread);
+  }
+  EXPECT_EQ(os_threads.size(), tp::memory::kMaxReplayThreads);
+  EXPECT_EQ(result.ops, 2 * threads);
+  EXPECT_EQ(resource.outstanding(), 0u);
 }
 
 TEST(Replay, PreservesTheInterleavingOfThreadsAndMapsPointersAcrossThem) {

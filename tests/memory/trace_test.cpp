@@ -186,6 +186,17 @@ TEST(Trace, FilesRoundTripAndMissingFilesAreNamed) {
   }
 }
 
+TEST(Trace, NamesTheSourceLineOfEachEvent) {
+  const Trace read = parse(kHeader +
+                           "0,1,allocate,0x1000,100,0x0\n"
+                           "\n"
+                           "0,2,free,0x1000,100,0x0\n");
+  EXPECT_EQ(read.line(0), 2u);
+  EXPECT_EQ(read.line(1), 4u) << "the blank line counts";
+  const Trace built("generated", {TraceEvent{0, 0, TraceAction::allocate, 0x100, 8, 0}});
+  EXPECT_EQ(built.line(0), 2u);
+}
+
 TEST(Trace, ConstructedTracesReportEventLines) {
   try {
     Trace("generated", {TraceEvent{0, 0, TraceAction::free, 0x100, 8, 0}});

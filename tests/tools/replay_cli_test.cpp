@@ -121,6 +121,62 @@ TEST_F(ReplayCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
   }
 }
 
+TEST_F(ReplayCli, AnAllocationNoFreeingCouldServeExitsThreeNamingTheLine) {
+  // 1000 TiB: within the simulated device's default capacity (twice the peak), beyond what the host can map.
+  const std::string huge = std::to_string(1000ull << 40);
+  write("huge.csv", "Thread,Time,Action,Pointer,Size,Stream\n"
+                    "0,1,allocate,0x1000,64,0x0\n"
+                    "0,2,allocate,0x2000," + huge + ",0x0\n"
+                    "0,3,free,0x2000," + huge + ",0x0\n");
+  for (const std::string& options : {std::string(""), std::string(" --allocator system"),
+                                     std::string(" --capacity 1GiB --allocator bfc")}) {
+    const CliRun result = run("replay --trace " + path("huge.csv") + options);
+    EXPECT_EQ(result.exit_code, 3) << options << "\n" << result.output;
+    EXPECT_NE(result.output.find("huge.csv:3"), std::string::npos) << options << "\n" << result.output;
+    EXPECT_NE(result.output.find("1000.00 TiB"), std::string::npos) << options << "\n" << result.output;
+  }
+  // The 3 MiB allocation on line 3 alone is larger than a 2 MiB device: no allocator can serve it.
+  const CliRun small = run("replay --trace " + path("good.csv") + " --allocator expandable --capacity 2MiB");
+  EXPECT_EQ(small.exit_code, 3) << small.output;
+  EXPECT_NE(small.output.find("good.csv:3"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("--capacity 3.00 MiB or more"), std::string::npos) << small.output;
+}
+
+TEST_F(ReplayCli, TracesOfTensOfThousandsOfThreadsReplay) {
+  // One thread per logged thread ran out of threads (EAGAIN) after a long wait; workers are now capped.
+  constexpr int kThreads = 40000;
+  std::string text = "Thread,Time,Action,Pointer,Size,Stream\n";
+  for (int thread = 0; thread < kThreads; ++thread) {
+    text += std::to_string(thread) + "," + std::to_string(2 * thread) + ",allocate,0x1000,4096,0x0\n";
+    text += std::to_string(thread) + "," + std::to_string(2 * thread + 1) + ",free,0x1000,4096,0x0\n";
+  }
+  write("threads.csv", text);
+  const CliRun result = run("replay --trace " + path("threads.csv") + " --allocator system --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output.substr(0, 2000);
+  const nlohmann::json json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json["threads"], kThreads);
+  EXPECT_EQ(json["results"][0]["ops"], 2 * kThreads);
+  EXPECT_EQ(json["results"][0]["oom_count"], 0);
+}
+
+TEST_F(ReplayCli, GenerateAllRefusesAFileAsItsOutput) {
+  const CliRun named = run("trace generate --kind all --output " + path("f.csv"));
+  EXPECT_EQ(named.exit_code, 2) << named.output;
+  EXPECT_NE(named.output.find("--output '" + path("f.csv") + "' names a file"), std::string::npos) << named.output;
+  EXPECT_NE(named.output.find("directory"), std::string::npos) << named.output;
+  EXPECT_FALSE(fs::exists(path("f.csv"))) << "no directory named like a file";
+  const std::string existing = write("existing", "keep me\n");
+  const CliRun file = run("trace generate --output " + existing);  // --kind all is the default
+  EXPECT_EQ(file.exit_code, 2) << file.output;
+  EXPECT_NE(file.output.find("is a file"), std::string::npos) << file.output;
+  EXPECT_TRUE(fs::is_regular_file(existing));
+  const CliRun directory = run("trace generate --kind all --seed 2 --output " + path("traces"));
+  ASSERT_EQ(directory.exit_code, 0) << directory.output;
+  for (const char* kind : {"random", "training", "varying_shape"}) {
+    EXPECT_TRUE(fs::is_regular_file(directory_ / "traces" / (std::string(kind) + ".csv"))) << kind;
+  }
+}
+
 TEST_F(ReplayCli, GeneratesTracesThatReplay) {
   const CliRun generated = run("trace generate --kind training --seed 3 --output " + path("training.csv"));
   ASSERT_EQ(generated.exit_code, 0) << generated.output;

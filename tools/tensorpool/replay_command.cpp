@@ -2,7 +2,10 @@
 //                   [--find-min-capacity] [--repeat N]
 // Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
 // offline planner's heap next to the lower bound. Bad input throws tp::InvalidArgument / tp::DataError,
-// which main() turns into exit code 2 and a one-line message.
+// which main() turns into exit code 2 and a one-line message. Out of memory under pressure (live allocations
+// fill a small --capacity) is the measurement, counted in the OOMs column; an allocation that no freeing could
+// serve (a fresh, empty device refuses it too: it exceeds the capacity, or the host cannot back it) means the
+// trace cannot be replayed: tp::OutOfMemoryError naming the trace line, exit code 3.
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -20,6 +23,7 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/offline_planner.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/replay.hpp"
 #include "tensorpool/memory/trace.hpp"
 
@@ -85,6 +89,44 @@ memory::Trace load_trace(const std::string& path) {
     TP_THROW(InvalidArgument, "replay", "--trace '", path, "' is a directory; pass one trace CSV file");
   }
   return memory::read_trace_file(path);
+}
+
+// Throws when the largest allocation the replay refused is refused by a fresh, empty stack too: no freeing
+// could serve it, so the trace cannot be replayed on this device (tp::OutOfMemoryError naming the trace line
+// and the fix). Refusals that an empty device serves came from memory pressure and stay results.
+void check_replayable(const memory::Trace& trace, memory::ReplayAllocator allocator, std::size_t capacity,
+                      bool default_capacity, const memory::ReplayResult& result) {
+  if (result.largest_oom_event == memory::kNoEvent) return;
+  const std::size_t size = result.largest_oom_bytes;
+  const std::string line = trace.source() + ":" + std::to_string(trace.line(result.largest_oom_event));
+  auto name = [&](OutOfMemoryReport& report) {
+    report.request_tag.name = "trace line " + line;
+    report.request_tag.op = fmt::format("replay --allocator {}", memory::to_string(allocator));
+    const std::size_t needed = std::max(size, report.rounded_bytes);  // the allocator's rounding included
+    if (needed > capacity) {
+      report.suggestion = fmt::format("pass --capacity {} or more (or leave --capacity out: twice the peak live)",
+                                      format_bytes(needed));
+    } else if (default_capacity) {  // twice the peak: more than any allocator's rounding of one allocation
+      report.suggestion = "the host cannot back it (a simulated device maps its memory from the host); check the "
+                          "trace's Size column, or replay on a host with more memory";
+    } else {
+      report.suggestion = "an empty device of this --capacity refuses it too (the allocator's rounding, e.g. the "
+                          "expandable arena's 2 MiB granules, or a host that cannot back it): raise --capacity, "
+                          "or leave it out";
+    }
+  };
+  try {
+    const std::unique_ptr<memory::MemoryStack> empty = memory::make_replay_stack(allocator, capacity);
+    empty->deallocate(empty->allocate(size), size);
+  } catch (OutOfMemoryError& error) {
+    error.amend(name);
+    throw;
+  } catch (const std::bad_alloc&) {
+    OutOfMemoryReport report = OutOfMemoryReport::for_request(std::string(memory::to_string(allocator)), size, size,
+                                                              {}, capacity, 0, 0);
+    name(report);
+    throw OutOfMemoryError(std::move(report));
+  }
 }
 
 std::string ratio(double value) { return fmt::format("{:.3f}", value); }
@@ -200,6 +242,7 @@ void run_replay(const ReplayArguments& arguments) {
       runs.push_back(memory::replay(trace, *stack));
     }
     AllocatorReport report{allocator, memory::merge_replays(runs), std::nullopt};
+    check_replayable(trace, allocator, capacity, arguments.capacity.empty(), report.result);
     if (arguments.find_min_capacity) report.min_capacity = memory::find_min_capacity(trace, allocator);
     reports.push_back(std::move(report));
   }

@@ -1,4 +1,7 @@
 // tensorpool trace generate --kind random|training|varying_shape|all --output PATH [--seed N]
+// One kind writes one file (PATH, or PATH/KIND.csv when PATH is a directory); --kind all writes KIND.csv for
+// each kind into the directory PATH, created if missing, and refuses a PATH that is a file or is named like
+// one (*.csv) rather than make a directory of that name.
 #include "commands.hpp"
 #include "option_checks.hpp"
 
@@ -38,6 +41,14 @@ void run_generate(const GenerateArguments& arguments) {
   }
   const std::filesystem::path output = arguments.output;
   const bool to_directory = arguments.kind == "all" || std::filesystem::is_directory(output);
+  if (arguments.kind == "all") {
+    const bool is_file = std::filesystem::exists(output) && !std::filesystem::is_directory(output);
+    if (is_file || output.extension() == ".csv") {
+      TP_THROW(InvalidArgument, "trace", "--output '", arguments.output, "' ", is_file ? "is a file" : "names a file",
+               "; --kind all writes one file per kind (random.csv, training.csv, varying_shape.csv) into a "
+               "directory: pass a directory, or one --kind to write one file");
+    }
+  }
   if (to_directory) {
     std::error_code ignored;
     std::filesystem::create_directories(output, ignored);
@@ -68,7 +79,8 @@ void add_trace_command(CLI::App& app) {
   generate->add_option("--kind", arguments->kind, "random | training | varying_shape | all (default: all)")
       ->check(one_of(kinds));
   generate->add_option("--output", arguments->output,
-                       "file to write, or directory for --kind all (default: bench/traces/data)");
+                       "file to write (a directory: KIND.csv in it), or the directory for --kind all, where each kind "
+                       "goes to KIND.csv (default: bench/traces/data)");
   generate->add_option("--seed", arguments->seed, "seed of the generators (default: 1)");
   generate->callback([arguments] { run_generate(*arguments); });
 }

@@ -1,14 +1,16 @@
 #pragma once
 // Replays an allocation trace (trace.hpp) on a MemoryResource and measures it, as RMM's replay benchmark
-// does: one std::thread per thread of the trace, each event performed in its original order (a global
-// sequence number: each thread waits for its turn, spinning briefly and then blocking on the atomic; the
-// wait is not timed), logged pointers mapped to the pointers the resource returns. Each allocate and each
-// deallocate is timed alone with std::chrono::steady_clock.
+// does: one std::thread per thread of the trace, up to kMaxReplayThreads (beyond that, trace thread k runs
+// on worker k % kMaxReplayThreads), each event performed in its original order (a global sequence number:
+// each worker waits for its turn, spinning briefly and then blocking until the previous event's worker hands
+// the turn to it; the wait is not timed), logged pointers mapped to the pointers the resource returns. Each
+// allocate and each deallocate is timed alone with std::chrono::steady_clock.
 //
-// Out of memory is a result, not an error: the failed allocation is counted, the replay continues and the
-// allocation's later free is skipped. "allocate failure" lines of the trace are not replayed. Allocations
-// the trace never frees are freed after the replay (timed, so that every allocation makes a pair).
-// Any other exception from the resource is rethrown after all threads have finished.
+// Out of memory is a result, not an error: the failed allocation is counted (the largest one named), the
+// replay continues and the allocation's later free is skipped. "allocate failure" lines of
+// the trace are not replayed. Allocations the trace never frees are freed after the replay (timed, so that
+// every allocation makes a pair). Any other exception from the resource is rethrown after all threads have
+// finished; a thread that cannot be started is a tp::DeviceError naming the count.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +27,9 @@
 
 namespace tp::memory {
 
+// The most OS threads one replay starts: traces of more threads share them (their order is kept either way).
+inline constexpr std::size_t kMaxReplayThreads = 64;
+
 struct ReplayResult {
   std::size_t ops = 0;                   // allocate and deallocate calls made for the trace's events
   std::size_t allocations = 0;           // allocations served
@@ -36,13 +41,17 @@ struct ReplayResult {
   std::size_t peak_live_bytes = 0;       // the trace's lower bound: max sum of live requested sizes
   std::size_t peak_reserved_bytes = 0;   // the resource's stats().peak_bytes_reserved over the replay
   double reserved_to_live = 0.0;         // peak_reserved / peak_live (0 when nothing is live)
+  std::size_t largest_oom_event = kNoEvent;  // trace index of the largest refused allocation (the earliest of
+                                             // equal sizes; Trace::line names it), kNoEvent without OOMs
+  std::size_t largest_oom_bytes = 0;         // its size
 };
 
 // Resets the resource's peaks first, so peak_reserved_bytes covers this replay only. `alignment` is passed
 // to every allocate.
 ReplayResult replay(const Trace& trace, MemoryResource& resource, std::size_t alignment = kDefaultAlignment);
 
-// Median and p99 (nearest rank) of pair_ns over several results (e.g. --repeat), other fields from `last`.
+// Median and p99 (nearest rank) of pair_ns over several results (e.g. --repeat), the largest refused
+// allocation of all, other fields from the last result.
 ReplayResult merge_replays(const std::vector<ReplayResult>& results);
 
 // The allocators `tensorpool replay` compares, each over a SimDeviceMemory of a given capacity:

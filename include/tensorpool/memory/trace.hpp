@@ -64,6 +64,10 @@ class Trace {
   std::size_t size() const noexcept { return events_.size(); }
   bool empty() const noexcept { return events_.empty(); }
   std::size_t partner(std::size_t index) const noexcept { return partners_[index]; }
+  // The source line of event `index` (from the constructor's line_numbers, else index + 2), for messages.
+  std::size_t line(std::size_t index) const noexcept {
+    return index < line_numbers_.size() ? line_numbers_[index] : index + 2;
+  }
 
   // Distinct thread ids in order of first appearance.
   const std::vector<std::uint64_t>& threads() const noexcept { return threads_; }
@@ -77,6 +81,7 @@ class Trace {
   std::string source_;
   std::vector<TraceEvent> events_;
   std::vector<std::size_t> partners_;
+  std::vector<std::size_t> line_numbers_;  // the source lines of the first events (all, when read from a file)
   std::vector<std::uint64_t> threads_;
   std::size_t peak_live_bytes_ = 0;
   std::size_t allocation_count_ = 0;
