@@ -6,11 +6,12 @@ std::string_view to_string(AllocationKind kind) noexcept {
   switch (kind) {
     case AllocationKind::unknown: return "unknown";
     case AllocationKind::parameter: return "parameter";
-    case AllocationKind::gradient: return "gradient";
+    case AllocationKind::gradient: return "weight_gradient";
     case AllocationKind::optimizer_state: return "optimizer_state";
     case AllocationKind::activation: return "activation";
     case AllocationKind::temporary: return "temporary";
     case AllocationKind::staging: return "staging";
+    case AllocationKind::step_arena: return "step_arena";
   }
   return "unknown";
 }

@@ -257,7 +257,7 @@ void Session::bind(Executable& executable) {
         }
       }
       arena = nullptr;
-      memory::AllocationTag tag{options_.name + "/arena", "Session", {}, {}, memory::AllocationKind::activation};
+      memory::AllocationTag tag{options_.name + "/arena", "Session", {}, {}, memory::AllocationKind::step_arena};
       arena = layout.device->allocate(layout.plan.arena_bytes, tag, memory_of(*layout.device));
     }
     if (layout.arena == arena) continue;

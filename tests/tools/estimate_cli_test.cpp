@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "tensorpool/distribute/mpi.hpp"
@@ -90,8 +91,40 @@ TEST_F(EstimateCli, TheEstimateNamesEveryKindAndShape) {
   const CliRun run = run_cli("estimate --devices sim:0 --strategy one --batch-size 32");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* text : {"dense/kernel", "parameter", "float32[784,512]", "optimizer_state", "dense/kernel/adam_m",
-                           "gradient", "activation", "train/arena", "planned peak on sim:0", "totals by kind"}) {
+                           "weight_gradient", "activation_gradient", "activation", "step_arena", "train/arena",
+                           "planned peak on sim:0", "totals by kind"}) {
     EXPECT_NE(run.output.find(text), std::string::npos) << text << " missing from\n" << run.output;
+  }
+}
+
+// One vocabulary (issue 18): the step's gradients are activation_gradient or weight_gradient, never activation,
+// and the arena's split by kind, taken at its fullest planned step, fits in the arena.
+void expect_one_vocabulary(const nlohmann::json& estimate) {
+  const std::set<std::string> kinds = {"parameter",           "optimizer_state", "weight_gradient", "step_arena",
+                                       "activation",          "activation_gradient", "other"};
+  for (const nlohmann::json& row : estimate.at("tensors")) {
+    const std::string name = row.at("name"), kind = row.at("kind");
+    EXPECT_TRUE(kinds.contains(kind)) << name << ": " << kind;
+    if (name.starts_with("gradients/") || name.find("/gradients/") != std::string::npos) {
+      EXPECT_TRUE(kind == "activation_gradient" || kind == "weight_gradient") << name << ": " << kind;
+    }
+  }
+  EXPECT_EQ(estimate.at("tensors").at(0).at("kind"), "parameter");
+  for (const nlohmann::json& device : estimate.at("devices")) {
+    const nlohmann::json& live = device.at("arena_live_at_peak");
+    const std::size_t split = live.at("activation").get<std::size_t>() +
+                              live.at("activation_gradient").get<std::size_t>() +
+                              live.at("weight_gradient").get<std::size_t>() + live.at("other").get<std::size_t>();
+    EXPECT_LE(split, device.at("arena_bytes").get<std::size_t>()) << device.dump();
+    EXPECT_GE(split, device.at("lower_bound_bytes").get<std::size_t>()) << device.dump();
+    EXPECT_GT(live.at("weight_gradient").get<std::size_t>(), 0u) << device.dump();
+  }
+}
+
+TEST_F(EstimateCli, KindsAreOneVocabularyAndTheArenaSplitFitsTheArena) {
+  for (const std::string devices : {"--devices sim:0 --strategy one", "--devices sim:0,sim:1"}) {
+    SCOPED_TRACE(devices);
+    expect_one_vocabulary(run_json("estimate " + devices + " --batch-size 64 --json"));
   }
 }
 
@@ -164,6 +197,47 @@ TEST_F(EstimateCli, TrainWithProfileWritesTheReports) {
   const nlohmann::json snapshot = nlohmann::json::parse(snapshot_file);
   EXPECT_EQ(snapshot.at("devices").at(0).at("device"), "sim:0");
   EXPECT_GT(snapshot.at("devices").at(0).at("peak").at("in_use_bytes").get<std::size_t>(), 0u);
+}
+
+// train's memory summary speaks the estimate's vocabulary: its arena split (live at the fullest planned step)
+// fits in the arena, and no gradient is labelled an activation.
+TEST_F(EstimateCli, TrainSummaryKindsMatchTheEstimate) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist";
+  }
+  const fs::path summary = directory_ / "summary.json";
+  const CliRun run = run_cli("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --summary-json '" +
+                             summary.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output.find("MatMul:0 float32[784,512] (activation"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("gradients/dense/MatMul/MatMul:0 float32[784,512] (weight_gradient (in arena))"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("train/arena  (step_arena)"), std::string::npos) << run.output;
+  std::ifstream in(summary);
+  const nlohmann::json device = nlohmann::json::parse(in).at("devices").at(0);
+  const nlohmann::json& live = device.at("arena_live_at_peak");
+  const std::size_t split = live.at("activation").get<std::size_t>() +
+                            live.at("activation_gradient").get<std::size_t>() +
+                            live.at("weight_gradient").get<std::size_t>() + live.at("other").get<std::size_t>();
+  EXPECT_LE(split, device.at("arena_bytes").get<std::size_t>()) << device.dump();
+  EXPECT_GT(split, 0u);
+  for (const nlohmann::json& tensor : device.at("largest_tensors")) {
+    const std::string name = tensor.at("name"), kind = tensor.at("kind");
+    if (name.starts_with("gradients/")) {
+      EXPECT_EQ(kind.find("activation ("), std::string::npos) << name << kind;
+    }
+  }
+  // The same kinds as `estimate` gives the same tensors.
+  const nlohmann::json estimate = run_json("estimate --strategy one --devices sim:0 --batch-size 32 --json");
+  expect_one_vocabulary(estimate);
+  for (const nlohmann::json& tensor : device.at("largest_tensors")) {
+    for (const nlohmann::json& row : estimate.at("tensors")) {
+      if (row.at("name") != tensor.at("name")) continue;
+      const std::string kind = tensor.at("kind");
+      EXPECT_EQ(kind.substr(0, kind.find(" (in arena)")), row.at("kind").get<std::string>()) << row.dump();
+    }
+  }
 }
 
 TEST_F(EstimateCli, BadFlagsExitTwoWithOneLine) {

@@ -40,7 +40,7 @@ TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
   const std::string& text = run.output;
   // The request: which tensor, what it is, how many bytes.
   EXPECT_NE(text.find("out of memory on sim:0 (allocator bfc): tried to allocate"), std::string::npos) << text;
-  EXPECT_NE(text.find("for train/arena (Session, activation)"), std::string::npos) << text;
+  EXPECT_NE(text.find("for train/arena (Session, step_arena)"), std::string::npos) << text;
   // The device's figures and the cause with its numbers.
   EXPECT_NE(text.find("limit 16.00 MiB, in use"), std::string::npos) << text;
   // The 36 MiB arena is larger than the whole 16 MiB limit: the cause says so, not "shortage" of what is left.

@@ -129,8 +129,8 @@ TEST_F(ReportBrowser, RendersEveryPanelWithTheSnapshotsNumbers) {
     EXPECT_EQ(count(section.substr(high_water, section.find("</table>", high_water) - high_water), std::regex("<tr>")),
               ops + 1);
   }
-  // sim:0: parameters, optimizer state and the arena (activation) are stacked on the timeline.
-  for (const char* kind : {"parameter", "optimizer_state", "activation"}) {
+  // sim:0: parameters, optimizer state and the step's arena are stacked on the timeline.
+  for (const char* kind : {"parameter", "optimizer_state", "step_arena"}) {
     EXPECT_NE(sections[0].find("data-kind=\"" + std::string(kind) + "\""), std::string::npos) << kind;
   }
   // #sort=breakdown-0,5 sorted sim:0's breakdown by allocated bytes, descending.

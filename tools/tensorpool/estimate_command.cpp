@@ -29,7 +29,7 @@ void run_estimate(const EstimateArguments& arguments) {
   const runtime::MemoryPlan plan = setup.strategy.kind == train::Strategy::Kind::parameter_server
                                        ? train::plan_parameter_server(*model, arguments.model.batch_size)
                                        : model->plan(arguments.model.batch_size);
-  const MemoryEstimate estimate = estimate_memory(plan, devices, arguments.model.batch_size);
+  const MemoryEstimate estimate = estimate_memory(plan, *model, devices, arguments.model.batch_size);
   for (device::Device* device : devices) {
     if (device->memory().stats().num_allocs != 0) {  // the contract: an estimate touches no device memory
       TP_THROW(DeviceError, "estimate", "planning allocated on ", device->name(), "; this is a bug, please report it");

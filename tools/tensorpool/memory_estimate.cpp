@@ -10,16 +10,6 @@
 namespace tp::cli {
 namespace {
 
-// Step tensors carry no kind of their own in the plan: the gradient tape and the all-reduce name theirs.
-std::string step_tensor_kind(const runtime::PlannedTensor& tensor) {
-  const std::string& name = tensor.name;
-  if (name.starts_with("gradients/") || name.starts_with("all_reduce/") ||
-      name.find("/gradients/") != std::string::npos) {
-    return "gradient";
-  }
-  return std::string(memory::to_string(tensor.kind));
-}
-
 std::string shape_text(const std::vector<std::int64_t>& dims) {
   std::string text = "[";
   for (std::size_t index = 0; index < dims.size(); ++index) text += (index ? "," : "") + std::to_string(dims[index]);
@@ -28,8 +18,26 @@ std::string shape_text(const std::vector<std::int64_t>& dims) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vector<device::Device*>& devices,
-                               std::int64_t batch_size, const std::string& arena_name, const ConfigChange& change) {
+nlohmann::json live_at_peak_json(const train::StepBytes& step) {
+  return {{"step", step.peak_step},
+          {"activation", step.live_activation_bytes},
+          {"activation_gradient", step.live_activation_gradient_bytes},
+          {"weight_gradient", step.live_weight_gradient_bytes},
+          {"other", step.live_other_bytes}};
+}
+
+std::string live_at_peak_text(const train::StepBytes& step, std::size_t arena_bytes) {
+  return fmt::format(
+      "live at the step arena's fullest planned step ({}, arena {}): activation {}, activation_gradient {}, "
+      "weight_gradient {}, other {}",
+      step.peak_step, format_bytes(arena_bytes), format_bytes(step.live_activation_bytes),
+      format_bytes(step.live_activation_gradient_bytes), format_bytes(step.live_weight_gradient_bytes),
+      format_bytes(step.live_other_bytes));
+}
+
+MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Sequential& model,
+                               const std::vector<device::Device*>& devices, std::int64_t batch_size,
+                               const EstimateOptions& options) {
   MemoryEstimate estimate;
   estimate.batch_size = batch_size;
   for (const runtime::DevicePlan& device_plan : plan.devices) {
@@ -48,13 +56,14 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vecto
                          .planned_peak_allocated_bytes = 0,
                          .limit_bytes = device->memory().limit_bytes(),
                          .fits = true,
-                         .bytes_by_kind = {}};
+                         .bytes_by_kind = {},
+                         .step = {}};
     // The allocator's rounding is its own business (BFC hands a chunk below twice the request out whole), so
     // replay the step's allocations, in the session's order, on a scratch stack of the device's configuration:
     // the same allocator over simulated memory (reserved lazily by the OS, never touched).
     memory::MemoryConfig scratch_config = device->memory().config();
     scratch_config.tracking = false;
-    if (change) change(scratch_config);
+    if (options.change) options.change(scratch_config);
     std::unique_ptr<memory::MemoryStack> scratch =
         memory::make_sim_device_memory_stack(scratch_config, device->capacity_bytes());
     std::vector<std::pair<void*, std::size_t>> held;
@@ -81,8 +90,8 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vecto
     }
     entry.variables_fit = entry.fits;
     estimate.rows.push_back({entry.device,
-                             arena_name,
-                             "activation",
+                             options.arena_name,
+                             std::string(memory::to_string(memory::AllocationKind::step_arena)),
                              "Session",
                              "",
                              "arena",
@@ -92,9 +101,11 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vecto
     const memory::MemoryStats replayed = scratch->stats();
     entry.planned_peak_allocated_bytes = std::max(replayed.peak_bytes_in_use + overflow, entry.planned_peak_bytes);
     for (const auto& [ptr, bytes] : held) scratch->deallocate(ptr, bytes);
-    for (const runtime::PlannedTensor& tensor : plan.tensors) {
+    entry.step = model.step_bytes(plan, entry.device);
+    for (std::size_t index = 0; index < plan.tensors.size(); ++index) {
+      const runtime::PlannedTensor& tensor = plan.tensors[index];
       if (tensor.device != entry.device) continue;
-      const std::string kind = step_tensor_kind(tensor);
+      const std::string kind(train::to_string(entry.step.kinds[index]));
       entry.bytes_by_kind[kind] += tensor.bytes;
       estimate.rows.push_back({entry.device, tensor.name, kind, tensor.op, tensor.dtype,
                                tensor.in_place ? "in place" : "in arena", tensor.shape, tensor.bytes,
@@ -116,7 +127,8 @@ nlohmann::json to_json(const MemoryEstimate& estimate) {
                        {"planned_peak_allocated_bytes", device.planned_peak_allocated_bytes},
                        {"limit_bytes", device.limit_bytes},
                        {"fits", device.fits},
-                       {"bytes_by_kind", device.bytes_by_kind}});
+                       {"bytes_by_kind", device.bytes_by_kind},
+                       {"arena_live_at_peak", live_at_peak_json(device.step)}});
   }
   nlohmann::json tensors = nlohmann::json::array();
   for (const EstimateRow& row : estimate.rows) {
@@ -137,16 +149,17 @@ void print_estimate(std::ostream& out, const MemoryEstimate& estimate) {
   out << fmt::format("Memory estimate of one training step at batch {} (static plan; nothing allocated)\n",
                      estimate.batch_size);
   for (const DeviceEstimate& device : estimate.devices) {
-    out << fmt::format("\n{}:\n  {:<52} {:<16} {:<20} {:>12} {:>12}  {}\n", device.device, "tensor", "kind", "shape",
+    out << fmt::format("\n{}:\n  {:<52} {:<19} {:<20} {:>12} {:>12}  {}\n", device.device, "tensor", "kind", "shape",
                        "bytes", "allocated", "where");
     for (const EstimateRow& row : estimate.rows) {
       if (row.device != device.device) continue;
-      out << fmt::format("  {:<52} {:<16} {:<20} {:>12} {:>12}  {}\n", row.name, row.kind,
+      out << fmt::format("  {:<52} {:<19} {:<20} {:>12} {:>12}  {}\n", row.name, row.kind,
                          row.dtype + shape_text(row.shape), row.bytes, row.allocated_bytes, row.placement);
     }
-    out << "  totals by kind (tensor bytes; step tensors share the arena):";
+    out << "  totals by kind (sums of tensor sizes; step tensors share the arena):";
     for (const auto& [kind, bytes] : device.bytes_by_kind) out << fmt::format(" {} {};", kind, format_bytes(bytes));
     out << '\n';
+    out << fmt::format("  step tensors {}\n", live_at_peak_text(device.step, device.arena_bytes));
     out << fmt::format(
         "  planned peak on {}: {} ({} bytes) = variables {} + step arena {} (lower bound {}); {} after allocator "
         "rounding; limit {}{}\n",

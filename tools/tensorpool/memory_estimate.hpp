@@ -1,6 +1,8 @@
 #pragma once
 // The per-tensor memory estimate of a training step, from the static plan (Session::plan): nothing is
-// allocated on the devices. Each tensor with its kind, shape, dtype, bytes (elements x dtype size) and bytes
+// allocated on the devices. Each tensor with its kind (parameter, optimizer_state, weight_gradient for
+// variables; step_arena; activation, activation_gradient, weight_gradient, other inside the arena: the
+// vocabulary of OOM reports, the profiler and train's summary), shape, dtype, bytes (elements x dtype size) and bytes
 // after rounding: variables and the step's arena are allocations of their own, and their allocated bytes come
 // from replaying them, in the session's order, on a scratch stack of the device's configuration (so BFC's
 // whole-chunk hand-outs are counted as the device will count them); step tensors live in the arena at planned
@@ -19,6 +21,8 @@
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/memory/memory_config.hpp"
 #include "tensorpool/runtime/memory_plan.hpp"
+#include "tensorpool/train/plan_bytes.hpp"
+#include "tensorpool/train/sequential.hpp"
 
 namespace tp::cli {
 
@@ -40,6 +44,7 @@ struct DeviceEstimate {
   bool fits = true;                                  // the replay on the scratch stack served every allocation
   bool variables_fit = true;                         // ... every variable, before the arena
   std::map<std::string, std::size_t> bytes_by_kind;  // sum of the tensors' bytes (arena tensors reuse memory)
+  train::StepBytes step;                             // the arena's tensors by kind, live at its fullest step
 };
 
 struct MemoryEstimate {
@@ -52,13 +57,21 @@ struct MemoryEstimate {
 // (e.g. the expandable allocator) with the same limit and the same allocations.
 using ConfigChange = std::function<void(memory::MemoryConfig&)>;
 
-// `devices` gives each planned device's memory configuration and limit (looked up by name); `arena_name` is
-// the tag of the session's arena ("<session name>/arena"); `change`, when set, alters the replayed
-// configuration (the devices themselves are not touched).
-MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const std::vector<device::Device*>& devices,
-                               std::int64_t batch_size, const std::string& arena_name = "train/arena",
-                               const ConfigChange& change = {});
+struct EstimateOptions {
+  std::string arena_name = "train/arena";  // the tag of the session's arena ("<session name>/arena")
+  ConfigChange change{};                    // when set, alters the replayed configuration (not the devices')
+};
+
+// `plan` is `model`'s (its graph tells the step's tensors apart); `devices` gives each planned device's
+// memory configuration and limit (looked up by name).
+MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Sequential& model,
+                               const std::vector<device::Device*>& devices, std::int64_t batch_size,
+                               const EstimateOptions& options = {});
 nlohmann::json to_json(const MemoryEstimate& estimate);
+// A step's arena split as live at its fullest planned step (adds up to at most the arena): JSON with the
+// step and bytes per kind, and one line of text; shared with train's memory summary.
+nlohmann::json live_at_peak_json(const train::StepBytes& step);
+std::string live_at_peak_text(const train::StepBytes& step, std::size_t arena_bytes);
 void print_estimate(std::ostream& out, const MemoryEstimate& estimate);
 
 }  // namespace tp::cli

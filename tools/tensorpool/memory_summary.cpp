@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iostream>
 
+#include "memory_estimate.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 
@@ -40,18 +41,20 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
     std::size_t parameter_bytes = 0, optimizer_state_bytes = 0;  // the live variables, by kind
     if (memory::TrackingAdaptor* tracking = device.memory().tracking()) {
       for (const memory::TrackedAllocation& live : tracking->live_allocations()) {
-        const bool arena = live.tag.dtype.empty();  // the step's arena: the planned tensors live inside it
+        const bool arena = live.tag.kind == memory::AllocationKind::step_arena;  // the planned tensors' home
         if (!arena && live.tag.kind == memory::AllocationKind::parameter) parameter_bytes += live.bytes;
         if (!arena && live.tag.kind == memory::AllocationKind::optimizer_state) optimizer_state_bytes += live.bytes;
         largest.push_back({live.tag.name, arena ? "" : live.tag.dtype + shape_text(live.tag.shape),
-                           arena ? "the step's planned arena" : std::string(memory::to_string(live.tag.kind)),
+                           std::string(memory::to_string(live.tag.kind)),
                            live.bytes});
       }
     }
-    for (const runtime::PlannedTensor& tensor : plan.tensors) {
+    const train::StepBytes split = model.step_bytes(plan, name);
+    for (std::size_t index = 0; index < plan.tensors.size(); ++index) {
+      const runtime::PlannedTensor& tensor = plan.tensors[index];
       if (tensor.device == name && tensor.planned_bytes > 0) {
-        largest.push_back(
-            {tensor.name, tensor.dtype + shape_text(tensor.shape), "activation (in arena)", tensor.bytes});
+        largest.push_back({tensor.name, tensor.dtype + shape_text(tensor.shape),
+                           std::string(train::to_string(split.kinds[index])) + " (in arena)", tensor.bytes});
       }
     }
     std::sort(largest.begin(), largest.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
@@ -62,10 +65,11 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
                              100.0 * stats.fragmentation());
     std::cout << fmt::format("    parameters {}, optimizer state {}\n", format_bytes(parameter_bytes),
                              format_bytes(optimizer_state_bytes));
-    const train::StepBytes split = model.step_bytes(plan, name);
-    std::cout << fmt::format("    planned activations {}, activation gradients {}, weight gradients {}, other {}\n",
-                             format_bytes(split.activation_bytes), format_bytes(split.activation_gradient_bytes),
-                             format_bytes(split.weight_gradient_bytes), format_bytes(split.other_bytes));
+    std::size_t arena_bytes = 0;
+    for (const runtime::DevicePlan& device_plan : plan.devices) {
+      if (device_plan.device == name) arena_bytes = device_plan.arena_bytes;
+    }
+    std::cout << "    planned activations and gradients " << live_at_peak_text(split, arena_bytes) << '\n';
     nlohmann::json tensors = nlohmann::json::array();
     for (const LargestTensor& tensor : largest) {
       std::cout << fmt::format("    {:>10}  {} {} ({})\n", format_bytes(tensor.bytes), tensor.name, tensor.shape,
@@ -81,6 +85,9 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
                        {"fragmentation", stats.fragmentation()},
                        {"parameter_bytes", parameter_bytes},
                        {"optimizer_state_bytes", optimizer_state_bytes},
+                       {"arena_bytes", arena_bytes},
+                       {"arena_live_at_peak", live_at_peak_json(split)},
+                       // sums of the step tensors' sizes (tensors never live together share arena memory)
                        {"activation_bytes", split.activation_bytes},
                        {"activation_gradient_bytes", split.activation_gradient_bytes},
                        {"weight_gradient_bytes", split.weight_gradient_bytes},

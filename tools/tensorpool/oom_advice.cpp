@@ -95,7 +95,8 @@ std::string variables_advice(const MemoryEstimate& estimate, const std::vector<d
 
 bool batch_fits(train::Sequential& model, const std::vector<device::Device*>& devices, std::int64_t batch_size,
                 const ConfigChange& change) {
-  const MemoryEstimate estimate = estimate_memory(model.plan(batch_size), devices, batch_size, "train/arena", change);
+  const MemoryEstimate estimate = estimate_memory(model.plan(batch_size), model, devices, batch_size,
+                                                  {.arena_name = "train/arena", .change = change});
   return std::all_of(estimate.devices.begin(), estimate.devices.end(),
                      [](const DeviceEstimate& device) { return device.fits; });
 }
@@ -120,7 +121,7 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
   std::string advice;
   try {
     const OutOfMemoryReport& report = error.report();
-    const MemoryEstimate current = estimate_memory(model.plan(batch_size), devices, batch_size);
+    const MemoryEstimate current = estimate_memory(model.plan(batch_size), model, devices, batch_size);
     const std::string too_many_variables = variables_advice(current, devices);
     if (!too_many_variables.empty()) {
       advice += too_many_variables;
@@ -131,10 +132,10 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
         advice += fmt::format(
             "--batch-size {} fits: its allocations, replayed through the {} allocator, peak at {} (check it "
             "with `tensorpool estimate --batch-size {}`). ",
-            batch, allocator, peaks_text(estimate_memory(model.plan(batch), devices, batch)), batch);
+            batch, allocator, peaks_text(estimate_memory(model.plan(batch), model, devices, batch)), batch);
       } else {
         advice += fmt::format("not even --batch-size 1 fits with the {} allocator (peak after rounding {}). ",
-                              allocator, peaks_text(estimate_memory(model.plan(1), devices, 1)));
+                              allocator, peaks_text(estimate_memory(model.plan(1), model, devices, 1)));
       }
       std::string verified;
       for (const Alternative& alternative : alternatives(devices.front()->memory().config())) {

@@ -141,7 +141,7 @@ void run_profile(const ProfileArguments& arguments) {
   const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(*model, arguments.model.batch_size)
                                                     : model->plan(arguments.model.batch_size);
   set_planned_peaks(*profiler, plan);
-  const MemoryEstimate estimate = estimate_memory(plan, run_devices, arguments.model.batch_size);
+  const MemoryEstimate estimate = estimate_memory(plan, *model, run_devices, arguments.model.batch_size);
   try {
     if (parameter_server) {
       train::fit_parameter_server(*model, parameter_server_batches(arguments, setup.manager->device("cpu:0")),

@@ -10,14 +10,17 @@
 
 namespace tp::memory {
 
+// One vocabulary for what memory holds, shared by OOM reports, the profiler, `tensorpool estimate` and train's
+// memory summary (the step's tensors inside the arena are told apart by train::StepTensorKind, plan_bytes.hpp).
 enum class AllocationKind : std::uint8_t {
   unknown,
   parameter,
-  gradient,
+  gradient,  // a persistent gradient buffer, of its variable's shape: "weight_gradient"
   optimizer_state,
   activation,
   temporary,
   staging,
+  step_arena,  // a session's planned arena: one allocation holding a step's activations and gradients
 };
 
 std::string_view to_string(AllocationKind kind) noexcept;

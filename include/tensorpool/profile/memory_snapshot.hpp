@@ -22,7 +22,7 @@
 namespace tp::profile {
 
 // AllocationKind values, in enum order (unknown first); indexes of per-kind arrays.
-inline constexpr std::size_t kKinds = 7;
+inline constexpr std::size_t kKinds = 8;
 using KindBytes = std::array<std::size_t, kKinds>;
 
 struct LiveTensor {

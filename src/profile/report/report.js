@@ -5,7 +5,8 @@
 // When done it sets window.tpReport = {rendered: true, devices: N} (the headless-browser test waits for it).
 (function () {
   "use strict";
-  const KINDS = ["parameter", "gradient", "optimizer_state", "activation", "temporary", "staging", "unknown"];
+  const KINDS = ["parameter", "weight_gradient", "optimizer_state", "step_arena", "activation", "temporary", "staging",
+                 "unknown"];
   const SVG = "http://www.w3.org/2000/svg";
 
   // Mirrors tp::format_bytes: "256 B", "1.50 MiB".
