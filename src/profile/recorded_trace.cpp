@@ -1,5 +1,6 @@
 // recorded_trace(): the recorded events as an RMM allocation trace (memory/trace.hpp) for `tensorpool replay`.
-// Devices' events are merged by time, each device's in its own (sequence) order. A free is kept only when its
+// One device's events, or every device's merged by time, each device's in its own (sequence) order; a replay
+// serves a trace from one device, so only a single device's trace reproduces that device's peak. A free is kept only when its
 // allocation is in the retained events, so the result always validates (a Trace checks every free).
 #include <limits>
 #include <unordered_set>

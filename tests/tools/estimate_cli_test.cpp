@@ -1,11 +1,12 @@
 // tensorpool estimate and tensorpool profile as a user runs them: the estimate, made without allocating, equals
 // the peak measured over real training steps (requested bytes, and in-use bytes after the allocator's rounding)
 // for the Keras-example MLP at batch 32 and 128 on one and two sim devices; the files profile writes are
-// complete, and its trace CSV replays in `tensorpool replay`; train --profile writes the same files; under mpirun
-// the estimate plans ZeRO across workers.
+// complete, and each device's trace CSV replays that device's peak in `tensorpool replay`; train --profile
+// writes the same files; under mpirun the estimate plans ZeRO across workers.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -164,21 +165,27 @@ TEST_F(EstimateCli, ProfileWritesEveryFileAndItsTraceReplays) {
   const CliRun run =
       run_cli("profile --devices sim:0,sim:1 --batch-size 64 --steps 4 --synthetic --out '" + out.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  for (const char* file : {"snapshot.json", "trace.json", "trace.csv", "report.html", "summary.txt"}) {
+  for (const char* file : {"snapshot.json", "trace.json", "report.html", "summary.txt"}) {
     EXPECT_GT(fs::file_size(out / file), 0u) << file;
   }
+  EXPECT_FALSE(fs::exists(out / "trace.csv")) << "a trace of all devices merged replays their sum on one device";
   std::ifstream snapshot_file(out / "snapshot.json");
   const nlohmann::json snapshot = nlohmann::json::parse(snapshot_file);
   ASSERT_EQ(snapshot.at("devices").size(), 3u);  // sim:0, sim:1 and cpu:0 (host staging)
-  std::size_t recorded_allocations = 0;
+  // One trace per device, whose replay reproduces that device's recorded allocations and peak.
   for (const nlohmann::json& device : snapshot.at("devices")) {
-    EXPECT_EQ(device.at("events").at("dropped"), 0);
+    std::string name = device.at("device").get<std::string>();
+    EXPECT_EQ(device.at("events").at("dropped"), 0) << name;
+    std::size_t recorded_allocations = 0;
     for (const nlohmann::json& row : device.at("events").at("rows")) recorded_allocations += row.at(0) == "allocate";
+    std::replace(name.begin(), name.end(), ':', '_');
+    const fs::path trace = out / ("trace-" + name + ".csv");
+    ASSERT_TRUE(fs::exists(trace)) << trace;
+    const nlohmann::json replay = run_json("replay --trace '" + trace.string() + "' --allocator bfc --json");
+    EXPECT_EQ(replay.at("allocations").get<std::size_t>(), recorded_allocations) << name;
+    EXPECT_EQ(replay.at("peak_live_bytes"), device.at("peak").at("requested_bytes")) << name;
+    EXPECT_EQ(replay.at("results").at(0).at("oom_count"), 0) << name;
   }
-  const nlohmann::json replay =
-      run_json("replay --trace '" + (out / "trace.csv").string() + "' --allocator bfc --json");
-  EXPECT_EQ(replay.at("allocations").get<std::size_t>(), recorded_allocations);
-  EXPECT_EQ(replay.at("results").at(0).at("oom_count"), 0);
   EXPECT_NE(run.output.find("measured peak"), std::string::npos) << run.output;
 }
 
@@ -190,7 +197,8 @@ TEST_F(EstimateCli, TrainWithProfileWritesTheReports) {
   const CliRun run =
       run_cli("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --profile '" + out.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  for (const char* file : {"snapshot.json", "trace.json", "trace.csv", "report.html", "summary.txt"}) {
+  for (const char* file : {"snapshot.json", "trace.json", "trace-sim_0.csv", "trace-cpu_0.csv", "report.html",
+                           "summary.txt"}) {
     EXPECT_TRUE(fs::exists(out / file)) << file;
   }
   std::ifstream snapshot_file(out / "snapshot.json");

@@ -1,6 +1,6 @@
 // tensorpool profile [model flags] [--steps N] [--out DIR] [--synthetic | --data DIR] [--json]: N training
 // steps of the Keras-example MLP under the memory profiler. Prints each device's summary table with the
-// planned peak next to the measured one and writes snapshot.json, trace.json, trace.csv, report.html and
+// planned peak next to the measured one and writes snapshot.json, trace.json, trace-DEVICE.csv, report.html and
 // summary.txt into DIR. Out of memory: the error says what was being allocated, what was live, why, and the
 // batch size that fits (oom_advice.hpp); DIR still gets the files, taken at the failure.
 #include <fmt/format.h>
@@ -206,8 +206,9 @@ void run_profile(const ProfileArguments& arguments) {
   }
   std::cout << '\n' << summary;
   if (!arguments.out.empty()) {
-    std::cout << fmt::format("\nWrote snapshot.json, trace.json, trace.csv, report.html and summary.txt to {}\n",
-                             arguments.out);
+    std::cout << fmt::format(
+        "\nWrote snapshot.json, trace.json, trace-DEVICE.csv (one per device), report.html and summary.txt to {}\n",
+        arguments.out);
   }
 }
 
@@ -219,7 +220,7 @@ void add_profile_command(CLI::App& app) {
   add_model_options(*command, arguments->model);
   command->add_option("--steps", arguments->steps, "training steps to run")->capture_default_str();
   command->add_option("--out", arguments->out,
-                      "directory for snapshot.json, trace.json, trace.csv, report.html, summary.txt");
+                      "directory for snapshot.json, trace.json, trace-DEVICE.csv, report.html, summary.txt");
   command->add_option("--data", arguments->data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
   command->add_flag("--synthetic", arguments->synthetic, "random batches instead of Fashion-MNIST (same memory)");
   command->add_option("--max-events", arguments->max_events, "events kept per device (older ones are dropped)")

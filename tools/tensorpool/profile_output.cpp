@@ -33,6 +33,11 @@ void set_planned_peaks(profile::MemoryProfiler& profiler, const runtime::MemoryP
     profiler.set_planned_peak(device.device, device.planned_peak_bytes);
 }
 
+std::string trace_file_name(std::string device) {
+  std::replace(device.begin(), device.end(), ':', '_');
+  return "trace-" + device + ".csv";
+}
+
 std::string write_profile(const std::filesystem::path& directory, const profile::MemorySnapshot& snapshot) {
   std::error_code error;
   std::filesystem::create_directories(directory, error);
@@ -43,7 +48,10 @@ std::string write_profile(const std::filesystem::path& directory, const profile:
   for (const profile::DeviceSnapshot& device : snapshot.devices) summary += profile::summary_table(device);
   profile::write_text_file(directory / "snapshot.json", profile::snapshot_json(snapshot) + "\n");
   profile::write_text_file(directory / "trace.json", profile::chrome_trace_json(snapshot) + "\n");
-  memory::write_trace_file(directory / "trace.csv", profile::recorded_trace(snapshot));
+  for (const profile::DeviceSnapshot& device : snapshot.devices) {
+    memory::write_trace_file(directory / trace_file_name(device.device),
+                             profile::recorded_trace(snapshot, device.device));
+  }
   profile::write_text_file(directory / "report.html", profile::html_report(snapshot));
   profile::write_text_file(directory / "summary.txt", summary);
   return summary;

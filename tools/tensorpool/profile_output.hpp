@@ -1,7 +1,8 @@
 #pragma once
 // The memory profiler as the CLI uses it (train --profile DIR, profile --out DIR): started over the run's
 // devices and cpu:0 (host staging of feeds and fetches lives there), and, at the end, its snapshot written as
-// snapshot.json, trace.json (Chrome trace), trace.csv (RMM trace for `tensorpool replay`), report.html and
+// snapshot.json, trace.json (Chrome trace), one RMM trace per device for `tensorpool replay`
+// (trace-sim_0.csv...: a device's own events, so its replay reproduces that device's peak), report.html and
 // summary.txt (docs/profiling.md).
 #include <cstddef>
 #include <filesystem>
@@ -24,7 +25,9 @@ std::unique_ptr<profile::MemoryProfiler> start_profiler(device::DeviceManager& m
 std::vector<device::Device*> named_devices(device::DeviceManager& manager, const std::vector<std::string>& names);
 // Hands the plan's peaks to the profiler, so snapshots show planned next to measured.
 void set_planned_peaks(profile::MemoryProfiler& profiler, const runtime::MemoryPlan& plan);
-// Writes the five files into `directory` (created if missing); returns the summary text.
+// "sim:0" -> "trace-sim_0.csv": the file of a device's recorded trace.
+std::string trace_file_name(std::string device);
+// Writes the files into `directory` (created if missing); returns the summary text.
 std::string write_profile(const std::filesystem::path& directory, const profile::MemorySnapshot& snapshot);
 // After an out-of-memory error on `device` (empty when unknown): the five files, taken while everything that
 // was live at the failure is still live. Never throws: a write error is printed to stderr, so it cannot hide

@@ -261,7 +261,8 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(whole_number<std::int64_t>(1));
   command->add_option("--profile", arguments->profile_dir,
-                      "record memory; write snapshot.json, trace.json, trace.csv, report.html, summary.txt there");
+                      "record memory; write snapshot.json, trace.json, trace-DEVICE.csv (one per device), "
+                      "report.html, summary.txt there");
   command->callback([arguments] { run_train(*arguments); });
 }
 

@@ -20,7 +20,8 @@ namespace tp::profile {
 
 std::string snapshot_json(const MemorySnapshot& snapshot, int indent = -1);
 std::string chrome_trace_json(const MemorySnapshot& snapshot);
-// Every recorded device's events in time order, or only `device`'s. Thread = the event's thread id.
+// Only `device`'s events (what replaying reproduces that device's peak from), or every recorded device's in
+// time order (replayed on one device, their sum). Thread = the event's thread id.
 memory::Trace recorded_trace(const MemorySnapshot& snapshot, const std::optional<std::string>& device = std::nullopt);
 std::string html_report(const MemorySnapshot& snapshot);
 std::string summary_table(const DeviceSnapshot& device);
