@@ -37,8 +37,9 @@ TEST_F(JobSettings, RanksWithTheSameSettingsAgree) {
 TEST_F(JobSettings, EveryDifferenceIsNamedWithBothValuesOnEveryRank) {
   const MpiWorld& world = mpi_world();
   if (world.size == 1) GTEST_SKIP() << "one rank cannot disagree with itself; run under mpirun -np 2";
+  const std::string data(10 * static_cast<std::size_t>(world.rank + 1), 'd');  // a length of its own
   std::vector<JobSetting> settings{{.name = "--epochs", .value = std::to_string(world.rank), .shown = {}},
-                                   {.name = "--data", .value = std::string(10 * (world.rank + 1), 'd'), .shown = "same"},
+                                   {.name = "--data", .value = data, .shown = "same"},
                                    {.name = "--seed", .value = "42", .shown = {}}};
   if (world.rank % 2 == 1) settings.push_back({.name = "--extra", .value = "1", .shown = {}});
   const std::vector<JobSettingDifference> differences = compare_with_rank0(settings);

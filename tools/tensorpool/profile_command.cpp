@@ -100,7 +100,8 @@ data::Dataset parameter_server_batches(const ProfileArguments& arguments, device
   if (arguments.synthetic) {
     std::mt19937 generator(static_cast<std::mt19937::result_type>(arguments.model.seed));
     std::uniform_int_distribution<int> pixel(0, 255);
-    std::vector<std::uint8_t> pixels(static_cast<std::size_t>(examples) * 784), classes(static_cast<std::size_t>(examples));
+    std::vector<std::uint8_t> pixels(static_cast<std::size_t>(examples) * 784);
+    std::vector<std::uint8_t> classes(static_cast<std::size_t>(examples));
     for (std::uint8_t& value : pixels) value = static_cast<std::uint8_t>(pixel(generator));
     for (std::size_t index = 0; index < classes.size(); ++index) classes[index] = static_cast<std::uint8_t>(index % 10);
     features = data::IdxArray::of<std::uint8_t>({examples, 784}, pixels);
