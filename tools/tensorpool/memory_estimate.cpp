@@ -28,9 +28,9 @@ nlohmann::json live_at_peak_json(const train::StepBytes& step) {
 
 std::string live_at_peak_text(const train::StepBytes& step, std::size_t arena_bytes) {
   return fmt::format(
-      "live at the step arena's fullest planned step ({}, arena {}): activation {}, activation_gradient {}, "
-      "weight_gradient {}, other {}",
-      step.peak_step, format_bytes(arena_bytes), format_bytes(step.live_activation_bytes),
+      "step arena {}; planned activations and gradients live at its fullest step ({}): activation {}, "
+      "activation_gradient {}, weight_gradient {}, other {}",
+      format_bytes(arena_bytes), step.peak_step, format_bytes(step.live_activation_bytes),
       format_bytes(step.live_activation_gradient_bytes), format_bytes(step.live_weight_gradient_bytes),
       format_bytes(step.live_other_bytes));
 }
@@ -159,7 +159,7 @@ void print_estimate(std::ostream& out, const MemoryEstimate& estimate) {
     out << "  totals by kind (sums of tensor sizes; step tensors share the arena):";
     for (const auto& [kind, bytes] : device.bytes_by_kind) out << fmt::format(" {} {};", kind, format_bytes(bytes));
     out << '\n';
-    out << fmt::format("  step tensors {}\n", live_at_peak_text(device.step, device.arena_bytes));
+    out << fmt::format("  {}\n", live_at_peak_text(device.step, device.arena_bytes));
     out << fmt::format(
         "  planned peak on {}: {} ({} bytes) = variables {} + step arena {} (lower bound {}); {} after allocator "
         "rounding; limit {}{}\n",

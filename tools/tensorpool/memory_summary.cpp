@@ -69,7 +69,7 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
     for (const runtime::DevicePlan& device_plan : plan.devices) {
       if (device_plan.device == name) arena_bytes = device_plan.arena_bytes;
     }
-    std::cout << "    planned activations and gradients " << live_at_peak_text(split, arena_bytes) << '\n';
+    std::cout << "    " << live_at_peak_text(split, arena_bytes) << '\n';
     nlohmann::json tensors = nlohmann::json::array();
     for (const LargestTensor& tensor : largest) {
       std::cout << fmt::format("    {:>10}  {} {} ({})\n", format_bytes(tensor.bytes), tensor.name, tensor.shape,
