@@ -1,7 +1,7 @@
 // Out of memory that explains: training driven into OOM on a small sim device reports the tensor being
 // allocated, the device's figures, the cause with its numbers, the largest live tensors with their kinds and
-// a concrete fix (a batch size that fits according to the estimate), writes TP_OOM_SNAPSHOT, exits 3; and the
-// suggested batch size then trains.
+// a concrete fix (a batch size that fits, decided by replaying the step through the device's allocator), writes
+// TP_OOM_SNAPSHOT (and train --profile's files), exits 3; and the suggested batch size then trains.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -112,6 +112,13 @@ TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessio
       << suggestion;
   EXPECT_NE(suggestion.find("a larger --sim-memory"), std::string::npos) << suggestion;
   EXPECT_EQ(suggestion.find("--batch-size"), std::string::npos) << suggestion;
+
+  // The case: a first layer of 100,000,000 units (292 GiB of kernel) on the default 1 GiB device.
+  const CliRun huge = run_cli("profile --devices sim:0 --strategy one --hidden 100000000 --synthetic --steps 1");
+  ASSERT_EQ(huge.exit_code, 3) << huge.output;
+  EXPECT_NE(huge.output.find("fragmentation 0.0%"), std::string::npos) << huge.output;
+  EXPECT_NE(huge.output.find("Suggested fix: the parameters need "), std::string::npos) << huge.output;
+  EXPECT_NE(huge.output.find("; the device has 1.00 GiB, so no batch size fits"), std::string::npos) << huge.output;
 }
 
 // The case: at batch 128 on 8 MiB the growing BFC's rounding (whole chunks below twice the request)
@@ -149,6 +156,10 @@ TEST_F(OomCli, TrainWithProfileWritesTheReportsAtTheFailure) {
                              out.string() + "'");
   EXPECT_EQ(run.exit_code, 3) << run.output;
   EXPECT_NE(run.output.find("out of memory on sim:0"), std::string::npos) << run.output;
+  // Item 2's command: the advice follows the allocator's rounding (AdviceFollowsTheAllocatorsRounding).
+  EXPECT_EQ(run.output.find("not even --batch-size 1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--batch-size 128 itself fits with --allocator expandable"), std::string::npos)
+      << run.output;
   for (const char* file : {"snapshot.json", "trace.json", "report.html", "summary.txt"}) {
     EXPECT_TRUE(fs::exists(out / file)) << file << "\n" << run.output;
   }

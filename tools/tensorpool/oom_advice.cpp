@@ -71,7 +71,8 @@ std::vector<Alternative> alternatives(const memory::MemoryConfig& config) {
 }
 
 // The variables alone exceed a device: no batch size helps, only more memory or fewer variables per device.
-std::string variables_advice(const MemoryEstimate& estimate, const std::vector<device::Device*>& devices) {
+std::string variables_advice(const MemoryEstimate& estimate, const std::vector<device::Device*>& devices,
+                             const std::string& allocator) {
   std::string advice;
   for (const DeviceEstimate& device : estimate.devices) {
     if (device.variables_fit) continue;
@@ -79,14 +80,18 @@ std::string variables_advice(const MemoryEstimate& estimate, const std::vector<d
       const auto found = device.bytes_by_kind.find(kind);
       return found == device.bytes_by_kind.end() ? std::size_t{0} : found->second;
     };
+    // Every replica holds all the parameters; ZeRO-1 divides only the optimizer state among the devices.
+    const bool parameters_alone = bytes_of("parameter") >= device.limit_bytes;
     advice += fmt::format(
-        "the parameters need {} (optimizer state {}) on {}; the device has {}, so no batch size fits: give it "
-        "more memory (a larger --sim-memory), or spread the variables over more devices ({}). ",
+        "the parameters need {} (optimizer state {}) on {}; the device has {}, so no batch size fits with the {} "
+        "allocator: give it more memory (a larger --sim-memory){}. ",
         format_bytes(bytes_of("parameter")), format_bytes(bytes_of("optimizer_state")), device.device,
-        format_bytes(device.limit_bytes),
-        devices.size() > 1 ? "--shard optimizer divides the optimizer state among the replicas"
-                           : "--strategy mirrored --shard optimizer over several devices divides the optimizer "
-                             "state among them");
+        format_bytes(device.limit_bytes), allocator,
+        parameters_alone ? " or use smaller layers (--hidden); every replica holds all the parameters, so more "
+                           "devices do not help"
+        : devices.size() > 1
+            ? ", or shard the optimizer state over the devices (--shard optimizer)"
+            : ", or shard the optimizer state over several devices (--strategy mirrored --shard optimizer)");
   }
   return advice;
 }
@@ -122,11 +127,11 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
   try {
     const OutOfMemoryReport& report = error.report();
     const MemoryEstimate current = estimate_memory(model.plan(batch_size), model, devices, batch_size);
-    const std::string too_many_variables = variables_advice(current, devices);
+    const std::string allocator = devices.empty() ? "" : allocator_text(devices.front()->memory().config());
+    const std::string too_many_variables = variables_advice(current, devices, allocator);
     if (!too_many_variables.empty()) {
       advice += too_many_variables;
     } else if (!devices.empty()) {
-      const std::string allocator = allocator_text(devices.front()->memory().config());
       const std::int64_t batch = largest_fitting_batch(model, devices, batch_size);
       if (batch > 0) {
         advice += fmt::format(
@@ -137,6 +142,8 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
         advice += fmt::format("not even --batch-size 1 fits with the {} allocator (peak after rounding {}). ",
                               allocator, peaks_text(estimate_memory(model.plan(1), model, devices, 1)));
       }
+    }
+    if (!devices.empty()) {
       std::string verified;
       for (const Alternative& alternative : alternatives(devices.front()->memory().config())) {
         if (batch_fits(model, devices, batch_size, alternative.change)) {
