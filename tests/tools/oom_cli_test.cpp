@@ -145,6 +145,36 @@ TEST_F(OomCli, AdviceFollowsTheAllocatorsRounding) {
   }
 }
 
+// The report files at an out-of-memory error: what was live then (the variables), and the failure itself.
+void expect_reports_at_the_failure(const fs::path& out, const std::string& output) {
+  for (const char* file : {"snapshot.json", "trace.json", "report.html", "summary.txt"}) {
+    EXPECT_TRUE(fs::exists(out / file)) << file << "\n" << output;
+  }
+  bool replayable_trace = false;  // trace.csv, or one per device
+  std::error_code listing;
+  for (const fs::directory_entry& entry : fs::directory_iterator(out, listing)) {
+    const std::string name = entry.path().filename().string();
+    replayable_trace |= name.starts_with("trace") && name.ends_with(".csv");
+  }
+  EXPECT_TRUE(replayable_trace) << output;
+  std::ifstream in(out / "snapshot.json");
+  ASSERT_TRUE(in.good()) << output;
+  const nlohmann::json snapshot = nlohmann::json::parse(in);
+  EXPECT_EQ(snapshot.at("reason"), "out of memory on sim:0");
+  const nlohmann::json& device = snapshot.at("devices").at(0);
+  EXPECT_GE(device.at("failures"), 1);
+  EXPECT_EQ(device.at("live").size(), 12u) << "the variables, still live at the failure";
+}
+
+TEST_F(OomCli, ProfileOutWritesTheReportsAtTheFailure) {
+  const fs::path out = fs::temp_directory_path() / ("tp_oom_cli_profile_out_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const CliRun run = run_cli("profile " + kSmallDevice + " --batch-size 4096 --out '" + out.string() + "'");
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  expect_reports_at_the_failure(out, run.output);
+  fs::remove_all(out);
+}
+
 TEST_F(OomCli, TrainWithProfileWritesTheReportsAtTheFailure) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist";
@@ -156,27 +186,11 @@ TEST_F(OomCli, TrainWithProfileWritesTheReportsAtTheFailure) {
                              out.string() + "'");
   EXPECT_EQ(run.exit_code, 3) << run.output;
   EXPECT_NE(run.output.find("out of memory on sim:0"), std::string::npos) << run.output;
-  // Item 2's command: the advice follows the allocator's rounding (AdviceFollowsTheAllocatorsRounding).
+  // The same run's advice follows the allocator's rounding (as AdviceFollowsTheAllocatorsRounding checks).
   EXPECT_EQ(run.output.find("not even --batch-size 1"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("--batch-size 128 itself fits with --allocator expandable"), std::string::npos)
       << run.output;
-  for (const char* file : {"snapshot.json", "trace.json", "report.html", "summary.txt"}) {
-    EXPECT_TRUE(fs::exists(out / file)) << file << "\n" << run.output;
-  }
-  bool replayable_trace = false;  // trace.csv, or one per device
-  std::error_code listing;
-  for (const fs::directory_entry& entry : fs::directory_iterator(out, listing)) {
-    const std::string name = entry.path().filename().string();
-    replayable_trace |= name.starts_with("trace") && name.ends_with(".csv");
-  }
-  EXPECT_TRUE(replayable_trace) << run.output;
-  std::ifstream in(out / "snapshot.json");
-  ASSERT_TRUE(in.good()) << run.output;
-  const nlohmann::json snapshot = nlohmann::json::parse(in);
-  EXPECT_EQ(snapshot.at("reason"), "out of memory on sim:0");
-  const nlohmann::json& device = snapshot.at("devices").at(0);
-  EXPECT_GE(device.at("failures"), 1);
-  EXPECT_EQ(device.at("live").size(), 12u) << "the variables, still live at the failure";
+  expect_reports_at_the_failure(out, run.output);
   fs::remove_all(out);
 }
 
