@@ -106,7 +106,7 @@ TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessio
   const std::size_t fix = run.output.find("Suggested fix: ");
   ASSERT_NE(fix, std::string::npos) << run.output;
   const std::string suggestion = run.output.substr(fix, run.output.find('\n', fix) - fix);
-  EXPECT_NE(suggestion.find("the parameters need 76.44 MiB (optimizer state 152.88 MiB) on sim:0; the device has "
+  EXPECT_NE(suggestion.find("The parameters need 76.44 MiB (optimizer state 152.88 MiB) on sim:0; the device has "
                             "10.00 MiB"),
             std::string::npos)
       << suggestion;
@@ -117,8 +117,18 @@ TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessio
   const CliRun huge = run_cli("profile --devices sim:0 --strategy one --hidden 100000000 --synthetic --steps 1");
   ASSERT_EQ(huge.exit_code, 3) << huge.output;
   EXPECT_NE(huge.output.find("fragmentation 0.0%"), std::string::npos) << huge.output;
-  EXPECT_NE(huge.output.find("Suggested fix: the parameters need "), std::string::npos) << huge.output;
+  EXPECT_NE(huge.output.find("Suggested fix: The parameters need "), std::string::npos) << huge.output;
   EXPECT_NE(huge.output.find("; the device has 1.00 GiB, so no batch size fits"), std::string::npos) << huge.output;
+
+  // Mirrored replicas with the same shortage share one sentence instead of repeating it per device.
+  const CliRun mirrored = run_cli("profile --devices sim:0,sim:1 --strategy mirrored --sim-memory 10MiB "
+                                  "--hidden 4096,4096 --synthetic --steps 1");
+  ASSERT_EQ(mirrored.exit_code, 3) << mirrored.output;
+  EXPECT_NE(mirrored.output.find("The parameters need 76.44 MiB (optimizer state 152.88 MiB) on sim:0, sim:1; each "
+                                 "device has 10.00 MiB"),
+            std::string::npos)
+      << mirrored.output;
+  EXPECT_EQ(mirrored.output.find("on sim:1; the device has"), std::string::npos) << mirrored.output;
 }
 
 // The case: at batch 128 on 8 MiB the growing BFC's rounding (whole chunks below twice the request)

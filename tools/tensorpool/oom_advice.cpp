@@ -71,22 +71,41 @@ std::vector<Alternative> alternatives(const memory::MemoryConfig& config) {
 }
 
 // The variables alone exceed a device: no batch size helps, only more memory or fewer variables per device.
+// Devices with the same figures (the replicas of a mirrored model) share one sentence.
 std::string variables_advice(const MemoryEstimate& estimate, const std::vector<device::Device*>& devices,
                              const std::string& allocator) {
-  std::string advice;
+  struct Shortage {
+    std::size_t parameter_bytes, optimizer_state_bytes, limit_bytes;
+    std::string names;
+  };
+  std::vector<Shortage> shortages;
   for (const DeviceEstimate& device : estimate.devices) {
     if (device.variables_fit) continue;
     const auto bytes_of = [&device](const char* kind) {
       const auto found = device.bytes_by_kind.find(kind);
       return found == device.bytes_by_kind.end() ? std::size_t{0} : found->second;
     };
+    const Shortage shortage{bytes_of("parameter"), bytes_of("optimizer_state"), device.limit_bytes, device.device};
+    const auto same = std::find_if(shortages.begin(), shortages.end(), [&shortage](const Shortage& other) {
+      return other.parameter_bytes == shortage.parameter_bytes &&
+             other.optimizer_state_bytes == shortage.optimizer_state_bytes && other.limit_bytes == shortage.limit_bytes;
+    });
+    if (same == shortages.end()) {
+      shortages.push_back(shortage);
+    } else {
+      same->names += ", " + shortage.names;
+    }
+  }
+  std::string advice;
+  for (const Shortage& shortage : shortages) {
     // Every replica holds all the parameters; ZeRO-1 divides only the optimizer state among the devices.
-    const bool parameters_alone = bytes_of("parameter") >= device.limit_bytes;
+    const bool parameters_alone = shortage.parameter_bytes >= shortage.limit_bytes;
+    const bool several = shortage.names.find(',') != std::string::npos;
     advice += fmt::format(
-        "the parameters need {} (optimizer state {}) on {}; the device has {}, so no batch size fits with the {} "
+        "The parameters need {} (optimizer state {}) on {}; {} has {}, so no batch size fits with the {} "
         "allocator: give it more memory (a larger --sim-memory){}. ",
-        format_bytes(bytes_of("parameter")), format_bytes(bytes_of("optimizer_state")), device.device,
-        format_bytes(device.limit_bytes), allocator,
+        format_bytes(shortage.parameter_bytes), format_bytes(shortage.optimizer_state_bytes), shortage.names,
+        several ? "each device" : "the device", format_bytes(shortage.limit_bytes), allocator,
         parameters_alone ? " or use smaller layers (--hidden); every replica holds all the parameters, so more "
                            "devices do not help"
         : devices.size() > 1
