@@ -8,15 +8,12 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::cli {
-namespace {
 
 std::string shape_text(const std::vector<std::int64_t>& dims) {
   std::string text = "[";
   for (std::size_t index = 0; index < dims.size(); ++index) text += (index ? "," : "") + std::to_string(dims[index]);
   return text + "]";
 }
-
-}  // namespace
 
 nlohmann::json live_at_peak_json(const train::StepBytes& step) {
   return {{"step", step.peak_step},

@@ -71,6 +71,9 @@ nlohmann::json to_json(const MemoryEstimate& estimate);
 // A step's arena split as live at its fullest planned step (adds up to at most the arena): JSON with the
 // step and bytes per kind, and one line of text; shared with train's memory summary.
 nlohmann::json live_at_peak_json(const train::StepBytes& step);
+// A shape as the reports print it: "[784,512]".
+std::string shape_text(const std::vector<std::int64_t>& dims);
+
 std::string live_at_peak_text(const train::StepBytes& step, std::size_t arena_bytes);
 void print_estimate(std::ostream& out, const MemoryEstimate& estimate);
 

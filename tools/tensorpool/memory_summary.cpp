@@ -18,12 +18,6 @@ struct LargestTensor {
   std::size_t bytes = 0;
 };
 
-std::string shape_text(const std::vector<std::int64_t>& dims) {
-  std::string text = "[";
-  for (std::size_t index = 0; index < dims.size(); ++index) text += (index ? "," : "") + std::to_string(dims[index]);
-  return text + "]";
-}
-
 }  // namespace
 
 nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<std::string>& names,

@@ -10,12 +10,6 @@
 namespace tp::cli {
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& dims) {
-  std::string text = "[";
-  for (std::size_t index = 0; index < dims.size(); ++index) text += (index ? "," : "") + std::to_string(dims[index]);
-  return text + "]";
-}
-
 std::string allocator_text(const memory::MemoryConfig& config) {
   std::string text(memory::to_string(config.allocator));
   if (config.allocator != memory::AllocatorKind::system) {
