@@ -1,0 +1,59 @@
+#pragma once
+// What the OpenCL kernels (opencl_kernels*.cpp, kernels/*.cl) need from the OpenCL device: the buffer and
+// byte offset behind a tensor, the compiled kernels of this device, and a way to put commands on a stream's
+// in-order command queue. The device (opencl_device.cpp) implements it.
+//
+// Invariants: a tensor's memory is reached only through its cl_mem and offset, on the stream's queue; the
+// tensors an enqueue() captures stay alive until the commands it enqueued have completed, so their memory is
+// not reused under a running kernel (the stream-ordered rule of every backend).
+
+#include <CL/cl.h>
+
+#include <cstddef>
+#include <functional>
+#include <string_view>
+
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/device/stream.hpp"
+
+namespace tp::backend::opencl {
+
+// Throws tp::DeviceError "<call> failed: <CL_ERROR_NAME> (<code>)" unless code == CL_SUCCESS; an
+// out-of-memory code (CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES on allocation, CL_OUT_OF_HOST_MEMORY)
+// is still a DeviceError here: allocation paths turn it into tp::OutOfMemoryError with the device's report.
+void check(cl_int code, std::string_view call);
+// "CL_INVALID_VALUE" for -30, "CL_UNKNOWN_ERROR" for codes it does not know.
+std::string_view error_name(cl_int code) noexcept;
+
+// A tensor's memory on its OpenCL device: the buffer object and the byte offset of the tensor's first
+// element in it (Tensor::offset_bytes() included).
+struct DeviceSpan {
+  cl_mem buffer = nullptr;
+  std::size_t offset = 0;
+};
+
+// What a launch sees while it enqueues: the stream's queue and the device's compiled kernels.
+class LaunchContext {
+ public:
+  virtual ~LaunchContext() = default;
+  virtual cl_command_queue queue() const noexcept = 0;
+  virtual cl_context context() const noexcept = 0;
+  // The kernel `name` of the embedded program `program` (kernels/<program>.cl), built once per device with
+  // the device's options and cached; a build failure throws tp::DeviceError with the build log. The returned
+  // kernel is this launch's own to set arguments on (no other thread uses it while the launch runs).
+  virtual cl_kernel kernel(std::string_view program, std::string_view name) = 0;
+  // `tensor`'s buffer and offset (the tensor lives on this device, or on a device of the same context).
+  virtual DeviceSpan span(const Tensor& tensor) const = 0;
+  // Whether the device supports double precision (cl_khr_fp64); float64 kernels throw tp::DeviceError
+  // naming the op when it does not.
+  virtual bool has_fp64() const noexcept = 0;
+};
+
+// Enqueues on `stream` (a stream of an opencl device) a launch: `launch` runs once, in stream order, and
+// enqueues commands on context.queue() without waiting for them; the stream counts the launch complete (and
+// releases what `launch` captured) only once those commands have completed. An exception from `launch`, or a
+// command that failed, is kept as the stream's error (Stream::synchronize rethrows it).
+using Launch = std::function<void(LaunchContext& context)>;
+void enqueue(device::Stream& stream, Launch launch);
+
+}  // namespace tp::backend::opencl
