@@ -2,6 +2,7 @@
 // DeviceId: a device's kind and ordinal, written "cpu:0", "sim:1", "cuda:0". Ordinals are dense per kind in
 // the order the DeviceManager lists devices (after visible-device reordering and logical splits).
 
+#include <array>
 #include <compare>
 #include <string>
 #include <string_view>
@@ -9,6 +10,9 @@
 namespace tp::device {
 
 enum class DeviceKind { cpu, sim, cuda };
+// Every kind, in declaration order: tables with one entry per kind (the kernel registry, the graph ops'
+// kernels) iterate it, so a new kind belongs here too.
+inline constexpr std::array kDeviceKinds{DeviceKind::cpu, DeviceKind::sim, DeviceKind::cuda};
 
 // "cpu", "sim", "cuda".
 std::string_view to_string(DeviceKind kind) noexcept;

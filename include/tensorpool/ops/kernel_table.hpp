@@ -97,8 +97,8 @@ struct MatmulArgs {
   bool transpose_a, transpose_b;
   std::int64_t m, n, k;
 };
-// out (a scalar of predictions' dtype) = how many rows of predictions [rows, classes] have their argmax
-// equal to labels (i32 or i64).
+// out (a float32 scalar) = how many rows of predictions [rows, classes] (f32, f64) have their argmax equal
+// to labels (i32 or i64).
 struct CorrectCountArgs {
   Tensor predictions, labels, out;
 };
