@@ -1,6 +1,7 @@
 // The cpu backend: host memory under the device's budget, inline streams (kernels run in the calling thread,
 // in stream order), host code may touch the memory directly. Staging is pageable: a host-to-host copy gains
 // nothing from pinning.
+#include "backend/cpu/cpu_kernel_table.hpp"
 #include "device/host_addressable_device.hpp"
 #include "device/inline_stream.hpp"
 #include "tensorpool/device/backends.hpp"
@@ -32,6 +33,7 @@ memory::MemoryConfig with_budget(memory::MemoryConfig config, std::size_t capaci
 
 std::unique_ptr<Device> make_cpu_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                                         const memory::MemoryConfig& config, const DeviceOptions& options) {
+  ops::kernels::register_kernels(DeviceKind::cpu, backend::cpu::cpu_kernel_table());
   auto memory = memory::make_host_memory_stack(with_budget(config, capacity_bytes));
   return std::make_unique<CpuDevice>(id, physical_id, capacity_bytes, std::move(memory), options);
 }

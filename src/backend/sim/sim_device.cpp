@@ -1,6 +1,8 @@
 // The sim backend: an accelerator simulated on the CPU. Its memory is a SimDeviceMemory of fixed capacity
 // (a hard wall, like a GPU's), reached only by kernels and copies running on its streams, each served by a
-// worker thread; copies are staged through pinned host memory, as a GPU's DMA engine needs.
+// worker thread; copies are staged through pinned host memory, as a GPU's DMA engine needs. Its kernels are
+// the cpu backend's table (a sim device's memory is host memory that its streams' workers reach directly).
+#include "backend/cpu/cpu_kernel_table.hpp"
 #include "device/host_addressable_device.hpp"
 #include "device/worker_stream.hpp"
 #include "tensorpool/device/backends.hpp"
@@ -25,6 +27,7 @@ class SimDevice final : public HostAddressableDevice {
 
 std::unique_ptr<Device> make_sim_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                                         const memory::MemoryConfig& config, const DeviceOptions& options) {
+  ops::kernels::register_kernels(DeviceKind::sim, backend::cpu::cpu_kernel_table());
   auto memory = memory::make_sim_device_memory_stack(config, capacity_bytes);
   return std::make_unique<SimDevice>(id, physical_id, capacity_bytes, std::move(memory), options);
 }

@@ -1,0 +1,82 @@
+// SgdUpdate and AdamUpdate on backend/cpu/kernels/optimizer.hpp, and on scaled_optimizer.hpp when the update
+// is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
+#include <type_traits>
+#include <utility>
+
+#include "backend/cpu/kernels/optimizer.hpp"
+#include "backend/cpu/kernels/scaled_optimizer.hpp"
+#include "backend/cpu/ops/dispatch.hpp"
+#include "backend/cpu/ops/op_kernels.hpp"
+
+namespace tp::backend::cpu::op_kernels {
+
+namespace {
+
+// Read on the stream, inside the task: the flag is computed by an earlier kernel of the same step. 0 skips
+// the update; any other value multiplies the gradient (1 without a flag).
+float gradient_factor(const Tensor& apply) { return apply.defined() ? *apply.data<float>() : 1.0F; }
+
+// Calls update(G{}) with G the C++ type of grad's dtype, among T, Half and BFloat16.
+template <typename T, typename Update>
+void dispatch_gradient(DType dtype, Update&& update) {
+  if (dtype == DType::f16) {
+    std::forward<Update>(update)(Half{});
+  } else if (dtype == DType::bf16) {
+    std::forward<Update>(update)(BFloat16{});
+  } else {
+    std::forward<Update>(update)(T{});
+  }
+}
+
+}  // namespace
+
+void sgd(device::Stream& stream, const ops::kernels::SgdArgs& args) {
+  const bool has_velocity = args.velocity.defined();
+  dispatch_floating(args.param.dtype(), [&]<typename T>(T) {
+    stream.enqueue([apply = args.apply, param = args.param, grad = args.grad, velocity = args.velocity,
+                    options = args.options, has_velocity] {
+      const float factor = gradient_factor(apply);
+      if (factor == 0.0F) return;
+      T* slot = has_velocity ? velocity.data<T>() : nullptr;
+      const auto lr = static_cast<T>(options.learning_rate);
+      const auto momentum = static_cast<T>(options.momentum);
+      if (factor == 1.0F && grad.dtype() == param.dtype()) {
+        sgd_update<T>(param.data<T>(), grad.data<T>(), slot, param.num_elements(), lr, momentum, options.nesterov);
+        return;
+      }
+      dispatch_gradient<T>(grad.dtype(), [&]<typename G>(G) {
+        if constexpr (std::is_same_v<T, G> || std::is_same_v<T, float>) {
+          sgd_update_scaled<T, G>(param.data<T>(), grad.data<G>(), static_cast<T>(factor), slot, param.num_elements(),
+                                  lr, momentum, options.nesterov);
+        }
+      });
+    });
+  });
+}
+
+void adam(device::Stream& stream, const ops::kernels::AdamArgs& args) {
+  dispatch_floating(args.param.dtype(), [&]<typename T>(T) {
+    stream.enqueue([apply = args.apply, param = args.param, grad = args.grad, m = args.m, v = args.v, step = args.step,
+                    options = args.options] {
+      const float factor = gradient_factor(apply);
+      if (factor == 0.0F) return;
+      const auto lr = static_cast<T>(options.learning_rate);
+      const auto beta1 = static_cast<T>(options.beta1);
+      const auto beta2 = static_cast<T>(options.beta2);
+      const auto epsilon = static_cast<T>(options.epsilon);
+      if (factor == 1.0F && grad.dtype() == param.dtype()) {
+        adam_update<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), param.num_elements(), lr, beta1,
+                       beta2, epsilon, step);
+        return;
+      }
+      dispatch_gradient<T>(grad.dtype(), [&]<typename G>(G) {
+        if constexpr (std::is_same_v<T, G> || std::is_same_v<T, float>) {
+          adam_update_scaled<T, G>(param.data<T>(), grad.data<G>(), static_cast<T>(factor), m.data<T>(), v.data<T>(),
+                                   param.num_elements(), lr, beta1, beta2, epsilon, step);
+        }
+      });
+    });
+  });
+}
+
+}  // namespace tp::backend::cpu::op_kernels
