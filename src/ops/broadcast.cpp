@@ -2,7 +2,6 @@
 
 #include <vector>
 
-#include "backend/cpu/kernels/broadcast.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -29,13 +28,11 @@ void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out, 
              " without axis ", axis, " (", split.without_axis, ")");
   }
   device::Stream& stream = detail::stream_for(kBroadcast, device, context);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    // The mean of an empty axis writes nothing, so its 1 / 0 is never used.
-    const T alpha = mode == BroadcastMode::mean && split.axis > 0 ? T{1} / static_cast<T>(split.axis) : T{1};
-    stream.enqueue([x, out, split, alpha] {
-      backend::cpu::broadcast_axis<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner, alpha);
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::broadcast_axis, kBroadcast)(
+      stream, kernels::BroadcastAxisArgs{.x = x,
+                                         .extent = {.outer = split.outer, .axis = split.axis, .inner = split.inner},
+                                         .mode = mode,
+                                         .out = out});
 }
 
 Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size, BroadcastMode mode,
@@ -64,11 +61,8 @@ void scale_rows_into(const Tensor& x, const Tensor& s, const Tensor& out, const 
   detail::require_shape(kScaleRows, {"s", s}, Shape{x.shape().dim(0)});
   detail::require_shape(kScaleRows, {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for(kScaleRows, device, context);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, s, out] {
-      backend::cpu::scale_rows<T>(x.data<T>(), s.data<T>(), out.data<T>(), x.shape().dim(0), x.shape().dim(1));
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::scale_rows, kScaleRows)(
+      stream, kernels::ScaleRowsArgs{.x = x, .s = s, .out = out});
 }
 
 Tensor scale_rows(const Tensor& x, const Tensor& s, const OpContext& context) {

@@ -1,6 +1,5 @@
 #include "tensorpool/ops/cast.hpp"
 
-#include "backend/cpu/kernels/cast.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -9,7 +8,7 @@ void cast_into(const Tensor& x, const Tensor& out, const OpContext& context) {
   device::Device& device = detail::common_device("Cast", {{"x", x}, {"out", out}});
   detail::require_shape("Cast", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("Cast", device, context);
-  stream.enqueue([x, out] { backend::cpu::cast(x.data(), x.dtype(), out.data(), out.dtype(), x.num_elements()); });
+  detail::kernel(device, &kernels::KernelTable::cast, "Cast")(stream, kernels::CastArgs{.x = x, .out = out});
 }
 
 Tensor cast(const Tensor& x, DType dtype, const OpContext& context) {

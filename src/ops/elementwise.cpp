@@ -1,7 +1,5 @@
 #include "tensorpool/ops/elementwise.hpp"
 
-#include "backend/cpu/kernels/elementwise.hpp"
-#include "backend/cpu/kernels/half_nn.hpp"
 #include "ops/op_support.hpp"
 #include "tensorpool/device/device.hpp"
 
@@ -23,30 +21,16 @@ std::string_view name_of(Arithmetic op) {
   return "Binary";
 }
 
-backend::cpu::BinaryOp kernel_op(Arithmetic op) {
-  switch (op) {
-    case Arithmetic::add:
-      return backend::cpu::BinaryOp::add;
-    case Arithmetic::sub:
-      return backend::cpu::BinaryOp::sub;
-    case Arithmetic::mul:
-      return backend::cpu::BinaryOp::mul;
-    case Arithmetic::div:
-      return backend::cpu::BinaryOp::div;
-  }
-  return backend::cpu::BinaryOp::add;
-}
+using kernels::BinaryBroadcast;
 
-enum class Broadcast { same, row, scalar };
-
-Broadcast check_binary(std::string_view op, const Tensor& x, const Tensor& y) {
+BinaryBroadcast check_binary(std::string_view op, const Tensor& x, const Tensor& y) {
   detail::require_floating(op, {"x", x});
   detail::require_same_dtype(op, {"x", x}, {"y", y});
-  if (y.shape() == x.shape()) return Broadcast::same;
-  if (y.shape().rank() == 0) return Broadcast::scalar;
+  if (y.shape() == x.shape()) return BinaryBroadcast::same;
+  if (y.shape().rank() == 0) return BinaryBroadcast::scalar;
   if (y.shape().rank() == 1 && x.shape().rank() >= 1 &&
       y.shape().dim(0) == x.shape().dim(-1 + static_cast<std::int64_t>(x.shape().rank()))) {
-    return Broadcast::row;
+    return BinaryBroadcast::row;
   }
   TP_THROW(InvalidArgument, "ops", op, ": x ", x.shape(), " and y ", y.shape(),
            " do not broadcast; y must have x's shape, x's last dimension, or be a scalar []");
@@ -57,30 +41,12 @@ Broadcast check_binary(std::string_view op, const Tensor& x, const Tensor& y) {
 void binary_into(Arithmetic op, const Tensor& x, const Tensor& y, const Tensor& out, const OpContext& context) {
   const std::string_view name = name_of(op);
   device::Device& device = detail::common_device(name, {{"x", x}, {"y", y}, {"out", out}});
-  const Broadcast broadcast = check_binary(name, x, y);
+  const BinaryBroadcast broadcast = check_binary(name, x, y);
   detail::require_same_dtype(name, {"x", x}, {"out", out});
   detail::require_shape(name, {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for(name, device, context);
-  const backend::cpu::BinaryOp kernel = kernel_op(op);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, y, out, kernel, broadcast] {
-      const std::int64_t n = x.num_elements();
-      switch (broadcast) {
-        case Broadcast::same:
-          backend::cpu::binary<T>(kernel, x.data<T>(), y.data<T>(), out.data<T>(), n);
-          break;
-        case Broadcast::row: {
-          const std::int64_t cols = y.shape().dim(0);
-          backend::cpu::binary_row_broadcast<T>(kernel, x.data<T>(), y.data<T>(), out.data<T>(),
-                                                cols == 0 ? 0 : n / cols, cols);
-          break;
-        }
-        case Broadcast::scalar:
-          backend::cpu::binary_scalar<T>(kernel, x.data<T>(), y.data<T>()[0], out.data<T>(), n);
-          break;
-      }
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::binary, name)(
+      stream, kernels::BinaryArgs{.op = op, .broadcast = broadcast, .x = x, .y = y, .out = out});
 }
 
 Tensor binary(Arithmetic op, const Tensor& x, const Tensor& y, const OpContext& context) {
@@ -97,11 +63,8 @@ void scale_into(const Tensor& x, double alpha, const Tensor& out, const OpContex
   detail::require_same_dtype("Scale", {"x", x}, {"out", out});
   detail::require_shape("Scale", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("Scale", device, context);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, alpha, out] {
-      backend::cpu::scale<T>(x.data<T>(), static_cast<T>(alpha), out.data<T>(), x.num_elements());
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::scale, "Scale")(stream,
+                                                               kernels::ScaleArgs{.x = x, .alpha = alpha, .out = out});
 }
 
 Tensor scale(const Tensor& x, double alpha, const OpContext& context) {
@@ -114,26 +77,13 @@ Tensor scale(const Tensor& x, double alpha, const OpContext& context) {
 
 namespace {
 
-// y += alpha x on `stream`; the devices are the caller's to check (x may be y's device's peer).
+// y += alpha x on `stream` of y's device; the devices are the caller's to check (x may be y's device's peer).
 void enqueue_add_scaled(device::Stream& stream, const Tensor& y, double alpha, const Tensor& x) {
   detail::require_floating_or_half("AddScaled", {"y", y});
   detail::require_same_dtype("AddScaled", {"y", y}, {"x", x});
   detail::require_shape("AddScaled", {"x", x}, y.shape());
-  if (detail::is_half(y.dtype())) {  // the collectives' reduction of 16-bit gradients: summed in float32
-    detail::dispatch_half(y.dtype(), [&]<typename H>(H) {
-      stream.enqueue([y, alpha, x] {
-        const device::PeerAccessScope peer(x.device());
-        backend::cpu::add_scaled_half<H>(y.data<H>(), static_cast<float>(alpha), x.data<H>(), y.num_elements());
-      });
-    });
-    return;
-  }
-  detail::dispatch_floating(y.dtype(), [&]<typename T>(T) {
-    stream.enqueue([y, alpha, x] {
-      const device::PeerAccessScope peer(x.device());
-      backend::cpu::add_scaled<T>(y.data<T>(), static_cast<T>(alpha), x.data<T>(), y.num_elements());
-    });
-  });
+  detail::kernel(y.device(), &kernels::KernelTable::add_scaled, "AddScaled")(
+      stream, kernels::AddScaledArgs{.y = y, .alpha = alpha, .x = x});
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "tensorpool/ops/finite.hpp"
 
-#include "backend/cpu/kernels/finite.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -17,15 +16,7 @@ void all_finite_into(const Tensor& x, const Tensor& out, const OpContext& contex
     TP_THROW(InvalidArgument, "ops", kOp, ": out is ", name_of(out.dtype()), "; it must be float32");
   }
   device::Stream& stream = detail::stream_for(kOp, device, context);
-  const auto enqueue = [&]<typename T>(T) {
-    stream.enqueue(
-        [x, out] { *out.data<float>() = backend::cpu::all_finite<T>(x.data<T>(), x.num_elements()) ? 1.0F : 0.0F; });
-  };
-  if (detail::is_half(x.dtype())) {
-    detail::dispatch_half(x.dtype(), enqueue);
-  } else {
-    detail::dispatch_floating(x.dtype(), enqueue);
-  }
+  detail::kernel(device, &kernels::KernelTable::all_finite, kOp)(stream, kernels::AllFiniteArgs{.x = x, .out = out});
 }
 
 Tensor all_finite(const Tensor& x, const OpContext& context) {

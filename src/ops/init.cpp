@@ -1,6 +1,5 @@
 #include "tensorpool/ops/init.hpp"
 
-#include "backend/cpu/kernels/random.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -9,9 +8,7 @@ void fill(const Tensor& out, double value, const OpContext& context) {
   device::Device& device = detail::common_device("Fill", {{"out", out}});
   detail::require_floating("Fill", {"out", out});
   device::Stream& stream = detail::stream_for("Fill", device, context);
-  detail::dispatch_floating(out.dtype(), [&]<typename T>(T) {
-    stream.enqueue([out, value] { backend::cpu::fill<T>(out.data<T>(), out.num_elements(), static_cast<T>(value)); });
-  });
+  detail::kernel(device, &kernels::KernelTable::fill, "Fill")(stream, kernels::FillArgs{.out = out, .value = value});
 }
 
 void uniform(const Tensor& out, double low, double high, std::uint64_t seed, std::uint64_t offset,
@@ -20,12 +17,13 @@ void uniform(const Tensor& out, double low, double high, std::uint64_t seed, std
   detail::require_floating("Uniform", {"out", out});
   if (!(low <= high)) TP_THROW(InvalidArgument, "ops", "Uniform: low ", low, " must not exceed high ", high);
   device::Stream& stream = detail::stream_for("Uniform", device, context);
-  detail::dispatch_floating(out.dtype(), [&]<typename T>(T) {
-    stream.enqueue([out, low, high, seed, offset] {
-      backend::cpu::uniform<T>(out.data<T>(), out.num_elements(), static_cast<T>(low), static_cast<T>(high), seed,
-                               offset);
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::random, "Uniform")(
+      stream, kernels::RandomArgs{.out = out,
+                                  .distribution = kernels::Distribution::uniform,
+                                  .a = low,
+                                  .b = high,
+                                  .seed = seed,
+                                  .offset = offset});
 }
 
 void normal(const Tensor& out, double mean, double stddev, std::uint64_t seed, std::uint64_t offset,
@@ -34,12 +32,13 @@ void normal(const Tensor& out, double mean, double stddev, std::uint64_t seed, s
   detail::require_floating("Normal", {"out", out});
   if (!(stddev >= 0)) TP_THROW(InvalidArgument, "ops", "Normal: stddev ", stddev, " must be >= 0");
   device::Stream& stream = detail::stream_for("Normal", device, context);
-  detail::dispatch_floating(out.dtype(), [&]<typename T>(T) {
-    stream.enqueue([out, mean, stddev, seed, offset] {
-      backend::cpu::normal<T>(out.data<T>(), out.num_elements(), static_cast<T>(mean), static_cast<T>(stddev), seed,
-                              offset);
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::random, "Normal")(
+      stream, kernels::RandomArgs{.out = out,
+                                  .distribution = kernels::Distribution::normal,
+                                  .a = mean,
+                                  .b = stddev,
+                                  .seed = seed,
+                                  .offset = offset});
 }
 
 void glorot_uniform(const Tensor& out, std::uint64_t seed, const OpContext& context) {
@@ -47,10 +46,10 @@ void glorot_uniform(const Tensor& out, std::uint64_t seed, const OpContext& cont
   detail::require_floating("GlorotUniform", {"out", out});
   detail::require_rank("GlorotUniform", {"out", out}, 2);
   device::Stream& stream = detail::stream_for("GlorotUniform", device, context);
-  detail::dispatch_floating(out.dtype(), [&]<typename T>(T) {
-    stream.enqueue(
-        [out, seed] { backend::cpu::glorot_uniform<T>(out.data<T>(), out.shape().dim(0), out.shape().dim(1), seed); });
-  });
+  detail::kernel(device, &kernels::KernelTable::random, "GlorotUniform")(
+      stream, kernels::RandomArgs{
+                  .out = out, .distribution = kernels::Distribution::glorot_uniform, .a = 0, .b = 0, .seed = seed,
+                  .offset = 0});
 }
 
 }  // namespace tp::ops

@@ -1,7 +1,5 @@
 #include "tensorpool/ops/linalg.hpp"
 
-#include "backend/cpu/kernels/gemm.hpp"
-#include "backend/cpu/kernels/half_nn.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -39,24 +37,15 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, MatmulOpti
   detail::require_same_dtype(kOp, {"a", a}, {"out", out});
   detail::require_shape(kOp, {"out", out}, Shape{dims.m, dims.n});
   device::Stream& stream = detail::stream_for(kOp, device, context);
-  using backend::cpu::Transpose;
-  const Transpose transpose_a = options.transpose_a ? Transpose::yes : Transpose::no;
-  const Transpose transpose_b = options.transpose_b ? Transpose::yes : Transpose::no;
-  if (detail::is_half(a.dtype())) {  // converted to float32 around sgemm, stored as float16 / bfloat16
-    detail::dispatch_half(a.dtype(), [&]<typename H>(H) {
-      stream.enqueue([a, b, out, transpose_a, transpose_b, dims] {
-        backend::cpu::matmul_half<H>(transpose_a, transpose_b, dims.m, dims.n, dims.k, a.data<H>(), b.data<H>(),
-                                     out.data<H>());
-      });
-    });
-    return;
-  }
-  detail::dispatch_floating(a.dtype(), [&]<typename T>(T) {
-    stream.enqueue([a, b, out, transpose_a, transpose_b, dims] {
-      backend::cpu::matmul<T>(transpose_a, transpose_b, dims.m, dims.n, dims.k, T{1}, a.data<T>(), b.data<T>(), T{0},
-                              out.data<T>());
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::matmul, kOp)(
+      stream, kernels::MatmulArgs{.a = a,
+                                  .b = b,
+                                  .out = out,
+                                  .transpose_a = options.transpose_a,
+                                  .transpose_b = options.transpose_b,
+                                  .m = dims.m,
+                                  .n = dims.n,
+                                  .k = dims.k});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options, const OpContext& context) {

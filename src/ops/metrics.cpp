@@ -1,6 +1,5 @@
 #include "tensorpool/ops/metrics.hpp"
 
-#include "backend/cpu/kernels/metrics.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -32,19 +31,8 @@ void correct_count_into(const Tensor& predictions, const Tensor& labels, const T
   }
   detail::require_shape(kCorrectCount, {"out", out}, Shape{});
   device::Stream& stream = detail::stream_for(kCorrectCount, device, context);
-  detail::dispatch_floating(predictions.dtype(), [&]<typename T>(T) {
-    stream.enqueue([predictions, labels, out] {
-      const std::int64_t rows = predictions.shape().dim(0);
-      const std::int64_t cols = predictions.shape().dim(1);
-      const std::int64_t count =
-          labels.dtype() == DType::i32
-              ? backend::cpu::correct_count<T, std::int32_t>(predictions.data<T>(), labels.data<std::int32_t>(),
-                                                             rows, cols)
-              : backend::cpu::correct_count<T, std::int64_t>(predictions.data<T>(), labels.data<std::int64_t>(),
-                                                             rows, cols);
-      *out.data<float>() = static_cast<float>(count);
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::correct_count, kCorrectCount)(
+      stream, kernels::CorrectCountArgs{.predictions = predictions, .labels = labels, .out = out});
 }
 
 Tensor correct_count(const Tensor& predictions, const Tensor& labels, const OpContext& context) {

@@ -1,10 +1,5 @@
 #include "tensorpool/ops/nn.hpp"
 
-#include "backend/cpu/kernels/activations.hpp"
-#include "backend/cpu/kernels/bias.hpp"
-#include "backend/cpu/kernels/cross_entropy.hpp"
-#include "backend/cpu/kernels/half_nn.hpp"
-#include "backend/cpu/kernels/softmax.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -29,19 +24,8 @@ void bias_add_into(const Tensor& x, const Tensor& bias, const Tensor& out, const
   detail::require_same_dtype("BiasAdd", {"x", x}, {"out", out});
   detail::require_shape("BiasAdd", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("BiasAdd", device, context);
-  if (detail::is_half(x.dtype())) {
-    detail::dispatch_half(x.dtype(), [&]<typename H>(H) {
-      stream.enqueue([x, bias, out] {
-        backend::cpu::bias_add_half<H>(x.data<H>(), bias.data<H>(), out.data<H>(), rows_of(x), cols_of(x));
-      });
-    });
-    return;
-  }
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, bias, out] {
-      backend::cpu::bias_add<T>(x.data<T>(), bias.data<T>(), out.data<T>(), rows_of(x), cols_of(x));
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::bias_add, "BiasAdd")(
+      stream, kernels::BiasAddArgs{.x = x, .bias = bias, .out = out});
 }
 
 Tensor bias_add(const Tensor& x, const Tensor& bias, const OpContext& context) {
@@ -59,18 +43,8 @@ void bias_add_grad_into(const Tensor& dy, const Tensor& dbias, const OpContext& 
   detail::require_same_dtype("BiasAddGrad", {"dy", dy}, {"dbias", dbias});
   detail::require_shape("BiasAddGrad", {"dbias", dbias}, Shape{cols_of(dy)});
   device::Stream& stream = detail::stream_for("BiasAddGrad", device, context);
-  if (detail::is_half(dy.dtype())) {
-    detail::dispatch_half(dy.dtype(), [&]<typename H>(H) {
-      stream.enqueue([dy, dbias] {
-        backend::cpu::bias_add_grad_half<H>(dy.data<H>(), dbias.data<H>(), rows_of(dy), cols_of(dy));
-      });
-    });
-    return;
-  }
-  detail::dispatch_floating(dy.dtype(), [&]<typename T>(T) {
-    stream.enqueue(
-        [dy, dbias] { backend::cpu::bias_add_grad<T>(dy.data<T>(), dbias.data<T>(), rows_of(dy), cols_of(dy)); });
-  });
+  detail::kernel(device, &kernels::KernelTable::bias_add_grad, "BiasAddGrad")(
+      stream, kernels::BiasAddGradArgs{.dy = dy, .dbias = dbias});
 }
 
 Tensor bias_add_grad(const Tensor& dy, const OpContext& context) {
@@ -87,15 +61,7 @@ void relu_into(const Tensor& x, const Tensor& out, const OpContext& context) {
   detail::require_same_dtype("Relu", {"x", x}, {"out", out});
   detail::require_shape("Relu", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("Relu", device, context);
-  if (detail::is_half(x.dtype())) {
-    detail::dispatch_half(x.dtype(), [&]<typename H>(H) {
-      stream.enqueue([x, out] { backend::cpu::relu_half<H>(x.data<H>(), out.data<H>(), x.num_elements()); });
-    });
-    return;
-  }
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, out] { backend::cpu::relu<T>(x.data<T>(), out.data<T>(), x.num_elements()); });
-  });
+  detail::kernel(device, &kernels::KernelTable::relu, "Relu")(stream, kernels::ReluArgs{.x = x, .out = out});
 }
 
 Tensor relu(const Tensor& x, const OpContext& context) {
@@ -114,17 +80,8 @@ void relu_grad_into(const Tensor& dy, const Tensor& x, const Tensor& dx, const O
   detail::require_shape("ReluGrad", {"dy", dy}, x.shape());
   detail::require_shape("ReluGrad", {"dx", dx}, x.shape());
   device::Stream& stream = detail::stream_for("ReluGrad", device, context);
-  if (detail::is_half(x.dtype())) {
-    detail::dispatch_half(x.dtype(), [&]<typename H>(H) {
-      stream.enqueue(
-          [dy, x, dx] { backend::cpu::relu_grad_half<H>(dy.data<H>(), x.data<H>(), dx.data<H>(), x.num_elements()); });
-    });
-    return;
-  }
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue(
-        [dy, x, dx] { backend::cpu::relu_grad<T>(dy.data<T>(), x.data<T>(), dx.data<T>(), x.num_elements()); });
-  });
+  detail::kernel(device, &kernels::KernelTable::relu_grad, "ReluGrad")(
+      stream, kernels::ReluGradArgs{.dy = dy, .x = x, .dx = dx});
 }
 
 Tensor relu_grad(const Tensor& dy, const Tensor& x, const OpContext& context) {
@@ -144,15 +101,8 @@ void softmax_family_into(std::string_view op, bool log, const Tensor& x, const T
   detail::require_same_dtype(op, {"x", x}, {"out", out});
   detail::require_shape(op, {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for(op, device, context);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, out, log] {
-      if (log) {
-        backend::cpu::log_softmax<T>(x.data<T>(), out.data<T>(), rows_of(x), cols_of(x));
-      } else {
-        backend::cpu::softmax<T>(x.data<T>(), out.data<T>(), rows_of(x), cols_of(x));
-      }
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::softmax, op)(stream,
+                                                            kernels::SoftmaxArgs{.x = x, .out = out, .log = log});
 }
 
 Tensor softmax_family(std::string_view op, bool log, const Tensor& x, const OpContext& context) {
@@ -188,18 +138,6 @@ void check_cross_entropy(const Tensor& input, const Tensor& labels) {
   detail::require_shape(kCrossEntropy, {"labels", labels}, Shape{rows_of(input)});
 }
 
-template <typename T, typename Label>
-void cross_entropy_kernel(CrossEntropyInput kind, const Tensor& input, const Tensor& labels, const Tensor& loss,
-                          const Tensor& gradient) {
-  if (kind == CrossEntropyInput::logits) {
-    backend::cpu::sparse_softmax_cross_entropy<T, Label>(input.data<T>(), labels.data<Label>(), loss.data<T>(),
-                                                         gradient.data<T>(), rows_of(input), cols_of(input));
-  } else {
-    backend::cpu::sparse_categorical_cross_entropy_from_probs<T, Label>(
-        input.data<T>(), labels.data<Label>(), loss.data<T>(), gradient.data<T>(), rows_of(input), cols_of(input));
-  }
-}
-
 }  // namespace
 
 void sparse_cross_entropy_into(const Tensor& input, const Tensor& labels, const Tensor& loss, const Tensor& gradient,
@@ -212,15 +150,9 @@ void sparse_cross_entropy_into(const Tensor& input, const Tensor& labels, const 
   detail::require_shape(kCrossEntropy, {"loss", loss}, Shape{rows_of(input)});
   detail::require_shape(kCrossEntropy, {"gradient", gradient}, input.shape());
   device::Stream& stream = detail::stream_for(kCrossEntropy, device, context);
-  detail::dispatch_floating(input.dtype(), [&]<typename T>(T) {
-    stream.enqueue([kind, input, labels, loss, gradient] {
-      if (labels.dtype() == DType::i32) {
-        cross_entropy_kernel<T, std::int32_t>(kind, input, labels, loss, gradient);
-      } else {
-        cross_entropy_kernel<T, std::int64_t>(kind, input, labels, loss, gradient);
-      }
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::cross_entropy, kCrossEntropy)(
+      stream,
+      kernels::CrossEntropyArgs{.kind = kind, .input = input, .labels = labels, .loss = loss, .gradient = gradient});
 }
 
 CrossEntropy sparse_cross_entropy(const Tensor& input, const Tensor& labels, CrossEntropyInput kind,

@@ -20,15 +20,26 @@ device::Device& common_device(std::string_view op, std::initializer_list<Argumen
 }
 
 device::Stream& stream_for(std::string_view op, device::Device& device, const OpContext& context) {
-  if (device.kind() != device::DeviceKind::cpu && device.kind() != device::DeviceKind::sim) {
-    TP_THROW(DeviceError, "ops", op, " has no kernel on ", device.name(), " (kernels exist for cpu and sim)");
-  }
   if (context.stream == nullptr) return device.stream(0);
   if (&context.stream->device() != &device) {
     TP_THROW(InvalidArgument, "ops", op, ": the tensors are on ", device.name(), " but the stream is ",
              context.stream->name());
   }
   return *context.stream;
+}
+
+const kernels::KernelTable& kernel_table(const device::Device& device, std::string_view op) {
+  const kernels::KernelTable* table = kernels::kernels_for(device.kind());
+  if (table == nullptr) {
+    TP_THROW(DeviceError, "ops", op, " has no kernel on ", device.name(), ": the ", device::to_string(device.kind()),
+             " backend registered no kernels (it is not built in, or its device factory never ran)");
+  }
+  return *table;
+}
+
+void throw_missing_kernel(const device::Device& device, std::string_view op) {
+  TP_THROW(DeviceError, "ops", op, " has no kernel on ", device.name(), ": the ", device::to_string(device.kind()),
+           " backend does not implement it; run the op on cpu:0 or a sim device (Tensor::to() copies it there)");
 }
 
 void require_floating(std::string_view op, const Argument& argument) {

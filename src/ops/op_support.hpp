@@ -1,14 +1,14 @@
 #pragma once
 // What every op shares: validation on the calling thread (naming the op, the argument and the shapes), the
-// output allocation, and the choice of stream. Kernels run as tasks that capture their tensors by value.
+// output allocation, the choice of stream, and the lookup of the kernel that the device's backend registered
+// (tensorpool/ops/kernel_table.hpp). The kernel puts the work on the stream.
 
 #include <initializer_list>
 #include <string_view>
-#include <utility>
 
 #include "tensorpool/core/error.hpp"
-#include "tensorpool/core/half.hpp"
 #include "tensorpool/device/device.hpp"
+#include "tensorpool/ops/kernel_table.hpp"
 #include "tensorpool/ops/op_context.hpp"
 
 namespace tp::ops::detail {
@@ -20,9 +20,23 @@ struct Argument {
 
 // Throws unless every argument is defined and all live on one device; returns it.
 device::Device& common_device(std::string_view op, std::initializer_list<Argument> arguments);
-// The stream the op runs on: context.stream (which must belong to `device`) or the device's stream 0. Throws
-// tp::DeviceError when the device's backend has no kernels for tensor ops.
+// The stream the op runs on: context.stream (which must belong to `device`) or the device's stream 0.
 device::Stream& stream_for(std::string_view op, device::Device& device, const OpContext& context);
+
+// The table that `device`'s backend registered; throws tp::DeviceError naming the op and the device when it
+// registered none.
+const kernels::KernelTable& kernel_table(const device::Device& device, std::string_view op);
+[[noreturn]] void throw_missing_kernel(const device::Device& device, std::string_view op);
+
+// The kernel `entry` of `device`'s backend, called as kernel(device, &KernelTable::x, "Op")(stream, args).
+// Throws tp::DeviceError naming the op and the device when the backend has no table or no such kernel.
+template <typename Args>
+kernels::Kernel<Args> kernel(const device::Device& device, kernels::Kernel<Args> kernels::KernelTable::*entry,
+                             std::string_view op) {
+  const kernels::Kernel<Args> found = kernel_table(device, op).*entry;
+  if (found == nullptr) throw_missing_kernel(device, op);
+  return found;
+}
 
 void require_floating(std::string_view op, const Argument& argument);
 // The MLP path's ops (MatMul, BiasAdd(Grad), Relu(Grad)) also take float16 and bfloat16 (mixed precision).
@@ -43,25 +57,5 @@ AxisSplit split_axis(std::string_view op, const Shape& shape, std::int64_t axis)
 // An output of `shape` and `dtype` on `device`, tagged with the context's tag (op and kind filled in).
 Tensor allocate_output(std::string_view op, const Shape& shape, DType dtype, device::Device& device,
                        const OpContext& context);
-
-// Calls function(T{}) with T the C++ type of a floating dtype checked by require_floating.
-template <typename Function>
-void dispatch_floating(DType dtype, Function&& function) {
-  if (dtype == DType::f32) {
-    std::forward<Function>(function)(float{});
-  } else {
-    std::forward<Function>(function)(double{});
-  }
-}
-
-// Calls function(H{}) with H = tp::Half or tp::BFloat16 for a dtype for which is_half holds.
-template <typename Function>
-void dispatch_half(DType dtype, Function&& function) {
-  if (dtype == DType::f16) {
-    std::forward<Function>(function)(Half{});
-  } else {
-    std::forward<Function>(function)(BFloat16{});
-  }
-}
 
 }  // namespace tp::ops::detail

@@ -1,10 +1,5 @@
 #include "tensorpool/ops/optimizer.hpp"
 
-#include <type_traits>
-#include <utility>
-
-#include "backend/cpu/kernels/optimizer.hpp"
-#include "backend/cpu/kernels/scaled_optimizer.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -28,22 +23,6 @@ void check_gradient(std::string_view op, const Tensor& param, const Tensor& grad
   detail::require_shape(op, {"grad", grad}, param.shape());
 }
 
-// Read on the stream, inside the task: the flag is computed by an earlier kernel of the same step. 0 skips
-// the update; any other value multiplies the gradient (1 without a flag).
-float gradient_factor(const Tensor& apply) { return apply.defined() ? *apply.data<float>() : 1.0F; }
-
-// Calls update(G{}) with G the C++ type of grad's dtype, among T, Half and BFloat16.
-template <typename T, typename Update>
-void dispatch_gradient(DType dtype, Update&& update) {
-  if (dtype == DType::f16) {
-    std::forward<Update>(update)(Half{});
-  } else if (dtype == DType::bf16) {
-    std::forward<Update>(update)(BFloat16{});
-  } else {
-    std::forward<Update>(update)(T{});
-  }
-}
-
 void sgd_update_impl(const Tensor& apply, const Tensor& param, const Tensor& grad, const Tensor& velocity,
                      const SgdOptions& options, const OpContext& context) {
   const bool has_velocity = velocity.defined();
@@ -61,26 +40,9 @@ void sgd_update_impl(const Tensor& apply, const Tensor& param, const Tensor& gra
     detail::require_shape("SgdUpdate", {"velocity", velocity}, param.shape());
   }
   device::Stream& stream = detail::stream_for("SgdUpdate", device, context);
-  detail::dispatch_floating(param.dtype(), [&]<typename T>(T) {
-    stream.enqueue([apply, param, grad, velocity, options, has_velocity] {
-      const float factor = gradient_factor(apply);
-      if (factor == 0.0F) return;
-      T* slot = has_velocity ? velocity.data<T>() : nullptr;
-      const auto lr = static_cast<T>(options.learning_rate);
-      const auto momentum = static_cast<T>(options.momentum);
-      if (factor == 1.0F && grad.dtype() == param.dtype()) {
-        backend::cpu::sgd_update<T>(param.data<T>(), grad.data<T>(), slot, param.num_elements(), lr, momentum,
-                                    options.nesterov);
-        return;
-      }
-      dispatch_gradient<T>(grad.dtype(), [&]<typename G>(G) {
-        if constexpr (std::is_same_v<T, G> || std::is_same_v<T, float>) {
-          backend::cpu::sgd_update_scaled<T, G>(param.data<T>(), grad.data<G>(), static_cast<T>(factor), slot,
-                                                param.num_elements(), lr, momentum, options.nesterov);
-        }
-      });
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::sgd, "SgdUpdate")(
+      stream,
+      kernels::SgdArgs{.apply = apply, .param = param, .grad = grad, .velocity = velocity, .options = options});
 }
 
 void adam_update_impl(const Tensor& apply, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -94,27 +56,9 @@ void adam_update_impl(const Tensor& apply, const Tensor& param, const Tensor& gr
   }
   if (step < 1) TP_THROW(InvalidArgument, "ops", "AdamUpdate: step ", step, " must be >= 1 (steps count from 1)");
   device::Stream& stream = detail::stream_for("AdamUpdate", device, context);
-  detail::dispatch_floating(param.dtype(), [&]<typename T>(T) {
-    stream.enqueue([apply, param, grad, m, v, step, options] {
-      const float factor = gradient_factor(apply);
-      if (factor == 0.0F) return;
-      const auto lr = static_cast<T>(options.learning_rate);
-      const auto beta1 = static_cast<T>(options.beta1);
-      const auto beta2 = static_cast<T>(options.beta2);
-      const auto epsilon = static_cast<T>(options.epsilon);
-      if (factor == 1.0F && grad.dtype() == param.dtype()) {
-        backend::cpu::adam_update<T>(param.data<T>(), grad.data<T>(), m.data<T>(), v.data<T>(), param.num_elements(),
-                                     lr, beta1, beta2, epsilon, step);
-        return;
-      }
-      dispatch_gradient<T>(grad.dtype(), [&]<typename G>(G) {
-        if constexpr (std::is_same_v<T, G> || std::is_same_v<T, float>) {
-          backend::cpu::adam_update_scaled<T, G>(param.data<T>(), grad.data<G>(), static_cast<T>(factor), m.data<T>(),
-                                                 v.data<T>(), param.num_elements(), lr, beta1, beta2, epsilon, step);
-        }
-      });
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::adam, "AdamUpdate")(
+      stream,
+      kernels::AdamArgs{.apply = apply, .param = param, .grad = grad, .m = m, .v = v, .step = step, .options = options});
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "tensorpool/ops/reduce.hpp"
 
-#include "backend/cpu/kernels/reduce.hpp"
 #include "ops/op_support.hpp"
 
 namespace tp::ops {
@@ -33,21 +32,11 @@ void reduce_into(const Tensor& x, std::int64_t axis, Reduction reduction, const 
   const detail::AxisSplit split = split_axis(op, x, axis);
   detail::require_shape(op, {"out", out}, split.without_axis);
   device::Stream& stream = detail::stream_for(op, device, context);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, out, split, reduction] {
-      switch (reduction) {
-        case Reduction::sum:
-          backend::cpu::reduce_sum<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner);
-          break;
-        case Reduction::mean:
-          backend::cpu::reduce_mean<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner);
-          break;
-        case Reduction::max:
-          backend::cpu::reduce_max<T>(x.data<T>(), out.data<T>(), split.outer, split.axis, split.inner);
-          break;
-      }
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::reduce, op)(
+      stream, kernels::ReduceArgs{.x = x,
+                                  .extent = {.outer = split.outer, .axis = split.axis, .inner = split.inner},
+                                  .reduction = reduction,
+                                  .out = out});
 }
 
 Tensor reduce(const Tensor& x, std::int64_t axis, Reduction reduction, const OpContext& context) {
@@ -68,11 +57,9 @@ void argmax_into(const Tensor& x, std::int64_t axis, const Tensor& out, const Op
   }
   detail::require_shape("ArgMax", {"out", out}, split.without_axis);
   device::Stream& stream = detail::stream_for("ArgMax", device, context);
-  detail::dispatch_floating(x.dtype(), [&]<typename T>(T) {
-    stream.enqueue([x, out, split] {
-      backend::cpu::argmax<T>(x.data<T>(), out.data<std::int64_t>(), split.outer, split.axis, split.inner);
-    });
-  });
+  detail::kernel(device, &kernels::KernelTable::argmax, "ArgMax")(
+      stream, kernels::ArgMaxArgs{
+                  .x = x, .extent = {.outer = split.outer, .axis = split.axis, .inner = split.inner}, .out = out});
 }
 
 Tensor argmax(const Tensor& x, std::int64_t axis, const OpContext& context) {
