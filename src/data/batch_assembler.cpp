@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cpu/kernels/cast.hpp"
+#include "tensorpool/core/convert.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/allocation_tag.hpp"
 
@@ -30,8 +30,7 @@ void BatchAssembler::fill_features(std::int64_t example, float* out) const {
   const auto elements = static_cast<std::size_t>(storage_->example_elements);
   const std::size_t offset = static_cast<std::size_t>(example) * elements;
   if (!storage_->features_u8.empty()) {
-    backend::cpu::u8_to_f32_divided(storage_->features_u8.data() + offset, u8_divisor_, out,
-                                    static_cast<std::int64_t>(elements));
+    u8_to_f32_divided(storage_->features_u8.data() + offset, u8_divisor_, out, static_cast<std::int64_t>(elements));
   } else {
     std::memcpy(out, storage_->features_f32.data() + offset, elements * sizeof(float));
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/kernel_test_support.hpp"
+#include "tensorpool/core/convert.hpp"
 #include "tensorpool/core/half.hpp"
 
 namespace {
@@ -296,7 +297,7 @@ TEST(Cast, U8ToF32DividedIsTheScalarDivisionForEveryByteAndPosition) {
     for (const std::size_t offset : {0, 1, 5}) {
       const auto n = static_cast<std::int64_t>(bytes.size() - offset);
       std::vector<float> out(bytes.size() - offset + 1, -1.0f);
-      tp::backend::cpu::u8_to_f32_divided(bytes.data() + offset, divisor, out.data(), n);
+      tp::u8_to_f32_divided(bytes.data() + offset, divisor, out.data(), n);
       for (std::int64_t i = 0; i < n; ++i) {
         const float expected = static_cast<float>(bytes[offset + static_cast<std::size_t>(i)]) / divisor;
         const float actual = out[static_cast<std::size_t>(i)];

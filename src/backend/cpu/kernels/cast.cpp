@@ -10,7 +10,6 @@
 
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
-#include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/half.hpp"
 
@@ -186,10 +185,6 @@ void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int
   detail::check_pointer(kKernel, "dst", dst, n);
   if (n == 0) return;
   kCastTable[from][to](src, dst, n);
-}
-
-TP_ISA_CLONES void u8_to_f32_divided(const std::uint8_t* src, float divisor, float* dst, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) / divisor;
 }
 
 }  // namespace tp::backend::cpu

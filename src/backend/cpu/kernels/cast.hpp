@@ -27,9 +27,4 @@ namespace tp::backend::cpu {
 
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n);
 
-// dst[i] = float(src[i]) / divisor, one correctly rounded division per element (so divisor 1 is the plain
-// u8 -> f32 cast): the input pipeline's pixel normalisation, vectorised. A 256-entry lookup table gives the
-// same bits but loads one byte at a time (55 against 10 us for a batch of 128 Fashion-MNIST images).
-void u8_to_f32_divided(const std::uint8_t* src, float divisor, float* dst, std::int64_t n);
-
 }  // namespace tp::backend::cpu
