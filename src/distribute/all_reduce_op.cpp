@@ -76,7 +76,7 @@ void register_collective_ops(OpRegistry& registry) {
   all_reduce.name = "AllReduce";
   all_reduce.collective = true;
   all_reduce.infer = infer_all_reduce;
-  all_reduce.kernels = cpu_and_sim(all_reduce_kernel);
+  all_reduce.kernels = every_backend(all_reduce_kernel);
   registry.add(std::move(all_reduce));
   register_sharding_ops(registry);
 }

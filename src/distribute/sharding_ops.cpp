@@ -103,11 +103,11 @@ void all_gather_kernel(KernelContext& context) {
 void register_sharding_ops(OpRegistry& registry) {
   registry.add(OpDef{.name = "ReduceScatter",
                      .infer = infer_reduce_scatter,
-                     .kernels = cpu_and_sim(reduce_scatter_kernel),
+                     .kernels = every_backend(reduce_scatter_kernel),
                      .collective = true});
   registry.add(OpDef{.name = "AllGather",
                      .infer = infer_all_gather,
-                     .kernels = cpu_and_sim(all_gather_kernel),
+                     .kernels = every_backend(all_gather_kernel),
                      .stateful = true,
                      .collective = true});
 }

@@ -5,6 +5,7 @@
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/op_registry.hpp"
+#include "tensorpool/ops/kernel_table.hpp"
 
 namespace tp::runtime {
 
@@ -38,7 +39,11 @@ device::Device* resolve(const graph::Node& node, const PlacementOptions& options
            "', which this session cannot use; its devices are: ", device_names(options.devices));
 }
 
-bool has_kernel(const graph::OpDef& op, const device::Device& device) { return op.kernels.contains(device.kind()); }
+// The op has a kernel for the device's kind, and that kind's backend registered the tensor kernels that the
+// graph kernels call (tensorpool/ops/kernel_table.hpp).
+bool has_kernel(const graph::OpDef& op, const device::Device& device) {
+  return op.kernels.contains(device.kind()) && ops::kernels::kernels_for(device.kind()) != nullptr;
+}
 
 bool is_bound(const graph::Node& node) { return node.op == "Placeholder" || node.op == "Variable"; }
 

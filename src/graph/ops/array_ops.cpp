@@ -126,19 +126,19 @@ void register_array_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_reshape,
-                     .kernels = cpu_and_sim(reshape_kernel),
+                     .kernels = every_backend(reshape_kernel),
                      .gradient = reshape_gradient});
   registry.add(OpDef{.name = "Broadcast",
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_broadcast,
-                     .kernels = cpu_and_sim(broadcast_kernel),
+                     .kernels = every_backend(broadcast_kernel),
                      .gradient = broadcast_gradient});
   registry.add(OpDef{.name = "ScaleRows",
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_scale_rows,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::scale_rows_into(c.inputs[0], c.inputs[1], c.outputs[0], op_context(c));
                      }),
                      .gradient = scale_rows_gradient,

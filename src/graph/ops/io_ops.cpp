@@ -52,7 +52,7 @@ void register_io_ops(OpRegistry& registry) {
                      .num_inputs = 0,
                      .num_outputs = 1,
                      .infer = infer_fill,
-                     .kernels = cpu_and_sim(fill_kernel),
+                     .kernels = every_backend(fill_kernel),
                      .gradient = [](GradientContext&) { return no_gradients(0); }});
 }
 

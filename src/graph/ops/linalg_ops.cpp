@@ -71,7 +71,7 @@ void register_linalg_ops(OpRegistry& registry) {
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_matmul,
-                     .kernels = cpu_and_sim(matmul_kernel),
+                     .kernels = every_backend(matmul_kernel),
                      .gradient = matmul_gradient});
 }
 

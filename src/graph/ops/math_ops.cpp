@@ -128,7 +128,7 @@ OpDef binary_op(std::string name, std::function<std::vector<std::optional<Output
                .num_inputs = 2,
                .num_outputs = 1,
                .infer = infer_binary,
-               .kernels = cpu_and_sim(binary_kernel),
+               .kernels = every_backend(binary_kernel),
                .gradient = std::move(gradient),
                .may_reuse_input = true};
 }
@@ -144,7 +144,7 @@ void register_math_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_scale,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::scale_into(c.inputs[0], attribute_float(c.node, "alpha"), c.outputs[0], op_context(c));
                      }),
                      .gradient =
@@ -158,13 +158,13 @@ void register_math_ops(OpRegistry& registry) {
       .num_inputs = 1,
       .num_outputs = 1,
       .infer = infer_cast,
-      .kernels = cpu_and_sim([](KernelContext& c) { tp::ops::cast_into(c.inputs[0], c.outputs[0], op_context(c)); }),
+      .kernels = every_backend([](KernelContext& c) { tp::ops::cast_into(c.inputs[0], c.outputs[0], op_context(c)); }),
       .gradient = cast_gradient});
   registry.add(OpDef{.name = "AddN",
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_add_n,
-                     .kernels = cpu_and_sim(binary_kernel),
+                     .kernels = every_backend(binary_kernel),
                      .gradient =
                          [](GradientContext& c) {
                            return std::vector<std::optional<Output>>{upstream(c), upstream(c)};

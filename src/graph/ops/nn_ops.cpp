@@ -140,7 +140,7 @@ void register_nn_ops(OpRegistry& registry) {
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_bias_add,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::bias_add_into(c.inputs[0], c.inputs[1], c.outputs[0], op_context(c));
                      }),
                      .gradient = bias_add_gradient,
@@ -149,7 +149,7 @@ void register_nn_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_bias_add_grad,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::bias_add_grad_into(c.inputs[0], c.outputs[0], op_context(c));
                      }),
                      .gradient = bias_add_grad_gradient});
@@ -158,14 +158,14 @@ void register_nn_ops(OpRegistry& registry) {
       .num_inputs = 1,
       .num_outputs = 1,
       .infer = infer_unary_float,
-      .kernels = cpu_and_sim([](KernelContext& c) { tp::ops::relu_into(c.inputs[0], c.outputs[0], op_context(c)); }),
+      .kernels = every_backend([](KernelContext& c) { tp::ops::relu_into(c.inputs[0], c.outputs[0], op_context(c)); }),
       .gradient = relu_gradient,
       .may_reuse_input = true});
   registry.add(OpDef{.name = "ReluGrad",
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_relu_grad,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::relu_grad_into(c.inputs[0], c.inputs[1], c.outputs[0], op_context(c));
                      }),
                      .gradient = relu_grad_gradient,
@@ -174,7 +174,7 @@ void register_nn_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_softmax,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::softmax_into(c.inputs[0], c.outputs[0], op_context(c));
                      }),
                      .gradient = softmax_gradient,
@@ -183,7 +183,7 @@ void register_nn_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_softmax,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::log_softmax_into(c.inputs[0], c.outputs[0], op_context(c));
                      }),
                      .gradient = log_softmax_gradient,
@@ -192,7 +192,7 @@ void register_nn_ops(OpRegistry& registry) {
                      .num_inputs = 2,
                      .num_outputs = 2,
                      .infer = infer_cross_entropy,
-                     .kernels = cpu_and_sim(cross_entropy_kernel),
+                     .kernels = every_backend(cross_entropy_kernel),
                      .gradient = cross_entropy_gradient});
 }
 

@@ -4,8 +4,10 @@
 
 namespace tp::graph::detail {
 
-Kernels cpu_and_sim(Kernel kernel) {
-  return Kernels{{device::DeviceKind::cpu, kernel}, {device::DeviceKind::sim, kernel}};
+Kernels every_backend(const Kernel& kernel) {
+  Kernels kernels;
+  for (device::DeviceKind kind : device::kDeviceKinds) kernels.emplace(kind, kernel);
+  return kernels;
 }
 
 const TensorType& input(const InferenceContext& context, int index) {

@@ -1,7 +1,8 @@
 #pragma once
 // What the built-in op definitions share: inference checks that name the node and the offending input
-// ("MatMul 'dense/MatMul': a float32[3] must have rank 2"), kernels registered for cpu and sim alike (both
-// run the tensor ops on the kernel's stream), and small gradient helpers.
+// ("MatMul 'dense/MatMul': a float32[3] must have rank 2"), kernels registered for every backend alike (they
+// run the tensor ops on the kernel's stream, which dispatch to the device's backend), and small gradient
+// helpers.
 //
 // Unknown dims (-1) agree with anything: a check fails only on two known dims that differ, and a merged dim
 // takes the known one. So build-time inference accepts what specialisation (infer_types) may still reject.
@@ -32,8 +33,9 @@ void register_reduce_ops(OpRegistry& registry);  // Sum, Mean, Max, ArgMax, Corr
 void register_state_ops(OpRegistry& registry);   // ApplySgd, ApplyAdam
 void register_collective_ops(OpRegistry& registry);  // AllReduce (src/distribute/all_reduce_op.cpp)
 
-// The same kernel for DeviceKind::cpu and DeviceKind::sim (the tensor ops dispatch on the tensors' device).
-Kernels cpu_and_sim(Kernel kernel);
+// The same kernel for every DeviceKind: the tensor ops it calls dispatch on the tensors' device to the kernels
+// its backend registered (ops/kernel_table.hpp); the placer keeps nodes off a device whose backend has none.
+Kernels every_backend(const Kernel& kernel);
 inline tp::ops::OpContext op_context(KernelContext& context) { return tp::ops::OpContext{.stream = &context.stream}; }
 
 // Inference checks on input `index`, called `role` in messages.

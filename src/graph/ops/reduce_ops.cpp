@@ -67,7 +67,7 @@ OpDef reduction(std::string name, bool differentiable) {
                .num_inputs = 1,
                .num_outputs = 1,
                .infer = infer_reduce,
-               .kernels = cpu_and_sim(reduce_kernel),
+               .kernels = every_backend(reduce_kernel),
                .gradient = differentiable ? reduce_gradient : nullptr};
 }
 
@@ -93,14 +93,14 @@ void register_reduce_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_argmax,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::argmax_into(c.inputs[0], attribute_int(c.node, "axis"), c.outputs[0], op_context(c));
                      })});
   registry.add(OpDef{.name = "CorrectCount",
                      .num_inputs = 2,
                      .num_outputs = 1,
                      .infer = infer_correct_count,
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        tp::ops::correct_count_into(c.inputs[0], c.inputs[1], c.outputs[0], op_context(c));
                      })});
   registry.add(OpDef{.name = "AllFinite",
@@ -112,7 +112,7 @@ void register_reduce_ops(OpRegistry& registry) {
                            check_finite_range(context);
                            return std::vector<TensorType>{TensorType{DType::f32, {}}};
                          },
-                     .kernels = cpu_and_sim([](KernelContext& c) {
+                     .kernels = every_backend([](KernelContext& c) {
                        Tensor x = c.inputs[0];
                        if (c.node.attributes.contains("range")) {
                          const std::vector<std::int64_t> range = attribute_ints(c.node, "range");

@@ -151,25 +151,25 @@ void register_state_ops(OpRegistry& registry) {
                      .num_inputs = 3,
                      .num_outputs = 0,
                      .infer = infer_sgd,
-                     .kernels = cpu_and_sim(sgd_kernel),
+                     .kernels = every_backend(sgd_kernel),
                      .stateful = true});
   registry.add(OpDef{.name = "ApplyAdam",
                      .num_inputs = 4,
                      .num_outputs = 0,
                      .infer = infer_adam,
-                     .kernels = cpu_and_sim(adam_kernel),
+                     .kernels = every_backend(adam_kernel),
                      .stateful = true});
   registry.add(OpDef{.name = "ApplySgdIf",
                      .num_inputs = 4,
                      .num_outputs = 0,
                      .infer = [](const InferenceContext& c) { return infer_conditional(c, infer_sgd); },
-                     .kernels = cpu_and_sim(sgd_if_kernel),
+                     .kernels = every_backend(sgd_if_kernel),
                      .stateful = true});
   registry.add(OpDef{.name = "ApplyAdamIf",
                      .num_inputs = 5,
                      .num_outputs = 0,
                      .infer = [](const InferenceContext& c) { return infer_conditional(c, infer_adam); },
-                     .kernels = cpu_and_sim(adam_if_kernel),
+                     .kernels = every_backend(adam_if_kernel),
                      .stateful = true});
 }
 
