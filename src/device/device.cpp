@@ -56,6 +56,14 @@ Stream& Device::stream(std::size_t index) const {
   return *streams_[index];
 }
 
+void Device::configure_kernels(const KernelOptions& options) {
+  if (options.intra_op_threads < 0) {
+    TP_THROW(InvalidArgument, "device", name(), " kernel option intra_op_threads = ", options.intra_op_threads,
+             " must be >= 0 (0: unchanged)");
+  }
+  do_configure_kernels(options);
+}
+
 void Device::synchronize() {
   for (const auto& stream : streams_) stream->wait_idle();
   for (const auto& stream : streams_) stream->synchronize();

@@ -4,8 +4,6 @@
 #include <atomic>
 #include <cstdio>
 
-#include "backend/cpu/intra_op_pool.hpp"
-#include "backend/cpu/kernels/gemm.hpp"
 #include "runtime/executable.hpp"
 #include "runtime/session_memory.hpp"
 #include "runtime/step_dependencies.hpp"
@@ -135,10 +133,13 @@ Session::Session(const graph::Graph& graph, SessionOptions options)
   if (options_.intra_op_threads < 0) {
     TP_THROW(InvalidArgument, "session", "intra_op_threads = ", options_.intra_op_threads, " must be >= 0");
   }
-  if (options_.intra_op_threads > 0) backend::cpu::set_intra_op_threads(options_.intra_op_threads);
-  if (!options_.gemm_library.empty()) {
-    backend::cpu::set_gemm_library(
-        backend::cpu::parse_gemm_library(options_.gemm_library, "SessionOptions::gemm_library"));
+  // The CPU kernel settings go to the session's devices (cpu:0 first: it takes every option the others may,
+  // so a refused value throws before any device has changed).
+  const device::KernelOptions kernels{.intra_op_threads = options_.intra_op_threads,
+                                      .gemm_library = options_.gemm_library};
+  state_->cpu->configure_kernels(kernels);
+  for (device::Device* device : state_->devices) {
+    if (device != state_->cpu) device->configure_kernels(kernels);
   }
   if (options_.inter_op_threads < 0) {
     TP_THROW(InvalidArgument, "session", "inter_op_threads = ", options_.inter_op_threads,

@@ -32,11 +32,24 @@ namespace tp::device {
 
 struct CopyRequest;
 
+// How the kernels a device runs compute: given when the device is made (DeviceOptions::kernels) and changed
+// later with Device::configure_kernels (a Session applies its SessionOptions to the devices it uses). A
+// backend reads the fields it has and ignores the others; each field's default leaves the setting as it is.
+struct KernelOptions {
+  // Threads of one CPU kernel (cpu and sim devices): the GEMM blocks and the element-wise loops. One pool
+  // serves every CPU kernel of the process, so the latest value given to any device holds. 0: unchanged.
+  int intra_op_threads = 0;
+  // The float32 GEMM library of the CPU kernels, per device: "openblas" (what a device starts with) or
+  // "onednn" (oneDNN's AVX-512 kernels; results differ from OpenBLAS's in the last bits). Empty: unchanged.
+  std::string gemm_library{};
+};
+
 struct DeviceOptions {
   std::size_t num_streams = 1;
   // Debug: fill freed memory with kPoisonByte before it goes back to the allocator, so a kernel that reads
   // a buffer after its release sees NaN (0xFFFF... as float) instead of plausible stale values.
   bool poison_freed = false;
+  KernelOptions kernels{};
 };
 
 inline constexpr unsigned char kPoisonByte = 0xFF;
@@ -92,6 +105,12 @@ class Device {
   std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {},
                                    std::shared_ptr<memory::MemoryResource> through = nullptr);
   std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
+
+  // Applies `options` to the kernels launched on this device from now on (work already enqueued keeps the
+  // settings it was launched with). Throws tp::InvalidArgument naming the device, the field and the accepted
+  // values for a value the backend refuses (an unknown GEMM library, a negative thread count), changing
+  // nothing.
+  void configure_kernels(const KernelOptions& options);
 
   // State that a higher layer keeps per device (the runtime's memory arbiter), created by `create` on the
   // first request for `key` and destroyed with the device. Thread-safe.
@@ -157,6 +176,9 @@ class Device {
   // backend has it.
   virtual std::shared_ptr<void> staging_buffer(std::size_t bytes) = 0;
   virtual void poison(void* ptr, std::size_t bytes) noexcept = 0;
+  // The backend's part of configure_kernels (the base checked what every backend shares): validate every
+  // field it reads, then apply. A backend without such settings ignores them.
+  virtual void do_configure_kernels(const KernelOptions& options) { (void)options; }
 
   const DeviceId id_;
   const DeviceId physical_id_;

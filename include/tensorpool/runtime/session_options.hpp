@@ -34,12 +34,14 @@ struct SessionOptions {                        // {} initialisers: designated in
   // before the devices exist. A device that already exists with another configuration is an error (as
   // TensorFlow fixes GPU options at the first session).
   std::map<std::string, memory::MemoryConfig> device_memory{};
-  // > 0: threads of one CPU kernel, the BLAS's GEMMs and the element-wise loops alike (process-wide);
-  // 0: left as they are (the BLAS's default, element-wise loops on one thread)
+  // The CPU kernel settings the session applies to each of its devices (and cpu:0) when it is made, through
+  // Device::configure_kernels (device::KernelOptions says what each means):
+  // > 0: threads of one CPU kernel, the GEMM blocks and the element-wise loops alike (one pool per process,
+  // so the latest setting holds); 0: left as it is (one thread unless set before)
   int intra_op_threads = 0;
-  // The float32 GEMM library of the CPU kernels (process-wide, as intra_op_threads): "openblas" or "onednn"
-  // (faster AVX-512 kernels; results differ from OpenBLAS's in the last bits). Empty: left as it is (OpenBLAS
-  // unless set before).
+  // The float32 GEMM library of the CPU kernels on the session's devices: "openblas" or "onednn" (faster
+  // AVX-512 kernels; results differ from OpenBLAS's in the last bits). Empty: left as it is (OpenBLAS unless
+  // set before).
   std::string gemm_library{};
   // How many independent ops of a step may run at once (TensorFlow's inter_op_parallelism_threads). 0 or 1:
   // ops run one after another in schedule order, launched by the calling thread. N > 1: N host threads

@@ -2,6 +2,7 @@
 // in stream order), host code may touch the memory directly. Staging is pageable: a host-to-host copy gains
 // nothing from pinning.
 #include "backend/cpu/cpu_kernel_table.hpp"
+#include "backend/cpu/kernel_settings.hpp"
 #include "device/host_addressable_device.hpp"
 #include "device/inline_stream.hpp"
 #include "tensorpool/device/backends.hpp"
@@ -10,16 +11,21 @@ namespace tp::device {
 
 namespace {
 
-class CpuDevice final : public HostAddressableDevice {
+// CpuKernelSettings comes first: options it refuses throw before any stream exists.
+class CpuDevice final : public backend::cpu::CpuKernelSettings, public HostAddressableDevice {
  public:
   CpuDevice(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
             const DeviceOptions& options)
-      : HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/false) {
+      : CpuKernelSettings(options.kernels, id.str()),
+        HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/false) {
     create_streams<InlineStream>(options.num_streams);
   }
   ~CpuDevice() override { shut_down(); }
 
   bool host_accessible() const noexcept override { return true; }
+
+ private:
+  void do_configure_kernels(const KernelOptions& options) override { apply(options, name()); }
 };
 
 // The budget is the config's limit, or its fraction of `capacity_bytes`, or `capacity_bytes` itself.

@@ -19,8 +19,6 @@
 namespace tp::backend::cpu {
 namespace {
 
-constexpr int kMaxThreads = 1024;
-
 // The caller's floating-point environment (flush-to-zero, denormals-are-zero, rounding: a stream task runs
 // under ScopedFlushDenormals) applies to every chunk, whichever thread runs it; otherwise a chunk run by a
 // helper could round differently from the same chunk run by the caller.
@@ -170,8 +168,8 @@ class Pool {
 }  // namespace
 
 void set_intra_op_threads(int threads) {
-  if (threads < 1 || threads > kMaxThreads) {
-    TP_THROW(InvalidArgument, "intra_op_threads", "threads = ", threads, " must be in [1, ", kMaxThreads,
+  if (threads < 1 || threads > kMaxIntraOpThreads) {
+    TP_THROW(InvalidArgument, "intra_op_threads", "threads = ", threads, " must be in [1, ", kMaxIntraOpThreads,
              "] (1: every kernel on its calling thread)");
   }
   // The GEMMs are split over the pool's threads (kernels/gemm.cpp), one BLAS call on one thread per block.

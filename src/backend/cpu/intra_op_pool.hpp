@@ -34,7 +34,12 @@ constexpr std::int64_t rows_per_chunk(std::int64_t cols) noexcept {
   return cols >= kStreamingGrain ? 1 : kStreamingGrain / (cols > 0 ? cols : 1);
 }
 
-// Threads the BLAS and parallel_for use (the caller included). Throws tp::InvalidArgument for threads < 1.
+// More intra-op threads than this is a typo, not a machine.
+inline constexpr int kMaxIntraOpThreads = 1024;
+
+// Threads the BLAS and parallel_for use (the caller included), process-wide: a device's
+// KernelOptions::intra_op_threads sets it (kernel_settings.hpp). Throws tp::InvalidArgument for threads
+// outside [1, kMaxIntraOpThreads].
 void set_intra_op_threads(int threads);
 int intra_op_threads() noexcept;
 

@@ -3,6 +3,7 @@
 // worker thread; copies are staged through pinned host memory, as a GPU's DMA engine needs. Its kernels are
 // the cpu backend's table (a sim device's memory is host memory that its streams' workers reach directly).
 #include "backend/cpu/cpu_kernel_table.hpp"
+#include "backend/cpu/kernel_settings.hpp"
 #include "device/host_addressable_device.hpp"
 #include "device/worker_stream.hpp"
 #include "tensorpool/device/backends.hpp"
@@ -11,16 +12,21 @@ namespace tp::device {
 
 namespace {
 
-class SimDevice final : public HostAddressableDevice {
+// CpuKernelSettings comes first: options it refuses throw before any stream exists.
+class SimDevice final : public backend::cpu::CpuKernelSettings, public HostAddressableDevice {
  public:
   SimDevice(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
             std::unique_ptr<memory::MemoryStack> memory, const DeviceOptions& options)
-      : HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/true) {
+      : CpuKernelSettings(options.kernels, id.str()),
+        HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/true) {
     create_streams<WorkerStream>(options.num_streams);
   }
   ~SimDevice() override { shut_down(); }
 
   bool host_accessible() const noexcept override { return false; }
+
+ private:
+  void do_configure_kernels(const KernelOptions& options) override { apply(options, name()); }
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 namespace {
 
+using tp::backend::cpu::GemmLibrary;
 using tp::backend::cpu::matmul;
 using tp::backend::cpu::Transpose;
 using tp_test::expect_invalid;
@@ -45,7 +46,7 @@ double at(const std::vector<T>& matrix, std::int64_t cols, std::int64_t row, std
 }
 
 template <typename T>
-void check_case(std::mt19937& rng, Case shape, Transpose ta, Transpose tb, T alpha, T beta) {
+void check_case(std::mt19937& rng, Case shape, Transpose ta, Transpose tb, T alpha, T beta, GemmLibrary library) {
   const auto [m, n, k] = shape;
   SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n << " k=" << k << " ta=" << (ta == Transpose::yes)
                                     << " tb=" << (tb == Transpose::yes) << " alpha=" << alpha << " beta=" << beta);
@@ -72,7 +73,7 @@ void check_case(std::mt19937& rng, Case shape, Transpose ta, Transpose tb, T alp
       magnitude[index] = std::fabs(static_cast<double>(alpha)) * sum_abs + std::fabs(old);
     }
   }
-  matmul(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data());
+  matmul(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data(), library);
   const double growth = std::sqrt(static_cast<double>(std::max<std::int64_t>(k, 1)));
   for (std::size_t index = 0; index < c.size(); ++index) {
     const double tolerance = (Tolerance<T>::abs + Tolerance<T>::rel * magnitude[index]) * growth;
@@ -86,7 +87,7 @@ using FloatTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(MatmulTest, FloatTypes);
 
 template <typename T>
-void matches_float64_reference_for_all_transposes() {
+void matches_float64_reference_for_all_transposes(GemmLibrary library = GemmLibrary::openblas) {
   const std::uint32_t seed = tp_test::test_seed();
   TP_TRACE_SEED(seed);
   std::mt19937 rng(seed);
@@ -95,47 +96,47 @@ void matches_float64_reference_for_all_transposes() {
   for (const Case& shape : cases) {
     for (Transpose ta : {Transpose::no, Transpose::yes}) {
       for (Transpose tb : {Transpose::no, Transpose::yes}) {
-        check_case<T>(rng, shape, ta, tb, T{1}, T{0});
-        check_case<T>(rng, shape, ta, tb, T{0.5}, T{-1.25});
+        check_case<T>(rng, shape, ta, tb, T{1}, T{0}, library);
+        check_case<T>(rng, shape, ta, tb, T{0.5}, T{-1.25}, library);
       }
     }
   }
 }
 
 template <typename T>
-void empty_output_touches_nothing_and_empty_k_scales_c() {
+void empty_output_touches_nothing_and_empty_k_scales_c(GemmLibrary library = GemmLibrary::openblas) {
   const std::uint32_t seed = tp_test::test_seed();
   TP_TRACE_SEED(seed);
   std::mt19937 rng(seed);
   for (const Case& shape : {Case{0, 3, 4}, Case{3, 0, 4}, Case{0, 0, 0}, Case{3, 4, 0}, Case{1, 1, 0}}) {
     for (Transpose ta : {Transpose::no, Transpose::yes}) {
       for (Transpose tb : {Transpose::no, Transpose::yes}) {
-        check_case<T>(rng, shape, ta, tb, T{2}, T{-0.5});
-        check_case<T>(rng, shape, ta, tb, T{1}, T{0});
+        check_case<T>(rng, shape, ta, tb, T{2}, T{-0.5}, library);
+        check_case<T>(rng, shape, ta, tb, T{1}, T{0}, library);
       }
     }
   }
   // Null pointers are fine where a matrix has no elements.
   std::vector<T> c{T{1}, T{2}};
-  matmul<T>(Transpose::no, Transpose::no, 2, 1, 0, T{1}, nullptr, nullptr, T{3}, c.data());
+  matmul<T>(Transpose::no, Transpose::no, 2, 1, 0, T{1}, nullptr, nullptr, T{3}, c.data(), library);
   EXPECT_EQ(c, (std::vector<T>{T{3}, T{6}}));
   const std::vector<T> b(35, T{1});  // 7 x 5: a real matrix even though m == 0 leaves nothing to read
-  matmul<T>(Transpose::no, Transpose::no, 0, 5, 7, T{1}, nullptr, b.data(), T{3}, nullptr);
+  matmul<T>(Transpose::no, Transpose::no, 0, 5, 7, T{1}, nullptr, b.data(), T{3}, nullptr, library);
 }
 
 template <typename T>
-void beta_zero_overwrites_nan_in_c() {
+void beta_zero_overwrites_nan_in_c(GemmLibrary library = GemmLibrary::openblas) {
   const T nan = std::numeric_limits<T>::quiet_NaN();
   const std::vector<T> a{T{1}, T{2}, T{3}, T{4}};  // [[1, 2], [3, 4]]
   const std::vector<T> b{T{5}, T{6}, T{7}, T{8}};  // [[5, 6], [7, 8]]
   std::vector<T> c(4, nan);
-  matmul(Transpose::no, Transpose::no, 2, 2, 2, T{1}, a.data(), b.data(), T{0}, c.data());
+  matmul(Transpose::no, Transpose::no, 2, 2, 2, T{1}, a.data(), b.data(), T{0}, c.data(), library);
   EXPECT_EQ(c, (std::vector<T>{T{19}, T{22}, T{43}, T{50}}));
   std::vector<T> c_t(4, nan);  // A^T B^T = (BA)^T: [[23, 31], [34, 46]]
-  matmul(Transpose::yes, Transpose::yes, 2, 2, 2, T{1}, a.data(), b.data(), T{0}, c_t.data());
+  matmul(Transpose::yes, Transpose::yes, 2, 2, 2, T{1}, a.data(), b.data(), T{0}, c_t.data(), library);
   EXPECT_EQ(c_t, (std::vector<T>{T{23}, T{31}, T{34}, T{46}}));
   std::vector<T> c_empty_k(4, nan);
-  matmul<T>(Transpose::no, Transpose::no, 2, 2, 0, T{1}, nullptr, nullptr, T{0}, c_empty_k.data());
+  matmul<T>(Transpose::no, Transpose::no, 2, 2, 0, T{1}, nullptr, nullptr, T{0}, c_empty_k.data(), library);
   EXPECT_EQ(c_empty_k, std::vector<T>(4, T{0}));
 }
 
@@ -148,29 +149,26 @@ TYPED_TEST(MatmulTest, EmptyOutputTouchesNothingAndEmptyKScalesC) {
 TYPED_TEST(MatmulTest, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<TypeParam>(); }
 
 // The same checks with oneDNN computing the float32 products (float64 stays on OpenBLAS).
-class OneDnnMatmul : public ::testing::Test {
- protected:
-  void SetUp() override { tp::backend::cpu::set_gemm_library(tp::backend::cpu::GemmLibrary::onednn); }
-  void TearDown() override { tp::backend::cpu::set_gemm_library(tp::backend::cpu::GemmLibrary::openblas); }
-};
-
-TEST_F(OneDnnMatmul, MatchesFloat64ReferenceForAllTransposes) { matches_float64_reference_for_all_transposes<float>(); }
-TEST_F(OneDnnMatmul, EmptyOutputTouchesNothingAndEmptyKScalesC) {
-  empty_output_touches_nothing_and_empty_k_scales_c<float>();
+TEST(OneDnnMatmul, MatchesFloat64ReferenceForAllTransposes) {
+  matches_float64_reference_for_all_transposes<float>(GemmLibrary::onednn);
 }
-TEST_F(OneDnnMatmul, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<float>(); }
+TEST(OneDnnMatmul, EmptyOutputTouchesNothingAndEmptyKScalesC) {
+  empty_output_touches_nothing_and_empty_k_scales_c<float>(GemmLibrary::onednn);
+}
+TEST(OneDnnMatmul, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<float>(GemmLibrary::onednn); }
 
-// The switch takes effect: on the main job's forward GEMM the two libraries sum in different orders, so some
+// The library argument takes effect: on the main job's forward GEMM the two libraries sum in different orders, so some
 // elements differ in their last bits (and all agree within rounding).
-TEST_F(OneDnnMatmul, ComputesWithOtherKernelsThanOpenBlas) {
+TEST(OneDnnMatmul, ComputesWithOtherKernelsThanOpenBlas) {
   std::mt19937 rng(tp_test::test_seed());
   const std::int64_t m = 128, n = 512, k = 784;
   const std::vector<float> a = tp_test::random_vector<float>(rng, m * k);
   const std::vector<float> b = tp_test::random_vector<float>(rng, k * n);
   std::vector<float> onednn(static_cast<std::size_t>(m * n)), openblas(onednn.size());
-  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, onednn.data());
-  tp::backend::cpu::set_gemm_library(tp::backend::cpu::GemmLibrary::openblas);
-  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, openblas.data());
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, onednn.data(),
+                GemmLibrary::onednn);
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, openblas.data(),
+                GemmLibrary::openblas);
   std::size_t differing = 0;
   for (std::size_t i = 0; i < onednn.size(); ++i) {
     differing += onednn[i] != openblas[i];
@@ -180,7 +178,6 @@ TEST_F(OneDnnMatmul, ComputesWithOtherKernelsThanOpenBlas) {
 }
 
 TEST(GemmLibrary, NamesParseAndAnUnknownOneIsRefused) {
-  using tp::backend::cpu::GemmLibrary;
   using tp::backend::cpu::parse_gemm_library;
   EXPECT_EQ(parse_gemm_library("openblas", "--gemm"), GemmLibrary::openblas);
   EXPECT_EQ(parse_gemm_library("onednn", "--gemm"), GemmLibrary::onednn);

@@ -122,7 +122,7 @@ void expect_matmul_matches_float64(Multiply multiply, bool with_empty = true) {
 }
 
 TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
-  expect_matmul_matches_float64<TypeParam>(matmul_half<TypeParam>);
+  expect_matmul_matches_float64<TypeParam>([](auto... arguments) { matmul_half<TypeParam>(arguments...); });
 }
 
 // The oneDNN path on its own (matmul_half takes it for bfloat16 on such CPUs), and proof that it is taken.

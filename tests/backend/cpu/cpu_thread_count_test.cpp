@@ -25,10 +25,7 @@ namespace {
 
 class ThreadCount : public ::testing::Test {
  protected:
-  void TearDown() override {
-    set_intra_op_threads(1);
-    set_gemm_library(GemmLibrary::openblas);
-  }
+  void TearDown() override { set_intra_op_threads(1); }
 
   // Runs `compute` (which fills `output` from fresh copies of its inputs) with 1 thread, then with 2, 3 and
   // 4, and expects the same bits every time.
@@ -61,7 +58,6 @@ TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
                                       {512, 10, 128},  {128, 10, 512}, {128, 512, 10},  {300, 300, 300},
                                       {1001, 37, 513}, {45, 700, 99},  {64, 64, 64},    {32, 10, 512}};
   for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
-    set_gemm_library(library);
     for (const GemmShape& shape : shapes) {
       for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
         for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {
@@ -72,7 +68,7 @@ TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
           const std::vector<float> b = tp_test::random_vector<float>(rng, shape.k * shape.n);
           expect_same_bits<float>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<float>& c) {
             matmul<float>(transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F,
-                          c.data());
+                          c.data(), library);
           });
         }
       }

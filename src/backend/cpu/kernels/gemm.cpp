@@ -5,7 +5,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <limits>
 #include <type_traits>
 
@@ -17,8 +16,6 @@ namespace tp::backend::cpu {
 namespace {
 
 constexpr std::string_view kKernel = "matmul";
-
-std::atomic<GemmLibrary> selected_library{GemmLibrary::openblas};
 
 void check_blas_size(std::string_view name, std::int64_t value) {
   detail::check_size(kKernel, name, value);
@@ -160,10 +157,6 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
 
 }  // namespace
 
-void set_gemm_library(GemmLibrary library) noexcept { selected_library.store(library, std::memory_order_relaxed); }
-
-GemmLibrary gemm_library() noexcept { return selected_library.load(std::memory_order_relaxed); }
-
 std::string_view name_of(GemmLibrary library) noexcept {
   return library == GemmLibrary::onednn ? "onednn" : "openblas";
 }
@@ -178,7 +171,7 @@ GemmLibrary parse_gemm_library(std::string_view text, std::string_view what) {
 
 template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-            const T* a, const T* b, T beta, T* c) {
+            const T* a, const T* b, T beta, T* c, GemmLibrary library) {
   check_blas_size("m", m);
   check_blas_size("n", n);
   check_blas_size("k", k);
@@ -208,13 +201,13 @@ void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::i
                              .ldc = leading_dimension(n),
                              .alpha = alpha,
                              .beta = beta,
-                             .library = gemm_library()};
+                             .library = library};
   split_gemm(operands, m, n, k);
 }
 
 template void matmul<float>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, float, const float*,
-                            const float*, float, float*);
+                            const float*, float, float*, GemmLibrary);
 template void matmul<double>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, double, const double*,
-                             const double*, double, double*);
+                             const double*, double, double*, GemmLibrary);
 
 }  // namespace tp::backend::cpu

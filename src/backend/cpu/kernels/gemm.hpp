@@ -1,7 +1,7 @@
 #pragma once
 // Dense matrix multiply on the CPU through a BLAS library; no hand-written loop. float64 always goes to
-// OpenBLAS (cblas_dgemm); float32 to the process-wide GemmLibrary: OpenBLAS's cblas_sgemm (the default) or
-// oneDNN's dnnl_sgemm, whose AVX-512 kernels ran the MLP's GEMMs 10-44% faster on the 2-vCPU VM
+// OpenBLAS (cblas_dgemm); float32 to the caller's GemmLibrary (a device's setting, kernel_settings.hpp):
+// OpenBLAS's cblas_sgemm (the default) or oneDNN's dnnl_sgemm, whose AVX-512 kernels ran the MLP's GEMMs 10-44% faster on the 2-vCPU VM
 // (tp_kernel_bench --sgemm-rate, docs/benchmarks.md). The two libraries sum in different orders: the same
 // product differs between them in the last bits, while each keeps its results independent of the intra-op
 // thread count (cpu_thread_count_test runs both).
@@ -23,21 +23,18 @@ enum class Transpose : bool { no = false, yes = true };
 
 enum class GemmLibrary { openblas, onednn };
 
-// Selects the float32 GEMM library for the whole process (as set_intra_op_threads): every later matmul uses
-// it. Thread-safe; a product already running finishes with the library it started with.
-void set_gemm_library(GemmLibrary library) noexcept;
-GemmLibrary gemm_library() noexcept;
 // "openblas" or "onednn"; tp::InvalidArgument naming `what` and the choices otherwise.
 GemmLibrary parse_gemm_library(std::string_view text, std::string_view what);
 std::string_view name_of(GemmLibrary library) noexcept;
 
+// `library` computes float32 products (float64 ignores it).
 template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-            const T* a, const T* b, T beta, T* c);
+            const T* a, const T* b, T beta, T* c, GemmLibrary library = GemmLibrary::openblas);
 
 extern template void matmul<float>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, float,
-                                   const float*, const float*, float, float*);
+                                   const float*, const float*, float, float*, GemmLibrary);
 extern template void matmul<double>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, double,
-                                    const double*, const double*, double, double*);
+                                    const double*, const double*, double, double*, GemmLibrary);
 
 }  // namespace tp::backend::cpu

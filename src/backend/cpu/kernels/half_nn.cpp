@@ -47,7 +47,7 @@ struct Widener {
 
 template <typename H>
 void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const H* a, const H* b, H* c) {
+                 const H* a, const H* b, H* c, GemmLibrary library) {
   constexpr std::string_view kKernel = "matmul_half";
   detail::check_size(kKernel, "m", m);
   detail::check_size(kKernel, "n", n);
@@ -71,7 +71,7 @@ void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, s
   float* c32 = sized(scratch.c, c_size);
   detail::widen_span(a, a32, a_size);
   detail::widen_span(b, b32, b_size);
-  matmul<float>(transpose_a, transpose_b, m, n, k, 1.0F, a32, b32, 0.0F, c32);  // its checks and k == 0 rule
+  matmul<float>(transpose_a, transpose_b, m, n, k, 1.0F, a32, b32, 0.0F, c32, library);  // its k == 0 rule too
   detail::narrow_span(c32, c, c_size);
 }
 

@@ -26,9 +26,10 @@
 
 namespace tp::backend::cpu {
 
+// `library`: the float32 GEMM that float16 (and bfloat16 without native instructions) is computed with.
 template <typename H>
 void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const H* a, const H* b, H* c);
+                 const H* a, const H* b, H* c, GemmLibrary library = GemmLibrary::openblas);
 template <typename H>
 void bias_add_half(const H* x, const H* bias, H* y, std::int64_t rows, std::int64_t cols);
 template <typename H>
@@ -42,7 +43,7 @@ void add_scaled_half(H* y, float alpha, const H* x, std::int64_t n);
 
 #define TP_DECLARE_HALF_NN(H, prefix)                                                                           \
   prefix template void matmul_half<H>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, const H*, \
-                                      const H*, H*);                                                            \
+                                      const H*, H*, GemmLibrary);                                               \
   prefix template void bias_add_half<H>(const H*, const H*, H*, std::int64_t, std::int64_t);                    \
   prefix template void bias_add_grad_half<H>(const H*, H*, std::int64_t, std::int64_t);                         \
   prefix template void relu_half<H>(const H*, H*, std::int64_t);                                                \

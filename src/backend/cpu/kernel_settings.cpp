@@ -1,0 +1,31 @@
+#include "backend/cpu/kernel_settings.hpp"
+
+#include <string>
+
+#include "backend/cpu/intra_op_pool.hpp"
+#include "tensorpool/core/error.hpp"
+
+namespace tp::backend::cpu {
+
+CpuKernelSettings::CpuKernelSettings(const device::KernelOptions& options, std::string_view device) {
+  apply(options, device);
+}
+
+void CpuKernelSettings::apply(const device::KernelOptions& options, std::string_view device) {
+  const std::string what = std::string(device) + " kernel option gemm_library";
+  const GemmLibrary library =
+      options.gemm_library.empty() ? gemm_library() : parse_gemm_library(options.gemm_library, what);
+  if (options.intra_op_threads < 0 || options.intra_op_threads > kMaxIntraOpThreads) {
+    TP_THROW(InvalidArgument, "cpu", device, " kernel option intra_op_threads = ", options.intra_op_threads,
+             " must be in [0, ", kMaxIntraOpThreads, "] (0: the intra-op pool as it is)");
+  }
+  if (options.intra_op_threads > 0) set_intra_op_threads(options.intra_op_threads);
+  gemm_library_.store(library, std::memory_order_relaxed);
+}
+
+GemmLibrary gemm_library_of(const device::Device& device) noexcept {
+  const auto* settings = dynamic_cast<const CpuKernelSettings*>(&device);
+  return settings != nullptr ? settings->gemm_library() : GemmLibrary::openblas;
+}
+
+}  // namespace tp::backend::cpu

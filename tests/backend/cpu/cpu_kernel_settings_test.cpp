@@ -1,0 +1,128 @@
+// The CPU kernels' settings are per device (device::KernelOptions): two devices configured with different
+// GEMM libraries each compute their matmuls with their own, a Session applies its options to its devices
+// only, and a refused value names the option and the choices and changes nothing.
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernel_settings.hpp"
+#include "backend/cpu/kernel_test_support.hpp"
+#include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/graph/graph.hpp"
+#include "tensorpool/ops/linalg.hpp"
+#include "tensorpool/runtime/session.hpp"
+
+namespace tp::backend::cpu {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+const memory::GetEnv kNoEnv = [](const char*) -> const char* { return nullptr; };
+
+device::DeviceManagerOptions two_sim_devices(device::KernelOptions kernels = {}) {
+  device::DeviceManagerOptions options;
+  options.sim_devices = 2;
+  options.sim_memory_bytes = 64 * kMiB;
+  options.cpu_memory_bytes = 256 * kMiB;
+  options.device_options.kernels = std::move(kernels);
+  return options;
+}
+
+// The main job's forward GEMM, on which OpenBLAS and oneDNN sum in different orders (cpu_gemm_test).
+constexpr std::int64_t kM = 128, kN = 512, kK = 784;
+
+std::vector<float> product_on(device::Device& device, const std::vector<float>& a, const std::vector<float>& b) {
+  const Tensor a_on = Tensor::from_vector<float>(a, Shape({kM, kK}), device);
+  const Tensor b_on = Tensor::from_vector<float>(b, Shape({kK, kN}), device);
+  return ops::matmul(a_on, b_on).to_vector<float>();
+}
+
+std::size_t differing(const std::vector<float>& x, const std::vector<float>& y) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) count += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
+  return count;
+}
+
+class KernelSettings : public ::testing::Test {
+ protected:
+  void TearDown() override { set_intra_op_threads(1); }
+};
+
+TEST_F(KernelSettings, TwoDevicesWithDifferentGemmLibrariesEachComputeWithTheirs) {
+  device::DeviceManager manager(two_sim_devices(), kNoEnv);
+  device::Device& cpu = manager.device("cpu:0");
+  device::Device& onednn = manager.device("sim:0");
+  device::Device& openblas = manager.device("sim:1");
+  onednn.configure_kernels({.gemm_library = "onednn"});
+  openblas.configure_kernels({.gemm_library = "openblas"});
+  EXPECT_EQ(gemm_library_of(onednn), GemmLibrary::onednn);
+  EXPECT_EQ(gemm_library_of(openblas), GemmLibrary::openblas);
+  EXPECT_EQ(gemm_library_of(cpu), GemmLibrary::openblas);  // what a device starts with
+
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::vector<float> a = tp_test::random_vector<float>(rng, kM * kK);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, kK * kN);
+  // Each library's bits, from cpu:0 switched between them.
+  const std::vector<float> reference_openblas = product_on(cpu, a, b);
+  cpu.configure_kernels({.gemm_library = "onednn"});
+  const std::vector<float> reference_onednn = product_on(cpu, a, b);
+  ASSERT_GT(differing(reference_onednn, reference_openblas), 0U)
+      << "the two libraries gave the same bits: this test could not tell them apart";
+
+  EXPECT_EQ(differing(product_on(onednn, a, b), reference_onednn), 0U) << "sim:0 did not compute with oneDNN";
+  EXPECT_EQ(differing(product_on(openblas, a, b), reference_openblas), 0U) << "sim:1 did not compute with OpenBLAS";
+}
+
+TEST_F(KernelSettings, DeviceOptionsGiveEveryDeviceItsLibraryFromTheStart) {
+  device::DeviceManager manager(two_sim_devices({.gemm_library = "onednn"}), kNoEnv);
+  for (const char* name : {"cpu:0", "sim:0", "sim:1"}) {
+    EXPECT_EQ(gemm_library_of(manager.device(name)), GemmLibrary::onednn) << name;
+  }
+}
+
+TEST_F(KernelSettings, ASessionConfiguresItsDevicesAndCpu0Only) {
+  device::DeviceManager manager(two_sim_devices(), kNoEnv);
+  const runtime::Session session(graph::Graph(), {.visible_devices = {"sim:0"},
+                                                  .intra_op_threads = 3,
+                                                  .gemm_library = "onednn",
+                                                  .devices = &manager});
+  EXPECT_EQ(gemm_library_of(manager.device("sim:0")), GemmLibrary::onednn);
+  EXPECT_EQ(gemm_library_of(manager.device("cpu:0")), GemmLibrary::onednn);  // fetches and soft placement land here
+  EXPECT_EQ(gemm_library_of(manager.device("sim:1")), GemmLibrary::openblas);
+  EXPECT_EQ(intra_op_threads(), 3);
+  // Empty and 0 leave the settings as they are.
+  const runtime::Session plain(graph::Graph(), {.devices = &manager});
+  EXPECT_EQ(gemm_library_of(manager.device("sim:0")), GemmLibrary::onednn);
+  EXPECT_EQ(intra_op_threads(), 3);
+}
+
+TEST_F(KernelSettings, ABadValueIsRefusedNamingTheOptionAndTheChoicesAndChangesNothing) {
+  device::DeviceManager manager(two_sim_devices(), kNoEnv);
+  device::Device& sim = manager.device("sim:0");
+  sim.configure_kernels({.intra_op_threads = 2, .gemm_library = "onednn"});
+  tp_test::expect_invalid([&] { sim.configure_kernels({.intra_op_threads = 4, .gemm_library = "mkl"}); },
+                          {"sim:0", "gemm_library", "'mkl'", "openblas", "onednn"});
+  tp_test::expect_invalid([&] { sim.configure_kernels({.intra_op_threads = -1}); },
+                          {"sim:0", "intra_op_threads = -1", ">= 0"});
+  tp_test::expect_invalid([&] { sim.configure_kernels({.intra_op_threads = kMaxIntraOpThreads + 1}); },
+                          {"sim:0", "intra_op_threads", std::to_string(kMaxIntraOpThreads)});
+  EXPECT_EQ(gemm_library_of(sim), GemmLibrary::onednn);
+  EXPECT_EQ(intra_op_threads(), 2);
+
+  tp_test::expect_invalid(
+      [&] { const runtime::Session session(graph::Graph(), {.gemm_library = "MKL", .devices = &manager}); },
+      {"gemm_library", "'MKL'", "openblas", "onednn"});
+  EXPECT_EQ(gemm_library_of(manager.device("cpu:0")), GemmLibrary::openblas);
+
+  device::DeviceManager refused(two_sim_devices({.gemm_library = "blis"}), kNoEnv);
+  tp_test::expect_invalid([&] { refused.devices(); }, {"gemm_library", "'blis'", "openblas", "onednn"});
+}
+
+}  // namespace
+}  // namespace tp::backend::cpu
