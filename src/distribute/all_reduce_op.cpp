@@ -42,10 +42,9 @@ std::vector<TensorType> infer_all_reduce(const InferenceContext& context) {
   return outputs;
 }
 
-void all_reduce_kernel(KernelContext& context) {
+void all_reduce_kernel(distribute::Communicator& communicator, KernelContext& context) {
   const Layout layout = layout_of(context.node, context.inputs.size());
   const std::size_t count = layout.replicas * layout.tensors;
-  const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
   std::vector<Tensor> reduced, scratch;
   std::vector<std::vector<Tensor>> parts(layout.replicas);
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
@@ -57,7 +56,7 @@ void all_reduce_kernel(KernelContext& context) {
     reduced.push_back(context.outputs[layout.tensors == 1 ? replica : count + replica]);
   }
   // The communicator packs the tensors into the buckets, or (between peer devices) sums straight out of them.
-  communicator->all_reduce_parts(parts, reduced, scratch);
+  communicator.all_reduce_parts(parts, reduced, scratch);
   if (layout.tensors == 1 || !attribute_bool(context.node, "unpack", true)) return;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     std::int64_t offset = 0;
@@ -76,7 +75,8 @@ void register_collective_ops(OpRegistry& registry) {
   all_reduce.name = "AllReduce";
   all_reduce.collective = true;
   all_reduce.infer = infer_all_reduce;
-  all_reduce.kernels = every_backend(all_reduce_kernel);
+  all_reduce.kernels = collective_kernels(all_reduce_kernel);
+  all_reduce.bind_kernel = bind_communicator(all_reduce_kernel);
   registry.add(std::move(all_reduce));
   register_sharding_ops(registry);
 }

@@ -1,8 +1,11 @@
 #include "distribute/collective_support.hpp"
 
 #include <algorithm>
+#include <memory>
 
 #include "tensorpool/device/device.hpp"
+#include "tensorpool/distribute/communicator.hpp"
+#include "tensorpool/graph/attributes.hpp"
 
 namespace tp::graph::detail {
 
@@ -73,6 +76,25 @@ void pack_range(const std::vector<Tensor>& tensors, const Tensor& bucket, std::i
     }
     offset += elements;
   }
+}
+
+namespace {
+
+std::shared_ptr<distribute::Communicator> communicator_of(const Node& node) {
+  return distribute::make_communicator(attribute_string(node, "algorithm", "ring"));
+}
+
+}  // namespace
+
+Kernels collective_kernels(CollectiveKernel kernel) {
+  return every_backend([kernel](KernelContext& context) { kernel(*communicator_of(context.node), context); });
+}
+
+std::function<Kernel(const Node&, device::DeviceKind)> bind_communicator(CollectiveKernel kernel) {
+  return [kernel](const Node& node, device::DeviceKind) -> Kernel {
+    std::shared_ptr<distribute::Communicator> communicator = communicator_of(node);
+    return [kernel, communicator](KernelContext& context) { kernel(*communicator, context); };
+  };
 }
 
 }  // namespace tp::graph::detail

@@ -4,12 +4,17 @@
 // tensors into one flat bucket so the communicator runs once per step.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "graph/ops/op_support.hpp"
 #include "tensorpool/core/tensor.hpp"
 #include "tensorpool/graph/op_registry.hpp"
+
+namespace tp::distribute {
+class Communicator;
+}
 
 namespace tp::graph::detail {
 
@@ -44,6 +49,14 @@ void copy_within(const Tensor& source, const Tensor& target);
 // tensors and `bucket` (whose element 0 is flat element 0): into the bucket when `pack`, else out of it.
 void pack_range(const std::vector<Tensor>& tensors, const Tensor& bucket, std::int64_t begin, std::int64_t end,
                 bool pack);
+
+// A collective's kernel, run by the communicator its node's `algorithm` attribute names ("ring" by default).
+using CollectiveKernel = void (*)(distribute::Communicator& communicator, KernelContext& context);
+// OpDef::kernels of a collective, for every backend: each call makes the node's communicator.
+Kernels collective_kernels(CollectiveKernel kernel);
+// OpDef::bind_kernel of a collective: the node's communicator made once, when a step is prepared, and kept by
+// the kernel the executor runs on every run (the transports keep nothing of one call for the next).
+std::function<Kernel(const Node&, device::DeviceKind)> bind_communicator(CollectiveKernel kernel);
 
 void register_sharding_ops(OpRegistry& registry);  // ReduceScatter, AllGather (sharding_ops.cpp)
 

@@ -45,9 +45,8 @@ std::vector<TensorType> infer_reduce_scatter(const InferenceContext& context) {
   return outputs;
 }
 
-void reduce_scatter_kernel(KernelContext& context) {
+void reduce_scatter_kernel(distribute::Communicator& communicator, KernelContext& context) {
   const Layout layout = layout_of(context.node, context.inputs.size());
-  const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
   std::vector<Tensor> buckets, scratch;
   std::vector<std::vector<Tensor>> parts;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
@@ -55,7 +54,7 @@ void reduce_scatter_kernel(KernelContext& context) {
     scratch.push_back(context.outputs[2 * layout.replicas + replica]);
     parts.push_back(replica_tensors(context, layout, replica));
   }
-  communicator->reduce_scatter_parts(parts, buckets, scratch);
+  communicator.reduce_scatter_parts(parts, buckets, scratch);
   if (!attribute_bool(context.node, "unpack", true)) return;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     const Tensor& shard = context.outputs[replica];
@@ -78,9 +77,8 @@ std::vector<TensorType> infer_all_gather(const InferenceContext& context) {
   return outputs;
 }
 
-void all_gather_kernel(KernelContext& context) {
+void all_gather_kernel(distribute::Communicator& communicator, KernelContext& context) {
   const Layout layout = layout_of(context.node, context.inputs.size());
-  const auto communicator = distribute::make_communicator(attribute_string(context.node, "algorithm", "ring"));
   std::vector<Tensor> buckets;
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     buckets.push_back(context.outputs[replica]);
@@ -88,7 +86,7 @@ void all_gather_kernel(KernelContext& context) {
         distribute::Communicator::chunk(buckets.back().num_elements(), layout.shards, layout.first_shard + replica);
     pack_range(replica_tensors(context, layout, replica), buckets.back(), begin, end, true);
   }
-  communicator->all_gather(buckets);
+  communicator.all_gather(buckets);
   for (std::size_t replica = 0; replica < layout.replicas; ++replica) {
     const std::int64_t elements = buckets[replica].num_elements();
     const auto [begin, end] = distribute::Communicator::chunk(elements, layout.shards, layout.first_shard + replica);
@@ -103,11 +101,13 @@ void all_gather_kernel(KernelContext& context) {
 void register_sharding_ops(OpRegistry& registry) {
   registry.add(OpDef{.name = "ReduceScatter",
                      .infer = infer_reduce_scatter,
-                     .kernels = every_backend(reduce_scatter_kernel),
+                     .kernels = collective_kernels(reduce_scatter_kernel),
+                     .bind_kernel = bind_communicator(reduce_scatter_kernel),
                      .collective = true});
   registry.add(OpDef{.name = "AllGather",
                      .infer = infer_all_gather,
-                     .kernels = every_backend(all_gather_kernel),
+                     .kernels = collective_kernels(all_gather_kernel),
+                     .bind_kernel = bind_communicator(all_gather_kernel),
                      .stateful = true,
                      .collective = true});
 }

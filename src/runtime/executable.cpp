@@ -64,6 +64,19 @@ void hoist_collectives(const graph::Graph& graph, std::vector<graph::NodeId>& sc
   }
 }
 
+// The kernel `node` runs on `device`: bound to the node when the op binds its kernels (OpDef::bind_kernel).
+// The placer put the node on a device whose kind has one; a collective runs on its first input's device.
+std::function<void(graph::KernelContext&)> kernel_of(const graph::OpDef& op, const graph::Node& node,
+                                                     const device::Device& device) {
+  const auto found = op.kernels.find(device.kind());
+  if (found == op.kernels.end()) {
+    TP_THROW(DeviceError, "session", op.name, " '", node.name, "' runs on ", device.name(), ", but ", op.name,
+             " has no kernel for ", device::to_string(device.kind()), " devices");
+  }
+  if (op.bind_kernel) return op.bind_kernel(node, device.kind());
+  return found->second;
+}
+
 std::string value_name(const graph::Graph& graph, graph::Output output) {
   return graph.node(output.node).name + ":" + std::to_string(output.index);
 }
@@ -224,11 +237,12 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
         step.outputs.push_back(builder.add_value({id, static_cast<int>(output)}, device));
       }
       step.device = executable->values[step.inputs[0]].device;
+      step.kernel = kernel_of(op, node, *step.device);
       builder.add_step(std::move(step));
       continue;
     }
     device::Device* device = placement.device_of[static_cast<std::size_t>(id)];
-    Step step{.kind = Step::Kind::kernel, .node = id, .device = device};
+    Step step{.kind = Step::Kind::kernel, .node = id, .device = device, .kernel = kernel_of(op, node, *device)};
     for (const graph::Output& input : node.inputs) step.inputs.push_back(builder.value_on(input, device));
     for (int output = 0; output < static_cast<int>(node.outputs.size()); ++output) {
       step.outputs.push_back(builder.add_value({id, output}, device));

@@ -14,6 +14,7 @@
 // stateful or collective step. Every entry of `after` is a smaller index: schedule order is one valid order.
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 #include "tensorpool/core/tensor.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/graph/graph.hpp"
+#include "tensorpool/graph/op_registry.hpp"
 #include "tensorpool/runtime/placer.hpp"
 #include "tensorpool/runtime/static_planner.hpp"
 
@@ -65,6 +67,8 @@ struct Step {
   // A copy or a collective: its transfers order the devices they join themselves (device::copy's events), so
   // it waits only for earlier work on other streams of the same device.
   bool orders_devices = false;
+  // A kernel step: its node's kernel on its device's backend, resolved once when the step is prepared.
+  std::function<void(graph::KernelContext&)> kernel{};
 };
 
 struct DeviceLayout {

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "runtime/executable.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/session_memory.hpp"
 #include "runtime/step_dependencies.hpp"
 #include "runtime/step_runner.hpp"
@@ -303,16 +304,6 @@ PendingRun Session::run_async(const FeedMap& feeds, const std::vector<std::strin
     if (!feeds.contains(name)) TP_THROW(InvalidArgument, "session", "placeholder '", name, "' is not fed");
   }
   bind(step);
-  const graph::OpRegistry& registry = graph::OpRegistry::global();
-  // Online mode: values are allocated by their producer and dropped once their last reader has launched
-  // (its work holds the buffer until it has run).
-  std::unique_ptr<std::atomic<std::size_t>[]> readers_left;
-  if (!options_.planner) {
-    readers_left = std::make_unique<std::atomic<std::size_t>[]>(step.values.size());
-    for (std::size_t index = 0; index < step.values.size(); ++index) {
-      readers_left[index].store(step.values[index].readers.size(), std::memory_order_relaxed);
-    }
-  }
   for (const Step& current : step.steps) memory_of(*current.device);  // launches then only look the memory up
   const std::vector<device::Stream*> streams = streams_of(step);
   // Runs in flight follow each other on every stream: a stream starts this run once the other streams have
@@ -325,85 +316,10 @@ PendingRun Session::run_async(const FeedMap& feeds, const std::vector<std::strin
       if (other != stream) stream->wait(drained);
     }
   }
-  // events[i][j]: where step i's work on its stream j ends, for later steps on other streams.
-  std::vector<std::vector<device::Event>> events(step.steps.size());
-  auto launch = [&](std::size_t index) {
-    const Step& current = step.steps[index];
-    for (std::size_t earlier : current.after) {
-      const Step& producer = step.steps[earlier];
-      for (std::size_t position = 0; position < producer.streams.size(); ++position) {
-        if (!producer.record[position]) continue;
-        for (device::Stream* stream : current.streams) {
-          if (must_wait(current, stream, producer.streams[position])) stream->wait(events[earlier][position]);
-        }
-      }
-    }
-    device::Stream& stream = *current.streams[0];
-    if (!options_.planner) {
-      for (std::size_t output : current.outputs) {
-        Value& value = step.values[output];
-        const graph::Node& node = state_->graph.node(value.output.node);
-        memory::AllocationTag tag{value.name,
-                                  node.op,
-                                  value.shape.dims(),
-                                  std::string(name_of(value.dtype)),
-                                  memory::AllocationKind::activation,
-                                  options.step};
-        value.tensor = Tensor::from_buffer(current.device->allocate(value.bytes(), tag, memory_of(*current.device)), 0,
-                                           value.shape, value.dtype);
-      }
-    }
-    switch (current.kind) {
-      case Step::Kind::feed: {
-        const Tensor& fed = feeds.find(state_->graph.node(current.node).name)->second;
-        const Tensor& slot = step.values[current.outputs[0]].tensor;
-        // The caller does not write into a fed tensor during run(), which synchronizes before returning: a
-        // device that reads host memory in place copies the batch in one transfer on its own stream, without
-        // the host first staging it (400 KB per step at batch 128, on the host's path to the next launch).
-        device::copy(fed.device().stream(0), fed.buffer(), fed.offset_bytes(), stream, slot.buffer(),
-                     slot.offset_bytes(), slot.nbytes(), device::SourceRelease::caller_synchronizes);
-        break;
-      }
-      case Step::Kind::copy: {
-        const Tensor& source = step.values[current.inputs[0]].tensor;
-        const Tensor& target = step.values[current.outputs[0]].tensor;
-        device::copy(source.device().stream(0), source.buffer(), source.offset_bytes(), stream, target.buffer(),
-                     target.offset_bytes(), target.nbytes());
-        break;
-      }
-      case Step::Kind::kernel: {
-        const graph::Node& node = state_->graph.node(current.node);
-        graph::KernelContext context{node, {}, {}, stream, options.step};
-        for (std::size_t input : current.inputs) context.inputs.push_back(step.values[input].tensor);
-        for (std::size_t output : current.outputs) context.outputs.push_back(step.values[output].tensor);
-        registry.get(node.op).kernels.at(current.device->kind())(context);
-        break;
-      }
-    }
-    std::vector<device::Event>& recorded = events[index];
-    recorded.assign(current.streams.size(), device::Event());
-    for (std::size_t position = 0; position < current.streams.size(); ++position) {
-      if (current.record[position]) recorded[position] = current.streams[position]->record();
-    }
-    if (!options_.planner) {
-      for (std::size_t output : current.outputs) {
-        Value& value = step.values[output];
-        if (value.readers.empty() && !value.fetched) value.tensor = Tensor();  // an output nothing reads
-      }
-      for (std::size_t position = 0; position < current.inputs.size(); ++position) {
-        const std::size_t input = current.inputs[position];
-        Value& value = step.values[input];
-        if (value.variable || value.fetched) continue;
-        // A step that reads a value twice (Mul(x, x)) is one reader.
-        const auto first = current.inputs.begin() + static_cast<std::ptrdiff_t>(position);
-        if (std::find(current.inputs.begin(), first, input) != first) continue;
-        if (readers_left[input].fetch_sub(1, std::memory_order_acq_rel) == 1) value.tensor = Tensor();
-      }
-    }
-  };
   PendingRun pending;
   try {
-    state_->runner->run(step.steps, launch);
+    Executor(state_->graph, step, feeds, state_->memory, {.planner = options_.planner, .step = options.step})
+        .run(*state_->runner);
     enqueue_fetches(step, streams, pending);
   } catch (...) {
     for (device::Device* device : state_->devices) drain(*device);

@@ -65,6 +65,11 @@ struct OpDef {
   // Kernels per backend kind; a node placed on a kind without one is soft-placed on cpu:0 (or fails with
   // soft placement off).
   std::map<device::DeviceKind, std::function<void(KernelContext&)>> kernels{};
+  // Optional: makes the kernel of one node for one backend kind (a kind in `kernels`), for an op whose
+  // kernel resolves something the node's attributes fix (a collective's communicator). The executor calls it
+  // once, when a step is prepared, and runs what it returns on every run; without it, the executor keeps
+  // kernels.at(kind). Either way the result computes what kernels.at(kind) does.
+  std::function<std::function<void(KernelContext&)>(const Node&, device::DeviceKind)> bind_kernel{};
   // Null: the op is not differentiable (autodiff raises naming the node if a gradient must pass through it).
   std::function<std::vector<std::optional<Output>>(GradientContext&)> gradient{};
   // Output 0 may share input 0's memory when this node is that input's last reader (elementwise ops).

@@ -1,0 +1,121 @@
+#include "runtime/executor.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/step_dependencies.hpp"
+
+namespace tp::runtime {
+
+Executor::Executor(const graph::Graph& graph, Executable& executable, const FeedMap& feeds,
+                   const std::map<device::Device*, std::shared_ptr<memory::MemoryResource>>& memory,
+                   ExecutorOptions options)
+    : graph_(graph),
+      executable_(executable),
+      feeds_(feeds),
+      memory_(memory),
+      options_(options),
+      events_(executable.steps.size()) {
+  if (options_.planner) return;
+  readers_left_ = std::make_unique<std::atomic<std::size_t>[]>(executable_.values.size());
+  for (std::size_t index = 0; index < executable_.values.size(); ++index) {
+    readers_left_[index].store(executable_.values[index].readers.size(), std::memory_order_relaxed);
+  }
+}
+
+void Executor::run(StepRunner& runner) {
+  runner.run(executable_.steps, [this](std::size_t index) { launch(index); });
+}
+
+void Executor::launch(std::size_t index) {
+  const Step& current = executable_.steps[index];
+  wait_for_earlier_steps(current);
+  if (!options_.planner) allocate_outputs(current);
+  enqueue(current);
+  record_events(index);
+  if (!options_.planner) release_values(current);
+}
+
+void Executor::wait_for_earlier_steps(const Step& current) {
+  for (std::size_t earlier : current.after) {
+    const Step& producer = executable_.steps[earlier];
+    for (std::size_t position = 0; position < producer.streams.size(); ++position) {
+      if (!producer.record[position]) continue;
+      for (device::Stream* stream : current.streams) {
+        if (must_wait(current, stream, producer.streams[position])) stream->wait(events_[earlier][position]);
+      }
+    }
+  }
+}
+
+void Executor::allocate_outputs(const Step& current) {
+  for (std::size_t output : current.outputs) {
+    Value& value = executable_.values[output];
+    const graph::Node& node = graph_.node(value.output.node);
+    memory::AllocationTag tag{value.name,
+                              node.op,
+                              value.shape.dims(),
+                              std::string(name_of(value.dtype)),
+                              memory::AllocationKind::activation,
+                              options_.step};
+    value.tensor = Tensor::from_buffer(current.device->allocate(value.bytes(), tag, memory_.at(current.device)), 0,
+                                       value.shape, value.dtype);
+  }
+}
+
+void Executor::enqueue(const Step& current) {
+  device::Stream& stream = *current.streams[0];
+  switch (current.kind) {
+    case Step::Kind::feed: {
+      const Tensor& fed = feeds_.find(graph_.node(current.node).name)->second;
+      const Tensor& slot = executable_.values[current.outputs[0]].tensor;
+      // The caller does not write into a fed tensor during run(), which synchronizes before returning: a
+      // device that reads host memory in place copies the batch in one transfer on its own stream, without
+      // the host first staging it (400 KB per step at batch 128, on the host's path to the next launch).
+      device::copy(fed.device().stream(0), fed.buffer(), fed.offset_bytes(), stream, slot.buffer(),
+                   slot.offset_bytes(), slot.nbytes(), device::SourceRelease::caller_synchronizes);
+      break;
+    }
+    case Step::Kind::copy: {
+      const Tensor& source = executable_.values[current.inputs[0]].tensor;
+      const Tensor& target = executable_.values[current.outputs[0]].tensor;
+      device::copy(source.device().stream(0), source.buffer(), source.offset_bytes(), stream, target.buffer(),
+                   target.offset_bytes(), target.nbytes());
+      break;
+    }
+    case Step::Kind::kernel: {
+      graph::KernelContext context{graph_.node(current.node), {}, {}, stream, options_.step};
+      for (std::size_t input : current.inputs) context.inputs.push_back(executable_.values[input].tensor);
+      for (std::size_t output : current.outputs) context.outputs.push_back(executable_.values[output].tensor);
+      current.kernel(context);
+      break;
+    }
+  }
+}
+
+void Executor::record_events(std::size_t index) {
+  const Step& current = executable_.steps[index];
+  std::vector<device::Event>& recorded = events_[index];
+  recorded.assign(current.streams.size(), device::Event());
+  for (std::size_t position = 0; position < current.streams.size(); ++position) {
+    if (current.record[position]) recorded[position] = current.streams[position]->record();
+  }
+}
+
+void Executor::release_values(const Step& current) {
+  for (std::size_t output : current.outputs) {
+    Value& value = executable_.values[output];
+    if (value.readers.empty() && !value.fetched) value.tensor = Tensor();  // an output nothing reads
+  }
+  for (std::size_t position = 0; position < current.inputs.size(); ++position) {
+    const std::size_t input = current.inputs[position];
+    Value& value = executable_.values[input];
+    if (value.variable || value.fetched) continue;
+    // A step that reads a value twice (Mul(x, x)) is one reader.
+    const auto first = current.inputs.begin() + static_cast<std::ptrdiff_t>(position);
+    if (std::find(current.inputs.begin(), first, input) != first) continue;
+    if (readers_left_[input].fetch_sub(1, std::memory_order_acq_rel) == 1) value.tensor = Tensor();
+  }
+}
+
+}  // namespace tp::runtime
