@@ -54,6 +54,19 @@ std::size_t parse_sim_memory(std::string_view value) {
   return bytes;
 }
 
+int parse_opencl_devices(std::string_view value) {
+  constexpr std::string_view kAccepted = "an integer from 0 to 64, e.g. 2 (0 hides the OpenCL devices)";
+  static_assert(kMaxOpenClDevices == 64, "update kAccepted");
+  const std::string_view text = trim(value);
+  int count = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size()) {
+    bad_variable("TP_OPENCL_DEVICES", value, "not an integer", kAccepted);
+  }
+  if (count < 0 || count > kMaxOpenClDevices) bad_variable("TP_OPENCL_DEVICES", value, "out of range", kAccepted);
+  return count;
+}
+
 // "" (or only spaces) is the empty list: no accelerator visible, as CUDA_VISIBLE_DEVICES="".
 std::vector<DeviceId> parse_visible_devices(std::string_view value) {
   constexpr std::string_view kAccepted =
@@ -93,6 +106,9 @@ void apply_device_env(DeviceManagerOptions& options, const memory::GetEnv& get_e
   }
   if (const char* value = get_env("TP_SIM_MEMORY"); value != nullptr) {
     updated.sim_memory_bytes = parse_sim_memory(value);
+  }
+  if (const char* value = get_env("TP_OPENCL_DEVICES"); value != nullptr) {
+    updated.opencl_devices = parse_opencl_devices(value);
   }
   if (const char* value = get_env("TP_VISIBLE_DEVICES"); value != nullptr) {
     updated.visible_devices = parse_visible_devices(value);

@@ -13,6 +13,8 @@ std::string_view to_string(DeviceKind kind) noexcept {
       return "cpu";
     case DeviceKind::sim:
       return "sim";
+    case DeviceKind::opencl:
+      return "opencl";
     case DeviceKind::cuda:
       return "cuda";
   }
@@ -40,11 +42,13 @@ DeviceId parse_device_id(std::string_view text, std::string_view what) {
     id.kind = DeviceKind::cpu;
   } else if (kind_text == "sim") {
     id.kind = DeviceKind::sim;
+  } else if (kind_text == "opencl") {
+    id.kind = DeviceKind::opencl;
   } else if (kind_text == "cuda") {
     id.kind = DeviceKind::cuda;
   } else {
     TP_THROW(InvalidArgument, "device", what, " '", text,
-             "' is not a device: write kind:index with kind cpu, sim or cuda, e.g. sim:0");
+             "' is not a device: write kind:index with kind cpu, sim, opencl or cuda, e.g. sim:0");
   }
   if (colon == std::string_view::npos) return id;
   const std::string_view index_text = trimmed.substr(colon + 1);

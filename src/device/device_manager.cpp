@@ -70,6 +70,33 @@ void validate_split(const DeviceId& device, const std::vector<LogicalDeviceConfi
   }
 }
 
+void validate_opencl_devices(const std::optional<int>& count) {
+  if (count.has_value() && (*count < 0 || *count > kMaxOpenClDevices)) {
+    TP_THROW(InvalidArgument, "device", "opencl_devices = ", *count, " is outside 0..", kMaxOpenClDevices,
+             "; ask for at most ", kMaxOpenClDevices, " OpenCL devices, or leave it unset for one per device found");
+  }
+}
+
+// The opencl devices before visible-device filtering: one per physical device the ICD loader reports, or
+// `opencl_devices` of them in turn over the physical ones, each physical device's memory shared evenly.
+std::vector<PlannedDevice> plan_opencl(const std::optional<int>& opencl_devices) {
+  validate_opencl_devices(opencl_devices);
+  if (opencl_devices == 0) return {};
+  const std::vector<OpenClProperties>& found = opencl_physical_devices();
+  const int physical_count = static_cast<int>(found.size());
+  if (physical_count == 0) return {};
+  const int count = opencl_devices.value_or(physical_count);
+  std::vector<PlannedDevice> planned;
+  for (int index = 0; index < count; ++index) {
+    const int physical = index % physical_count;
+    const int sharing = count / physical_count + (physical < count % physical_count ? 1 : 0);
+    const std::size_t memory = found[static_cast<std::size_t>(physical)].global_memory_bytes;
+    planned.push_back(
+        {{DeviceKind::opencl, index}, {DeviceKind::opencl, physical}, memory / static_cast<std::size_t>(sharing)});
+  }
+  return planned;
+}
+
 // Step 1 and 2 of the header: cpu:0 (always), then the visible accelerators renumbered per kind in the
 // order listed (all of them, in physical order, when no visible list is set).
 std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std::size_t cpu_capacity) {
@@ -77,6 +104,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
   for (int index = 0; index < options.sim_devices; ++index) {
     physical.push_back({{DeviceKind::sim, index}, {DeviceKind::sim, index}, options.sim_memory_bytes});
   }
+  for (const PlannedDevice& device : plan_opencl(options.opencl_devices)) physical.push_back(device);
   std::vector<PlannedDevice> visible{{{DeviceKind::cpu, 0}, {DeviceKind::cpu, 0}, cpu_capacity}};
   if (!options.visible_devices) {
     visible.insert(visible.end(), physical.begin(), physical.end());
@@ -87,12 +115,19 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
   for (const DeviceId& wanted : *options.visible_devices) {
     if (wanted == DeviceId{DeviceKind::cpu, 0}) continue;  // cpu:0 is always visible
     const auto found = std::find_if(physical.begin(), physical.end(),
-                                    [&](const PlannedDevice& device) { return device.physical == wanted; });
+                                    [&](const PlannedDevice& device) { return device.id == wanted; });
     if (found == physical.end()) {
       std::vector<DeviceId> existing{{DeviceKind::cpu, 0}};
-      for (const PlannedDevice& device : physical) existing.push_back(device.physical);
+      for (const PlannedDevice& device : physical) existing.push_back(device.id);
       TP_THROW(InvalidArgument, "device", "visible device ", wanted.str(), " does not exist; the physical devices are ",
-               join(existing), " (TP_SIM_DEVICES sets how many simulated devices there are)");
+               join(existing),
+               wanted.kind == DeviceKind::opencl
+                   ? " (TP_OPENCL_DEVICES sets how many OpenCL devices there are; " +
+                         (opencl_physical_devices().empty() ? opencl_unavailable_reason()
+                                                            : std::string("the ICD loader reports ") +
+                                                                  std::to_string(opencl_physical_devices().size())) +
+                         ")"
+                   : std::string(" (TP_SIM_DEVICES sets how many simulated devices there are)"));
     }
     visible.push_back({{wanted.kind, next_index[wanted.kind]++}, found->physical, found->capacity_bytes});
   }
@@ -158,6 +193,10 @@ std::vector<PlannedDevice> plan_all(const DeviceManagerOptions& options) {
 std::string missing_device_hint(const DeviceId& id) {
   if (id.kind == DeviceKind::sim) {
     return " (TP_SIM_DEVICES or DeviceManager::set_sim_devices sets how many simulated devices there are)";
+  }
+  if (id.kind == DeviceKind::opencl) {
+    const std::string reason = opencl_unavailable_reason();
+    return reason.empty() ? " (TP_OPENCL_DEVICES sets how many OpenCL devices there are)" : " (" + reason + ")";
   }
   if (id.kind == DeviceKind::cuda) return " (this build has no CUDA backend; use sim devices or cpu:0)";
   return "";
@@ -281,6 +320,9 @@ void DeviceManager::materialise() {
     if (device.id.kind == DeviceKind::cpu) {
       built.push_back(
           make_cpu_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
+    } else if (device.id.kind == DeviceKind::opencl) {
+      built.push_back(
+          make_opencl_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
     } else {
       built.push_back(
           make_sim_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
@@ -339,6 +381,11 @@ std::vector<DeviceInfo> DeviceManager::info() {
     info.allocator = std::string(memory::to_string(stack.config().allocator));
     info.policy = std::string(policy_name(stack.config().policy));
     info.streams = device->num_streams();
+    if (device->kind() == DeviceKind::opencl) {
+      const std::vector<OpenClProperties>& found = opencl_physical_devices();
+      const auto physical = static_cast<std::size_t>(device->physical_id().index);
+      if (physical < found.size()) info.opencl = found[physical];
+    }
     result.push_back(std::move(info));
   }
   return result;

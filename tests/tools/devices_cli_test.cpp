@@ -25,12 +25,12 @@ constexpr std::size_t kGiB = std::size_t{1} << 30;
 using tp::cli::testing::cli_path;
 using tp::cli::testing::CliRun;
 
-// Runs `tensorpool <arguments>` with the variables tensorpool reads unset, then `variables` ("NAME=value ...")
-// set.
+// Runs `tensorpool <arguments>` with the variables tensorpool reads unset, no OpenCL devices (so the lists do
+// not depend on the machine's drivers), then `variables` ("NAME=value ...") set.
 CliRun run(const std::string& arguments, const std::string& variables = "") {
   return tp::cli::testing::run_cli(arguments,
                                "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
-                               "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION " +
+                               "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION TP_OPENCL_DEVICES=0 " +
                                    variables);
 }
 
@@ -176,6 +176,33 @@ TEST_F(DevicesCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
     EXPECT_EQ(result.exit_code, 2) << c.variables << " " << c.arguments << "\n" << result.output;
     EXPECT_NE(result.output.find(c.mentions), std::string::npos) << c.arguments << "\n" << result.output;
     EXPECT_EQ(lines(result.output), 1) << c.arguments << "\n" << result.output;
+  }
+}
+
+
+// With OpenCL devices (TP_OPENCL_DEVICES=2 over the first physical one), the JSON says what each driver reports.
+TEST_F(DevicesCli, JsonShowsWhatEachOpenClDriverReports) {
+  const CliRun result = run("devices --json --allocate 1MiB", "TP_OPENCL_DEVICES=2");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json devices = nlohmann::json::parse(result.output).at("devices");
+  if (devices.size() == 1) GTEST_SKIP() << "no OpenCL device on this machine or in this build";
+  ASSERT_EQ(devices.size(), 3u) << result.output;
+  for (std::size_t index = 1; index < 3; ++index) {
+    const nlohmann::json& device = devices[index];
+    EXPECT_EQ(device.at("name"), "opencl:" + std::to_string(index - 1));
+    EXPECT_EQ(device.at("kind"), "opencl");
+    EXPECT_GE(device.at("in_use_bytes").get<std::size_t>(), kMiB);  // the probe reached it
+    const nlohmann::json& opencl = device.at("opencl");
+    for (const char* key : {"name", "vendor", "platform", "device_version", "driver_version"}) {
+      EXPECT_FALSE(opencl.at(key).get<std::string>().empty()) << key;
+    }
+    EXPECT_GT(opencl.at("global_memory_bytes").get<std::size_t>(), 0u);
+    EXPECT_GT(opencl.at("max_allocation_bytes").get<std::size_t>(), 0u);
+    EXPECT_GT(opencl.at("compute_units").get<unsigned>(), 0u);
+    for (const char* key : {"coarse_grain_buffer", "fine_grain_buffer", "fine_grain_system"}) {
+      EXPECT_TRUE(opencl.at("svm").at(key).is_boolean()) << key;
+    }
+    EXPECT_TRUE(opencl.at("fp64").is_boolean());
   }
 }
 

@@ -1,15 +1,17 @@
 // tensorpool devices [--json] [--sim-devices N] [--sim-memory BYTES] [--allocate BYTES]
 // Lists the devices the DeviceManager builds from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
-// TP_VISIBLE_DEVICES and the memory overrides), with each one's memory figures. --sim-devices and
-// --sim-memory override the environment for this command. --allocate is a probe: it allocates that many
-// bytes on every accelerator (tag "devices/probe", kind temporary) and holds them while printing, so the
-// live figures (in use, reserved, peak) show what one allocation costs on each device's stack.
+// TP_OPENCL_DEVICES, TP_VISIBLE_DEVICES and the memory overrides), with each one's memory figures; --json
+// adds what each opencl device's driver reports (name, vendor, driver, memory, compute units, SVM, fp64).
+// --sim-devices and --sim-memory override the environment for this command. --allocate is a probe: it
+// allocates that many bytes on every accelerator (tag "devices/probe", kind temporary) and holds them while
+// printing, so the live figures (in use, reserved, peak) show what one allocation costs on each device's stack.
 // Bad input throws tp::InvalidArgument, which main() turns into exit code 2 and a one-line message.
 #include <algorithm>
 #include <charconv>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -121,7 +123,7 @@ void print_json(const std::vector<device::DeviceInfo>& devices) {
   nlohmann::ordered_json output;
   output["devices"] = nlohmann::ordered_json::array();
   for (const device::DeviceInfo& info : devices) {
-    output["devices"].push_back({
+    nlohmann::ordered_json entry = {
         {"name", info.name},
         {"kind", info.kind},
         {"physical", info.physical},
@@ -133,7 +135,25 @@ void print_json(const std::vector<device::DeviceInfo>& devices) {
         {"allocator", info.allocator},
         {"policy", info.policy},
         {"streams", info.streams},
-    });
+    };
+    if (info.opencl.has_value()) {
+      const device::OpenClProperties& opencl = *info.opencl;
+      entry["opencl"] = {
+          {"name", opencl.name},
+          {"vendor", opencl.vendor},
+          {"platform", opencl.platform},
+          {"device_version", opencl.device_version},
+          {"driver_version", opencl.driver_version},
+          {"global_memory_bytes", opencl.global_memory_bytes},
+          {"max_allocation_bytes", opencl.max_allocation_bytes},
+          {"compute_units", opencl.compute_units},
+          {"svm", {{"coarse_grain_buffer", opencl.svm_coarse_grain_buffer},
+                   {"fine_grain_buffer", opencl.svm_fine_grain_buffer},
+                   {"fine_grain_system", opencl.svm_fine_grain_system}}},
+          {"fp64", opencl.fp64},
+      };
+    }
+    output["devices"].push_back(std::move(entry));
   }
   std::cout << output.dump(2) << '\n';
 }
@@ -157,7 +177,8 @@ void run_devices(const DevicesArguments& arguments) {
 
 void add_devices_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "devices", "List the devices (cpu, simulated accelerators after visible-device filtering) and their memory");
+      "devices",
+      "List the devices (cpu, simulated and OpenCL accelerators after visible-device filtering) and their memory");
   auto arguments = std::make_shared<DevicesArguments>();
   command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");
   command->add_option("--sim-devices", arguments->sim_devices,

@@ -1,6 +1,6 @@
 #pragma once
-// DeviceId: a device's kind and ordinal, written "cpu:0", "sim:1", "cuda:0". Ordinals are dense per kind in
-// the order the DeviceManager lists devices (after visible-device reordering and logical splits).
+// DeviceId: a device's kind and ordinal, written "cpu:0", "sim:1", "opencl:0", "cuda:0". Ordinals are dense
+// per kind in the order the DeviceManager lists devices (after visible-device reordering and logical splits).
 
 #include <array>
 #include <compare>
@@ -9,12 +9,12 @@
 
 namespace tp::device {
 
-enum class DeviceKind { cpu, sim, cuda };
+enum class DeviceKind { cpu, sim, opencl, cuda };
 // Every kind, in declaration order: tables with one entry per kind (the kernel registry, the graph ops'
 // kernels) iterate it, so a new kind belongs here too.
-inline constexpr std::array kDeviceKinds{DeviceKind::cpu, DeviceKind::sim, DeviceKind::cuda};
+inline constexpr std::array kDeviceKinds{DeviceKind::cpu, DeviceKind::sim, DeviceKind::opencl, DeviceKind::cuda};
 
-// "cpu", "sim", "cuda".
+// "cpu", "sim", "opencl", "cuda".
 std::string_view to_string(DeviceKind kind) noexcept;
 
 struct DeviceId {

@@ -5,7 +5,8 @@
 // initialised.
 //
 // Building the list, in order:
-//   1. physical devices: cpu:0, then `sim_devices` simulated accelerators of `sim_memory_bytes` each;
+//   1. physical devices: cpu:0, then `sim_devices` simulated accelerators of `sim_memory_bytes` each, then
+//      the OpenCL devices the ICD loader reports (opencl:N, see `opencl_devices`);
 //   2. visible devices (TP_VISIBLE_DEVICES="sim:1,sim:0"): only the named accelerators stay, in that order,
 //      renumbered from 0 (so with "sim:1,sim:0" the device sim:0 is physical sim:1, as CUDA_VISIBLE_DEVICES);
 //      cpu:0 always stays;
@@ -38,12 +39,15 @@
 
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/device/device_id.hpp"
+#include "tensorpool/device/opencl_properties.hpp"
 #include "tensorpool/memory/memory_config.hpp"
 
 namespace tp::device {
 
 // Upper bound of DeviceManagerOptions::sim_devices (and TP_SIM_DEVICES).
 inline constexpr int kMaxSimDevices = 64;
+// Upper bound of DeviceManagerOptions::opencl_devices (and TP_OPENCL_DEVICES).
+inline constexpr int kMaxOpenClDevices = 64;
 // Least memory of a simulated device (sim_memory_bytes, TP_SIM_MEMORY): one 2 MiB granule, the least every
 // allocator can use (the expandable arena commits whole granules). Logical devices may be smaller.
 inline constexpr std::size_t kMinSimMemoryBytes = std::size_t{2} << 20;
@@ -65,11 +69,17 @@ struct DeviceInfo {
   std::string allocator;      // "bfc"
   std::string policy;         // "grow" | "preallocate"
   std::size_t streams = 0;
+  std::optional<OpenClProperties> opencl;  // the OpenCL device behind an opencl device
 };
 
 struct DeviceManagerOptions {
   int sim_devices = 0;                                  // 0..kMaxSimDevices
   std::size_t sim_memory_bytes = std::size_t{1} << 30;  // each; >= kMinSimMemoryBytes
+  // OpenCL devices: unset gives one opencl:N per device the ICD loader reports. N (0..kMaxOpenClDevices)
+  // gives N devices spread in turn over the physical ones, each physical device's global memory shared
+  // evenly among its devices: with PoCL's single CPU device, opencl_devices = 2 gives opencl:0 and opencl:1
+  // on physical opencl:0, each with half its memory and its own queues (for mirrored tests). 0 gives none.
+  std::optional<int> opencl_devices;
   std::optional<std::vector<DeviceId>> visible_devices;         // unset: all
   std::map<DeviceId, std::vector<LogicalDeviceConfig>> splits;  // keyed by visible (renumbered) id; cpu:0 too
   std::map<DeviceId, memory::MemoryConfig> memory_configs;      // keyed by final id; else the default
@@ -126,7 +136,8 @@ class DeviceManager {
   bool initialised_ = false;
 };
 
-// Reads TP_SIM_DEVICES (an integer in 0..kMaxSimDevices), TP_SIM_MEMORY (bytes >= 2MiB, e.g. "1GiB") and
+// Reads TP_SIM_DEVICES (an integer in 0..kMaxSimDevices), TP_SIM_MEMORY (bytes >= 2MiB, e.g. "1GiB"),
+// TP_OPENCL_DEVICES (an integer in 0..kMaxOpenClDevices: DeviceManagerOptions::opencl_devices) and
 // TP_VISIBLE_DEVICES (a comma-separated list of device ids, spaces allowed; an empty value hides every
 // accelerator, as CUDA_VISIBLE_DEVICES="") into `options`; unset variables leave it as it is. A bad value
 // (malformed, out of range, an empty or duplicate list entry) throws tp::InvalidArgument naming the variable,

@@ -1,0 +1,203 @@
+#include "backend/opencl/opencl_device.hpp"
+
+#include <cstdio>
+#include <utility>
+
+#include "backend/opencl/opencl_kernel_table.hpp"
+#include "device/worker_stream.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/backends.hpp"
+
+namespace tp::backend::opencl {
+namespace {
+
+cl_command_queue create_queue(const OpenClContext& context) {
+  cl_int status = CL_SUCCESS;
+  cl_command_queue queue = clCreateCommandQueueWithProperties(context.context(), context.device(), nullptr, &status);
+  check(status, "clCreateCommandQueueWithProperties(" + context.properties().name + ")");
+  return queue;
+}
+
+// What a launch sees: stream `index` of `device`.
+class StreamLaunchContext final : public LaunchContext {
+ public:
+  StreamLaunchContext(OpenClDevice& device, std::size_t index) : device_(device), index_(index) {}
+
+  cl_command_queue queue() const noexcept override { return device_.queue(index_); }
+  cl_context context() const noexcept override { return device_.context().context(); }
+  cl_kernel kernel(std::string_view program, std::string_view name) override {
+    return device_.kernel(index_, program, name);
+  }
+  DeviceSpan span(const Tensor& tensor) const override {
+    if (tensor.buffer() == nullptr) return {};
+    return device_.span(*tensor.buffer(), tensor.offset_bytes(), tensor.nbytes());
+  }
+  bool has_fp64() const noexcept override { return device_.context().properties().fp64; }
+
+ private:
+  OpenClDevice& device_;
+  const std::size_t index_;
+};
+
+}  // namespace
+
+OpenClDevice::OpenClDevice(device::DeviceId id, device::DeviceId physical_id, std::size_t capacity_bytes,
+                           std::unique_ptr<memory::MemoryStack> memory, OpenClDeviceMemory& source,
+                           std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options)
+    : Device(id, physical_id, capacity_bytes, std::move(memory), options),
+      context_(std::move(context)),
+      source_(source),
+      staging_(device::StagingPool::create(id.str(), /*pinned=*/true)),
+      kernels_(options.num_streams) {
+  try {
+    for (std::size_t index = 0; index < options.num_streams; ++index) queues_.push_back(create_queue(*context_));
+    service_queue_ = create_queue(*context_);
+  } catch (...) {
+    for (cl_command_queue queue : queues_) clReleaseCommandQueue(queue);
+    throw;
+  }
+  std::vector<std::unique_ptr<device::Stream>> streams;
+  for (std::size_t index = 0; index < options.num_streams; ++index) {
+    streams.push_back(std::make_unique<device::WorkerStream>(*this, index));
+  }
+  set_streams(std::move(streams));
+}
+
+OpenClDevice::~OpenClDevice() {
+  shut_down();
+  for (auto& kernels : kernels_) {
+    for (const auto& [name, kernel] : kernels) clReleaseKernel(kernel);
+  }
+  for (cl_command_queue queue : queues_) clReleaseCommandQueue(queue);
+  clReleaseCommandQueue(service_queue_);
+}
+
+DeviceSpan OpenClDevice::span(const Buffer& buffer, std::size_t offset, std::size_t bytes) const {
+  const auto* owner = dynamic_cast<const OpenClDevice*>(&buffer.device());
+  if (owner == nullptr || &owner->context() != context_.get()) {
+    TP_THROW(DeviceError, "opencl", name(), " cannot reach memory of ", buffer.device().name(), " (",
+             buffer.tag().describe(), "): only buffers of opencl devices on the same OpenCL device share a"
+             " context; copy the tensor to ", name(), " first");
+  }
+  const char* const address = static_cast<const char*>(unchecked_address(buffer));
+  if (address == nullptr) return {};
+  return owner->source_.find(address + offset, bytes);
+}
+
+cl_kernel OpenClDevice::kernel(std::size_t index, std::string_view program, std::string_view name) {
+  auto& kernels = kernels_.at(index);
+  std::string key = std::string(program) + "/" + std::string(name);
+  const auto found = kernels.find(key);
+  if (found != kernels.end()) return found->second;
+  cl_program built = context_->program(program);
+  const std::string kernel_name(name);
+  cl_int status = CL_SUCCESS;
+  cl_kernel kernel = clCreateKernel(built, kernel_name.c_str(), &status);
+  check(status, "clCreateKernel(" + key + ")");
+  kernels.emplace(std::move(key), kernel);
+  return kernel;
+}
+
+void OpenClDevice::launch(device::Stream& stream, Launch launch) {
+  if (&stream.device() != this) {
+    TP_THROW(InvalidArgument, "opencl", "enqueue: stream ", stream.name(), " does not belong to ", name());
+  }
+  if (!launch) TP_THROW(InvalidArgument, "opencl", "enqueue on ", stream.name(), ": the launch is empty");
+  const std::size_t index = stream.index();
+  stream.enqueue([this, index, launch = std::move(launch)] {
+    StreamLaunchContext context(*this, index);
+    cl_command_queue queue = queues_[index];
+    try {
+      launch(context);
+    } catch (...) {
+      clFinish(queue);  // commands enqueued before the error still complete before the captures go
+      throw;
+    }
+    check(clFinish(queue), "clFinish (after a launch on " + this->stream(index).name() + ")");
+  });
+}
+
+void OpenClDevice::enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                                   void* host, std::size_t bytes) {
+  stream.enqueue([this, index = stream.index(), src, src_offset, host, bytes] {
+    const DeviceSpan from = span(*src, src_offset, bytes);
+    check(clEnqueueReadBuffer(queues_[index], from.buffer, CL_TRUE, from.offset, bytes, host, 0, nullptr, nullptr),
+          "clEnqueueReadBuffer");
+  });
+}
+
+void OpenClDevice::enqueue_from_host(device::Stream& stream, const void* host, const std::shared_ptr<Buffer>& dst,
+                                     std::size_t dst_offset, std::size_t bytes, std::shared_ptr<void> host_owner) {
+  stream.enqueue([this, index = stream.index(), host, dst, dst_offset, bytes, owner = std::move(host_owner)] {
+    const DeviceSpan to = span(*dst, dst_offset, bytes);
+    check(clEnqueueWriteBuffer(queues_[index], to.buffer, CL_TRUE, to.offset, bytes, host, 0, nullptr, nullptr),
+          "clEnqueueWriteBuffer");
+  });
+}
+
+void OpenClDevice::enqueue_within(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                                  const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) {
+  stream.enqueue([this, index = stream.index(), src, src_offset, dst, dst_offset, bytes] {
+    const DeviceSpan from = span(*src, src_offset, bytes);
+    const DeviceSpan to = span(*dst, dst_offset, bytes);
+    cl_command_queue queue = queues_[index];
+    const bool overlap =
+        from.buffer == to.buffer && from.offset < to.offset + bytes && to.offset < from.offset + bytes;
+    if (overlap) {
+      // clEnqueueCopyBuffer refuses overlapping ranges (CL_MEM_COPY_OVERLAP); memmove through the host.
+      const std::shared_ptr<void> staged = staging_->acquire(bytes);
+      check(clEnqueueReadBuffer(queue, from.buffer, CL_TRUE, from.offset, bytes, staged.get(), 0, nullptr, nullptr),
+            "clEnqueueReadBuffer");
+      check(clEnqueueWriteBuffer(queue, to.buffer, CL_TRUE, to.offset, bytes, staged.get(), 0, nullptr, nullptr),
+            "clEnqueueWriteBuffer");
+      return;
+    }
+    check(clEnqueueCopyBuffer(queue, from.buffer, to.buffer, from.offset, to.offset, bytes, 0, nullptr, nullptr),
+          "clEnqueueCopyBuffer");
+    check(clFinish(queue), "clFinish (after clEnqueueCopyBuffer)");
+  });
+}
+
+void OpenClDevice::poison(void* ptr, std::size_t bytes) noexcept {
+  try {
+    const DeviceSpan target = source_.find(ptr, bytes);
+    const unsigned char pattern = device::kPoisonByte;
+    check(clEnqueueFillBuffer(service_queue_, target.buffer, &pattern, 1, target.offset, bytes, 0, nullptr, nullptr),
+          "clEnqueueFillBuffer");
+    check(clFinish(service_queue_), "clFinish (after the poison fill)");
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "[opencl] %s: poisoning a freed buffer failed: %s\n", name().c_str(), error.what());
+  }
+}
+
+void enqueue(device::Stream& stream, Launch launch) {
+  auto* device = dynamic_cast<OpenClDevice*>(&stream.device());
+  if (device == nullptr) {
+    TP_THROW(InvalidArgument, "opencl", "enqueue: stream ", stream.name(), " is not on an opencl device");
+  }
+  device->launch(stream, std::move(launch));
+}
+
+}  // namespace tp::backend::opencl
+
+namespace tp::device {
+
+std::unique_ptr<Device> make_opencl_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
+                                           const memory::MemoryConfig& config, const DeviceOptions& options) {
+  if (config.allocator == memory::AllocatorKind::expandable) {
+    TP_THROW(InvalidArgument, "opencl", id.str(), ": allocator = expandable (TP_ALLOCATOR or MemoryConfig::allocator)"
+             " is not available on opencl devices: OpenCL cannot map physical pages into a reserved address range;"
+             " use allocator = bfc or system for ", id.str(), ", or hide the OpenCL devices (TP_OPENCL_DEVICES=0)");
+  }
+  ops::kernels::register_kernels(DeviceKind::opencl, backend::opencl::opencl_kernel_table());
+  auto context = backend::opencl::OpenClContext::acquire(physical_id.index);
+  const auto kind = context->properties().svm_coarse_grain_buffer ? backend::opencl::RegionKind::svm
+                                                                  : backend::opencl::RegionKind::reserved;
+  auto source = std::make_unique<backend::opencl::OpenClDeviceMemory>(context, capacity_bytes, kind, config.device);
+  backend::opencl::OpenClDeviceMemory& source_ref = *source;
+  auto memory = memory::make_memory_stack(config, std::move(source), nullptr, capacity_bytes);
+  return std::make_unique<backend::opencl::OpenClDevice>(id, physical_id, capacity_bytes, std::move(memory), source_ref,
+                                                         std::move(context), options);
+}
+
+}  // namespace tp::device

@@ -1,0 +1,79 @@
+#pragma once
+// OpenClDevice: a device on one OpenCL device (physical, or a logical share of one). Its memory stack sits on
+// an OpenClDeviceMemory; each of its streams is a WorkerStream paired with an in-order command queue of the
+// same index. A task on stream i enqueues its commands on queue i and waits for them (clFinish) before it
+// counts complete, so the stream's order is the queue's order, a stream event completes only after the
+// commands before it, and the buffers a task captured are released only once their commands have run
+// (stream-ordered reuse, as on every backend). Host tasks (Stream::enqueue) run on the worker as on sim.
+//
+// Copies use clEnqueueReadBuffer / WriteBuffer / CopyBuffer on the stream's queue, staged through the
+// device's pinned StagingPool; the debug poison is a clEnqueueFillBuffer on a service queue of its own
+// (buffers are released from whichever thread drops them). Devices of one context do not claim peer access:
+// peer access would let the direct collectives touch device memory from host code, so copies between two
+// opencl devices go through host staging (device::copy's path for non-peers).
+//
+// Kernel objects: clSetKernelArg is not thread-safe on one cl_kernel, so each stream has its own kernel
+// objects, created on first use and touched only by that stream's worker (launches on one stream run one at
+// a time, and a kernel's arguments are captured when it is enqueued).
+
+#include <CL/cl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/opencl/opencl_context.hpp"
+#include "backend/opencl/opencl_launch.hpp"
+#include "backend/opencl/opencl_memory.hpp"
+#include "device/staging_pool.hpp"
+#include "tensorpool/core/buffer.hpp"
+#include "tensorpool/device/device.hpp"
+
+namespace tp::backend::opencl {
+
+class OpenClDevice final : public device::Device {
+ public:
+  // `source` is the OpenClDeviceMemory at the bottom of `memory` (owned by it).
+  OpenClDevice(device::DeviceId id, device::DeviceId physical_id, std::size_t capacity_bytes,
+               std::unique_ptr<memory::MemoryStack> memory, OpenClDeviceMemory& source,
+               std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options);
+  ~OpenClDevice() override;
+
+  bool host_accessible() const noexcept override { return false; }
+
+  OpenClContext& context() const noexcept { return *context_; }
+  const OpenClDeviceMemory& source() const noexcept { return source_; }
+  // The command queue of stream `index`.
+  cl_command_queue queue(std::size_t index) const { return queues_.at(index); }
+  // The buffer and offset of `bytes` at `offset` in `buffer` (of this device, or of an opencl device of the
+  // same context). Throws tp::DeviceError for a buffer of another kind of device or another context.
+  DeviceSpan span(const Buffer& buffer, std::size_t offset, std::size_t bytes) const;
+  // Stream `index`'s own kernel `name` of program `program`; only that stream's worker may call it.
+  cl_kernel kernel(std::size_t index, std::string_view program, std::string_view name);
+  // Enqueues `launch` on `stream` (one of this device's): see opencl_launch.hpp's enqueue().
+  void launch(device::Stream& stream, Launch launch);
+  const device::StagingPool& staging() const noexcept { return *staging_; }
+
+ private:
+  void enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* host,
+                       std::size_t bytes) override;
+  void enqueue_from_host(device::Stream& stream, const void* host, const std::shared_ptr<Buffer>& dst,
+                         std::size_t dst_offset, std::size_t bytes, std::shared_ptr<void> host_owner) override;
+  void enqueue_within(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
+                      const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) override;
+  std::shared_ptr<void> staging_buffer(std::size_t bytes) override { return staging_->acquire(bytes); }
+  void poison(void* ptr, std::size_t bytes) noexcept override;
+
+  // Immutable after construction.
+  const std::shared_ptr<OpenClContext> context_;
+  OpenClDeviceMemory& source_;              // owned by memory()
+  std::vector<cl_command_queue> queues_;    // one per stream, same index
+  cl_command_queue service_queue_ = nullptr;  // poison fills
+  std::shared_ptr<device::StagingPool> staging_;
+  // kernels_[i] is touched only by stream i's worker (in launches).
+  std::vector<std::map<std::string, cl_kernel, std::less<>>> kernels_;
+};
+
+}  // namespace tp::backend::opencl

@@ -1,0 +1,304 @@
+// The OpenCL backend's internals (src/backend/opencl): error names, the memory source's two region kinds
+// (SVM regions whose cl_mem aliases the SVM memory, and plain buffers behind reserved addresses), launches
+// through enqueue() and LaunchContext::kernel(), stream order and stream-ordered reuse with real commands,
+// errors kept by the stream, and program build failures with their log. Built only with the OpenCL backend;
+// skips, saying why, on a machine without an OpenCL device.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/opencl/opencl_context.hpp"
+#include "backend/opencl/opencl_device.hpp"
+#include "backend/opencl/opencl_launch.hpp"
+#include "backend/opencl/opencl_memory.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/device/backends.hpp"
+
+namespace tp::backend::opencl {
+namespace {
+
+memory::MemoryConfig config_of(std::size_t limit_bytes) {
+  memory::MemoryConfig config;
+  config.device = "opencl:0";
+  config.policy = memory::GrowthPolicy::grow;
+  config.limit_bytes = limit_bytes;
+  return config;
+}
+
+std::string message_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
+
+class OpenClRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device::opencl_physical_devices().empty()) {
+      GTEST_SKIP() << "no OpenCL device: " << device::opencl_unavailable_reason();
+    }
+  }
+  static std::unique_ptr<device::Device> make(device::DeviceOptions options = {}) {
+    return device::make_opencl_device({device::DeviceKind::opencl, 0}, {device::DeviceKind::opencl, 0}, 256 * kMiB,
+                                      config_of(64 * kMiB), options);
+  }
+  static OpenClDevice& opencl(device::Device& device) { return dynamic_cast<OpenClDevice&>(device); }
+
+  // data[i] += value for every element of `tensor` (float32), on `stream`.
+  static void add_scalar(device::Stream& stream, const Tensor& tensor, float value) {
+    enqueue(stream, [tensor, value](LaunchContext& context) {
+      const DeviceSpan span = context.span(tensor);
+      cl_kernel kernel = context.kernel("selftest", "add_scalar_f32");
+      const cl_ulong offset = span.offset / sizeof(float);
+      const cl_ulong count = static_cast<cl_ulong>(tensor.num_elements());
+      check(clSetKernelArg(kernel, 0, sizeof(cl_mem), &span.buffer), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 1, sizeof offset, &offset), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 2, sizeof value, &value), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 3, sizeof count, &count), "clSetKernelArg");
+      const std::size_t global = static_cast<std::size_t>(count);
+      check(clEnqueueNDRangeKernel(context.queue(), kernel, 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+            "clEnqueueNDRangeKernel");
+    });
+  }
+  // Every element of `tensor` = value, after a long loop per element, on `stream`.
+  static void slow_store(device::Stream& stream, const Tensor& tensor, float value, cl_uint rounds) {
+    enqueue(stream, [tensor, value, rounds](LaunchContext& context) {
+      const DeviceSpan span = context.span(tensor);
+      cl_kernel kernel = context.kernel("selftest", "slow_store_f32");
+      const cl_ulong offset = span.offset / sizeof(float);
+      check(clSetKernelArg(kernel, 0, sizeof(cl_mem), &span.buffer), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 1, sizeof offset, &offset), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 2, sizeof value, &value), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 3, sizeof rounds, &rounds), "clSetKernelArg");
+      const std::size_t global = static_cast<std::size_t>(tensor.num_elements());
+      check(clEnqueueNDRangeKernel(context.queue(), kernel, 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+            "clEnqueueNDRangeKernel");
+    });
+  }
+};
+
+TEST(OpenClErrors, EveryStandardCodeHasItsName) {
+  EXPECT_EQ(error_name(CL_SUCCESS), "CL_SUCCESS");
+  EXPECT_EQ(error_name(CL_INVALID_VALUE), "CL_INVALID_VALUE");
+  EXPECT_EQ(error_name(CL_MEM_OBJECT_ALLOCATION_FAILURE), "CL_MEM_OBJECT_ALLOCATION_FAILURE");
+  EXPECT_EQ(error_name(CL_BUILD_PROGRAM_FAILURE), "CL_BUILD_PROGRAM_FAILURE");
+  EXPECT_EQ(error_name(CL_INVALID_KERNEL_NAME), "CL_INVALID_KERNEL_NAME");
+  EXPECT_EQ(error_name(-1001), "CL_PLATFORM_NOT_FOUND_KHR");
+  EXPECT_EQ(error_name(12345), "CL_UNKNOWN_ERROR");
+  for (cl_int code = -1; code >= -19; --code) EXPECT_NE(error_name(code), "CL_UNKNOWN_ERROR") << code;
+  for (cl_int code = -30; code >= -72; --code) EXPECT_NE(error_name(code), "CL_UNKNOWN_ERROR") << code;
+}
+
+TEST(OpenClErrors, AFailedCallIsADeviceErrorNamingTheCallAndTheCode) {
+  EXPECT_NO_THROW(check(CL_SUCCESS, "clFinish"));
+  const std::string text = message_of([] { check(CL_INVALID_COMMAND_QUEUE, "clFinish"); });
+  EXPECT_NE(text.find("clFinish failed: CL_INVALID_COMMAND_QUEUE (-36)"), std::string::npos) << text;
+  EXPECT_THROW(check(CL_OUT_OF_RESOURCES, "clEnqueueNDRangeKernel"), DeviceError);
+}
+
+// The design rests on this: a cl_mem created with CL_MEM_USE_HOST_PTR on coarse-grained SVM memory is that
+// memory. Written through the buffer, read through the SVM pointer, and the other way round.
+TEST_F(OpenClRuntime, AnSvmRegionAndItsBufferAreTheSameMemory) {
+  auto context = OpenClContext::acquire(0);
+  if (!context->properties().svm_coarse_grain_buffer) GTEST_SKIP() << "the device has no coarse-grained SVM";
+  OpenClDeviceMemory source(context, 64 * kMiB, RegionKind::svm, "svm");
+  void* ptr = source.allocate(kMiB);
+  const DeviceSpan span = source.find(static_cast<char*>(ptr) + 4096, 1024);
+  cl_int status = CL_SUCCESS;
+  cl_command_queue queue =
+      clCreateCommandQueueWithProperties(context->context(), context->device(), nullptr, &status);
+  check(status, "clCreateCommandQueueWithProperties");
+  std::vector<std::uint8_t> written(1024);
+  std::iota(written.begin(), written.end(), std::uint8_t{7});
+  check(clEnqueueWriteBuffer(queue, span.buffer, CL_TRUE, span.offset, written.size(), written.data(), 0, nullptr,
+                             nullptr),
+        "clEnqueueWriteBuffer");
+  std::vector<std::uint8_t> read(written.size());
+  check(clEnqueueSVMMemcpy(queue, CL_TRUE, read.data(), static_cast<char*>(ptr) + 4096, read.size(), 0, nullptr,
+                           nullptr),
+        "clEnqueueSVMMemcpy");
+  EXPECT_EQ(read, written);
+  const std::vector<std::uint8_t> through_svm(1024, 0x5C);
+  check(clEnqueueSVMMemcpy(queue, CL_TRUE, static_cast<char*>(ptr) + 4096, through_svm.data(), through_svm.size(), 0,
+                           nullptr, nullptr),
+        "clEnqueueSVMMemcpy");
+  check(clEnqueueReadBuffer(queue, span.buffer, CL_TRUE, span.offset, read.size(), read.data(), 0, nullptr, nullptr),
+        "clEnqueueReadBuffer");
+  EXPECT_EQ(read, through_svm);
+  clReleaseCommandQueue(queue);
+  source.deallocate(ptr, kMiB);
+  EXPECT_EQ(source.stats().bytes_reserved, 0u);
+}
+
+TEST_F(OpenClRuntime, RegionsAreFoundByAddressAndAlignedForTheAllocators) {
+  auto context = OpenClContext::acquire(0);
+  for (const RegionKind kind : {RegionKind::svm, RegionKind::reserved}) {
+    if (kind == RegionKind::svm && !context->properties().svm_coarse_grain_buffer) continue;
+    SCOPED_TRACE(kind == RegionKind::svm ? "svm" : "reserved");
+    OpenClDeviceMemory source(context, 8 * kMiB, kind, "regions");
+    char* first = static_cast<char*>(source.allocate(3 * kMiB, 4096));
+    char* second = static_cast<char*>(source.allocate(kMiB, 256));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 4096, 0u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(second) % 256, 0u);
+    const DeviceSpan start = source.find(first, 3 * kMiB);
+    const DeviceSpan middle = source.find(first + 1000, 10);
+    EXPECT_EQ(start.buffer, middle.buffer);
+    EXPECT_EQ(middle.offset, start.offset + 1000);
+    EXPECT_NE(source.find(second, kMiB).buffer, start.buffer);
+    EXPECT_THROW(source.find(first + 3 * kMiB - 4, 8), DeviceError);  // runs past the region
+    // The capacity is a hard wall.
+    EXPECT_THROW(source.allocate(5 * kMiB), OutOfMemoryError);
+    EXPECT_EQ(source.stats().num_ooms, 1u);
+    source.deallocate(first, 3 * kMiB);
+    EXPECT_THROW(source.find(first, 1), DeviceError);  // freed
+    source.deallocate(second, kMiB);
+    EXPECT_EQ(source.stats().bytes_in_use, 0u);
+  }
+}
+
+TEST_F(OpenClRuntime, AKernelLaunchRunsOnTheTensorsBytes) {
+  auto device = make();
+  std::vector<float> values(1000);
+  std::iota(values.begin(), values.end(), 0.0f);
+  const Tensor whole = Tensor::from_vector<float>(values, Shape{10, 100}, *device);
+  const Tensor rows = whole.slice(2, 4);  // a view at an offset inside the buffer
+  add_scalar(device->stream(), rows, 0.5f);
+  const std::vector<float> back = whole.to_vector<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float expected = (i >= 200 && i < 400) ? values[i] + 0.5f : values[i];
+    ASSERT_EQ(back[i], expected) << "element " << i;
+  }
+}
+
+TEST_F(OpenClRuntime, LaunchesRunInStreamOrderAndEventsOrderStreams) {
+  auto device = make(device::DeviceOptions{.num_streams = 2});
+  const std::vector<float> zeros(4096, 0.0f);
+  const Tensor tensor = Tensor::from_vector<float>(zeros, Shape{4096}, *device);
+  device->stream(0).synchronize();
+  // A long store on stream 1, then (after its event) additions on stream 0: the additions see the store.
+  slow_store(device->stream(1), tensor, 100.0f, 20000);
+  device->stream(0).wait(device->stream(1).record());
+  for (int i = 0; i < 20; ++i) add_scalar(device->stream(0), tensor, 1.0f);
+  const std::vector<float> back = tensor.to_vector<float>(&device->stream(0));
+  EXPECT_EQ(back, std::vector<float>(4096, 120.0f));
+}
+
+TEST_F(OpenClRuntime, ABufferDroppedUnderPendingWorkReturnsOnlyAfterIt) {
+  auto device = make();
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  {
+    const Tensor tensor = Tensor::empty(Shape{1 << 16}, DType::f32, *device);
+    // The launch waits for the gate, then enqueues a long kernel on the tensor.
+    enqueue(device->stream(), [tensor, opened](LaunchContext& context) {
+      opened.wait();
+      const DeviceSpan span = context.span(tensor);
+      cl_kernel kernel = context.kernel("selftest", "slow_store_f32");
+      const cl_ulong offset = span.offset / sizeof(float);
+      const float value = 1.0f;
+      const cl_uint rounds = 2000;
+      check(clSetKernelArg(kernel, 0, sizeof(cl_mem), &span.buffer), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 1, sizeof offset, &offset), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 2, sizeof value, &value), "clSetKernelArg");
+      check(clSetKernelArg(kernel, 3, sizeof rounds, &rounds), "clSetKernelArg");
+      const std::size_t global = static_cast<std::size_t>(tensor.num_elements());
+      check(clEnqueueNDRangeKernel(context.queue(), kernel, 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+            "clEnqueueNDRangeKernel");
+    });
+  }  // the host's last handle goes; the launch still holds the tensor
+  EXPECT_EQ(device->memory().stats().bytes_requested, std::size_t{1} << 18) << "freed under pending work";
+  EXPECT_EQ(device->live_buffers(), 1u);
+  gate.set_value();
+  device->synchronize();
+  EXPECT_EQ(device->memory().stats().bytes_requested, 0u);
+  EXPECT_EQ(device->live_buffers(), 0u);
+}
+
+TEST_F(OpenClRuntime, HostTasksRunInStreamOrderBetweenLaunches) {
+  auto device = make();
+  const Tensor tensor = Tensor::from_vector<float>(std::vector<float>(16, 0.0f), Shape{16}, *device);
+  std::atomic<int> order{0};
+  int seen_at = -1;
+  add_scalar(device->stream(), tensor, 1.0f);
+  device->stream().enqueue([&] { seen_at = order++; });
+  add_scalar(device->stream(), tensor, 1.0f);
+  device->synchronize();
+  EXPECT_EQ(seen_at, 0);
+  EXPECT_EQ(tensor.to_vector<float>(), std::vector<float>(16, 2.0f));
+}
+
+TEST_F(OpenClRuntime, ALaunchErrorIsKeptByTheStreamAndReportedAtSynchronize) {
+  auto device = make();
+  enqueue(device->stream(), [](LaunchContext& context) { (void)context.kernel("selftest", "no_such_kernel"); });
+  const std::string text = message_of([&] { device->stream().synchronize(); });
+  EXPECT_NE(text.find("CL_INVALID_KERNEL_NAME"), std::string::npos) << text;
+  // The stream is usable again.
+  const Tensor tensor = Tensor::from_vector<float>(std::vector<float>(4, 1.0f), Shape{4}, *device);
+  add_scalar(device->stream(), tensor, 1.0f);
+  EXPECT_EQ(tensor.to_vector<float>(), std::vector<float>(4, 2.0f));
+  // Launching on a stream of another kind of device is refused at once.
+  auto sim = device::make_sim_device({device::DeviceKind::sim, 0}, {device::DeviceKind::sim, 0}, 64 * kMiB,
+                                     config_of(64 * kMiB), {});
+  EXPECT_THROW(enqueue(sim->stream(), [](LaunchContext&) {}), InvalidArgument);
+}
+
+TEST_F(OpenClRuntime, AProgramThatDoesNotBuildShowsItsBuildLog) {
+  auto context = OpenClContext::acquire(0);
+  const std::string text = message_of([&] {
+    build_program(context->context(), context->device(), "broken", "__kernel void f(__global float* x) { x[0] = y; }",
+                  context->build_options());
+  });
+  EXPECT_NE(text.find("clBuildProgram failed for program 'broken'"), std::string::npos) << text;
+  EXPECT_NE(text.find("CL_BUILD_PROGRAM_FAILURE"), std::string::npos) << text;
+  EXPECT_NE(text.find("build log:"), std::string::npos) << text;
+  EXPECT_NE(text.find("y"), std::string::npos) << text;
+  const std::string unknown = message_of([&] { context->program("no_such_program"); });
+  EXPECT_NE(unknown.find("selftest"), std::string::npos) << unknown;  // lists the programs there are
+}
+
+TEST_F(OpenClRuntime, ProgramsAreBuiltOncePerPhysicalDeviceAndKernelsPerStream) {
+  auto first = make(device::DeviceOptions{.num_streams = 2});
+  auto second = make();
+  OpenClDevice& one = opencl(*first);
+  OpenClDevice& two = opencl(*second);
+  EXPECT_EQ(&one.context(), &two.context());
+  EXPECT_EQ(one.context().program("selftest"), two.context().program("selftest"));
+  cl_kernel stream0 = nullptr;
+  cl_kernel stream0_again = nullptr;
+  cl_kernel stream1 = nullptr;
+  enqueue(first->stream(0), [&](LaunchContext& context) { stream0 = context.kernel("selftest", "add_scalar_f32"); });
+  enqueue(first->stream(0),
+          [&](LaunchContext& context) { stream0_again = context.kernel("selftest", "add_scalar_f32"); });
+  enqueue(first->stream(1), [&](LaunchContext& context) { stream1 = context.kernel("selftest", "add_scalar_f32"); });
+  first->synchronize();
+  EXPECT_NE(stream0, nullptr);
+  EXPECT_EQ(stream0, stream0_again);
+  EXPECT_NE(stream0, stream1);
+}
+
+TEST_F(OpenClRuntime, ATensorOfAnotherContextOrKindIsNotReachable) {
+  auto device = make();
+  auto sim = device::make_sim_device({device::DeviceKind::sim, 0}, {device::DeviceKind::sim, 0}, 64 * kMiB,
+                                     config_of(64 * kMiB), {});
+  const Tensor on_sim = Tensor::from_vector<float>(std::vector<float>(4, 1.0f), Shape{4}, *sim);
+  enqueue(device->stream(), [on_sim](LaunchContext& context) { (void)context.span(on_sim); });
+  const std::string text = message_of([&] { device->stream().synchronize(); });
+  EXPECT_NE(text.find("cannot reach memory of sim:0"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tp::backend::opencl
