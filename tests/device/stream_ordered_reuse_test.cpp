@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/buffer.hpp"
@@ -27,17 +28,21 @@ TEST_P(StreamOrderedReuse, ABufferDroppedWhileItsWorkIsPendingReturnsOnlyAfterTh
   constexpr std::size_t kBytes = kMiB;
   Gate gate;
   std::atomic<bool> task_saw_it_live{false};
+  const std::vector<unsigned char> ones(kBytes, 1);
   std::thread host;  // the cpu stream runs a task in the enqueuing thread, so enqueue from a helper thread
   {
     std::shared_ptr<Buffer> buffer = device->allocate(kBytes, {.name = "pending"});
-    auto task = [&gate, &task_saw_it_live, &device, buffer] {
+    auto task = [&gate, &task_saw_it_live, &device] {
       gate.wait();
       task_saw_it_live = device->memory().stats().bytes_requested >= kBytes;
-      std::memset(buffer->data(), 1, kBytes);  // the work that uses it
     };
-    host = std::thread([&device, task] { device->stream().enqueue(task); });
+    // The work that uses the buffer, behind the gate: a copy into it (device memory of every backend).
+    host = std::thread([&device, &ones, task, buffer] {
+      device->stream().enqueue(task);
+      device->copy_from_host(device->stream(), ones.data(), buffer, 0, kBytes);
+    });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }  // the host drops its last handle here, while the task is pending
+  }  // the host drops its last handle here, while the task is pending (the helper thread's copy holds it)
   EXPECT_EQ(device->memory().stats().bytes_requested, kBytes) << "freed under pending work";
   EXPECT_EQ(device->live_buffers(), 1u);
   gate.open();
@@ -75,12 +80,14 @@ TEST_P(StreamOrderedReuse, NoNewAllocationOverlapsMemoryThatPendingWorkStillUses
       << "a new buffer overlaps one whose work was still pending";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, StreamOrderedReuse, ::testing::Values(Backend::cpu, Backend::sim),
-                         [](const ::testing::TestParamInfo<Backend>& param) { return param.param == Backend::cpu ? "cpu" : "sim"; });
+INSTANTIATE_TEST_SUITE_P(Backends, StreamOrderedReuse, ::testing::ValuesIn(testing::present_backends()),
+                         testing::backend_param_name);
 
-TEST(StreamOrderedReuse, AFullDeviceWaitsForPendingFreesBeforeReportingOutOfMemory) {
+class QueuedStreamOrderedReuse : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(QueuedStreamOrderedReuse, AFullDeviceWaitsForPendingFreesBeforeReportingOutOfMemory) {
   // 3 MiB + 3 MiB do not fit in 4 MiB: the second allocation must wait for the first buffer's work.
-  auto device = make_device(Backend::sim, 4 * kMiB);
+  auto device = make_device(GetParam(), 4 * kMiB);
   Gate gate;
   {
     std::shared_ptr<Buffer> first = device->allocate(3 * kMiB);
@@ -95,6 +102,10 @@ TEST(StreamOrderedReuse, AFullDeviceWaitsForPendingFreesBeforeReportingOutOfMemo
   EXPECT_EQ(device->memory().stats().bytes_requested, 3 * kMiB);
   EXPECT_THROW(device->allocate(3 * kMiB), OutOfMemoryError);  // nothing pending: a real shortage
 }
+
+// Queued streams only: the cpu's inline stream would run the gated task in this thread.
+INSTANTIATE_TEST_SUITE_P(Backends, QueuedStreamOrderedReuse, ::testing::ValuesIn(testing::queued_backends()),
+                         testing::backend_param_name);
 
 TEST(StreamOrderedReuse, ReleasedMemoryIsPoisonedInDebugMode) {
   auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.poison_freed = true});

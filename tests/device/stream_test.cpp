@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,33 +20,37 @@ using testing::Backend;
 using testing::Gate;
 using testing::make_device;
 
-TEST(Stream, RunsTasksInEnqueueOrder) {
-  for (Backend backend : {Backend::cpu, Backend::sim}) {
-    auto device = make_device(backend);
-    std::vector<int> seen;
-    for (int task = 0; task < 1000; ++task) device->stream().enqueue([&seen, task] { seen.push_back(task); });
-    device->stream().synchronize();
-    ASSERT_EQ(seen.size(), 1000u);
-    for (int task = 0; task < 1000; ++task) ASSERT_EQ(seen[static_cast<std::size_t>(task)], task);
-  }
+// Cases every backend passes; Queued*: cases that hold a worker-run stream behind a gate or keep a task's
+// error for synchronize (every backend but the cpu, whose inline stream runs a task as it is enqueued).
+class EveryBackendStream : public ::testing::TestWithParam<Backend> {};
+class QueuedStream : public ::testing::TestWithParam<Backend> {};
+class QueuedEvent : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(EveryBackendStream, RunsTasksInEnqueueOrder) {
+  auto device = make_device(GetParam());
+  std::vector<int> seen;
+  for (int task = 0; task < 1000; ++task) device->stream().enqueue([&seen, task] { seen.push_back(task); });
+  device->stream().synchronize();
+  ASSERT_EQ(seen.size(), 1000u);
+  for (int task = 0; task < 1000; ++task) ASSERT_EQ(seen[static_cast<std::size_t>(task)], task);
 }
 
-TEST(Stream, NamesItsDeviceAndIndex) {
-  auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.num_streams = 2});
-  EXPECT_EQ(device->stream(1).name(), "sim:0/stream:1");
+TEST_P(QueuedStream, NamesItsDeviceAndIndex) {
+  auto device = make_device(GetParam(), 64 * kMiB, DeviceOptions{.num_streams = 2});
+  EXPECT_EQ(device->stream(1).name(), std::string(testing::backend_label(GetParam())) + ":0/stream:1");
   EXPECT_EQ(&device->stream(1).device(), device.get());
   EXPECT_THROW(device->stream(2), InvalidArgument);
 }
 
-TEST(Stream, CurrentIsSetOnlyInsideTasks) {
-  auto device = make_device(Backend::sim);
+TEST_P(QueuedStream, CurrentIsSetOnlyInsideTasks) {
+  auto device = make_device(GetParam());
   EXPECT_EQ(Stream::current(), nullptr);
   Stream* inside = testing::run_on(device->stream(), [] { return Stream::current(); });
   EXPECT_EQ(inside, &device->stream());
 }
 
-TEST(Event, CompletesOnlyAfterTheWorkBeforeIt) {
-  auto device = make_device(Backend::sim);
+TEST_P(QueuedEvent, CompletesOnlyAfterTheWorkBeforeIt) {
+  auto device = make_device(GetParam());
   Gate gate;
   device->stream().enqueue([&gate] { gate.wait(); });
   Event event = device->stream().record();
@@ -57,8 +62,8 @@ TEST(Event, CompletesOnlyAfterTheWorkBeforeIt) {
   EXPECT_TRUE(Event().query());  // never recorded: complete
 }
 
-TEST(Event, OrdersWorkAcrossStreams) {
-  auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.num_streams = 2});
+TEST_P(QueuedEvent, OrdersWorkAcrossStreams) {
+  auto device = make_device(GetParam(), 64 * kMiB, DeviceOptions{.num_streams = 2});
   Gate gate;
   std::atomic<int> produced{0};
   int consumed = -1;
@@ -75,8 +80,8 @@ TEST(Event, OrdersWorkAcrossStreams) {
   EXPECT_EQ(consumed, 42);
 }
 
-TEST(Stream, KeepsAnAsynchronousErrorForSynchronizeAndSkipsTheWorkBehindIt) {
-  auto device = make_device(Backend::sim);
+TEST_P(QueuedStream, KeepsAnAsynchronousErrorForSynchronizeAndSkipsTheWorkBehindIt) {
+  auto device = make_device(GetParam());
   bool ran_after_error = false;
   device->stream().enqueue([] { throw std::runtime_error("kernel failed"); });
   device->stream().enqueue([&] { ran_after_error = true; });
@@ -96,8 +101,8 @@ TEST(Stream, KeepsAnAsynchronousErrorForSynchronizeAndSkipsTheWorkBehindIt) {
   EXPECT_TRUE(ran_later);
 }
 
-TEST(Stream, FailedTellsAKeptErrorUntilSynchronizeReportsIt) {
-  auto device = make_device(Backend::sim);
+TEST_P(QueuedStream, FailedTellsAKeptErrorUntilSynchronizeReportsIt) {
+  auto device = make_device(GetParam());
   EXPECT_FALSE(device->stream().failed());
   device->stream().enqueue([] { throw std::runtime_error("kernel failed"); });
   device->stream().record().synchronize();
@@ -108,8 +113,8 @@ TEST(Stream, FailedTellsAKeptErrorUntilSynchronizeReportsIt) {
 
 // The asynchronous read into host memory returns before the copy has run (the stream is held by a gate) and
 // holds the bytes once its event completes; behind a kept error the event still completes.
-TEST(Stream, ReadToHostAsyncReturnsAtOnceAndHoldsTheBytesOnceItsEventCompletes) {
-  auto device = make_device(Backend::sim);
+TEST_P(QueuedStream, ReadToHostAsyncReturnsAtOnceAndHoldsTheBytesOnceItsEventCompletes) {
+  auto device = make_device(GetParam());
   const std::vector<char> bytes{1, 2, 3, 4, 5, 6, 7, 8};
   const auto buffer = device->allocate(bytes.size());
   device->copy_from_host(device->stream(), bytes.data(), buffer, 0, bytes.size());
@@ -137,8 +142,8 @@ TEST(Stream, InlineStreamRaisesFromEnqueue) {
   device->stream().synchronize();  // nothing kept
 }
 
-TEST(Stream, SynchronizeOfTheDeviceWaitsForEveryStream) {
-  auto device = make_device(Backend::sim, 64 * kMiB, DeviceOptions{.num_streams = 3});
+TEST_P(QueuedStream, SynchronizeOfTheDeviceWaitsForEveryStream) {
+  auto device = make_device(GetParam(), 64 * kMiB, DeviceOptions{.num_streams = 3});
   std::atomic<int> done{0};
   for (std::size_t stream = 0; stream < 3; ++stream) {
     for (int task = 0; task < 50; ++task) device->stream(stream).enqueue([&done] { ++done; });
@@ -149,8 +154,8 @@ TEST(Stream, SynchronizeOfTheDeviceWaitsForEveryStream) {
 
 // The worker wakes waiters only once the smallest count one of them waits for is reached (not after every
 // task); a waiter whose work is done must not be held back by work enqueued after it began to wait.
-TEST(Stream, SynchronizeReturnsOnceItsOwnWorkIsDoneWhileLaterWorkStillRuns) {
-  auto device = make_device(Backend::sim);
+TEST_P(QueuedStream, SynchronizeReturnsOnceItsOwnWorkIsDoneWhileLaterWorkStillRuns) {
+  auto device = make_device(GetParam());
   Stream& stream = device->stream();
   Gate first_gate;
   Gate second_gate;
@@ -182,21 +187,26 @@ TEST(Stream, SynchronizeReturnsOnceItsOwnWorkIsDoneWhileLaterWorkStillRuns) {
   EXPECT_TRUE(stream.idle());
 }
 
-TEST(Stream, ManyHostThreadsEnqueueConcurrently) {
-  for (Backend backend : {Backend::cpu, Backend::sim}) {
-    auto device = make_device(backend);
-    std::atomic<int> done{0};
-    std::vector<std::thread> threads;
-    for (int thread = 0; thread < 4; ++thread) {
-      threads.emplace_back([&] {
-        for (int task = 0; task < 200; ++task) device->stream().enqueue([&done] { ++done; });
-      });
-    }
-    for (auto& thread : threads) thread.join();
-    device->synchronize();
-    EXPECT_EQ(done.load(), 800);
+TEST_P(EveryBackendStream, ManyHostThreadsEnqueueConcurrently) {
+  auto device = make_device(GetParam());
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int thread = 0; thread < 4; ++thread) {
+    threads.emplace_back([&] {
+      for (int task = 0; task < 200; ++task) device->stream().enqueue([&done] { ++done; });
+    });
   }
+  for (auto& thread : threads) thread.join();
+  device->synchronize();
+  EXPECT_EQ(done.load(), 800);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, EveryBackendStream, ::testing::ValuesIn(testing::present_backends()),
+                         testing::backend_param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, QueuedStream, ::testing::ValuesIn(testing::queued_backends()),
+                         testing::backend_param_name);
+INSTANTIATE_TEST_SUITE_P(Backends, QueuedEvent, ::testing::ValuesIn(testing::queued_backends()),
+                         testing::backend_param_name);
 
 }  // namespace
 }  // namespace tp::device

@@ -22,12 +22,10 @@
 
 namespace tp::backend::testing {
 
-// Before the process's DeviceManager materialises, sets what is unset:
-//   TP_SIM_DEVICES=1, so the sim backend is exercised (TP_SIM_DEVICES=0 or TP_VISIBLE_DEVICES still hide it);
-//   POCL_CACHE_DIR=<build>/pocl-cache (the folder above the test binary's), so every test process of a run
-//   shares PoCL's compiled kernels instead of compiling them again.
-inline void prepare_backend_environment() {
-  ::setenv("TP_SIM_DEVICES", "1", /*overwrite=*/0);
+// Sets POCL_CACHE_DIR=<build>/pocl-cache (the folder above the test binary's) when unset, so every test
+// process of a run shares PoCL's compiled kernels instead of compiling them again. Call it before the first
+// OpenCL device is made (tests that make devices through the factories, without the DeviceManager, too).
+inline void prepare_pocl_cache() {
   if (std::getenv("POCL_CACHE_DIR") != nullptr) return;
   std::error_code error;
   const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", error);
@@ -35,6 +33,13 @@ inline void prepare_backend_environment() {
   const std::filesystem::path cache = binary.parent_path().parent_path() / "pocl-cache";
   std::filesystem::create_directories(cache, error);
   if (!error) ::setenv("POCL_CACHE_DIR", cache.c_str(), /*overwrite=*/0);
+}
+
+// Before the process's DeviceManager materialises, sets what is unset: TP_SIM_DEVICES=1, so the sim backend
+// is exercised (TP_SIM_DEVICES=0 or TP_VISIBLE_DEVICES still hide it), and the PoCL cache above.
+inline void prepare_backend_environment() {
+  ::setenv("TP_SIM_DEVICES", "1", /*overwrite=*/0);
+  prepare_pocl_cache();
 }
 
 // The first device of every kind the process's DeviceManager lists, in its order: "cpu:0", "sim:0",

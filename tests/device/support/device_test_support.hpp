@@ -1,19 +1,61 @@
 #pragma once
-// Helpers for device tests: devices built directly through the backends' factories (no DeviceManager), a
-// latch a task can block on, and running a function on a stream to read back its result.
+// Helpers for device tests: devices built directly through the backends' factories (no DeviceManager), the
+// backends present in this build and on this machine (for suites parameterised over them), a latch a task
+// can block on, and running a function on a stream to read back its result.
+
+#include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
+#include "backend/support/backend_params.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
 #include "tensorpool/device/device.hpp"
 
 namespace tp::device::testing {
 
-enum class Backend { cpu, sim };
+enum class Backend { cpu, sim, opencl };
+
+// Every backend this process can make a device of, in this order: cpu and sim always, opencl when the
+// build has the OpenCL backend and the ICD loader reports a device (PoCL in CI).
+inline std::vector<Backend> present_backends() {
+  backend::testing::prepare_pocl_cache();
+  std::vector<Backend> present{Backend::cpu, Backend::sim};
+  if (!opencl_physical_devices().empty()) present.push_back(Backend::opencl);
+  return present;
+}
+
+// The present backends whose streams are queues run by a worker (sim, opencl), not the cpu's inline
+// streams that run a task in the enqueuing thread: the cases that hold a stream behind a gate.
+inline std::vector<Backend> queued_backends() {
+  std::vector<Backend> queued;
+  for (const Backend backend : present_backends()) {
+    if (backend != Backend::cpu) queued.push_back(backend);
+  }
+  return queued;
+}
+
+inline const char* backend_label(Backend backend) {
+  switch (backend) {
+    case Backend::cpu:
+      return "cpu";
+    case Backend::sim:
+      return "sim";
+    case Backend::opencl:
+      return "opencl";
+  }
+  return "unknown";
+}
+
+// The instantiation's name suffix: Suite.Case/cpu, /sim, /opencl.
+inline std::string backend_param_name(const ::testing::TestParamInfo<Backend>& info) {
+  return backend_label(info.param);
+}
 
 inline memory::MemoryConfig grow_config(const char* name, std::size_t limit_bytes) {
   memory::MemoryConfig config;
@@ -28,6 +70,12 @@ inline std::unique_ptr<Device> make_device(Backend backend, std::size_t capacity
   if (backend == Backend::cpu) {
     return make_cpu_device({DeviceKind::cpu, index}, {DeviceKind::cpu, index}, capacity_bytes,
                            grow_config("cpu", capacity_bytes), options);
+  }
+  if (backend == Backend::opencl) {
+    // Every logical opencl:N on physical opencl:0 (PoCL reports one device); they share its context.
+    backend::testing::prepare_pocl_cache();
+    return make_opencl_device({DeviceKind::opencl, index}, {DeviceKind::opencl, 0}, capacity_bytes,
+                              grow_config("opencl", capacity_bytes), options);
   }
   return make_sim_device({DeviceKind::sim, index}, {DeviceKind::sim, index}, capacity_bytes,
                          grow_config("sim", capacity_bytes), options);
