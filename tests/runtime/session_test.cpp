@@ -1,10 +1,13 @@
 // Sessions: a training step through the placer, the static planner and the executor; the plan is known before
 // the first run and matches what the device measures; steady-state steps make no allocator calls; planner on
-// and off agree; placement across devices and soft placement; feed errors; variables; close().
+// and off agree; placement across devices and soft placement; feed errors; variables; close(). Every case
+// runs on each accelerator backend present (sim:0, and opencl:0 where an OpenCL device exists).
 #include "tensorpool/runtime/session.hpp"
 
 #include <gtest/gtest.h>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/graph/op_registry.hpp"
@@ -23,7 +26,7 @@ FeedMap feeds_of(device::DeviceManager& manager, const testing::Batch& batch) {
           {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, cpu)}};
 }
 
-std::vector<float> train(device::DeviceManager& manager, bool planner, int steps, const std::string& device = "sim:0") {
+std::vector<float> train(device::DeviceManager& manager, bool planner, int steps, const std::string& device) {
   testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, device);
   Session session(mlp.graph, {.name = planner ? "planned" : "online", .planner = planner, .devices = &manager});
   std::vector<float> losses;
@@ -35,60 +38,74 @@ std::vector<float> train(device::DeviceManager& manager, bool planner, int steps
   return losses;
 }
 
-TEST(Session, TrainsTheMlpAndTheLossFalls) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  const std::vector<float> losses = train(manager, true, 40);
+// Two devices of every accelerator kind (sim:0 and sim:1, opencl:0 and opencl:1 on PoCL's one device).
+device::DeviceManagerOptions two_of_each() {
+  device::DeviceManagerOptions options = testing::two_sim_devices();
+  options.opencl_devices = 2;
+  return options;
+}
+
+// The parameter: the accelerator the graph is placed on ("sim:0", "opencl:0").
+class SessionOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // The second device of the parameter's kind ("sim:1", "opencl:1").
+  std::string second() const { return GetParam().substr(0, GetParam().find(':')) + ":1"; }
+};
+
+TEST_P(SessionOnDevice, TrainsTheMlpAndTheLossFalls) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  const std::vector<float> losses = train(manager, true, 40, GetParam());
   EXPECT_LT(losses.back(), 0.6F * losses.front()) << "first " << losses.front() << " last " << losses.back();
 }
 
-TEST(Session, PlannerOnAndOffComputeTheSameNumbers) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  EXPECT_EQ(train(manager, true, 5), train(manager, false, 5));
+TEST_P(SessionOnDevice, PlannerOnAndOffComputeTheSameNumbers) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  EXPECT_EQ(train(manager, true, 5, GetParam()), train(manager, false, 5, GetParam()));
 }
 
-TEST(Session, ThePlanIsKnownBeforeTheFirstRunAndTheDeviceMeasuresExactlyIt) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(SessionOnDevice, ThePlanIsKnownBeforeTheFirstRunAndTheDeviceMeasuresExactlyIt) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, GetParam());
   Session session(mlp.graph, {.devices = &manager});
-  device::Device& sim = manager.device("sim:0");
+  device::Device& accelerator = manager.device(GetParam());
   const FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
   const MemoryPlan plan = session.plan(types, {mlp.loss}, mlp.updates);
-  EXPECT_EQ(sim.memory().stats().bytes_requested, 0u) << "plan() allocated";
+  EXPECT_EQ(accelerator.memory().stats().bytes_requested, 0u) << "plan() allocated";
   ASSERT_EQ(plan.devices.size(), 1u);
   const DevicePlan& device_plan = plan.devices[0];
-  EXPECT_EQ(device_plan.device, "sim:0");
+  EXPECT_EQ(device_plan.device, GetParam());
   const std::size_t parameters = (kIn * kHidden + kHidden + kHidden * kClasses + kClasses) * sizeof(float);
   EXPECT_EQ(device_plan.variable_bytes, 3 * parameters);  // weights plus Adam's m and v
   EXPECT_GE(device_plan.arena_bytes, device_plan.lower_bound_bytes);
   EXPECT_LE(static_cast<double>(device_plan.arena_bytes), 1.02 * static_cast<double>(device_plan.lower_bound_bytes));
   EXPECT_FALSE(plan.tensors.empty());
 
-  sim.memory().reset_peak();
+  accelerator.memory().reset_peak();
   const auto batch = make_batch(kRows, kIn, kClasses, 1);
   session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = 1});
-  EXPECT_EQ(sim.memory().stats().peak_bytes_requested, device_plan.planned_peak_bytes);
+  EXPECT_EQ(accelerator.memory().stats().peak_bytes_requested, device_plan.planned_peak_bytes);
   // Steady state: later steps make no call into the device's allocator.
-  const std::uint64_t allocations = sim.memory().stats().num_allocs;
+  const std::uint64_t allocations = accelerator.memory().stats().num_allocs;
   for (int step = 2; step <= 4; ++step) session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = step});
-  EXPECT_EQ(sim.memory().stats().num_allocs, allocations);
+  EXPECT_EQ(accelerator.memory().stats().num_allocs, allocations);
 }
 
-TEST(Session, CloseReturnsAllOfTheSessionsMemory) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  device::Device& sim = manager.device("sim:0");
-  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(SessionOnDevice, CloseReturnsAllOfTheSessionsMemory) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  device::Device& accelerator = manager.device(GetParam());
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, GetParam());
   Session session(mlp.graph, {.devices = &manager});
   session.run(feeds_of(manager, make_batch(kRows, kIn, kClasses, 1)), {mlp.loss}, mlp.updates);
-  EXPECT_GT(sim.memory().stats().bytes_requested, 0u);
-  EXPECT_GT(session.memory_stats("sim:0").bytes_requested, 0u);
+  EXPECT_GT(accelerator.memory().stats().bytes_requested, 0u);
+  EXPECT_GT(session.memory_stats(GetParam()).bytes_requested, 0u);
   session.close();
-  EXPECT_EQ(sim.memory().stats().bytes_requested, 0u);
+  EXPECT_EQ(accelerator.memory().stats().bytes_requested, 0u);
   EXPECT_THROW(session.run({}, {mlp.loss}), InvalidArgument);
 }
 
-TEST(Session, VariablesPersistAndCanBeReadAndAssigned) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(SessionOnDevice, VariablesPersistAndCanBeReadAndAssigned) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, GetParam());
   Session session(mlp.graph, {.devices = &manager});
   const auto batch = make_batch(kRows, kIn, kClasses, 1);
   session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = 1});
@@ -103,9 +120,9 @@ TEST(Session, VariablesPersistAndCanBeReadAndAssigned) {
   EXPECT_THROW(session.read_variable("nope"), InvalidArgument);
 }
 
-TEST(Session, BadFeedsAndNamesFailBeforeAnyKernelRuns) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(SessionOnDevice, BadFeedsAndNamesFailBeforeAnyKernelRuns) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, GetParam());
   Session session(mlp.graph, {.devices = &manager});
   device::Device& cpu = manager.device("cpu:0");
   const auto batch = make_batch(kRows, kIn, kClasses, 1);
@@ -128,17 +145,17 @@ TEST(Session, BadFeedsAndNamesFailBeforeAnyKernelRuns) {
   wrong_shape["x"] = Tensor::from_vector<float>(std::vector<float>(kRows * 3), Shape{kRows, 3}, cpu);
   expect_error(wrong_shape, {mlp.loss}, "x");
   expect_error(feeds, {"no_such_node"}, "no_such_node");
-  EXPECT_EQ(manager.device("sim:0").memory().stats().bytes_requested, 0u) << "an error left memory behind";
+  EXPECT_EQ(manager.device(GetParam()).memory().stats().bytes_requested, 0u) << "an error left memory behind";
 }
 
-TEST(Session, PlacesAcrossDevicesWithCopiesAndAgreesWithOneDevice) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  testing::MlpGraph split = build_mlp(kIn, kHidden, kClasses);
-  // The second layer and everything after it on sim:1; the rest stays on the default device (sim:0).
+TEST_P(SessionOnDevice, PlacesAcrossDevicesWithCopiesAndAgreesWithOneDevice) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  testing::MlpGraph split = build_mlp(kIn, kHidden, kClasses, GetParam());
+  // The second layer and everything after it on the second device; the rest stays on the first.
   for (const graph::Node& node : split.graph.nodes()) {
     if (node.name.rfind("dense_1", 0) == 0 || node.name == "xent" || node.name == "loss" ||
         node.name.find("gradients/dense_1") != std::string::npos) {
-      split.graph.mutable_node(node.id).device = "sim:1";
+      split.graph.mutable_node(node.id).device = second();
     }
   }
   Session session(split.graph, {.devices = &manager});
@@ -146,7 +163,7 @@ TEST(Session, PlacesAcrossDevicesWithCopiesAndAgreesWithOneDevice) {
   const MemoryPlan plan = session.plan(types, {split.loss}, split.updates);
   EXPECT_EQ(plan.devices.size(), 2u);
   bool copied = false;
-  for (const PlannedTensor& tensor : plan.tensors) copied = copied || tensor.name.find("@sim:1") != std::string::npos;
+  for (const PlannedTensor& tensor : plan.tensors) copied = copied || tensor.name.find("@" + second()) != std::string::npos;
   EXPECT_TRUE(copied);
   std::vector<float> split_losses;
   for (int step = 1; step <= 5; ++step) {
@@ -156,10 +173,10 @@ TEST(Session, PlacesAcrossDevicesWithCopiesAndAgreesWithOneDevice) {
                                .to_vector<float>()
                                .at(0));
   }
-  EXPECT_EQ(split_losses, train(manager, true, 5));
+  EXPECT_EQ(split_losses, train(manager, true, 5, GetParam()));
 }
 
-TEST(Session, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
+TEST_P(SessionOnDevice, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
   graph::OpRegistry& registry = graph::OpRegistry::global();
   if (registry.find("TestCpuOnlyNegate") == nullptr) {
     graph::OpDef negate;
@@ -175,26 +192,29 @@ TEST(Session, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
     };
     registry.add(std::move(negate));
   }
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
   graph::Graph g;
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {3});
   const graph::Output negated = g.add("TestCpuOnlyNegate", {g.add("Relu", {x}, {}, "relu")}, {}, "negate");
   g.add("Scale", {negated}, {{"alpha", 2.0}}, "double");
   const FeedMap feeds = {{"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
-  Session soft(g, {.default_device = "sim:0", .devices = &manager});
+  Session soft(g, {.default_device = GetParam(), .devices = &manager});
   EXPECT_EQ(soft.run(feeds, {"double"}).at(0).to_vector<float>(), (std::vector<float>{0, -4, -6}));
   const MemoryPlan plan = soft.plan({{"x", {DType::f32, {3}}}}, {"double"});
   ASSERT_EQ(plan.placement_log.size(), 1u);
   EXPECT_NE(plan.placement_log[0].find("negate"), std::string::npos);
-  Session hard(g, {.default_device = "sim:0", .soft_placement = false, .devices = &manager});
+  Session hard(g, {.default_device = GetParam(), .soft_placement = false, .devices = &manager});
   try {
     hard.run(feeds, {"double"});
     FAIL() << "hard placement ran an op without a kernel";
   } catch (const InvalidArgument& error) {
     EXPECT_NE(std::string(error.what()).find("negate"), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("sim:0"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find(GetParam()), std::string::npos) << error.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, SessionOnDevice, ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::runtime

@@ -52,6 +52,21 @@ inline const char* backend_label(Backend backend) {
   return "unknown";
 }
 
+// Device names of the present backends' first devices, as a DeviceManager lists them: "cpu:0", "sim:0",
+// "opencl:0" (for suites over a DeviceManager's devices; its options must ask for a sim device).
+inline std::vector<std::string> present_device_names() {
+  std::vector<std::string> names;
+  for (const Backend backend : present_backends()) names.push_back(std::string(backend_label(backend)) + ":0");
+  return names;
+}
+
+// The same without cpu:0: the accelerators a step, a fetch or a fit runs on.
+inline std::vector<std::string> accelerator_device_names() {
+  std::vector<std::string> names;
+  for (const Backend backend : queued_backends()) names.push_back(std::string(backend_label(backend)) + ":0");
+  return names;
+}
+
 // The instantiation's name suffix: Suite.Case/cpu, /sim, /opencl.
 inline std::string backend_param_name(const ::testing::TestParamInfo<Backend>& info) {
   return backend_label(info.param);
