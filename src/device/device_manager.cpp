@@ -5,7 +5,9 @@
 #include "tensorpool/device/device_manager.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
@@ -316,7 +318,19 @@ void DeviceManager::materialise() {
     memory::MemoryConfig config =
         configured != options_.memory_configs.end() ? configured->second : options_.default_memory_config;
     config.device = device.id.str();
+    const memory::AllocatorKind configured_allocator = config.allocator;
     config = memory::apply_env_overrides(std::move(config), get_env_);
+    if (device.id.kind == DeviceKind::opencl && config.allocator == memory::AllocatorKind::expandable &&
+        configured_allocator != memory::AllocatorKind::expandable) {
+      // TP_ALLOCATOR is process-wide, and OpenCL cannot map pages into a reserved range: its devices keep the
+      // allocator configured for them (a MemoryConfig that asks for expandable itself is refused).
+      config.allocator = configured_allocator;
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr, "[device] TP_ALLOCATOR=expandable does not apply to OpenCL devices (no page mapping); "
+                             "they keep allocator %s\n", std::string(memory::to_string(configured_allocator)).c_str());
+      });
+    }
     if (device.id.kind == DeviceKind::cpu) {
       built.push_back(
           make_cpu_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));

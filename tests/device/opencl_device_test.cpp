@@ -207,9 +207,20 @@ TEST_F(OpenClDeviceTest, TheExpandableAllocatorIsRefusedNamingTheFix) {
     FAIL() << "expandable accepted";
   } catch (const InvalidArgument& error) {
     const std::string text = error.what();
-    EXPECT_NE(text.find("TP_ALLOCATOR"), std::string::npos) << text;
+    EXPECT_NE(text.find("MemoryConfig::allocator = expandable"), std::string::npos) << text;
     EXPECT_NE(text.find("bfc"), std::string::npos) << text;
   }
+  // TP_ALLOCATOR is process-wide: the sim devices take it, the opencl devices keep their allocator.
+  DeviceManagerOptions options = options_of({{"TP_SIM_DEVICES", "1"}, {"TP_SIM_MEMORY", "64MiB"}});
+  DeviceManager manager(options, env_of({{"TP_ALLOCATOR", "expandable"}}));
+  EXPECT_EQ(manager.device("sim:0").memory().config().allocator, memory::AllocatorKind::expandable);
+  EXPECT_EQ(manager.device("opencl:0").memory().config().allocator, memory::AllocatorKind::bfc);
+  // A MemoryConfig that asks for expandable on an opencl device is refused when the devices are built.
+  DeviceManager refused(options_of({}), env_of({}));
+  memory::MemoryConfig expandable = DeviceManagerOptions::default_device_memory_config();
+  expandable.allocator = memory::AllocatorKind::expandable;
+  refused.set_memory_config({DeviceKind::opencl, 0}, expandable);
+  EXPECT_THROW(refused.devices(), InvalidArgument);
 }
 
 TEST_F(OpenClDeviceTest, HostCodeCannotTouchDeviceMemory) {

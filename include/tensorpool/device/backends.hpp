@@ -35,7 +35,8 @@ std::string opencl_unavailable_reason();
 // A device on physical OpenCL device `physical_id` (an index into opencl_physical_devices()), with
 // `capacity_bytes` of its global memory: its own in-order command queue per stream and its memory stack on
 // the device's memory. Logical devices on one physical device share its context (and compiled programs).
-// Throws tp::InvalidArgument for allocator = expandable (OpenCL cannot map pages into a reserved range) and
+// Throws tp::InvalidArgument for allocator = expandable (OpenCL cannot map pages into a reserved range; the
+// DeviceManager keeps an opencl device's configured allocator when only TP_ALLOCATOR asks for it) and
 // tp::DeviceError when the build has no OpenCL backend or the driver refuses the context or a queue.
 std::unique_ptr<Device> make_opencl_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                                            const memory::MemoryConfig& config, const DeviceOptions& options);

@@ -185,9 +185,10 @@ namespace tp::device {
 std::unique_ptr<Device> make_opencl_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                                            const memory::MemoryConfig& config, const DeviceOptions& options) {
   if (config.allocator == memory::AllocatorKind::expandable) {
-    TP_THROW(InvalidArgument, "opencl", id.str(), ": allocator = expandable (TP_ALLOCATOR or MemoryConfig::allocator)"
-             " is not available on opencl devices: OpenCL cannot map physical pages into a reserved address range;"
-             " use allocator = bfc or system for ", id.str(), ", or hide the OpenCL devices (TP_OPENCL_DEVICES=0)");
+    TP_THROW(InvalidArgument, "opencl", id.str(), ": MemoryConfig::allocator = expandable is not available on"
+             " opencl devices: OpenCL cannot map physical pages into a reserved address range; use allocator = bfc"
+             " or system for ", id.str(), " (TP_ALLOCATOR=expandable alone leaves opencl devices on their configured"
+             " allocator)");
   }
   ops::kernels::register_kernels(DeviceKind::opencl, backend::opencl::opencl_kernel_table());
   auto context = backend::opencl::OpenClContext::acquire(physical_id.index);
