@@ -1,5 +1,6 @@
 // Inter-op threads: independent ops of a step run at once (host threads for inline cpu streams, one stream
-// per lane on sim devices), and the results, the plan and its measured peak stay those of the serial run.
+// per lane on sim and opencl devices), and the results, the plan and its measured peak stay those of the
+// serial run, on every backend present (cpu:0, sim:0, opencl:0 where an OpenCL device exists).
 // The step order constraints hold: every op that reuses arena memory follows everything that used it, and
 // updates on different devices do not wait for each other.
 #include <gtest/gtest.h>
@@ -13,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "runtime/executable.hpp"
 #include "runtime/step_dependencies.hpp"
 #include "runtime/support/failing_op.hpp"
@@ -85,8 +88,8 @@ TEST_P(InterOp, ThePlannedPeakIsUnchangedAndMeasuredExactly) {
   const MemoryPlan plan = session.plan(types, {mlp.loss}, mlp.updates);
   ASSERT_EQ(plan.devices.size(), 1u);
   EXPECT_EQ(plan.devices[0].planned_peak_bytes, serial_plan.devices[0].planned_peak_bytes);
-  // Measured on the sim device only: on cpu:0 the test's feeds and the fetched loss share the budget.
-  if (GetParam() != "sim:0") return;
+  // Measured on the accelerators only: on cpu:0 the test's feeds and the fetched loss share the budget.
+  if (GetParam() == "cpu:0") return;
   device::Device& device = manager.device(GetParam());
   device.memory().reset_peak();
   const std::size_t before = device.memory().stats().bytes_requested;
@@ -98,7 +101,8 @@ TEST_P(InterOp, ThePlannedPeakIsUnchangedAndMeasuredExactly) {
   EXPECT_EQ(device.memory().stats().num_allocs, allocations) << "steady-state steps called the allocator";
 }
 
-// Two ops that meet: each waits (up to its `timeout_ms`) until both are running, and records how many ran at once.
+// Two ops that meet: each waits (up to its `timeout_ms`) until both are running, and records how many ran at
+// once; then copies its input to its output on its stream (a copy reaches every backend's device memory).
 std::atomic<int> running{0};
 std::atomic<int> most_at_once{0};
 
@@ -113,7 +117,7 @@ void register_rendezvous() {
     const auto timeout = std::chrono::milliseconds(graph::attribute_int(context.node, "timeout_ms", 0));
     const Tensor input = context.inputs[0];
     const Tensor output = context.outputs[0];
-    context.stream.enqueue([input, output, timeout] {
+    context.stream.enqueue([timeout] {
       const int now = running.fetch_add(1) + 1;
       int seen = most_at_once.load();
       while (now > seen && !most_at_once.compare_exchange_weak(seen, now)) {
@@ -122,12 +126,14 @@ void register_rendezvous() {
       while (most_at_once.load() < 2 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
-      for (std::int64_t i = 0; i < input.num_elements(); ++i) output.data<float>()[i] = input.data<float>()[i] + 1;
       running.fetch_sub(1);
     });
+    device::copy(context.stream, input.buffer(), input.offset_bytes(), context.stream, output.buffer(),
+                 output.offset_bytes(), input.nbytes());
   };
   rendezvous.kernels[device::DeviceKind::cpu] = kernel;
   rendezvous.kernels[device::DeviceKind::sim] = kernel;
+  rendezvous.kernels[device::DeviceKind::opencl] = kernel;
   registry.add(std::move(rendezvous));
 }
 
@@ -146,8 +152,8 @@ int most_ops_at_once(device::DeviceManager& manager, const std::string& device, 
   const FeedMap feeds = {
       {"x", Tensor::from_vector<float>(std::vector<float>{1, 2, 3, 4}, Shape{4}, manager.device("cpu:0"))}};
   const auto fetched = session.run(feeds, {"left", "right"});
-  EXPECT_EQ(fetched.at(0).to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
-  EXPECT_EQ(fetched.at(1).to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(fetched.at(0).to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(fetched.at(1).to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
   return most_at_once.load();
 }
 
@@ -162,7 +168,8 @@ TEST_P(InterOp, ADeviceWithOneStreamRunsOneKernelAtATime) {
   EXPECT_EQ(most_ops_at_once(manager, GetParam(), 4, 20), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, InterOp, ::testing::Values("cpu:0", "sim:0"));
+INSTANTIATE_TEST_SUITE_P(Devices, InterOp, ::testing::ValuesIn(device::testing::present_device_names()),
+                         backend::testing::backend_test_name);
 
 TEST(InterOpErrors, AFailingOpFailsTheRunAndTheSessionRunsOn) {
   testing::register_fail_on_negative();
@@ -183,7 +190,7 @@ TEST(InterOpErrors, AFailingOpFailsTheRunAndTheSessionRunsOn) {
 
 // With the planner off a value goes back to the allocator after its last reader; a step that reads it twice
 // (Mul(r, r)) counts once, so a later reader still finds it.
-TEST(InterOpOnline, AValueReadTwiceByOneStepLivesUntilItsLastReader) {
+TEST_P(InterOp, AValueReadTwiceByOneStepLivesUntilItsLastReader) {
   device::DeviceManager manager(devices_with_streams(2), testing::kNoEnv);
   graph::Graph g;
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {3});
@@ -191,7 +198,8 @@ TEST(InterOpOnline, AValueReadTwiceByOneStepLivesUntilItsLastReader) {
   const graph::Output squared = g.add("Mul", {r, r}, {}, "squared");
   g.add("Add", {squared, r}, {}, "out");
   for (const int threads : {1, 2}) {
-    Session session(g, {.default_device = "sim:0", .planner = false, .inter_op_threads = threads, .devices = &manager});
+    Session session(g, {.default_device = GetParam(), .planner = false, .inter_op_threads = threads,
+                        .devices = &manager});
     const FeedMap feeds = {
         {"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
     EXPECT_EQ(session.run(feeds, {"out"}).at(0).to_vector<float>(), (std::vector<float>{0, 6, 12})) << threads;
