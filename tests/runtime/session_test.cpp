@@ -163,7 +163,9 @@ TEST_P(SessionOnDevice, PlacesAcrossDevicesWithCopiesAndAgreesWithOneDevice) {
   const MemoryPlan plan = session.plan(types, {split.loss}, split.updates);
   EXPECT_EQ(plan.devices.size(), 2u);
   bool copied = false;
-  for (const PlannedTensor& tensor : plan.tensors) copied = copied || tensor.name.find("@" + second()) != std::string::npos;
+  for (const PlannedTensor& tensor : plan.tensors) {
+    copied = copied || tensor.name.find("@" + second()) != std::string::npos;
+  }
   EXPECT_TRUE(copied);
   std::vector<float> split_losses;
   for (int step = 1; step <= 5; ++step) {
@@ -213,7 +215,8 @@ TEST_P(SessionOnDevice, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Accelerators, SessionOnDevice, ::testing::ValuesIn(device::testing::accelerator_device_names()),
+INSTANTIATE_TEST_SUITE_P(Accelerators, SessionOnDevice,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
                          backend::testing::backend_test_name);
 
 }  // namespace

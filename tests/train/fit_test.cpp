@@ -1,11 +1,17 @@
 // fit() on synthetic data: learning with validation and callbacks, and resuming after a crash from the latest
-// checkpoint at the same step with bitwise the same final weights as an uninterrupted run.
+// checkpoint at the same step with bitwise the same final weights as an uninterrupted run. Each case runs on
+// every accelerator backend present (sim, and opencl where an OpenCL device exists: two devices of the kind
+// for the mirrored runs); on opencl the losses and accuracy also stay within float tolerance of sim's.
 #include "tensorpool/train/fit.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <string>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
 
@@ -43,11 +49,25 @@ class Crash final : public Callback {
   std::int64_t at_step_;
 };
 
-TEST(Fit, LearnsAndReportsAHistory) {
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
-  auto sequential = model(manager, Strategy::mirrored({"sim:0", "sim:1"}));
+// Two devices of every accelerator kind: sim:0 and sim:1, opencl:0 and opencl:1 (on PoCL's one device).
+device::DeviceManagerOptions two_of_each() {
+  device::DeviceManagerOptions options = runtime::testing::two_sim_devices();
+  options.opencl_devices = 2;
+  return options;
+}
+
+// The parameter: the first accelerator of the kind under test ("sim:0", "opencl:0").
+class FitOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Device `index` of the parameter's kind.
+  std::string on(int index) const { return GetParam().substr(0, GetParam().find(':')) + ":" + std::to_string(index); }
+};
+
+TEST_P(FitOnDevice, LearnsAndReportsAHistory) {
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
   const data::Dataset train = synthetic(manager, 512, 1, 32);
   const data::Dataset validation = synthetic(manager, 256, 2, 64);
+  auto sequential = model(manager, Strategy::mirrored({on(0), on(1)}));
   const FitResult result = fit(*sequential, train, {.epochs = 4, .validation = &validation});
   ASSERT_EQ(result.history.epochs.size(), 4u);
   EXPECT_EQ(result.steps, 4 * 16);
@@ -56,25 +76,34 @@ TEST(Fit, LearnsAndReportsAHistory) {
   const Evaluation evaluation = evaluate(*sequential, validation);
   EXPECT_EQ(evaluation.examples, 256);
   EXPECT_NEAR(evaluation.accuracy, *result.history.epochs.back().val_accuracy, 1e-12);
+  // The same run on sim: the same learning to float tolerance (kernels differ in rounding, not in maths).
+  auto on_sim = model(manager, Strategy::mirrored({"sim:0", "sim:1"}));
+  const FitResult sim = fit(*on_sim, train, {.epochs = 4, .validation = &validation});
+  for (std::size_t epoch = 0; epoch < 4; ++epoch) {
+    const double expected = sim.history.epochs[epoch].loss;
+    EXPECT_NEAR(result.history.epochs[epoch].loss, expected, 1e-3 * std::abs(expected)) << "epoch " << epoch + 1;
+  }
+  EXPECT_NEAR(*result.history.epochs.back().val_accuracy, *sim.history.epochs.back().val_accuracy, 2.0 / 256)
+      << "at most two of 256 validation examples may change class";
 }
 
-TEST(Fit, ResumesAfterACrashAtTheSameStepWithTheSameWeights) {
+TEST_P(FitOnDevice, ResumesAfterACrashAtTheSameStepWithTheSameWeights) {
   const std::filesystem::path directory =
       std::filesystem::temp_directory_path() / ("tp_fit_resume_" + std::to_string(::getpid()));
   std::filesystem::remove_all(directory);
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
   const data::Dataset train = synthetic(manager, 320, 3, 32);  // 10 steps per epoch
   // Uninterrupted reference.
-  auto reference = model(manager, Strategy::one_device("sim:0"));
+  auto reference = model(manager, Strategy::one_device(on(0)));
   fit(*reference, train, {.epochs = 3});
   // Crash at step 17 (mid-epoch 2), after the checkpoint of step 15.
   {
-    auto crashing = model(manager, Strategy::one_device("sim:1"));
+    auto crashing = model(manager, Strategy::one_device(on(1)));
     FitOptions options{.epochs = 3, .checkpoint_dir = directory, .checkpoint_every_steps = 5};
     options.callbacks.push_back(std::make_shared<Crash>(17));
     EXPECT_THROW(fit(*crashing, train, options), std::runtime_error);
   }
-  auto resumed = model(manager, Strategy::one_device("sim:0"));
+  auto resumed = model(manager, Strategy::one_device(on(0)));
   const FitResult result = fit(*resumed, train, {.epochs = 3, .checkpoint_dir = directory, .checkpoint_every_steps = 5});
   EXPECT_EQ(result.resumed_from_step, 15);
   EXPECT_EQ(result.steps, 30);
@@ -113,9 +142,9 @@ Trained fit_with(device::DeviceManager& manager, const Strategy& strategy, std::
 
 // Steps launched ahead of the one whose results are read train bitwise as steps run one at a time, and the
 // callbacks see every step once, in order, with the same logs.
-TEST(Fit, StepsInFlightTrainExactlyAsStepsOneAtATime) {
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
-  for (const Strategy& strategy : {Strategy::one_device("sim:0"), Strategy::mirrored({"sim:0", "sim:1"})}) {
+TEST_P(FitOnDevice, StepsInFlightTrainExactlyAsStepsOneAtATime) {
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
+  for (const Strategy& strategy : {Strategy::one_device(on(0)), Strategy::mirrored({on(0), on(1)})}) {
     const Trained serial = fit_with(manager, strategy, 1);
     ASSERT_EQ(serial.batches.size(), 20u);
     for (const std::int64_t in_flight : {2, 4}) {
@@ -155,6 +184,9 @@ TEST(Fit, StepsInFlightBelowOneAreRefused) {
     EXPECT_NE(std::string(error.what()).find("steps_in_flight = 0"), std::string::npos) << error.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, FitOnDevice, ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::train
