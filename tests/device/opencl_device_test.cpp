@@ -147,7 +147,8 @@ TEST_F(OpenClDeviceTest, AllocationsShowInTheStatsAndGoBackOnRelease) {
     SCOPED_TRACE(std::string(memory::to_string(allocator)));
     auto device = make(allocator);
     {
-      const auto buffer = device->allocate(3 * kMiB + 5, {.name = "weights", .kind = memory::AllocationKind::parameter});
+      const auto buffer =
+          device->allocate(3 * kMiB + 5, {.name = "weights", .kind = memory::AllocationKind::parameter});
       const memory::MemoryStats stats = device->memory().stats();
       EXPECT_EQ(stats.bytes_requested, 3 * kMiB + 5);
       EXPECT_GE(stats.bytes_in_use, 3 * kMiB + 5);

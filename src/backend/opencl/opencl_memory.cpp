@@ -28,6 +28,10 @@ OpenClDeviceMemory::OpenClDeviceMemory(std::shared_ptr<OpenClContext> context, s
     TP_THROW(InvalidArgument, "opencl", this->name(), ": ", context_->properties().name,
              " has no coarse-grained buffer SVM; use RegionKind::reserved");
   }
+  if (kind_ == RegionKind::shared && !context_->properties().svm_fine_grain_buffer) {
+    TP_THROW(InvalidArgument, "opencl", this->name(), ": ", context_->properties().name,
+             " has no fine-grained buffer SVM, so it has no memory host code and kernels share");
+  }
 }
 
 OpenClDeviceMemory::~OpenClDeviceMemory() {
@@ -52,11 +56,13 @@ OpenClDeviceMemory::Region OpenClDeviceMemory::create_region(std::size_t rounded
   Region region;
   region.bytes = rounded;
   cl_int status = CL_SUCCESS;
-  if (kind_ == RegionKind::svm) {
+  if (kind_ == RegionKind::svm || kind_ == RegionKind::shared) {
     // clSVMAlloc aligns to at most the device's largest data type (PoCL refuses larger alignments): ask for
     // `alignment` more and align inside.
     region.base_bytes = rounded + alignment;
-    region.base = clSVMAlloc(context_->context(), CL_MEM_READ_WRITE, region.base_bytes, 0);
+    const cl_svm_mem_flags flags =
+        CL_MEM_READ_WRITE | (kind_ == RegionKind::shared ? CL_MEM_SVM_FINE_GRAIN_BUFFER : cl_svm_mem_flags{0});
+    region.base = clSVMAlloc(context_->context(), flags, region.base_bytes, 0);
     if (region.base == nullptr) {
       throw_out_of_memory(requested, rounded, tag,
                           "clSVMAlloc of " + format_bytes(region.base_bytes) + " on " + context_->properties().name +
@@ -90,7 +96,7 @@ void OpenClDeviceMemory::destroy_region(const Region& region) const noexcept {
   if (region.buffer != nullptr) clReleaseMemObject(region.buffer);
   if (region.base == nullptr) return;
   // Every command on the region has completed: buffers come back in stream order, after their work.
-  if (kind_ == RegionKind::svm) {
+  if (kind_ != RegionKind::reserved) {
     clSVMFree(context_->context(), region.base);
   } else {
     munmap(region.base, region.base_bytes);

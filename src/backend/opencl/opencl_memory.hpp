@@ -14,6 +14,9 @@
 //   - reserved (devices without SVM): the region is a plain cl_mem, and its address a PROT_NONE range of the
 //     same size reserved from the host's address space, used only as a key: host code never touches it.
 // Either way the memory is not host-addressable: host code reaches it through copies on a queue.
+//   - shared (fine-grained buffer SVM): as svm, with CL_MEM_SVM_FINE_GRAIN_BUFFER, so host code may read and
+//     write the memory directly while no command uses it (unified memory). A building block: no device
+//     stack uses it yet (a tensor would need host access per buffer, which Buffer::data() does not have).
 //
 // A region is at most CL_DEVICE_MAX_MEM_ALLOCATION_SIZE (a larger request, or a refusal by the driver,
 // throws tp::OutOfMemoryError so that BFC backs off to a smaller region), and regions together stay within
@@ -36,7 +39,7 @@
 
 namespace tp::backend::opencl {
 
-enum class RegionKind { svm, reserved };
+enum class RegionKind { svm, reserved, shared };
 
 class OpenClDeviceMemory final : public memory::MemoryResource {
  public:

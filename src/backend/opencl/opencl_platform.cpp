@@ -134,8 +134,8 @@ cl_program build_program(cl_context context, cl_device_id device, std::string_vi
   }
   clReleaseProgram(program);
   TP_THROW(DeviceError, "opencl", "clBuildProgram failed for program '", name, "' on ",
-           device_string(device, CL_DEVICE_NAME), " with options '", options, "': ", error_name(status), " (", status, "); build log:\n",
-           log.empty() ? std::string("(empty)") : log);
+           device_string(device, CL_DEVICE_NAME), " with options '", options, "': ", error_name(status), " (",
+           status, "); build log:\n", log.empty() ? std::string("(empty)") : log);
 }
 
 std::shared_ptr<OpenClContext> OpenClContext::acquire(int index) {

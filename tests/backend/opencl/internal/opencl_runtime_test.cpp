@@ -144,11 +144,48 @@ TEST_F(OpenClRuntime, AnSvmRegionAndItsBufferAreTheSameMemory) {
   EXPECT_EQ(source.stats().bytes_reserved, 0u);
 }
 
+// Fine-grained SVM: host code writes the memory directly, a kernel reads and writes it through the region's
+// cl_mem, and host code reads the kernel's result once the queue has finished, without a map.
+TEST_F(OpenClRuntime, SharedRegionsAreTouchedByHostCodeAndKernelsAlike) {
+  auto context = OpenClContext::acquire(0);
+  if (!context->properties().svm_fine_grain_buffer) GTEST_SKIP() << "the device has no fine-grained buffer SVM";
+  OpenClDeviceMemory source(context, 64 * kMiB, RegionKind::shared, "shared");
+  constexpr std::size_t kCount = 1000;
+  auto* values = static_cast<float*>(source.allocate(kCount * sizeof(float)));
+  for (std::size_t i = 0; i < kCount; ++i) values[i] = static_cast<float>(i);
+  const DeviceSpan span = source.find(values + 100, 50 * sizeof(float));
+  cl_int status = CL_SUCCESS;
+  cl_command_queue queue = clCreateCommandQueueWithProperties(context->context(), context->device(), nullptr, &status);
+  check(status, "clCreateCommandQueueWithProperties");
+  cl_kernel kernel = clCreateKernel(context->program("selftest"), "add_scalar_f32", &status);
+  check(status, "clCreateKernel");
+  const cl_ulong offset = span.offset / sizeof(float);
+  const float value = 0.25f;
+  const cl_ulong count = 50;
+  check(clSetKernelArg(kernel, 0, sizeof(cl_mem), &span.buffer), "clSetKernelArg");
+  check(clSetKernelArg(kernel, 1, sizeof offset, &offset), "clSetKernelArg");
+  check(clSetKernelArg(kernel, 2, sizeof value, &value), "clSetKernelArg");
+  check(clSetKernelArg(kernel, 3, sizeof count, &count), "clSetKernelArg");
+  const std::size_t global = count;
+  check(clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, nullptr, 0, nullptr, nullptr),
+        "clEnqueueNDRangeKernel");
+  check(clFinish(queue), "clFinish");
+  for (std::size_t i = 0; i < kCount; ++i) {
+    const float expected = static_cast<float>(i) + (i >= 100 && i < 150 ? 0.25f : 0.0f);
+    ASSERT_EQ(values[i], expected) << "element " << i;
+  }
+  clReleaseKernel(kernel);
+  clReleaseCommandQueue(queue);
+  source.deallocate(values, kCount * sizeof(float));
+  EXPECT_EQ(source.stats().bytes_in_use, 0u);
+}
+
 TEST_F(OpenClRuntime, RegionsAreFoundByAddressAndAlignedForTheAllocators) {
   auto context = OpenClContext::acquire(0);
-  for (const RegionKind kind : {RegionKind::svm, RegionKind::reserved}) {
+  for (const RegionKind kind : {RegionKind::svm, RegionKind::reserved, RegionKind::shared}) {
     if (kind == RegionKind::svm && !context->properties().svm_coarse_grain_buffer) continue;
-    SCOPED_TRACE(kind == RegionKind::svm ? "svm" : "reserved");
+    if (kind == RegionKind::shared && !context->properties().svm_fine_grain_buffer) continue;
+    SCOPED_TRACE(kind == RegionKind::svm ? "svm" : kind == RegionKind::shared ? "shared" : "reserved");
     OpenClDeviceMemory source(context, 8 * kMiB, kind, "regions");
     char* first = static_cast<char*>(source.allocate(3 * kMiB, 4096));
     char* second = static_cast<char*>(source.allocate(kMiB, 256));
