@@ -1,5 +1,5 @@
-// HostTensor <-> Tensor copies on the simulated accelerator (whose memory the host cannot touch directly)
-// and on the CPU device, for every dtype, a scalar and empty tensors.
+// HostTensor <-> Tensor copies on every backend present: the CPU device, and the accelerators whose memory
+// the host cannot touch directly (sim, opencl), for every dtype, a scalar and empty tensors.
 
 #include "tensorpool/train/host_tensor.hpp"
 
@@ -59,10 +59,8 @@ TEST_P(HostTensorTest, MismatchedBytesAreRejected) {
   EXPECT_THROW(to_host(Tensor()), InvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, HostTensorTest, ::testing::Values(Backend::sim, Backend::cpu),
-                         [](const ::testing::TestParamInfo<Backend>& param_info) {
-                           return param_info.param == Backend::sim ? "sim" : "cpu";
-                         });
+INSTANTIATE_TEST_SUITE_P(Backends, HostTensorTest, ::testing::ValuesIn(device::testing::present_backends()),
+                         device::testing::backend_param_name);
 
 }  // namespace
 }  // namespace tp::train
