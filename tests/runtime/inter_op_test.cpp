@@ -171,14 +171,14 @@ TEST_P(InterOp, ADeviceWithOneStreamRunsOneKernelAtATime) {
 INSTANTIATE_TEST_SUITE_P(Devices, InterOp, ::testing::ValuesIn(device::testing::present_device_names()),
                          backend::testing::backend_test_name);
 
-TEST(InterOpErrors, AFailingOpFailsTheRunAndTheSessionRunsOn) {
+TEST_P(InterOp, AFailingOpFailsTheRunAndTheSessionRunsOn) {
   testing::register_fail_on_negative();
   device::DeviceManager manager(devices_with_streams(4), testing::kNoEnv);
   graph::Graph g;
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {1});
   g.add("Relu", {g.add("TestFailOnNegative", {x}, {}, "check")}, {}, "relu");
   g.add("Scale", {x}, {{"alpha", 2.0}}, "double");
-  Session session(g, {.default_device = "cpu:0", .inter_op_threads = 4, .devices = &manager});
+  Session session(g, {.default_device = GetParam(), .inter_op_threads = 4, .devices = &manager});
   auto feeds = [&](float value) {
     return FeedMap{{"x", Tensor::from_vector<float>(std::vector<float>{value}, Shape{1}, manager.device("cpu:0"))}};
   };

@@ -2,6 +2,7 @@
 // results, exactly as run() one after another (on one device, and split over two with copies between them);
 // the fed tensors live until the run's work is done; a kernel error fails its run and every run launched
 // before it was reported, and the session runs on; wait() is one-shot; a run dropped unwaited still finishes.
+// Every case runs on each accelerator backend present (sim, and opencl where an OpenCL device exists).
 #include "tensorpool/runtime/pending_run.hpp"
 
 #include <gtest/gtest.h>
@@ -9,8 +10,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <string>
 #include <thread>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "runtime/support/failing_op.hpp"
 #include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/error.hpp"
@@ -32,17 +36,31 @@ FeedMap feeds_of(device::DeviceManager& manager, std::uint32_t seed) {
           {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, cpu)}};
 }
 
-// The second layer and what follows it on sim:1, the first on sim:0: every step copies between the devices.
-testing::MlpGraph split_mlp() {
-  testing::MlpGraph split = build_mlp(kIn, kHidden, kClasses, "sim:0");
+// The second layer and what follows it on `second`, the first on `first`: every step copies between them.
+testing::MlpGraph split_mlp(const std::string& first, const std::string& second) {
+  testing::MlpGraph split = build_mlp(kIn, kHidden, kClasses, first);
   for (const graph::Node& node : split.graph.nodes()) {
     if (node.name.rfind("dense_1", 0) == 0 || node.name == "xent" || node.name == "loss" ||
         node.name.find("gradients/dense_1") != std::string::npos) {
-      split.graph.mutable_node(node.id).device = "sim:1";
+      split.graph.mutable_node(node.id).device = second;
     }
   }
   return split;
 }
+
+// Two devices of every accelerator kind: sim:0 and sim:1, opencl:0 and opencl:1 (on PoCL's one device).
+device::DeviceManagerOptions two_of_each() {
+  device::DeviceManagerOptions options = testing::two_sim_devices();
+  options.opencl_devices = 2;
+  return options;
+}
+
+// The parameter: the first accelerator of the kind under test ("sim:0", "opencl:0").
+class PendingRunOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Device `index` of the parameter's kind.
+  std::string on(int index) const { return GetParam().substr(0, GetParam().find(':')) + ":" + std::to_string(index); }
+};
 
 struct Trained {
   std::vector<float> losses;
@@ -67,9 +85,9 @@ Trained train(device::DeviceManager& manager, const testing::MlpGraph& mlp, std:
   return trained;
 }
 
-TEST(PendingRun, RunsInFlightTrainExactlyAsRunsOneAfterAnother) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  const testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(PendingRunOnDevice, RunsInFlightTrainExactlyAsRunsOneAfterAnother) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  const testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, on(0));
   const Trained serial = train(manager, mlp, 1);
   ASSERT_EQ(serial.losses.size(), static_cast<std::size_t>(kSteps));
   for (const std::size_t in_flight : {2, 3}) {
@@ -79,14 +97,14 @@ TEST(PendingRun, RunsInFlightTrainExactlyAsRunsOneAfterAnother) {
   }
 }
 
-TEST(PendingRun, RunsInFlightAcrossTwoDevicesTrainExactlyAsOneAfterAnother) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  const testing::MlpGraph split = split_mlp();
+TEST_P(PendingRunOnDevice, RunsInFlightAcrossTwoDevicesTrainExactlyAsOneAfterAnother) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  const testing::MlpGraph split = split_mlp(on(0), on(1));
   const Trained serial = train(manager, split, 1);
   const Trained overlapped = train(manager, split, 2);
   EXPECT_EQ(overlapped.losses, serial.losses);
   EXPECT_EQ(overlapped.kernel, serial.kernel);
-  EXPECT_EQ(serial.losses, train(manager, build_mlp(kIn, kHidden, kClasses, "sim:0"), 1).losses);
+  EXPECT_EQ(serial.losses, train(manager, build_mlp(kIn, kHidden, kClasses, on(0)), 1).losses);
 }
 
 // Holds a device's stream 0 until open() (or destruction), so that a test sees a run while its work waits.
@@ -106,13 +124,13 @@ class StreamGate {
   bool open_ = false;
 };
 
-TEST(PendingRun, TheFedTensorsLiveUntilTheRunsWorkHasReadThem) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  const testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(PendingRunOnDevice, TheFedTensorsLiveUntilTheRunsWorkHasReadThem) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  const testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, on(0));
   Session session(mlp.graph, {.devices = &manager});
   const float expected = session.run(feeds_of(manager, 1), {mlp.loss}).at(0).to_vector<float>().at(0);
 
-  StreamGate gate(manager.device("sim:0"));
+  StreamGate gate(manager.device(on(0)));
   std::weak_ptr<Buffer> fed;
   PendingRun run = [&] {
     FeedMap feeds = feeds_of(manager, 1);
@@ -132,15 +150,15 @@ TEST(PendingRun, TheFedTensorsLiveUntilTheRunsWorkHasReadThem) {
   EXPECT_EQ(moved.wait().at(0).to_vector<float>().at(0), expected);
 }
 
-TEST(PendingRun, ARunDroppedWithoutWaitStillFinishesItsWork) {
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  const testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
+TEST_P(PendingRunOnDevice, ARunDroppedWithoutWaitStillFinishesItsWork) {
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  const testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, on(0));
   Session session(mlp.graph, {.devices = &manager});
-  device::Device& sim = manager.device("sim:0");
+  device::Device& accelerator = manager.device(on(0));
   session.run(feeds_of(manager, 1), {mlp.loss});  // creates the variables
   const std::vector<float> initial = session.read_variable("dense/kernel").to_vector<float>();
   {
-    StreamGate gate(sim);
+    StreamGate gate(accelerator);
     PendingRun run = session.run_async(feeds_of(manager, 1), {mlp.loss}, mlp.updates, {.step = 1});
     std::atomic<bool> opened{false};
     std::thread opener([&] {
@@ -160,13 +178,13 @@ TEST(PendingRun, ARunDroppedWithoutWaitStillFinishesItsWork) {
   EXPECT_EQ(updated, reference.read_variable("dense/kernel").to_vector<float>());
 }
 
-TEST(PendingRun, AKernelErrorFailsItsRunAndTheRunsLaunchedBeforeItWasReported) {
+TEST_P(PendingRunOnDevice, AKernelErrorFailsItsRunAndTheRunsLaunchedBeforeItWasReported) {
   testing::register_fail_on_negative();
-  device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
   graph::Graph g;
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {1});
   g.add("Relu", {g.add("TestFailOnNegative", {x}, {}, "check")}, {}, "relu");
-  Session session(g, {.default_device = "sim:0", .devices = &manager});
+  Session session(g, {.default_device = on(0), .devices = &manager});
   auto feeds = [&](float value) {
     return FeedMap{{"x", Tensor::from_vector<float>(std::vector<float>{value}, Shape{1}, manager.device("cpu:0"))}};
   };
@@ -179,10 +197,14 @@ TEST(PendingRun, AKernelErrorFailsItsRunAndTheRunsLaunchedBeforeItWasReported) {
   } catch (const InvalidArgument& error) {
     EXPECT_NE(std::string(error.what()).find("negative input"), std::string::npos) << error.what();
   }
-  EXPECT_FALSE(manager.device("sim:0").stream(0).failed()) << "the error is still kept after it was reported";
+  EXPECT_FALSE(manager.device(on(0)).stream(0).failed()) << "the error is still kept after it was reported";
   EXPECT_EQ(session.run_async(feeds(3), {"relu"}).wait().at(0).to_vector<float>().at(0), 3.0F);
   EXPECT_EQ(session.run(feeds(4), {"relu"}).at(0).to_vector<float>().at(0), 4.0F);
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, PendingRunOnDevice,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::runtime
