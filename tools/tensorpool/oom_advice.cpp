@@ -97,9 +97,13 @@ std::string variables_advice(const MemoryEstimate& estimate, const std::vector<d
     const bool several = shortage.names.find(',') != std::string::npos;
     advice += fmt::format(
         "The parameters need {} (optimizer state {}) on {}; {} has {}, so no batch size fits with the {} "
-        "allocator: give it more memory (a larger --sim-memory){}. ",
+        "allocator: give it more memory ({}){}. ",
         format_bytes(shortage.parameter_bytes), format_bytes(shortage.optimizer_state_bytes), shortage.names,
         several ? "each device" : "the device", format_bytes(shortage.limit_bytes), allocator,
+        // An opencl device's memory is the driver's (shared evenly by the logical devices on it), not a flag.
+        shortage.names.find("opencl:") != std::string::npos
+            ? "a larger TP_MEMORY_FRACTION, or fewer logical devices per OpenCL device: TP_OPENCL_DEVICES"
+            : "a larger --sim-memory",
         parameters_alone ? " or use smaller layers (--hidden); every replica holds all the parameters, so more "
                            "devices do not help"
         : devices.size() > 1
