@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "backend/cpu/kernel_test_support.hpp"
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/train/checkpoint.hpp"
 #include "tensorpool/train/fit.hpp"
@@ -141,14 +143,29 @@ TEST(MixedPrecision, MirroredWeightGradientsHalve) {
   }
 }
 
+// Two devices of every accelerator kind: sim:0 and sim:1, opencl:0 and opencl:1 (on PoCL's one device).
+device::DeviceManagerOptions two_of_each() {
+  device::DeviceManagerOptions options = runtime::testing::two_sim_devices();
+  options.opencl_devices = 2;
+  return options;
+}
+
+// The training cases run on every accelerator backend present; the parameter is the first device of the
+// kind under test ("sim:0", "opencl:0").
+class MixedPrecisionOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Device `index` of the parameter's kind.
+  std::string on(int index) const { return GetParam().substr(0, GetParam().find(':')) + ":" + std::to_string(index); }
+};
+
 // An initial scale of 2^40 makes the float16 logits' gradient overflow: the step updates nothing and the scale
 // halves, until it is small enough. The first step that runs then equals one step of a model started at that
 // scale: Adam's step counter did not count the skipped ones.
-TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+TEST_P(MixedPrecisionOnDevice, OverflowSkipsTheStepAndHalvesTheScale) {
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
   Sequential model({kIn}, mlp_layers());
   model.compile({.policy = DTypePolicy::mixed_float16(), .loss_scale = {.initial_scale = 0x1p40}},
-                Strategy::one_device("sim:0"), {.devices = &manager});
+                Strategy::one_device(on(0)), {.devices = &manager});
   const Data data = batch(manager, 1);
   model.train_step(data.x, data.labels, 1);  // creates the variables; skipped
   EXPECT_EQ(*model.loss_scale_state(), (LossScaleState{.scale = 0x1p39, .good_steps = 0, .skipped_steps = 1}));
@@ -173,7 +190,7 @@ TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
   EXPECT_EQ(state.good_steps, 1);
   Sequential fresh({kIn}, mlp_layers());
   fresh.compile({.policy = DTypePolicy::mixed_float16(), .loss_scale = {.initial_scale = state.scale}},
-                Strategy::one_device("sim:0"), {.name = "fresh", .devices = &manager});
+                Strategy::one_device(on(0)), {.name = "fresh", .devices = &manager});
   fresh.train_step(data.x, data.labels, 1);
   const auto ran = model.variables(), reference = fresh.variables();
   for (std::size_t index = 0; index + 3 < ran.size(); ++index) {
@@ -185,14 +202,14 @@ TEST(MixedPrecision, OverflowSkipsTheStepAndHalvesTheScale) {
 // A step's loss scale follows from the previous step's gradients, so a step cannot be launched before the
 // previous one is read: launch_train_step refuses; fit() runs such steps one at a time whatever
 // steps_in_flight asks, and trains exactly as with steps_in_flight = 1.
-TEST(MixedPrecision, LossScaledStepsAreNeverLaunchedAhead) {
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+TEST_P(MixedPrecisionOnDevice, LossScaledStepsAreNeverLaunchedAhead) {
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
   const Data data = batch(manager, 1);
   std::vector<std::vector<float>> kernels;
   for (const std::int64_t in_flight : {1, 2}) {
     Sequential model({kIn}, mlp_layers());
     model.compile({.policy = DTypePolicy::mixed_float16(), .loss_scale = {.initial_scale = 0x1p40}},
-                  Strategy::one_device("sim:0"), {.name = "in_flight_" + std::to_string(in_flight), .devices = &manager});
+                  Strategy::one_device(on(0)), {.name = "in_flight_" + std::to_string(in_flight), .devices = &manager});
     EXPECT_THROW(model.launch_train_step(data.x, data.labels, 1), InvalidArgument);
     const data::Dataset train =
         data::Dataset::from_tensors(data.x, data.labels).batch(data.x.shape().dim(0) / 4).stage_on(manager.device("cpu:0"));
@@ -206,8 +223,8 @@ TEST(MixedPrecision, LossScaledStepsAreNeverLaunchedAhead) {
 // Inputs of 1..4 x 2^-24 (float16's smallest subnormals) give kernel gradients of +-0.125 or +-0.375 x 2^-24:
 // below half float16's smallest subnormal, they flush to zero unless the loss is scaled; scaled by 2^15 they
 // match float32 within float16 precision.
-TEST(MixedPrecision, UnderflowingGradientsAreRescuedByLossScaling) {
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+TEST_P(MixedPrecisionOnDevice, UnderflowingGradientsAreRescuedByLossScaling) {
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
   device::Device& cpu = manager.device("cpu:0");
   constexpr std::int64_t kRowsHere = 4, kInHere = 3;
   const std::vector<Dense> layers{{.units = kClasses, .activation = Activation::softmax}};
@@ -217,7 +234,7 @@ TEST(MixedPrecision, UnderflowingGradientsAreRescuedByLossScaling) {
   const std::vector<std::int32_t> labels{0, 1, 2, 3};
   const auto kernel_gradient = [&](DTypePolicy policy, float scale) {
     const ModelGraph model =
-        build_model_graph({.input_shape = {kInHere}, .layers = layers, .policy = policy}, {"sim:0"});
+        build_model_graph({.input_shape = {kInHere}, .layers = layers, .policy = policy}, {on(0)});
     runtime::Session session(model.graph, {.name = std::string(policy.name()), .devices = &manager});
     const float inverse = 1.0F / kRowsHere;
     runtime::FeedMap feeds;
@@ -248,15 +265,15 @@ std::vector<double> train(Sequential& model, device::DeviceManager& manager, int
   return testing::train_synthetic(model, manager, steps, kRows, kIn, kClasses);
 }
 
-TEST(MixedPrecision, TrainingLowersTheLossLikeFloat32) {
-  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+TEST_P(MixedPrecisionOnDevice, TrainingLowersTheLossLikeFloat32) {
+  device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
   Sequential reference({kIn}, mlp_layers());
-  reference.compile({.optimizer = Adam{.learning_rate = 0.01}}, Strategy::one_device("sim:0"),
+  reference.compile({.optimizer = Adam{.learning_rate = 0.01}}, Strategy::one_device(on(0)),
                     {.name = "float32", .devices = &manager});
   const std::vector<double> reference_losses = train(reference, manager, 60);
   int run = 0;
   for (const DTypePolicy policy : {DTypePolicy::mixed_float16(), DTypePolicy::mixed_bfloat16()}) {
-    for (const Strategy& strategy : {Strategy::one_device("sim:0"), Strategy::mirrored({"sim:0", "sim:1"})}) {
+    for (const Strategy& strategy : {Strategy::one_device(on(0)), Strategy::mirrored({on(0), on(1)})}) {
       SCOPED_TRACE(::testing::Message() << policy.name() << " on " << strategy.devices.size() << " device(s)");
       Sequential model({kIn}, mlp_layers());
       model.compile({.optimizer = Adam{.learning_rate = 0.01}, .policy = policy}, strategy,
@@ -325,6 +342,10 @@ TEST(MixedPrecision, BadLossScaleOptionsAreRejectedAtCompile) {
                  {.name = "bf16", .devices = &manager});
   EXPECT_FALSE(bfloat.loss_scale_state().has_value());
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, MixedPrecisionOnDevice,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::train
