@@ -1,10 +1,15 @@
 // ZeRO (Strategy::shard): sharded optimizer state (ZeRO-1) and gradients (ZeRO-2) train like the unsharded
 // mirrored strategy (within float tolerance), keep the replicas' parameters bitwise identical, hold 1/R of
-// the optimizer state per device, checkpoint every shard, and refuse a strategy that cannot shard.
+// the optimizer state per device, checkpoint every shard, and refuse a strategy that cannot shard. The
+// training comparison runs on every accelerator backend present (sim, and opencl where an OpenCL device
+// exists: three opencl devices on PoCL's one).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "train/support/synthetic_training.hpp"
@@ -16,9 +21,11 @@ constexpr std::int64_t kIn = 12, kHidden = 31, kClasses = 4, kRows = 36;
 // Parameters laid end to end: 12x31 + 31 + 31x4 + 4 = 531 elements, not a multiple of 2 or 3 (padding).
 constexpr std::int64_t kParameters = kIn * kHidden + kHidden + kHidden * kClasses + kClasses;
 
+// Three devices of every accelerator kind: sim:0..2, and opencl:0..2 on the OpenCL devices there are.
 device::DeviceManagerOptions three_sim_devices() {
   device::DeviceManagerOptions options = runtime::testing::two_sim_devices();
   options.sim_devices = 3;
+  options.opencl_devices = 3;
   return options;
 }
 
@@ -84,8 +91,15 @@ void expect_close(const TrainedRun& sharded, const TrainedRun& mirrored, const s
   }
 }
 
-TEST(ShardedTraining, Zero1AndZero2MatchUnshardedMirroredTraining) {
-  for (const auto& devices : {std::vector<std::string>{"sim:0", "sim:1"}, {"sim:0", "sim:1", "sim:2"}}) {
+// The parameter: the first accelerator of the kind under test ("sim:0", "opencl:0").
+class ShardedTrainingOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Device `index` of the parameter's kind.
+  std::string on(int index) const { return GetParam().substr(0, GetParam().find(':')) + ":" + std::to_string(index); }
+};
+
+TEST_P(ShardedTrainingOnDevice, Zero1AndZero2MatchUnshardedMirroredTraining) {
+  for (const auto& devices : {std::vector<std::string>{on(0), on(1)}, {on(0), on(1), on(2)}}) {
     for (const Optimizer& optimizer : {Optimizer{Adam{.learning_rate = 0.01}}, Optimizer{Sgd{.momentum = 0.9}}}) {
       for (const char* algorithm : {"ring", "reduce_to_one"}) {
         device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
@@ -235,6 +249,10 @@ TEST(ShardedTraining, ShardingNeedsMirroredOverSeveralDevicesAndAKnownMode) {
   }
   EXPECT_EQ(parse_shard("gradients"), Shard::gradients);
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, ShardedTrainingOnDevice,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::train
