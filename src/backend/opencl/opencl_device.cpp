@@ -18,6 +18,13 @@ cl_command_queue create_queue(const OpenClContext& context) {
   return queue;
 }
 
+cl_mem create_status_word(const OpenClContext& context) {
+  cl_int status = CL_SUCCESS;
+  cl_mem word = clCreateBuffer(context.context(), CL_MEM_READ_WRITE, sizeof(cl_uint), nullptr, &status);
+  check(status, "clCreateBuffer(status word, " + context.properties().name + ")");
+  return word;
+}
+
 // What a launch sees: stream `index` of `device`.
 class StreamLaunchContext final : public LaunchContext {
  public:
@@ -33,6 +40,7 @@ class StreamLaunchContext final : public LaunchContext {
     return device_.span(*tensor.buffer(), tensor.offset_bytes(), tensor.nbytes());
   }
   bool has_fp64() const noexcept override { return device_.context().properties().fp64; }
+  DeviceSpan status_word() const noexcept override { return device_.status_word(index_); }
 
  private:
   OpenClDevice& device_;
@@ -50,10 +58,14 @@ OpenClDevice::OpenClDevice(device::DeviceId id, device::DeviceId physical_id, st
       staging_(device::StagingPool::create(id.str(), /*pinned=*/true)),
       kernels_(options.num_streams) {
   try {
-    for (std::size_t index = 0; index < options.num_streams; ++index) queues_.push_back(create_queue(*context_));
+    for (std::size_t index = 0; index < options.num_streams; ++index) {
+      queues_.push_back(create_queue(*context_));
+      status_words_.push_back(create_status_word(*context_));
+    }
     service_queue_ = create_queue(*context_);
   } catch (...) {
     for (cl_command_queue queue : queues_) clReleaseCommandQueue(queue);
+    for (cl_mem word : status_words_) clReleaseMemObject(word);
     throw;
   }
   std::vector<std::unique_ptr<device::Stream>> streams;
@@ -69,6 +81,7 @@ OpenClDevice::~OpenClDevice() {
     for (const auto& [name, kernel] : kernels) clReleaseKernel(kernel);
   }
   for (cl_command_queue queue : queues_) clReleaseCommandQueue(queue);
+  for (cl_mem word : status_words_) clReleaseMemObject(word);
   clReleaseCommandQueue(service_queue_);
 }
 

@@ -50,6 +50,8 @@ class OpenClDevice final : public device::Device {
   // The buffer and offset of `bytes` at `offset` in `buffer` (of this device, or of an opencl device of the
   // same context). Throws tp::DeviceError for a buffer of another kind of device or another context.
   DeviceSpan span(const Buffer& buffer, std::size_t offset, std::size_t bytes) const;
+  // Stream `index`'s status word (LaunchContext::status_word): 4 bytes outside the memory stack.
+  DeviceSpan status_word(std::size_t index) const { return {status_words_.at(index), 0}; }
   // Stream `index`'s own kernel `name` of program `program`; only that stream's worker may call it.
   cl_kernel kernel(std::size_t index, std::string_view program, std::string_view name);
   // Enqueues `launch` on `stream` (one of this device's): see opencl_launch.hpp's enqueue().
@@ -71,6 +73,9 @@ class OpenClDevice final : public device::Device {
   OpenClDeviceMemory& source_;              // owned by memory()
   std::vector<cl_command_queue> queues_;    // one per stream, same index
   cl_command_queue service_queue_ = nullptr;  // poison fills
+  // One 4-byte buffer per stream, same index: backend overhead like the queues, never in the memory stack, so a
+  // step's tracked memory is exactly its plan.
+  std::vector<cl_mem> status_words_;
   std::shared_ptr<device::StagingPool> staging_;
   // kernels_[i] is touched only by stream i's worker (in launches).
   std::vector<std::map<std::string, cl_kernel, std::less<>>> kernels_;

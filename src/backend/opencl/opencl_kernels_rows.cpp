@@ -20,19 +20,14 @@ void check_classes(std::string_view op, std::int64_t rows, std::int64_t cols) {
   }
 }
 
-// The labels' check flag: a uint32 on the device, allocated on the calling thread and held by the launch.
-Tensor label_flag(device::Stream& stream, std::string_view op) {
-  const TensorTag tag{.name = "label check", .kind = memory::AllocationKind::temporary, .op = std::string(op)};
-  return Tensor::empty(Shape{}, DType::i32, stream.device(), tag);
-}
-
 // Runs check_labels and waits for it: a label outside [0, cols) throws tp::InvalidArgument naming the first bad
 // row, its label and the class count (the stream's error, as the CPU kernels' check), before the kernels that
 // use the labels are enqueued.
-void check_labels(LaunchContext& context, std::string_view op, const Tensor& labels, const Tensor& flag,
-                  std::int64_t rows, std::int64_t cols) {
+void check_labels(LaunchContext& context, std::string_view op, const Tensor& labels, std::int64_t rows,
+                  std::int64_t cols) {
   if (rows == 0) return;
-  const DeviceSpan first_bad = context.span(flag);
+  // The stream's own status word, not a tensor: the check allocates nothing from the memory stack.
+  const DeviceSpan first_bad = context.status_word();
   const cl_uint none = 0xFFFF'FFFFU;
   fill_bytes(context, first_bad, &none, sizeof(none), sizeof(none));
   cl_kernel kernel = context.kernel(kProgram, "check_labels");
@@ -95,13 +90,12 @@ void softmax(device::Stream& stream, const SoftmaxArgs& args) {
 
 // cpu::sparse_softmax_cross_entropy, sparse_categorical_cross_entropy_from_probs: one work-item per row.
 void cross_entropy(device::Stream& stream, const CrossEntropyArgs& args) {
-  const Tensor flag = label_flag(stream, "SparseCrossEntropy");
-  enqueue(stream, [args, flag](LaunchContext& context) {
+  enqueue(stream, [args](LaunchContext& context) {
     require_fp64(context, "cross_entropy", args.input.dtype());
     const std::int64_t rows = args.input.shape().dim(0);
     const std::int64_t cols = args.input.shape().dim(1);
     check_classes("cross_entropy", rows, cols);
-    check_labels(context, "cross_entropy", args.labels, flag, rows, cols);
+    check_labels(context, "cross_entropy", args.labels, rows, cols);
     if (rows == 0) return;
     const char* base = args.kind == ops::CrossEntropyInput::logits ? "cross_entropy_logits"
                                                                    : "cross_entropy_probabilities";
@@ -124,13 +118,12 @@ void cross_entropy(device::Stream& stream, const CrossEntropyArgs& args) {
 // cpu::correct_count, stored as float32: one work-group counts every row (a partial count per work-item,
 // added in order by the first).
 void correct_count(device::Stream& stream, const CorrectCountArgs& args) {
-  const Tensor flag = label_flag(stream, "CorrectCount");
-  enqueue(stream, [args, flag](LaunchContext& context) {
+  enqueue(stream, [args](LaunchContext& context) {
     require_fp64(context, "correct_count", args.predictions.dtype());
     const std::int64_t rows = args.predictions.shape().dim(0);
     const std::int64_t cols = args.predictions.shape().dim(1);
     check_classes("correct_count", rows, cols);
-    check_labels(context, "correct_count", args.labels, flag, rows, cols);
+    check_labels(context, "correct_count", args.labels, rows, cols);
     cl_kernel kernel = context.kernel(kProgram, kernel_name("correct_count", args.predictions.dtype()));
     const std::size_t group = work_group_size(context, kernel);
     KernelArguments(kernel)

@@ -47,6 +47,10 @@ class LaunchContext {
   // Whether the device supports double precision (cl_khr_fp64); float64 kernels throw tp::DeviceError
   // naming the op when it does not.
   virtual bool has_fp64() const noexcept = 0;
+  // A 4-byte scratch word on the device owned by the stream itself (created with its queue, outside the
+  // device's memory stack, like the queue), for a launch's status results (the label check's first bad row).
+  // Only the stream's launches use it, one at a time; its content is undefined when a launch starts.
+  virtual DeviceSpan status_word() const noexcept = 0;
 };
 
 // Enqueues on `stream` (a stream of an opencl device) a launch: `launch` runs once, in stream order, and
