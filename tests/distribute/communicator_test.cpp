@@ -48,32 +48,66 @@ Participants random_participants(const std::vector<std::unique_ptr<device::Devic
   return made;
 }
 
-// Four sim devices (peers: the ring takes its direct path), or sim:0, cpu:0, sim:1, sim:2 (a ring of peer and
-// staged neighbours: the ring itself).
-std::vector<std::unique_ptr<device::Device>> make_devices(bool with_cpu) {
+// The participants' devices: four sim devices (peers: the ring takes its direct path); sim:0, cpu:0, sim:1,
+// sim:2 (a ring of peer and staged neighbours: the ring itself); and where an OpenCL device exists, four
+// opencl devices (no peers: every neighbour staged through the host) and opencl:0, sim:0, cpu:0, opencl:1
+// (every backend in one ring).
+enum class Layout { sim, sim_and_cpu, opencl, opencl_sim_and_cpu };
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> present{Layout::sim, Layout::sim_and_cpu};
+  for (const Backend backend : device::testing::present_backends()) {
+    if (backend == Backend::opencl) {
+      present.push_back(Layout::opencl);
+      present.push_back(Layout::opencl_sim_and_cpu);
+    }
+  }
+  return present;
+}
+
+const char* name_of(Layout layout) {
+  switch (layout) {
+    case Layout::sim:
+      return " sim only";
+    case Layout::sim_and_cpu:
+      return " with cpu";
+    case Layout::opencl:
+      return " opencl only";
+    case Layout::opencl_sim_and_cpu:
+      return " opencl, sim and cpu";
+  }
+  return "";
+}
+
+std::vector<std::unique_ptr<device::Device>> make_devices(Layout layout) {
   std::vector<std::unique_ptr<device::Device>> devices;
   for (int index = 0; index < 4; ++index) {
-    if (with_cpu && index == 1) {
-      devices.push_back(make_device(Backend::cpu, 64 * kMiB));
+    if (layout == Layout::sim) {
+      devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, index));
+    } else if (layout == Layout::sim_and_cpu) {
+      devices.push_back(index == 1 ? make_device(Backend::cpu, 64 * kMiB)
+                                   : make_device(Backend::sim, 64 * kMiB, {}, index > 1 ? index - 1 : index));
+    } else if (layout == Layout::opencl) {
+      devices.push_back(make_device(Backend::opencl, 64 * kMiB, {}, index));
     } else {
-      devices.push_back(make_device(Backend::sim, 64 * kMiB, {}, with_cpu && index > 1 ? index - 1 : index));
+      const Backend backends[] = {Backend::opencl, Backend::sim, Backend::cpu, Backend::opencl};
+      devices.push_back(make_device(backends[index], 64 * kMiB, {}, index == 3 ? 1 : 0));
     }
   }
   return devices;
 }
 
 // Runs `check(communicator, participants, count, elements)` for both in-process algorithms, 1..4 participants
-// on 4 sim devices and on sim and cpu devices, sizes smaller than, equal to and larger than the participant
-// count, odd and even.
+// on every layout of devices, sizes smaller than, equal to and larger than the participant count, odd and even.
 template <typename Check>
 void for_each_case(Check check) {
-  for (const bool with_cpu : {false, true}) {
-    const auto devices = make_devices(with_cpu);
+  for (const Layout layout : layouts()) {
+    const auto devices = make_devices(layout);
     for (const char* algorithm : {"ring", "reduce_to_one"}) {
       const auto communicator = make_communicator(algorithm);
       for (std::size_t count = 1; count <= 4; ++count) {
         for (std::int64_t elements : {1, 3, 4, 7, 1000, 4099}) {
-          SCOPED_TRACE(::testing::Message() << algorithm << (with_cpu ? " with cpu" : " sim only") << " participants "
+          SCOPED_TRACE(::testing::Message() << algorithm << name_of(layout) << " participants "
                                             << count << " elements " << elements);
           const auto seed = static_cast<std::uint32_t>(count * 1000 + static_cast<std::size_t>(elements));
           check(*communicator, random_participants(devices, *communicator, count, elements, seed), count, elements);
@@ -112,14 +146,15 @@ TEST(Communicator, ReduceScatterLeavesEachParticipantTheSumOfItsChunkAndAllGathe
 
 // Mixed precision all-reduces 16-bit gradients: each addition is done in float32 and rounded once, so with
 // integers (exact in both formats) the sums are exact, and every replica ends bitwise equal. Over 2..4
-// participants, on sim devices (direct) and with the cpu (ring); reduce-scatter and all-gather too.
+// participants, on every layout of devices (direct between sim devices, the ring otherwise); reduce-scatter
+// and all-gather too.
 TEST(Communicator, AllReducesFloat16AndBfloat16) {
-  for (const bool with_cpu : {false, true}) {
-    const auto devices = make_devices(with_cpu);
+  for (const Layout layout : layouts()) {
+    const auto devices = make_devices(layout);
     for (const DType dtype : {DType::f16, DType::bf16}) {
       for (const char* algorithm : {"ring", "reduce_to_one"}) {
         for (std::size_t count = 2; count <= 4; ++count) {
-          SCOPED_TRACE(::testing::Message() << name_of(dtype) << " " << algorithm << (with_cpu ? " with cpu" : "")
+          SCOPED_TRACE(::testing::Message() << name_of(dtype) << " " << algorithm << name_of(layout)
                                             << " participants " << count);
           const auto communicator = make_communicator(algorithm);
           constexpr std::int64_t kElements = 4099;
@@ -154,7 +189,7 @@ TEST(Communicator, AllReducesFloat16AndBfloat16) {
 // The direct path adds each chunk's values in participant order 0..R-1 (float32, each addition rounded), the
 // same for every chunk and size: the result is bitwise the left-to-right sum on the host, every time.
 TEST(Communicator, DirectAllReduceSumsInParticipantOrder) {
-  const auto devices = make_devices(false);
+  const auto devices = make_devices(Layout::sim);
   const auto ring = make_communicator("ring");
   for (std::size_t count = 2; count <= 4; ++count) {
     for (std::int64_t elements : {5, 4099}) {
@@ -182,7 +217,7 @@ TEST(Communicator, DirectAllReduceSumsInParticipantOrder) {
 // back here behind a gate on participant 0), and work enqueued after it on a participant (doubling its tensor
 // in place) does not run before the other participants have read and written that tensor.
 TEST(Communicator, DirectCollectivesKeepStreamOrder) {
-  const auto devices = make_devices(false);
+  const auto devices = make_devices(Layout::sim);
   const auto ring = make_communicator("ring");
   constexpr std::size_t kCount = 4;
   constexpr std::int64_t kElements = 4099;
