@@ -75,7 +75,7 @@ TEST_P(BroadcastMetricsOps, CorrectCountCountsMatchingArgmaxRows) {
       InvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, BroadcastMetricsOps, ::testing::Values(Backend::cpu, Backend::sim),
+INSTANTIATE_TEST_SUITE_P(Backends, BroadcastMetricsOps, ::testing::ValuesIn(device::testing::present_backends()),
                          testing::backend_name);
 
 }  // namespace

@@ -115,11 +115,18 @@ TEST_P(HalfOps, UpdatesWidenAndUnscaleA16BitGradient) {
   EXPECT_EQ(sgd_param.to_vector<float>(), sgd_ref.to_vector<float>());
 }
 
-INSTANTIATE_TEST_SUITE_P(BothBackends, HalfOps,
-                         ::testing::Values(Case{Backend::cpu, DType::f16}, Case{Backend::cpu, DType::bf16},
-                                           Case{Backend::sim, DType::f16}, Case{Backend::sim, DType::bf16}),
+// Both 16-bit dtypes on every backend present (cpu, sim, opencl where an OpenCL device exists).
+std::vector<Case> half_cases() {
+  std::vector<Case> cases;
+  for (const Backend backend : device::testing::present_backends()) {
+    for (const DType dtype : {DType::f16, DType::bf16}) cases.push_back(Case{backend, dtype});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryBackend, HalfOps, ::testing::ValuesIn(half_cases()),
                          [](const ::testing::TestParamInfo<Case>& param) {
-                           return std::string(param.param.backend == Backend::cpu ? "cpu_" : "sim_") +
+                           return std::string(device::testing::backend_label(param.param.backend)) + "_" +
                                   std::string(name_of(param.param.dtype));
                          });
 

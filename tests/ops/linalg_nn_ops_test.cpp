@@ -167,7 +167,7 @@ TEST_P(MlpOps, OutputsAreTaggedWithTheOpAndTheContextsName) {
   EXPECT_EQ(y.buffer()->tag().step, 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MlpOps, ::testing::Values(Backend::cpu, Backend::sim), testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, MlpOps, ::testing::ValuesIn(device::testing::present_backends()), testing::backend_name);
 
 TEST(MlpOps, OpsRunOnTheGivenStreamInItsOrder) {
   auto device = make_device(Backend::sim, 64 * kMiB, device::DeviceOptions{.num_streams = 2});

@@ -163,7 +163,7 @@ TEST_P(MiscOps, AdamAndSgdFollowTheKerasFormulas) {
   EXPECT_THROW(sgd_update(sgd_param, grad, Tensor(), {.learning_rate = 0.1, .momentum = 0.9}), InvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MiscOps, ::testing::Values(Backend::cpu, Backend::sim), testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, MiscOps, ::testing::ValuesIn(device::testing::present_backends()), testing::backend_name);
 
 // A reduction reading a peer device's buffer in place (the in-process ring's reduce-scatter): the sum is
 // right, the caller orders the streams (here: the source is ready, and y's stream is synchronised before the

@@ -41,7 +41,7 @@ inline void expect_near_all(const std::vector<float>& actual, const std::vector<
 }
 
 inline std::string backend_name(const ::testing::TestParamInfo<Backend>& param) {
-  return param.param == Backend::cpu ? "cpu" : "sim";
+  return device::testing::backend_label(param.param);
 }
 
 }  // namespace tp::ops::testing
