@@ -1,11 +1,14 @@
 // Several sessions on one device under quotas: one that exceeds its quota fails naming itself and its quota
 // while the others run on; a closed session's memory is available at once; sessions run concurrently
-// (this test is in the ThreadSanitizer pass).
+// (this test is in the ThreadSanitizer pass). Every case runs on each accelerator backend present (sim, and
+// opencl where an OpenCL device exists).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
@@ -23,10 +26,28 @@ FeedMap feeds_of(device::DeviceManager& manager, std::uint32_t seed) {
           {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, cpu)}};
 }
 
-TEST(SharedDeviceSessions, OneSessionHittingItsQuotaDoesNotDisturbTheOther) {
-  device::DeviceManager manager(testing::two_sim_devices(64 * kMiB), testing::kNoEnv);
-  const testing::MlpGraph small = testing::build_mlp(kIn, 16, kClasses, "sim:0");
-  const testing::MlpGraph large = testing::build_mlp(kIn, 4096, kClasses, "sim:0");  // ~1.7 MiB of state
+// Devices whose accelerator `device` has `budget` bytes: sim devices of that size; an opencl device with
+// that budget (its memory stack's limit) on PoCL's larger memory, growing region by region. (Preallocated,
+// a budget below the device's memory is one BFC region whose unsplit remainder a session's quota would be
+// charged in full; a sim device of exactly the budget sizes its regions differently.)
+device::DeviceManagerOptions with_budget(const std::string& device, std::size_t budget) {
+  device::DeviceManagerOptions options = testing::two_sim_devices(budget);
+  if (device.rfind("opencl:", 0) == 0) {
+    memory::MemoryConfig config;
+    config.limit_bytes = budget;
+    config.policy = memory::GrowthPolicy::grow;
+    options.memory_configs[device::parse_device_id(device, "device")] = config;
+  }
+  return options;
+}
+
+// The parameter: the accelerator the sessions share ("sim:0", "opencl:0").
+class SharedDeviceSessions : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SharedDeviceSessions, OneSessionHittingItsQuotaDoesNotDisturbTheOther) {
+  device::DeviceManager manager(with_budget(GetParam(), 64 * kMiB), testing::kNoEnv);
+  const testing::MlpGraph small = testing::build_mlp(kIn, 16, kClasses, GetParam());
+  const testing::MlpGraph large = testing::build_mlp(kIn, 4096, kClasses, GetParam());  // ~1.7 MiB of state
   Session modest(small.graph, {.name = "modest", .memory_quota_bytes = 4 * kMiB, .devices = &manager});
   Session greedy(large.graph, {.name = "greedy", .memory_quota_bytes = 1 * kMiB, .devices = &manager});
   modest.run(feeds_of(manager, 1), {small.loss}, small.updates);
@@ -42,12 +63,12 @@ TEST(SharedDeviceSessions, OneSessionHittingItsQuotaDoesNotDisturbTheOther) {
   for (int step = 2; step <= 5; ++step) modest.run(feeds_of(manager, 2), {small.loss}, small.updates, {.step = step});
   greedy.close();
   EXPECT_EQ(greedy.closed(), true);
-  EXPECT_EQ(manager.device("sim:0").memory().stats().bytes_requested,
-            modest.memory_stats("sim:0").bytes_requested);
+  EXPECT_EQ(manager.device(GetParam()).memory().stats().bytes_requested,
+            modest.memory_stats(GetParam()).bytes_requested);
 }
 
-TEST(SharedDeviceSessions, AClosedSessionsMemoryIsAvailableAtOnce) {
-  const testing::MlpGraph big = testing::build_mlp(kIn, 20000, kClasses, "sim:0");
+TEST_P(SharedDeviceSessions, AClosedSessionsMemoryIsAvailableAtOnce) {
+  const testing::MlpGraph big = testing::build_mlp(kIn, 20000, kClasses, GetParam());
   const FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
   std::size_t peak = 0;
   {
@@ -57,7 +78,7 @@ TEST(SharedDeviceSessions, AClosedSessionsMemoryIsAvailableAtOnce) {
   // A budget that holds one session's step but not two; each session may take 1.2x what it needs.
   const std::size_t budget = memory::round_up(peak + peak / 2, kMiB);
   const std::size_t quota = memory::round_up(peak + peak / 5, kMiB);
-  device::DeviceManager manager(testing::two_sim_devices(budget), testing::kNoEnv);
+  device::DeviceManager manager(with_budget(GetParam(), budget), testing::kNoEnv);
   auto first = std::make_unique<Session>(
       big.graph, SessionOptions{.name = "first", .memory_quota_bytes = quota, .devices = &manager});
   first->run(feeds_of(manager, 1), {big.loss}, big.updates);
@@ -67,9 +88,9 @@ TEST(SharedDeviceSessions, AClosedSessionsMemoryIsAvailableAtOnce) {
   EXPECT_NO_THROW(second.run(feeds_of(manager, 1), {big.loss}, big.updates));
 }
 
-TEST(SharedDeviceSessions, SessionsRunConcurrentlyOnOneDevice) {
+TEST_P(SharedDeviceSessions, SessionsRunConcurrentlyOnOneDevice) {
   device::DeviceManager manager(testing::two_sim_devices(), testing::kNoEnv);
-  const testing::MlpGraph mlp = testing::build_mlp(kIn, 16, kClasses, "sim:0");
+  const testing::MlpGraph mlp = testing::build_mlp(kIn, 16, kClasses, GetParam());
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int session_index = 0; session_index < 4; ++session_index) {
@@ -87,8 +108,12 @@ TEST(SharedDeviceSessions, SessionsRunConcurrentlyOnOneDevice) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(manager.device("sim:0").memory().stats().bytes_requested, 0u);
+  EXPECT_EQ(manager.device(GetParam()).memory().stats().bytes_requested, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, SharedDeviceSessions,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::runtime
