@@ -7,18 +7,21 @@
 namespace tp {
 
 Buffer::Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
-               memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through) noexcept
+               memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through, bool shared) noexcept
     : device_(device),
       data_(data),
       bytes_(bytes),
       allocated_bytes_(allocated_bytes),
       tag_(std::move(tag)),
-      through_(std::move(through)) {}
+      through_(std::move(through)),
+      shared_(shared) {}
 
 Buffer::~Buffer() { device_.release(data_, bytes_, through_.get()); }
 
+bool Buffer::host_visible() const noexcept { return shared_ || device_.host_accessible(); }
+
 void* Buffer::data() const {
-  if (!device_.host_accessible()) {
+  if (!host_visible()) {
     const device::Stream* stream = device::Stream::current();
     const bool peer_read = stream != nullptr && device::PeerAccessScope::current() == &device_ &&
                            device::peer_accessible(device_, stream->device());

@@ -55,6 +55,14 @@ void BatchStaging::fall_back_to_pageable(const std::string& why) {
 
 std::shared_ptr<Buffer> BatchStaging::allocate(device::Device& device, std::size_t bytes,
                                                const memory::AllocationTag& tag) {
+  if (!device.host_accessible()) {
+    std::shared_ptr<Buffer> buffer = device.allocate_shared(bytes, tag);
+    if (!buffer->host_visible()) {
+      TP_THROW(InvalidArgument, "data", name_, ": batches are assembled by host code, and ",
+               device.shared_memory_note(), "; stage them on cpu:0");
+    }
+    return buffer;
+  }
   std::shared_ptr<memory::MemoryStack> current = stack();
   if (!pinned()) return device.allocate(bytes, tag, std::move(current));
   try {

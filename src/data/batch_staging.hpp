@@ -10,6 +10,10 @@
 // there; pinned() is false from then on. Batches already handed out keep (and return to) the pinned stack.
 // As src/device/staging_pool.cpp does for copies.
 //
+// On a device that is not host-accessible but has shared memory (Dataset::stage_on an opencl device with
+// fine-grained SVM), buffers come from Device::allocate_shared instead: the host assembles batches in memory
+// the device's kernels read directly, and the staging stack is not used.
+//
 // Thread-safe: one mutex guards the switch of stack_.
 
 #include <atomic>
@@ -36,7 +40,8 @@ class BatchStaging {
   // which cannot make mlock fail when running as root.
   explicit BatchStaging(std::string name = "data/staging", SourceFactory pinned_source = {});
 
-  // A buffer of `bytes` on `device` (host-accessible) from the staging stack, tagged `tag`.
+  // A host-visible buffer of `bytes` on `device`, tagged `tag`: from the staging stack on a host-accessible
+  // device, from its shared memory otherwise (tp::InvalidArgument when it has none).
   std::shared_ptr<Buffer> allocate(device::Device& device, std::size_t bytes, const memory::AllocationTag& tag);
 
   bool pinned() const noexcept { return pinned_.load(std::memory_order_relaxed); }

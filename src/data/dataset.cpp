@@ -167,9 +167,10 @@ Dataset Dataset::prefetch(std::int64_t depth) const {
 }
 
 Dataset Dataset::stage_on(device::Device& device) const {
-  if (!device.host_accessible()) {
+  if (!device.host_accessible() && device.shared_memory() == nullptr) {
     TP_THROW(InvalidArgument, "data", "Dataset: batches are assembled by host code, so they cannot be staged on ",
-             device.name(), "; stage them on cpu:0 and copy each batch with Tensor::to");
+             device.name(), " (", device.shared_memory_note(),
+             "); stage them on cpu:0 and copy each batch with Tensor::to");
   }
   Dataset result = *this;
   result.settings_.staging_device = &device;

@@ -69,8 +69,37 @@ void Device::synchronize() {
   for (const auto& stream : streams_) stream->synchronize();
 }
 
+void Device::set_shared_memory(std::shared_ptr<memory::MemoryStack> stack, std::string description) {
+  shared_memory_ = std::move(stack);
+  shared_description_ = std::move(description);
+}
+
 std::shared_ptr<Buffer> Device::allocate(std::size_t bytes, const memory::AllocationTag& tag,
                                          std::shared_ptr<memory::MemoryResource> through) {
+  if (through == nullptr && shared_memory_ != nullptr) {
+    for (const memory::AllocationKind kind : memory_->config().shared_kinds) {
+      if (kind == tag.kind) return allocate_from(bytes, tag, shared_memory_, /*shared=*/true);
+    }
+  }
+  return allocate_from(bytes, tag, std::move(through), /*shared=*/false);
+}
+
+std::shared_ptr<Buffer> Device::allocate_shared(std::size_t bytes, const memory::AllocationTag& tag) {
+  if (shared_memory_ != nullptr) return allocate_from(bytes, tag, shared_memory_, /*shared=*/true);
+  return allocate_from(bytes, tag, nullptr, /*shared=*/false);
+}
+
+std::string Device::shared_memory_note() const {
+  if (shared_memory_ != nullptr) {
+    return shared_memory_->config().device + " (" + shared_description_ + "): host code and " + name() +
+           "'s kernels share it without copies; reported apart from " + memory_->config().device;
+  }
+  if (host_accessible()) return name() + "'s memory is host memory: shared allocations come from it";
+  return name() + " has no shared memory: shared allocations come from its device memory (not host-visible)";
+}
+
+std::shared_ptr<Buffer> Device::allocate_from(std::size_t bytes, const memory::AllocationTag& tag,
+                                              std::shared_ptr<memory::MemoryResource> through, bool shared) {
   memory::MemoryResource& resource = through != nullptr ? *through : *memory_;
   void* ptr = nullptr;
   if (bytes != 0) {
@@ -90,7 +119,7 @@ std::shared_ptr<Buffer> Device::allocate(std::size_t bytes, const memory::Alloca
   const std::size_t allocated = ptr != nullptr ? resource.allocated_size(ptr, bytes) : 0;
   live_buffers_.fetch_add(1, std::memory_order_relaxed);
   try {
-    return std::shared_ptr<Buffer>(new Buffer(*this, ptr, bytes, allocated, tag, std::move(through)));
+    return std::shared_ptr<Buffer>(new Buffer(*this, ptr, bytes, allocated, tag, std::move(through), shared));
   } catch (...) {
     live_buffers_.fetch_sub(1, std::memory_order_relaxed);
     if (ptr != nullptr) resource.deallocate(ptr, bytes);
@@ -147,6 +176,11 @@ void Device::copy_to_host(Stream& stream, const std::shared_ptr<Buffer>& src, st
   check_span(*this, src, src_offset, bytes, "source");
   if (bytes == 0) return;
   if (dst == nullptr) TP_THROW(InvalidArgument, "device", "copy_to_host: the destination is null");
+  if (src->host_visible() && !host_accessible()) {  // shared memory: read in place once the stream is there
+    stream.synchronize();
+    std::memcpy(dst, static_cast<const char*>(src->data()) + src_offset, bytes);
+    return;
+  }
   const std::shared_ptr<void> staging = staging_buffer(bytes);
   enqueue_to_host(stream, src, src_offset, staging.get(), bytes);
   stream.synchronize();  // staging stays alive (held here) until the copy has run
@@ -158,7 +192,10 @@ HostReadback Device::read_to_host_async(Stream& stream, const std::shared_ptr<Bu
   check_stream(*this, stream);
   check_span(*this, src, src_offset, bytes, "source");
   HostReadback readback;
-  if (bytes > 0) {
+  if (bytes > 0 && src->host_visible() && !host_accessible()) {
+    // Shared memory: no copy; the bytes alias the buffer, which they keep alive.
+    readback.bytes = std::shared_ptr<void>(src, static_cast<char*>(src->data()) + src_offset);
+  } else if (bytes > 0) {
     readback.bytes = staging_buffer(bytes);
     enqueue_to_host(stream, src, src_offset, readback.bytes.get(), bytes);
   }

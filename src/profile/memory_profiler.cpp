@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/profile/exporters.hpp"
 
@@ -121,16 +122,32 @@ void MemoryProfiler::write_oom_snapshot(const std::string& device) const noexcep
 
 MemoryInfo memory_info(device::Device& device) {
   const memory::MemoryStats stats = device.memory().stats();
-  return {stats.bytes_in_use, stats.peak_bytes_in_use};
+  MemoryInfo info{stats.bytes_in_use, stats.peak_bytes_in_use};
+  if (memory::MemoryStack* shared = device.shared_memory()) {
+    const memory::MemoryStats shared_stats = shared->stats();
+    info.shared_current = shared_stats.bytes_in_use;
+    info.shared_peak = shared_stats.peak_bytes_in_use;
+  }
+  return info;
 }
 
 void reset_memory_stats(device::Device& device) {
   device.memory().reset_peak();
+  if (memory::MemoryStack* shared = device.shared_memory()) shared->reset_peak();
   if (DeviceRecorder* recorder = recorder_of(device)) recorder->reset_peaks();
 }
 
 std::string memory_summary(device::Device& device) {
-  return summary_table(snapshot_device(device, recorder_of(device)));
+  std::string summary = summary_table(snapshot_device(device, recorder_of(device)));
+  if (!summary.empty() && summary.back() != '\n') summary += '\n';
+  summary += "shared memory: " + device.shared_memory_note() + "\n";
+  if (memory::MemoryStack* shared = device.shared_memory()) {
+    const memory::MemoryStats stats = shared->stats();
+    summary += "  " + shared->config().device + ": in use " + format_bytes(stats.bytes_in_use) + ", peak " +
+               format_bytes(stats.peak_bytes_in_use) + ", reserved " + format_bytes(stats.bytes_reserved) + ", " +
+               std::to_string(stats.num_allocs) + " allocs\n";
+  }
+  return summary;
 }
 
 MemorySnapshot memory_snapshot(const std::vector<device::Device*>& devices, std::string reason) {

@@ -86,6 +86,14 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
                        {"activation_gradient_bytes", split.activation_gradient_bytes},
                        {"weight_gradient_bytes", split.weight_gradient_bytes},
                        {"largest_tensors", tensors}});
+    // Shared (host-visible) memory is a stack of its own: its bytes are reported apart, never in the above.
+    if (memory::MemoryStack* shared = device.shared_memory()) {
+      const memory::MemoryStats shared_stats = shared->stats();
+      std::cout << fmt::format("    shared memory {}: peak in use {}, reserved {}\n", shared->config().device,
+                               format_bytes(shared_stats.peak_bytes_in_use), format_bytes(shared_stats.bytes_reserved));
+      devices.back()["shared_peak_in_use_bytes"] = shared_stats.peak_bytes_in_use;
+      devices.back()["shared_reserved_bytes"] = shared_stats.bytes_reserved;
+    }
   }
   return devices;
 }

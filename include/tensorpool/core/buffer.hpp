@@ -29,15 +29,21 @@ class Buffer {
   std::size_t allocated_bytes() const noexcept { return allocated_bytes_; }
   const memory::AllocationTag& tag() const noexcept { return tag_; }
 
-  // The device address. On a device that is not host_accessible(), only a task running on one of that
-  // device's streams may touch it; anywhere else this throws tp::DeviceError naming the device and the fix
-  // (copy to the host), so host code cannot silently read device memory.
+  // Whether host code may read and write the memory directly: the device is host_accessible(), or the
+  // buffer came from the device's shared (host-visible) memory (Device::allocate_shared, fine-grained SVM on
+  // opencl). Host-visible memory is still ordered by its streams: host code touches it only while no
+  // enqueued work uses it (after an event or a synchronize).
+  bool host_visible() const noexcept;
+
+  // The device address. Unless host_visible(), only a task running on one of the device's streams may touch
+  // it; anywhere else this throws tp::DeviceError naming the device and the fix (copy to the host), so host
+  // code cannot silently read device memory.
   void* data() const;
 
  private:
   friend class device::Device;
   Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
-         memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through) noexcept;
+         memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through, bool shared) noexcept;
 
   device::Device& device_;
   void* const data_;  // null iff bytes_ == 0
@@ -45,6 +51,7 @@ class Buffer {
   const std::size_t allocated_bytes_;
   const memory::AllocationTag tag_;
   const std::shared_ptr<memory::MemoryResource> through_;  // where the memory goes back; null: the device's stack
+  const bool shared_;  // from the device's shared memory (through_ is that stack): host-visible
 };
 
 }  // namespace tp

@@ -26,6 +26,9 @@
 // pinned pages. When the OS refuses to lock pages, the stack is replaced by one over pageable memory, with one
 // line on stderr; pinned_staging() then reports false. The stack is shared by every copy of the dataset and
 // by every batch (a batch holds it until freed).
+// Staged on an accelerator with shared memory (Device::shared_memory(): an opencl device with fine-grained
+// SVM), batches are assembled straight into that device's shared memory instead: the host writes them where
+// the device's kernels read them, so feeding one costs no host-staged copy (a copy on the device's queue).
 
 #include <cstdint>
 #include <memory>
@@ -81,7 +84,7 @@ class Dataset {
   Dataset shard(std::int64_t num_shards, std::int64_t index) const;
   // Assembles up to `depth` (>= 0) batches ahead on a background thread.
   Dataset prefetch(std::int64_t depth) const;
-  // Where batches live; throws tp::InvalidArgument unless device.host_accessible().
+  // Where batches live; throws tp::InvalidArgument unless device.host_accessible() or it has shared memory.
   Dataset stage_on(device::Device& device) const;
 
   // Examples in the whole dataset (all shards).

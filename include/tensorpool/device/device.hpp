@@ -102,8 +102,23 @@ class Device {
   // return in stream order) and retries once before the tp::OutOfMemoryError propagates.
   // `through`, when given, is a resource layered over this device's memory() (a session's quota adaptor):
   // the buffer is allocated from it and returned to it, and holds it until then.
+  // Without `through`, a tag whose kind memory().config().shared_kinds lists goes to shared_memory() when the
+  // device has one (as allocate_shared).
   std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {},
                                    std::shared_ptr<memory::MemoryResource> through = nullptr);
+
+  // Shared (unified) memory: a second memory stack, reported apart from memory(), whose buffers host code and
+  // this device's kernels both touch without copies (Buffer::host_visible()): fine-grained buffer SVM on
+  // opencl devices that have it (named "<device>/shared"). Null on devices without it: sim and cuda-like
+  // devices have none, and a host_accessible() device's memory is host memory already.
+  memory::MemoryStack* shared_memory() const noexcept { return shared_memory_.get(); }
+  // A host-visible buffer of `bytes`: from shared_memory() when the device has one, else from memory() on a
+  // host_accessible() device. On a device with neither, the buffer comes from memory() and is not
+  // host-visible (the caller checks Buffer::host_visible(); shared_memory_note() says why).
+  std::shared_ptr<Buffer> allocate_shared(std::size_t bytes, const memory::AllocationTag& tag = {});
+  // One line on where this device's shared allocations go: "opencl:0/shared (fine-grained SVM): ..." or
+  // "sim:0 has no shared memory: shared allocations come from its device memory".
+  std::string shared_memory_note() const;
   std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
 
   // Applies `options` to the kernels launched on this device from now on (work already enqueued keeps the
@@ -128,6 +143,8 @@ class Device {
   // The same without blocking (as cudaMemcpyAsync into pinned memory, then an event): enqueues the copy into
   // this device's staging memory and returns that memory with the event after which it holds the bytes.
   // Behind a kept stream error the copy is skipped while the event still completes: check the stream.
+  // A host-visible `src` (shared memory) is not copied: the returned bytes alias it (holding the buffer) and
+  // hold the value once `ready` has completed, until later work on the buffer writes it.
   HostReadback read_to_host_async(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
                                   std::size_t bytes);
 
@@ -136,6 +153,9 @@ class Device {
          DeviceOptions options);
   // Backends call this once from their constructor.
   void set_streams(std::vector<std::unique_ptr<Stream>> streams);
+  // Backends with shared memory call this once from their constructor; `description` names its kind
+  // ("fine-grained SVM") for shared_memory_note().
+  void set_shared_memory(std::shared_ptr<memory::MemoryStack> stack, std::string description);
   // Backends call this first thing in their destructor: waits for all work, then joins the streams, while
   // the derived object (whose primitives the tasks call) is still alive.
   void shut_down() noexcept;
@@ -151,6 +171,8 @@ class Device {
   friend std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
   friend bool peer_accessible(const Device& from, const Device& to) noexcept;
 
+  std::shared_ptr<Buffer> allocate_from(std::size_t bytes, const memory::AllocationTag& tag,
+                                        std::shared_ptr<memory::MemoryResource> through, bool shared);
   // Called by ~Buffer only; `through` is the resource the buffer came from (null: memory()).
   void release(void* ptr, std::size_t bytes, memory::MemoryResource* through) noexcept;
 
@@ -186,6 +208,8 @@ class Device {
   const DeviceOptions options_;
   std::unique_ptr<memory::MemoryStack> memory_;
   std::vector<std::unique_ptr<Stream>> streams_;  // set once by the backend's constructor
+  std::shared_ptr<memory::MemoryStack> shared_memory_;  // set at most once by the backend's constructor
+  std::string shared_description_;
   std::atomic<std::size_t> live_buffers_{0};
   std::mutex extensions_mutex_;  // guards extensions_
   std::map<std::string, std::shared_ptr<void>, std::less<>> extensions_;

@@ -11,8 +11,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/allocation_tag.hpp"
 #include "tensorpool/memory/bfc_allocator.hpp"
 
 namespace tp::memory {
@@ -40,6 +42,11 @@ struct MemoryConfig {
                                                     // (TensorFlow's fragmentation_fraction); exclusive with
                                                     // split_threshold
   bool tracking = true;                             // per-allocation records (TrackingAdaptor) for profiles/OOMs
+  // Allocations of these kinds (by their tag) come from the device's shared (host-visible) memory when it
+  // has one (Device::shared_memory(): fine-grained SVM on opencl), so host code and kernels both touch them
+  // without copies; on a device without shared memory they come from this stack as usual (the device's
+  // shared_memory_note() says so). Empty (the default): every allocation comes from this stack.
+  std::vector<AllocationKind> shared_kinds{};
 
   // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] or not
   // finite, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,

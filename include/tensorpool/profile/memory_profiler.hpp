@@ -39,6 +39,10 @@ struct ProfilerOptions {
 struct MemoryInfo {
   std::size_t current = 0;  // bytes in use (after the allocator's rounding)
   std::size_t peak = 0;     // since creation or reset_memory_stats
+  // The same for the device's shared (host-visible) memory, reported apart (Device::shared_memory(); 0 on
+  // devices without it).
+  std::size_t shared_current = 0;
+  std::size_t shared_peak = 0;
 };
 
 class MemoryProfiler {
@@ -70,6 +74,8 @@ MemoryInfo memory_info(device::Device& device);
 void reset_memory_stats(device::Device& device);
 // A text table: rows in use, reserved, requested, fragmentation, allocs, OOMs, retries; columns current, peak,
 // total allocated, total freed (totals of bytes need a recorder; without one they are counts or "-").
+// Followed by one line on the device's shared memory (Device::shared_memory_note()) and, when it has one,
+// its bytes in use, peak and reserved, counted apart from the table.
 std::string memory_summary(device::Device& device);
 // Each device's segments, blocks and live tensors; the recorded parts for devices a profiler records.
 MemorySnapshot memory_snapshot(const std::vector<device::Device*>& devices, std::string reason = "requested");

@@ -1,6 +1,7 @@
 #include "backend/opencl/opencl_device.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "backend/opencl/opencl_kernel_table.hpp"
@@ -51,10 +52,12 @@ class StreamLaunchContext final : public LaunchContext {
 
 OpenClDevice::OpenClDevice(device::DeviceId id, device::DeviceId physical_id, std::size_t capacity_bytes,
                            std::unique_ptr<memory::MemoryStack> memory, OpenClDeviceMemory& source,
-                           std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options)
+                           std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options,
+                           std::shared_ptr<memory::MemoryStack> shared, const OpenClDeviceMemory* shared_source)
     : Device(id, physical_id, capacity_bytes, std::move(memory), options),
       context_(std::move(context)),
       source_(source),
+      shared_source_(shared_source),
       staging_(device::StagingPool::create(id.str(), /*pinned=*/true)),
       kernels_(options.num_streams) {
   try {
@@ -68,6 +71,7 @@ OpenClDevice::OpenClDevice(device::DeviceId id, device::DeviceId physical_id, st
     for (cl_mem word : status_words_) clReleaseMemObject(word);
     throw;
   }
+  if (shared != nullptr) set_shared_memory(std::move(shared), "fine-grained buffer SVM");
   std::vector<std::unique_ptr<device::Stream>> streams;
   for (std::size_t index = 0; index < options.num_streams; ++index) {
     streams.push_back(std::make_unique<device::WorkerStream>(*this, index));
@@ -94,7 +98,14 @@ DeviceSpan OpenClDevice::span(const Buffer& buffer, std::size_t offset, std::siz
   }
   const char* const address = static_cast<const char*>(unchecked_address(buffer));
   if (address == nullptr) return {};
-  return owner->source_.find(address + offset, bytes);
+  return owner->find(address + offset, bytes);
+}
+
+DeviceSpan OpenClDevice::find(const void* ptr, std::size_t bytes) const {
+  if (shared_source_ != nullptr) {
+    if (const std::optional<DeviceSpan> span = shared_source_->lookup(ptr, bytes)) return *span;
+  }
+  return source_.find(ptr, bytes);
 }
 
 cl_kernel OpenClDevice::kernel(std::size_t index, std::string_view program, std::string_view name) {
@@ -173,7 +184,7 @@ void OpenClDevice::enqueue_within(device::Stream& stream, const std::shared_ptr<
 
 void OpenClDevice::poison(void* ptr, std::size_t bytes) noexcept {
   try {
-    const DeviceSpan target = source_.find(ptr, bytes);
+    const DeviceSpan target = find(ptr, bytes);
     const unsigned char pattern = device::kPoisonByte;
     check(clEnqueueFillBuffer(service_queue_, target.buffer, &pattern, 1, target.offset, bytes, 0, nullptr, nullptr),
           "clEnqueueFillBuffer");
@@ -210,8 +221,25 @@ std::unique_ptr<Device> make_opencl_device(DeviceId id, DeviceId physical_id, st
   auto source = std::make_unique<backend::opencl::OpenClDeviceMemory>(context, capacity_bytes, kind, config.device);
   backend::opencl::OpenClDeviceMemory& source_ref = *source;
   auto memory = memory::make_memory_stack(config, std::move(source), nullptr, capacity_bytes);
+  // Shared memory: its own stack over fine-grained SVM, grown on demand (nothing is taken until a shared
+  // allocation asks), with a wall of the device's capacity of its own, so its bytes never count against the
+  // device memory's budget or the step plans made for it.
+  std::shared_ptr<memory::MemoryStack> shared;
+  const backend::opencl::OpenClDeviceMemory* shared_source = nullptr;
+  if (context->properties().svm_fine_grain_buffer) {
+    memory::MemoryConfig shared_config;
+    shared_config.device = id.str() + "/shared";
+    shared_config.policy = memory::GrowthPolicy::grow;
+    shared_config.limit_bytes = capacity_bytes;
+    shared_config.allocator = memory::AllocatorKind::bfc;
+    shared_config.tracking = config.tracking;
+    auto shared_memory = std::make_unique<backend::opencl::OpenClDeviceMemory>(
+        context, capacity_bytes, backend::opencl::RegionKind::shared, shared_config.device);
+    shared_source = shared_memory.get();
+    shared = memory::make_memory_stack(shared_config, std::move(shared_memory), nullptr, capacity_bytes);
+  }
   return std::make_unique<backend::opencl::OpenClDevice>(id, physical_id, capacity_bytes, std::move(memory), source_ref,
-                                                         std::move(context), options);
+                                                         std::move(context), options, std::move(shared), shared_source);
 }
 
 }  // namespace tp::device

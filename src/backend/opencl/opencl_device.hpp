@@ -35,10 +35,12 @@ namespace tp::backend::opencl {
 
 class OpenClDevice final : public device::Device {
  public:
-  // `source` is the OpenClDeviceMemory at the bottom of `memory` (owned by it).
+  // `source` is the OpenClDeviceMemory at the bottom of `memory` (owned by it). `shared`, when given, is the
+  // device's shared memory (Device::shared_memory()) over `shared_source`, a RegionKind::shared source.
   OpenClDevice(device::DeviceId id, device::DeviceId physical_id, std::size_t capacity_bytes,
                std::unique_ptr<memory::MemoryStack> memory, OpenClDeviceMemory& source,
-               std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options);
+               std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options,
+               std::shared_ptr<memory::MemoryStack> shared = nullptr, const OpenClDeviceMemory* shared_source = nullptr);
   ~OpenClDevice() override;
 
   bool host_accessible() const noexcept override { return false; }
@@ -67,10 +69,13 @@ class OpenClDevice final : public device::Device {
                       const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) override;
   std::shared_ptr<void> staging_buffer(std::size_t bytes) override { return staging_->acquire(bytes); }
   void poison(void* ptr, std::size_t bytes) noexcept override;
+  // The buffer and offset of device address `ptr`, in the device memory or the shared memory.
+  DeviceSpan find(const void* ptr, std::size_t bytes) const;
 
   // Immutable after construction.
   const std::shared_ptr<OpenClContext> context_;
   OpenClDeviceMemory& source_;              // owned by memory()
+  const OpenClDeviceMemory* shared_source_;  // owned by shared_memory(); null without shared memory
   std::vector<cl_command_queue> queues_;    // one per stream, same index
   cl_command_queue service_queue_ = nullptr;  // poison fills
   // One 4-byte buffer per stream, same index: backend overhead like the queues, never in the memory stack, so a

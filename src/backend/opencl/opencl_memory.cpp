@@ -154,7 +154,7 @@ void OpenClDeviceMemory::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   ++stats_.upstream_frees;
 }
 
-DeviceSpan OpenClDeviceMemory::find(const void* ptr, std::size_t bytes) const {
+std::optional<DeviceSpan> OpenClDeviceMemory::lookup(const void* ptr, std::size_t bytes) const {
   const char* const address = static_cast<const char*>(ptr);
   std::shared_lock lock(regions_mutex_);
   auto found = regions_.upper_bound(address);
@@ -163,9 +163,14 @@ DeviceSpan OpenClDeviceMemory::find(const void* ptr, std::size_t bytes) const {
     const std::size_t offset = static_cast<std::size_t>(address - found->first);
     if (offset <= found->second.bytes && bytes <= found->second.bytes - offset) {
       const auto base = static_cast<const char*>(found->second.base);
-      return {found->second.buffer, static_cast<std::size_t>(address - base)};
+      return DeviceSpan{found->second.buffer, static_cast<std::size_t>(address - base)};
     }
   }
+  return std::nullopt;
+}
+
+DeviceSpan OpenClDeviceMemory::find(const void* ptr, std::size_t bytes) const {
+  if (const std::optional<DeviceSpan> span = lookup(ptr, bytes)) return *span;
   TP_THROW(DeviceError, "opencl", name(), ": no live buffer holds device address ", ptr, " (", bytes,
            " bytes); the memory was freed, or belongs to another device");
 }

@@ -15,8 +15,8 @@
 //     same size reserved from the host's address space, used only as a key: host code never touches it.
 // Either way the memory is not host-addressable: host code reaches it through copies on a queue.
 //   - shared (fine-grained buffer SVM): as svm, with CL_MEM_SVM_FINE_GRAIN_BUFFER, so host code may read and
-//     write the memory directly while no command uses it (unified memory). A building block: no device
-//     stack uses it yet (a tensor would need host access per buffer, which Buffer::data() does not have).
+//     write the memory directly while no command uses it (unified memory). It is the source of an opencl
+//     device's second stack, Device::shared_memory() ("opencl:N/shared"), whose buffers are host-visible.
 //
 // A region is at most CL_DEVICE_MAX_MEM_ALLOCATION_SIZE (a larger request, or a refusal by the driver,
 // throws tp::OutOfMemoryError so that BFC backs off to a smaller region), and regions together stay within
@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 
@@ -60,6 +61,8 @@ class OpenClDeviceMemory final : public memory::MemoryResource {
   // The buffer holding device address `ptr` and ptr's offset in it; `bytes` from ptr must lie in the same
   // region. Throws tp::DeviceError when no live region holds them.
   DeviceSpan find(const void* ptr, std::size_t bytes) const;
+  // As find(), or nullopt when no live region holds them.
+  std::optional<DeviceSpan> lookup(const void* ptr, std::size_t bytes) const;
 
  private:
   struct Region {

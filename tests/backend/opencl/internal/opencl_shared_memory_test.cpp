@@ -1,0 +1,195 @@
+// Shared (unified) memory on opencl devices: Device::shared_memory() is a stack of its own over fine-grained
+// buffer SVM, its buffers are host-visible (Buffer::data() works from host code) and reach kernels through
+// their cl_mem, reads to the host take no staged copy, the bytes are reported apart from the device memory
+// (stats, profiler), MemoryConfig::shared_kinds routes tensor kinds to it, and a Dataset staged on the device
+// assembles its batches there. Skips, saying why, without an OpenCL device with fine-grained buffer SVM.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/opencl/opencl_context.hpp"
+#include "backend/opencl/opencl_device.hpp"
+#include "tensorpool/core/buffer.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/core/tensor.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/data/dataset.hpp"
+#include "tensorpool/data/idx.hpp"
+#include "tensorpool/device/backends.hpp"
+#include "tensorpool/ops/elementwise.hpp"
+#include "tensorpool/profile/memory_profiler.hpp"
+
+namespace tp::backend::opencl {
+namespace {
+
+memory::MemoryConfig config_of(std::vector<memory::AllocationKind> shared_kinds = {}) {
+  memory::MemoryConfig config;
+  config.device = "opencl:0";
+  config.policy = memory::GrowthPolicy::grow;
+  config.limit_bytes = 64 * kMiB;
+  config.shared_kinds = std::move(shared_kinds);
+  return config;
+}
+
+class OpenClSharedMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device::opencl_physical_devices().empty()) {
+      GTEST_SKIP() << "no OpenCL device: " << device::opencl_unavailable_reason();
+    }
+    if (!OpenClContext::acquire(0)->properties().svm_fine_grain_buffer) {
+      GTEST_SKIP() << "opencl:0 has no fine-grained buffer SVM, so it has no shared memory";
+    }
+  }
+  static std::unique_ptr<device::Device> make(std::vector<memory::AllocationKind> shared_kinds = {}) {
+    return device::make_opencl_device({device::DeviceKind::opencl, 0}, {device::DeviceKind::opencl, 0}, 256 * kMiB,
+                                      config_of(std::move(shared_kinds)), {});
+  }
+  static std::uint64_t staged_copies(device::Device& device) {
+    return dynamic_cast<OpenClDevice&>(device).staging().stats().num_allocs;
+  }
+};
+
+// The host writes a shared tensor, a kernel reads it and writes another shared tensor, the host reads that one:
+// no copy goes through the device's staging memory at any point.
+TEST_F(OpenClSharedMemory, HostAndKernelsTouchSharedTensorsWithoutCopies) {
+  auto device = make();
+  ASSERT_NE(device->shared_memory(), nullptr);
+  constexpr std::int64_t kCount = 1000;
+  const auto bytes = static_cast<std::size_t>(kCount) * sizeof(float);
+  const Tensor x = Tensor::from_buffer(device->allocate_shared(bytes, {.name = "x"}), 0, Shape{kCount}, DType::f32);
+  const Tensor y = Tensor::from_buffer(device->allocate_shared(bytes, {.name = "y"}), 0, Shape{kCount}, DType::f32);
+  ASSERT_TRUE(x.buffer()->host_visible());
+  const std::uint64_t staged_before = staged_copies(*device);
+
+  float* host_x = x.data<float>();  // host code, outside any stream: allowed for shared memory
+  for (std::int64_t i = 0; i < kCount; ++i) host_x[i] = static_cast<float>(i);
+  ops::scale_into(x, 3.0, y);  // a kernel reads x and writes y through their cl_mem
+  device->synchronize();
+  const float* host_y = y.data<float>();
+  for (std::int64_t i = 0; i < kCount; ++i) ASSERT_EQ(host_y[i], 3.0f * static_cast<float>(i)) << "element " << i;
+
+  // Reads to the host come straight from the shared memory.
+  ops::scale_into(y, 0.5, x);
+  const device::HostReadback readback = device->read_to_host_async(device->stream(0), x.buffer(), 0, bytes);
+  readback.ready.synchronize();
+  EXPECT_EQ(readback.bytes.get(), x.data());
+  EXPECT_EQ(static_cast<const float*>(readback.bytes.get())[10], 15.0f);
+  EXPECT_EQ(y.to_vector<float>()[7], 21.0f);
+  EXPECT_EQ(staged_copies(*device), staged_before) << "a shared tensor was copied through staging memory";
+
+  // A device tensor still goes through staging: the counter above does count copies.
+  const Tensor device_tensor = ops::scale(x, 1.0);
+  EXPECT_EQ(device_tensor.to_vector<float>()[10], 15.0f);
+  EXPECT_GT(staged_copies(*device), staged_before);
+}
+
+TEST_F(OpenClSharedMemory, DeviceTensorsStillRefuseHostAccess) {
+  auto device = make();
+  const Tensor on_device = Tensor::empty(Shape{16}, DType::f32, *device, {.name = "weights"});
+  EXPECT_FALSE(on_device.buffer()->host_visible());
+  try {
+    (void)on_device.data();
+    FAIL() << "host code touched opencl:0 device memory";
+  } catch (const DeviceError& error) {
+    EXPECT_NE(std::string(error.what()).find("copy it to the host first"), std::string::npos) << error.what();
+  }
+}
+
+// Shared bytes live in their own stack ("opencl:0/shared"), counted apart from the device memory, in the
+// stack's stats and in the profiler's info and summary.
+TEST_F(OpenClSharedMemory, SharedBytesAreReportedApart) {
+  auto device = make();
+  const memory::MemoryStats device_before = device->memory().stats();
+  {
+    const auto shared = device->allocate_shared(1 * kMiB, {.name = "batch/x", .kind = memory::AllocationKind::staging});
+    const auto on_device = device->allocate(2 * kMiB, {.name = "w", .kind = memory::AllocationKind::parameter});
+    EXPECT_EQ(device->shared_memory()->config().device, "opencl:0/shared");
+    EXPECT_EQ(device->shared_memory()->stats().bytes_in_use, 1 * kMiB);
+    EXPECT_EQ(device->memory().stats().bytes_in_use, device_before.bytes_in_use + 2 * kMiB);
+    const profile::MemoryInfo info = profile::memory_info(*device);
+    EXPECT_EQ(info.shared_current, 1 * kMiB);
+    EXPECT_EQ(info.current, device_before.bytes_in_use + 2 * kMiB);
+    const std::string summary = profile::memory_summary(*device);
+    EXPECT_NE(summary.find("opencl:0/shared (fine-grained buffer SVM)"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("opencl:0/shared: in use 1.00 MiB"), std::string::npos) << summary;
+  }
+  EXPECT_EQ(device->shared_memory()->stats().bytes_in_use, 0u);
+  EXPECT_EQ(profile::memory_info(*device).shared_peak, 1 * kMiB);
+}
+
+// MemoryConfig::shared_kinds sends the tensors of the listed kinds to shared memory, and only those.
+TEST_F(OpenClSharedMemory, MemoryConfigSelectsSharedKinds) {
+  auto device = make({memory::AllocationKind::staging});
+  const Tensor staged = Tensor::empty(Shape{8}, DType::f32, *device, {.name = "in", .kind = memory::AllocationKind::staging});
+  const Tensor activation =
+      Tensor::empty(Shape{8}, DType::f32, *device, {.name = "act", .kind = memory::AllocationKind::activation});
+  EXPECT_TRUE(staged.buffer()->host_visible());
+  EXPECT_FALSE(activation.buffer()->host_visible());
+  EXPECT_EQ(device->shared_memory()->stats().bytes_in_use, staged.buffer()->allocated_bytes());
+  std::vector<float> values(8);
+  std::iota(values.begin(), values.end(), 1.0f);
+  std::memcpy(staged.data(), values.data(), sizeof(float) * values.size());
+  EXPECT_EQ(ops::scale(staged, 2.0).to_vector<float>()[7], 16.0f);
+}
+
+// A Dataset staged on opencl:0 assembles its batches in the device's shared memory: the same values as batches
+// staged on the host, usable by kernels without a copy. Prints what feeding one batch to the device costs both
+// ways (host-staged copy against a copy within the device).
+TEST_F(OpenClSharedMemory, DatasetBatchesAreAssembledInSharedMemory) {
+  auto device = make();
+  memory::MemoryConfig host_config;
+  host_config.device = "cpu:0";
+  host_config.limit_bytes = 256 * kMiB;
+  auto host = device::make_cpu_device({device::DeviceKind::cpu, 0}, {device::DeviceKind::cpu, 0}, 256 * kMiB,
+                                      host_config, {});
+  constexpr std::int64_t kExamples = 512, kPixels = 784, kBatch = 128;
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(kExamples * kPixels));
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  std::vector<std::uint8_t> labels(static_cast<std::size_t>(kExamples));
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::uint8_t>(i % 10);
+  const data::Dataset dataset =
+      data::Dataset::from_arrays(data::IdxArray::of<std::uint8_t>({kExamples, kPixels}, pixels),
+                                 data::IdxArray::of<std::uint8_t>({kExamples}, labels))
+          .shuffle(3)
+          .batch(kBatch);
+  data::BatchIterator on_host = dataset.stage_on(*host).epoch(0);
+  data::BatchIterator on_device = dataset.stage_on(*device).epoch(0);
+  double host_staged_s = 0, shared_s = 0;
+  for (int index = 0; index < 4; ++index) {
+    const data::Batch a = *on_host.next();
+    const data::Batch b = *on_device.next();
+    ASSERT_EQ(&b.features.device(), device.get());
+    ASSERT_TRUE(b.features.buffer()->host_visible());
+    ASSERT_EQ(std::memcmp(a.features.data(), b.features.data(), a.features.nbytes()), 0) << "batch " << index;
+    ASSERT_EQ(std::memcmp(a.labels.data(), b.labels.data(), a.labels.nbytes()), 0) << "batch " << index;
+    // Feeding the batch to device memory, as a session's feed step does: from the host through staging, or
+    // within the device from its shared memory.
+    const auto start = std::chrono::steady_clock::now();
+    const Tensor fed_from_host = a.features.to(*device);
+    device->synchronize();
+    const auto middle = std::chrono::steady_clock::now();
+    const Tensor fed_from_shared = b.features.to(*device);
+    device->synchronize();
+    const auto end = std::chrono::steady_clock::now();
+    if (index > 0) {  // the first pair warms the queues
+      host_staged_s += std::chrono::duration<double>(middle - start).count();
+      shared_s += std::chrono::duration<double>(end - middle).count();
+    }
+    EXPECT_EQ(ops::scale(b.features, 1.0).to_vector<float>(), fed_from_host.to_vector<float>());
+    EXPECT_EQ(fed_from_shared.to_vector<float>(), fed_from_host.to_vector<float>());
+  }
+  std::cout << "[ shared ] feeding a " << kBatch << "x" << kPixels << " float32 batch to opencl:0: host-staged "
+            << host_staged_s / 3 * 1e6 << " us, from shared memory " << shared_s / 3 * 1e6 << " us (mean of 3)\n";
+  EXPECT_GT(device->shared_memory()->stats().peak_bytes_in_use, 0u);
+}
+
+}  // namespace
+}  // namespace tp::backend::opencl
