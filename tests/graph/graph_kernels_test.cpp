@@ -200,8 +200,8 @@ TEST_F(GraphKernelTest, ApplySgdAndApplyAdamMatchTheTensorOps) {
   const Output v = bind("v", zeros);
   graph_.add_node("ApplySgd", {var, grad, velocity}, {{"learning_rate", 0.1}, {"momentum", 0.9}, {"nesterov", true}});
   graph_.add_node("ApplyAdam", {var2, grad, m, v}, {{"learning_rate", 0.01}});
-  for (Backend backend : {Backend::cpu, Backend::sim}) {
-    SCOPED_TRACE(backend == Backend::cpu ? "cpu" : "sim");
+  for (const Backend backend : device::testing::present_backends()) {
+    SCOPED_TRACE(device::testing::backend_label(backend));
     auto device = make_device(backend);
     const auto bindings = testing::to_tensors(values_, *device);
     for (std::int64_t step = 1; step <= 3; ++step) run_graph(graph_, *device, bindings, step);

@@ -166,7 +166,8 @@ void expect_conditional_updates(const HostValue& gradient, double apply_value) {
   const Output apply = bind("apply", HostValue{{apply_value}, DType::f32, {}});
   graph.add_node("ApplySgdIf", {var, grad, velocity, apply}, {{"learning_rate", 0.1}, {"momentum", 0.9}});
   graph.add_node("ApplyAdamIf", {var2, grad, m, v, apply}, {{"learning_rate", 0.01}});
-  for (Backend backend : {Backend::cpu, Backend::sim}) {
+  for (const Backend backend : device::testing::present_backends()) {
+    SCOPED_TRACE(device::testing::backend_label(backend));
     auto device = make_device(backend);
     const auto bindings = testing::to_tensors(values, *device);
     for (std::int64_t step = 1; step <= 2; ++step) run_graph(graph, *device, bindings, step);

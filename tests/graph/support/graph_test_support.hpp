@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernel_test_support.hpp"
+#include "backend/support/conformance_support.hpp"
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/tensor.hpp"
 #include "tensorpool/graph/autodiff.hpp"
@@ -161,7 +163,9 @@ inline Output bind_variable(Graph& graph, std::map<NodeId, HostValue>& values, s
   return output;
 }
 
-// Runs the graph on a cpu and a sim device; the fetched outputs must match exactly. Returns the cpu results.
+// Runs the graph on a cpu and a sim device; the fetched outputs must match exactly (the same kernels). On
+// every other backend present (opencl) they must match the cpu's within the backend conformance suite's
+// tolerance for the output's dtype, scaled by 1 + |cpu result|. Returns the cpu results.
 inline std::vector<std::vector<double>> run_on_cpu_and_sim(const Graph& graph,
                                                            const std::map<NodeId, HostValue>& values,
                                                            const std::vector<Output>& fetches) {
@@ -172,6 +176,20 @@ inline std::vector<std::vector<double>> run_on_cpu_and_sim(const Graph& graph,
     for (Output output : fetches) results[backend == Backend::cpu ? 0 : 1].push_back(fetch(run, output));
   }
   EXPECT_EQ(results[0], results[1]) << "cpu and sim disagree";
+  for (const Backend backend : device::testing::present_backends()) {
+    if (backend == Backend::cpu || backend == Backend::sim) continue;
+    auto device = make_device(backend);
+    const RunResult run = run_graph(graph, *device, to_tensors(values, *device));
+    for (std::size_t index = 0; index < fetches.size(); ++index) {
+      const std::vector<double>& expected = results[0][index];
+      std::vector<double> scale;
+      for (const double value : expected) scale.push_back(1.0 + std::fabs(value));
+      backend::testing::expect_close(std::string(device::testing::backend_label(backend)) + " vs cpu, fetch " +
+                                         std::to_string(index),
+                                     fetch(run, fetches[index]), expected,
+                                     backend::testing::tolerance_of(graph.type_of(fetches[index]).dtype), &scale);
+    }
+  }
   return results[0];
 }
 
