@@ -125,8 +125,8 @@ TEST_P(TensorOnBackend, CopiesToAnotherDeviceOfEitherKind) {
   EXPECT_EQ(same.to_vector<float>(), values);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TensorOnBackend, ::testing::Values(Backend::cpu, Backend::sim),
-                         [](const ::testing::TestParamInfo<Backend>& param) { return param.param == Backend::cpu ? "cpu" : "sim"; });
+INSTANTIATE_TEST_SUITE_P(Backends, TensorOnBackend, ::testing::ValuesIn(device::testing::present_backends()),
+                         device::testing::backend_param_name);
 
 TEST(Tensor, HostCodeCannotTouchSimDeviceMemory) {
   auto device = make_device(Backend::sim);
