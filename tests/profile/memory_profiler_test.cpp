@@ -1,4 +1,4 @@
-// The memory profiler's recorder and query API on a real simulated device: recording is off until a
+// The memory profiler's recorder and query API on every accelerator present (sim, opencl): recording is off until a
 // MemoryProfiler exists; events, live set, peak breakdown, per-op high-water marks and the bounded ring are
 // exact; memory_info / reset_memory_stats / memory_summary agree with the stack; a refused allocation writes an
 // out-of-memory snapshot while everything is still live.
@@ -31,10 +31,10 @@ AllocationTag tag(const std::string& name, const std::string& op, AllocationKind
   return {name, op, {static_cast<std::int64_t>(name.size())}, "float32", kind, 3};
 }
 
-class ProfilerTest : public ::testing::Test {
+// On every accelerator backend present (sim, and opencl where an OpenCL device exists).
+class ProfilerTest : public ::testing::TestWithParam<tp::device::testing::Backend> {
  protected:
-  std::unique_ptr<tp::device::Device> device_ =
-      tp::device::testing::make_device(tp::device::testing::Backend::sim, 64 * kMiB);
+  std::unique_ptr<tp::device::Device> device_ = tp::device::testing::make_device(GetParam(), 64 * kMiB);
   std::vector<tp::device::Device*> devices() { return {device_.get()}; }
 };
 
@@ -44,7 +44,7 @@ std::size_t sum_allocated(const std::vector<profile::BreakdownRow>& rows) {
       [](std::size_t total, const profile::BreakdownRow& row) { return total + row.allocated_bytes; });
 }
 
-TEST_F(ProfilerTest, NothingIsRecordedWithoutAProfilerButLiveTensorsAreStillReported) {
+TEST_P(ProfilerTest, NothingIsRecordedWithoutAProfilerButLiveTensorsAreStillReported) {
   auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
   const profile::MemorySnapshot snapshot = profile::memory_snapshot(devices());
   ASSERT_EQ(snapshot.devices.size(), 1u);
@@ -56,7 +56,7 @@ TEST_F(ProfilerTest, NothingIsRecordedWithoutAProfilerButLiveTensorsAreStillRepo
   EXPECT_EQ(device.live[0].requested_bytes, kMiB);
 }
 
-TEST_F(ProfilerTest, RecordsEveryAllocationAndFreeWithItsTag) {
+TEST_P(ProfilerTest, RecordsEveryAllocationAndFreeWithItsTag) {
   profile::MemoryProfiler profiler(devices());
   auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
   auto relu = device_->allocate(1000, tag("dense/Relu:0", "Relu", AllocationKind::activation));
@@ -79,7 +79,7 @@ TEST_F(ProfilerTest, RecordsEveryAllocationAndFreeWithItsTag) {
   EXPECT_EQ(device.total_freed_bytes, 1024u);
 }
 
-TEST_F(ProfilerTest, ThePeakBreakdownIsWhatWasLiveAtThePeakByKindAndByOp) {
+TEST_P(ProfilerTest, ThePeakBreakdownIsWhatWasLiveAtThePeakByKindAndByOp) {
   profile::MemoryProfiler profiler(devices());
   auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
   auto big = device_->allocate(4 * kMiB, tag("dense/MatMul:0", "MatMul", AllocationKind::activation));
@@ -100,7 +100,7 @@ TEST_F(ProfilerTest, ThePeakBreakdownIsWhatWasLiveAtThePeakByKindAndByOp) {
   ASSERT_FALSE(device.peak.segments.empty());  // the segment map as it was at the peak
 }
 
-TEST_F(ProfilerTest, PerOpHighWaterMarksKeepTheMostBytesAnOpHeldAtOnce) {
+TEST_P(ProfilerTest, PerOpHighWaterMarksKeepTheMostBytesAnOpHeldAtOnce) {
   profile::MemoryProfiler profiler(devices());
   auto first = device_->allocate(kMiB, tag("a", "MatMul", AllocationKind::activation));
   auto second = device_->allocate(kMiB, tag("b", "MatMul", AllocationKind::activation));
@@ -115,7 +115,7 @@ TEST_F(ProfilerTest, PerOpHighWaterMarksKeepTheMostBytesAnOpHeldAtOnce) {
   EXPECT_EQ(device.op_high_water[0].allocations, 3u);
 }
 
-TEST_F(ProfilerTest, TheRingIsBoundedAndItsBaselineKeepsTheDroppedBytes) {
+TEST_P(ProfilerTest, TheRingIsBoundedAndItsBaselineKeepsTheDroppedBytes) {
   profile::MemoryProfiler profiler(devices(), {.max_events_per_device = 4});
   std::vector<std::shared_ptr<tp::Buffer>> buffers;
   for (int index = 0; index < 10; ++index) {
@@ -130,7 +130,7 @@ TEST_F(ProfilerTest, TheRingIsBoundedAndItsBaselineKeepsTheDroppedBytes) {
   EXPECT_EQ(device.baseline_by_kind[activation], 256u * (1 + 2 + 3 + 4 + 5 + 6));
 }
 
-TEST_F(ProfilerTest, MemoryInfoAndResetFollowTheStack) {
+TEST_P(ProfilerTest, MemoryInfoAndResetFollowTheStack) {
   profile::MemoryProfiler profiler(devices());
   auto kept = device_->allocate(kMiB, tag("kept", "Variable", AllocationKind::parameter));
   { auto brief = device_->allocate(3 * kMiB, tag("brief", "MatMul", AllocationKind::activation)); }
@@ -148,7 +148,7 @@ TEST_F(ProfilerTest, MemoryInfoAndResetFollowTheStack) {
   for (const profile::OpHighWater& op : device.op_high_water) EXPECT_EQ(op.high_water_bytes, op.current_bytes);
 }
 
-TEST_F(ProfilerTest, TheSummaryTableHasEveryRowAndColumn) {
+TEST_P(ProfilerTest, TheSummaryTableHasEveryRowAndColumn) {
   profile::MemoryProfiler profiler(devices());
   auto kept = device_->allocate(kMiB, tag("kept", "Variable", AllocationKind::parameter));
   const std::string table = profile::memory_summary(*device_);
@@ -158,7 +158,7 @@ TEST_F(ProfilerTest, TheSummaryTableHasEveryRowAndColumn) {
   }
 }
 
-TEST_F(ProfilerTest, SegmentBlocksNameTheTensorsInThem) {
+TEST_P(ProfilerTest, SegmentBlocksNameTheTensorsInThem) {
   profile::MemoryProfiler profiler(devices());
   auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
   const profile::DeviceSnapshot device = profiler.snapshot().devices.at(0);
@@ -178,7 +178,7 @@ TEST_F(ProfilerTest, SegmentBlocksNameTheTensorsInThem) {
   EXPECT_EQ(tagged, 1u);
 }
 
-TEST_F(ProfilerTest, ARefusedAllocationWritesAnOutOfMemorySnapshotWhileEverythingIsLive) {
+TEST_P(ProfilerTest, ARefusedAllocationWritesAnOutOfMemorySnapshotWhileEverythingIsLive) {
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("tp_oom_snapshot_" + std::to_string(::getpid()) + ".json");
   std::filesystem::remove(path);
@@ -189,7 +189,7 @@ TEST_F(ProfilerTest, ARefusedAllocationWritesAnOutOfMemorySnapshotWhileEverythin
   std::ifstream in(path);
   ASSERT_TRUE(in.good()) << "no snapshot at " << path;
   const nlohmann::json json = nlohmann::json::parse(in);
-  EXPECT_EQ(json.at("reason"), "out of memory on sim:0");
+  EXPECT_EQ(json.at("reason"), "out of memory on " + device_->name());
   const nlohmann::json& device = json.at("devices").at(0);
   EXPECT_EQ(device.at("failures"), 1);
   ASSERT_EQ(device.at("live").size(), 1u);
@@ -200,12 +200,12 @@ TEST_F(ProfilerTest, ARefusedAllocationWritesAnOutOfMemorySnapshotWhileEverythin
   std::filesystem::remove(path);
 }
 
-TEST_F(ProfilerTest, ADeviceTakesOneProfilerAtATime) {
+TEST_P(ProfilerTest, ADeviceTakesOneProfilerAtATime) {
   profile::MemoryProfiler first(devices());
   EXPECT_THROW(profile::MemoryProfiler second(devices()), tp::InvalidArgument);
 }
 
-TEST_F(ProfilerTest, AllocationsFromBeforeTheProfilerAreSeededAndTheirFreesCount) {
+TEST_P(ProfilerTest, AllocationsFromBeforeTheProfilerAreSeededAndTheirFreesCount) {
   auto early = device_->allocate(kMiB, tag("early", "Variable", AllocationKind::parameter));
   profile::MemoryProfiler profiler(devices());
   early.reset();
@@ -216,7 +216,7 @@ TEST_F(ProfilerTest, AllocationsFromBeforeTheProfilerAreSeededAndTheirFreesCount
   EXPECT_EQ(device.events[0].in_use_bytes, 0u);
 }
 
-TEST_F(ProfilerTest, ThreadsAllocatingWhileAnotherSnapshotsLoseNoEvent) {
+TEST_P(ProfilerTest, ThreadsAllocatingWhileAnotherSnapshotsLoseNoEvent) {
   constexpr int kThreads = 4, kPairs = 500;
   profile::MemoryProfiler profiler(devices(), {.max_events_per_device = 2 * kThreads * kPairs});
   std::atomic<bool> done{false};
@@ -246,5 +246,8 @@ TEST_F(ProfilerTest, ThreadsAllocatingWhileAnotherSnapshotsLoseNoEvent) {
   EXPECT_TRUE(device.live.empty());
   EXPECT_EQ(device.tags.size(), static_cast<std::size_t>(kThreads));  // interned once per tensor
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, ProfilerTest, ::testing::ValuesIn(tp::device::testing::queued_backends()),
+                         tp::device::testing::backend_param_name);
 
 }  // namespace
