@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "backend/cpu/kernel_test_support.hpp"
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "runtime/executable.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/train/sequential.hpp"
@@ -87,19 +90,28 @@ TrainedRun train(device::DeviceManager& manager, const std::vector<std::string>&
   return run;
 }
 
-TEST(GradientBuckets, BucketingChangesNoResult) {
+// The parameter: the first accelerator of the kind the replicas run on ("sim:0", "opencl:0"); every
+// accelerator backend present is tested.
+class GradientBucketsOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Device `index` of the parameter's kind.
+  std::string on(int index) const { return GetParam().substr(0, GetParam().find(':')) + ":" + std::to_string(index); }
+};
+
+TEST_P(GradientBucketsOnDevice, BucketingChangesNoResult) {
   device::DeviceManagerOptions options = runtime::testing::two_sim_devices();
   options.sim_devices = 3;
+  options.opencl_devices = 3;
   device::DeviceManager manager(options, runtime::testing::kNoEnv);
-  const TrainedRun one_bucket = train(manager, {"sim:0", "sim:1"}, Strategy::kDefaultBucketBytes, "one");
+  const TrainedRun one_bucket = train(manager, {on(0), on(1)}, Strategy::kDefaultBucketBytes, "one");
   EXPECT_LT(one_bucket.losses.back(), one_bucket.losses.front());
   for (const std::int64_t bytes : {1, 600}) {
-    const TrainedRun bucketed = train(manager, {"sim:0", "sim:1"}, bytes, "buckets" + std::to_string(bytes));
+    const TrainedRun bucketed = train(manager, {on(0), on(1)}, bytes, "buckets" + std::to_string(bytes));
     EXPECT_EQ(bucketed.losses, one_bucket.losses) << bytes << "-byte buckets";
     EXPECT_EQ(bucketed.variables, one_bucket.variables) << bytes << "-byte buckets";
   }
-  const TrainedRun three = train(manager, {"sim:0", "sim:1", "sim:2"}, Strategy::kDefaultBucketBytes, "three");
-  const TrainedRun three_bucketed = train(manager, {"sim:0", "sim:1", "sim:2"}, 600, "three_bucketed");
+  const TrainedRun three = train(manager, {on(0), on(1), on(2)}, Strategy::kDefaultBucketBytes, "three");
+  const TrainedRun three_bucketed = train(manager, {on(0), on(1), on(2)}, 600, "three_bucketed");
   for (std::size_t step = 0; step < three.losses.size(); ++step) {
     EXPECT_NEAR(three_bucketed.losses[step], three.losses[step], 1e-5 * (1 + std::abs(three.losses[step])));
   }
@@ -158,6 +170,10 @@ TEST(GradientBuckets, ANonPositiveLimitIsRefused) {
   tp_test::expect_invalid([&] { model.compile({}, strategy, {.devices = &manager}); },
                           {"bucket_bytes = 0", "must be positive"});
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, GradientBucketsOnDevice,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::train
