@@ -135,12 +135,18 @@ void run_train(const TrainArguments& arguments) {
   limit_training_examples(mnist, arguments.limit_train, arguments.data);
   data::Dataset train = data::Dataset::from_arrays(std::move(mnist.train_images), std::move(mnist.train_labels));
   check_batch_fits_examples(flags.batch_size, train.size(), arguments.limit_train > 0, "train");
-  train = train.normalize().shuffle(flags.seed).batch(flags.batch_size).prefetch(2).stage_on(cpu);
+  // One device with shared memory (opencl with fine-grained SVM): batches are assembled in it, so a step's
+  // feed is a copy on the device's queue instead of a host-staged transfer; the same values either way.
+  device::Device& staging = names.size() == 1 && !parameter_server && !across_processes &&
+                                    manager.device(names.front()).shared_memory() != nullptr
+                                ? manager.device(names.front())
+                                : cpu;
+  train = train.normalize().shuffle(flags.seed).batch(flags.batch_size).prefetch(2).stage_on(staging);
   const data::Dataset test = data::Dataset::from_arrays(std::move(mnist.test_images), std::move(mnist.test_labels))
                                  .normalize()
                                  .batch(flags.batch_size)
                                  .prefetch(2)
-                                 .stage_on(cpu);
+                                 .stage_on(staging);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
 
   const std::unique_ptr<train::Sequential> compiled = build_mlp(flags, setup);
