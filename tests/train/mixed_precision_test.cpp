@@ -1,9 +1,11 @@
 // Mixed precision end to end on a small synthetic problem: where the graph puts the casts for each policy
 // (per model and per layer), a forced float16 overflow that skips the step and halves the scale (and Adam's
 // step not counting it), gradients that underflow float16 unless the loss is scaled, training that lowers the
-// loss (one device and mirrored, replicas bitwise equal), and the loss-scale state through a checkpoint.
+// loss (one device and mirrored, replicas bitwise equal), a step that runs from its memory plan on every
+// accelerator, and the loss-scale state through a checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -258,6 +260,46 @@ TEST_P(MixedPrecisionOnDevice, UnderflowingGradientsAreRescuedByLossScaling) {
     ASSERT_NE(reference[i], 0.0F) << "float32 keeps the gradient";
     EXPECT_EQ(unscaled[i], 0.0F) << "float16 flushes it without scaling";
     EXPECT_NEAR(scaled[i], reference[i], 2e-3 * std::fabs(reference[i])) << "element " << i;
+  }
+}
+
+// A mixed-precision step keeps the planner's promise on every accelerator: the device's peak is the plan's to
+// the byte, and steps after the first make no call into the device's allocator (a 16-bit kernel that took
+// float32 scratch from the device's memory would break both).
+TEST_P(MixedPrecisionOnDevice, TheStepRunsFromItsPlanWithNoAllocations) {
+  for (const DTypePolicy policy : {DTypePolicy::mixed_float16(), DTypePolicy::mixed_bfloat16()}) {
+    SCOPED_TRACE(::testing::Message() << policy.name() << " on " << on(0));
+    device::DeviceManager manager(two_of_each(), runtime::testing::kNoEnv);
+    device::Device& accelerator = manager.device(on(0));
+    const ModelGraph model =
+        build_model_graph({.input_shape = {kIn}, .layers = mlp_layers(), .policy = policy}, {on(0)});
+    runtime::Session session(model.graph, {.name = std::string(policy.name()), .devices = &manager});
+    const std::string& loss = model.replicas[0].loss;
+    runtime::FeedTypes types = {{"x", {model.input_dtype, {kRows, kIn}}},
+                                {"labels", {DType::i32, {kRows}}},
+                                {model.inv_global_batch, {DType::f32, {}}}};
+    if (!model.loss_scale.empty()) types[model.loss_scale] = {DType::f32, {}};
+    const runtime::MemoryPlan plan = session.plan(types, {loss}, model.updates);
+    const auto planned = std::find_if(plan.devices.begin(), plan.devices.end(),
+                                      [&](const runtime::DevicePlan& device) { return device.device == on(0); });
+    ASSERT_NE(planned, plan.devices.end()) << "no plan for " << on(0);
+
+    device::Device& cpu = manager.device("cpu:0");
+    const Data data = batch(manager, 1);
+    const float inverse = 1.0F / kRows, scale = 1024.0F;
+    runtime::FeedMap feeds;
+    feeds["x"] = ops::cast(data.x, model.input_dtype);
+    feeds["labels"] = data.labels;
+    feeds[model.inv_global_batch] = Tensor::from_vector<float>(std::span<const float>(&inverse, 1), Shape{}, cpu);
+    if (!model.loss_scale.empty()) {
+      feeds[model.loss_scale] = Tensor::from_vector<float>(std::span<const float>(&scale, 1), Shape{}, cpu);
+    }
+    accelerator.memory().reset_peak();
+    session.run(feeds, {loss}, model.updates, {.step = 1});
+    EXPECT_EQ(accelerator.memory().stats().peak_bytes_requested, planned->planned_peak_bytes);
+    const std::uint64_t allocations = accelerator.memory().stats().num_allocs;
+    for (int step = 2; step <= 4; ++step) session.run(feeds, {loss}, model.updates, {.step = step});
+    EXPECT_EQ(accelerator.memory().stats().num_allocs, allocations) << "steady-state steps called the allocator";
   }
 }
 

@@ -1,9 +1,12 @@
-// MatMul through CLBlast's GEMM (row-major, transposes by flag, buffer offsets in elements). float16 and bfloat16
-// follow the CPU's matmul_half: operands widened to float32 temporaries on the device, SGEMM (products
-// accumulated in float32), the result rounded once to the 16-bit dtype. CLBlast compiles its kernels on the
-// first call per device and caches them (and PoCL caches the binaries on disk).
+// MatMul: float32 and float64 through CLBlast's GEMM (row-major, transposes by flag, buffer offsets in
+// elements); float16 and bfloat16 through kernels/matmul.cl, which follows the CPU's matmul_half (operands
+// widened to float32 as they are read, products summed in float32, the result rounded once to the 16-bit
+// dtype). No launch here allocates device memory: a product uses only its operands' and result's buffers, so
+// a step's memory plan covers every matmul. CLBlast compiles its kernels on the first call per device and
+// caches them (and PoCL caches the binaries on disk).
 #include <clblast_c.h>
 
+#include <array>
 #include <string>
 
 #include "backend/opencl/opencl_kernel_support.hpp"
@@ -66,16 +69,53 @@ void gemm(LaunchContext& context, const Gemm& shape, const DeviceSpan& a, const 
   }
 }
 
-// Converts `count` elements with elementwise.cl's cast_<from>_<to>.
-void convert(LaunchContext& context, DType from, DType to, const DeviceSpan& source, const DeviceSpan& target,
-             std::size_t count) {
-  std::string name = "cast_";
-  name += dtype_suffix(from);
-  name += '_';
-  name += dtype_suffix(to);
-  cl_kernel kernel = context.kernel("elementwise", name);
-  KernelArguments(kernel).span(source).span(target).value(static_cast<cl_ulong>(count));
-  launch_items(context, kernel, count);
+// The work-group side of the 16-bit product: the largest of matmul.cl's tiles whose TILE x TILE work-group the
+// device allows for its kernel, and that kernel.
+struct HalfKernel {
+  cl_kernel kernel;
+  std::size_t tile;
+};
+
+HalfKernel half_kernel(LaunchContext& context, DType dtype) {
+  cl_device_id device = nullptr;
+  check(clGetCommandQueueInfo(context.queue(), CL_QUEUE_DEVICE, sizeof(device), &device, nullptr),
+        "clGetCommandQueueInfo(CL_QUEUE_DEVICE)");
+  std::array<std::size_t, 3> item_sizes{1, 1, 1};
+  check(clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof(item_sizes), item_sizes.data(), nullptr),
+        "clGetDeviceInfo(CL_DEVICE_MAX_WORK_ITEM_SIZES)");
+  for (const std::size_t tile : {std::size_t{16}, std::size_t{8}, std::size_t{1}}) {
+    std::string name = "matmul_" + std::to_string(tile);
+    cl_kernel kernel = context.kernel("matmul", kernel_name(name, dtype));
+    std::size_t allowed = 0;
+    check(clGetKernelWorkGroupInfo(kernel, device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(allowed), &allowed, nullptr),
+          "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)");
+    if (tile == 1 || (allowed >= tile * tile && item_sizes[0] >= tile && item_sizes[1] >= tile)) {
+      return {kernel, tile};
+    }
+  }
+  return {nullptr, 0};  // not reached: a 1 x 1 work-group is always allowed
+}
+
+// C[m, n] = op(A) op(B) in float16 or bfloat16 (m, n, k > 0): one work-item per element of C, in TILE x TILE
+// work-groups over C's columns (dimension 0) and rows (dimension 1).
+void gemm_half(LaunchContext& context, DType dtype, const Gemm& shape, const DeviceSpan& a, const DeviceSpan& b,
+               const DeviceSpan& c) {
+  const HalfKernel chosen = half_kernel(context, dtype);
+  KernelArguments(chosen.kernel)
+      .span(a)
+      .span(b)
+      .span(c)
+      .value(static_cast<cl_ulong>(shape.m))
+      .value(static_cast<cl_ulong>(shape.n))
+      .value(static_cast<cl_ulong>(shape.k))
+      .value(static_cast<cl_uint>(shape.transpose_a ? 1 : 0))
+      .value(static_cast<cl_uint>(shape.transpose_b ? 1 : 0));
+  const std::size_t tile = chosen.tile;
+  const std::array<std::size_t, 2> local{tile, tile};
+  const std::array<std::size_t, 2> global{(shape.n + tile - 1) / tile * tile, (shape.m + tile - 1) / tile * tile};
+  check(clEnqueueNDRangeKernel(context.queue(), chosen.kernel, 2, nullptr, global.data(), local.data(), 0, nullptr,
+                               nullptr),
+        "clEnqueueNDRangeKernel(matmul)");
 }
 
 bool is_half(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
@@ -86,16 +126,7 @@ void matmul(device::Stream& stream, const MatmulArgs& args) {
   const Gemm shape{args.transpose_a, args.transpose_b, static_cast<std::size_t>(args.m),
                    static_cast<std::size_t>(args.n), static_cast<std::size_t>(args.k)};
   const DType dtype = args.a.dtype();
-  // The float32 operands of a 16-bit product, allocated here (on the calling thread, from the device's memory
-  // stack) and held by the launch until its commands complete.
-  Tensor a32, b32, c32;
-  if (is_half(dtype) && shape.m * shape.n * shape.k > 0) {
-    const TensorTag tag{.name = "matmul float32 operand", .kind = memory::AllocationKind::temporary, .op = "MatMul"};
-    a32 = Tensor::empty(Shape{args.m, args.k}, DType::f32, stream.device(), tag);
-    b32 = Tensor::empty(Shape{args.k, args.n}, DType::f32, stream.device(), tag);
-    c32 = Tensor::empty(Shape{args.m, args.n}, DType::f32, stream.device(), tag);
-  }
-  enqueue(stream, [args, shape, dtype, a32, b32, c32](LaunchContext& context) {
+  enqueue(stream, [args, shape, dtype](LaunchContext& context) {
     require_fp64(context, "matmul", dtype);
     if (shape.m * shape.n == 0) return;
     const DeviceSpan out = context.span(args.out);
@@ -113,13 +144,7 @@ void matmul(device::Stream& stream, const MatmulArgs& args) {
       }
       return;
     }
-    const DeviceSpan a = context.span(a32);
-    const DeviceSpan b = context.span(b32);
-    const DeviceSpan c = context.span(c32);
-    convert(context, dtype, DType::f32, context.span(args.a), a, shape.m * shape.k);
-    convert(context, dtype, DType::f32, context.span(args.b), b, shape.k * shape.n);
-    gemm<cl_float>(context, shape, a, b, c);
-    convert(context, DType::f32, dtype, c, out, shape.m * shape.n);
+    gemm_half(context, dtype, shape, context.span(args.a), context.span(args.b), out);
   });
 }
 

@@ -1,7 +1,7 @@
 // The OpenCL kernels where the cross-backend suite does not look closely: bit-level agreement with the CPU
-// kernels (Philox streams, casts at rounding and saturation edges, 16-bit add_scaled), CLBlast's transposes
-// and the float32 path of 16-bit matmuls, the peers' sum with more inputs than one kernel pass takes, and the
-// device-read apply flag of the optimizers.
+// kernels (Philox streams, casts at rounding and saturation edges, 16-bit add_scaled), matmul transposes
+// (CLBlast's and the 16-bit kernels'), that a 16-bit matmul allocates no device memory, the peers' sum with more
+// inputs than one kernel pass takes, and the device-read apply flag of the optimizers.
 // Each case runs the same op on cpu:0 and opencl:0 and compares; all skip when the process has no opencl device.
 
 #include <gtest/gtest.h>
@@ -246,8 +246,9 @@ TEST_F(OpenClKernelsTest, HalfAddScaledRoundsOnceLikeTheCpu) {
   }
 }
 
-// op(A) op(B) for every transpose pair, through CLBlast (a small and a larger shape: CLBlast picks different
-// kernels), float32 and the 16-bit float32-accumulated path; an empty k gives zeros.
+// op(A) op(B) for every transpose pair: float32 and float64 through CLBlast (a small and a larger shape: CLBlast
+// picks different kernels), float16 and bfloat16 through matmul.cl (within one tile, and many partial tiles);
+// an empty k gives zeros.
 TEST_F(OpenClKernelsTest, MatmulTransposesMatchTheCpu) {
   struct Size {
     std::int64_t m, n, k;
@@ -274,6 +275,42 @@ TEST_F(OpenClKernelsTest, MatmulTransposesMatchTheCpu) {
                              "matmul " + std::string(name_of(dtype)) + " " + std::to_string(size.m) + "x" +
                                  std::to_string(size.n) + "x" + std::to_string(size.k) +
                                  (transpose_a ? " aT" : "") + (transpose_b ? " bT" : ""));
+        }
+      }
+    }
+  }
+}
+
+// A 16-bit product reads its operands where they lie: it makes no allocation from the device's memory stack
+// (float32 copies of the operands would sit outside a step's memory plan), for every transpose pair, a shape
+// with partial tiles and an empty inner dimension.
+TEST_F(OpenClKernelsTest, HalfMatmulAllocatesNothingOnTheDevice) {
+  struct Size {
+    std::int64_t m, n, k;
+  };
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    for (const Size size : {Size{37, 21, 45}, Size{3, 4, 0}}) {
+      for (const bool transpose_a : {false, true}) {
+        for (const bool transpose_b : {false, true}) {
+          const Shape a_shape = transpose_a ? Shape{size.k, size.m} : Shape{size.m, size.k};
+          const Shape b_shape = transpose_b ? Shape{size.n, size.k} : Shape{size.k, size.n};
+          Tensor a = Tensor::empty(a_shape, DType::f32, *cpu_);
+          Tensor b = Tensor::empty(b_shape, DType::f32, *cpu_);
+          ops::uniform(a, -1.0, 1.0, 21);
+          ops::uniform(b, -1.0, 1.0, 22);
+          const Tensor a_gpu = ops::cast(a, dtype).to(*gpu_);
+          const Tensor b_gpu = ops::cast(b, dtype).to(*gpu_);
+          const Tensor out = Tensor::empty(Shape{size.m, size.n}, dtype, *gpu_);
+          gpu_->synchronize();
+          const std::uint64_t allocations = gpu_->memory().stats().num_allocs;
+          const ops::MatmulOptions options{.transpose_a = transpose_a, .transpose_b = transpose_b};
+          ops::matmul_into(a_gpu, b_gpu, out, options);
+          gpu_->synchronize();
+          EXPECT_EQ(gpu_->memory().stats().num_allocs, allocations)
+              << "matmul " << name_of(dtype) << " " << size.m << "x" << size.n << "x" << size.k
+              << (transpose_a ? " aT" : "") << (transpose_b ? " bT" : "") << " allocated on " << gpu_->name();
+          const Tensor expected = ops::matmul(ops::cast(a, dtype), ops::cast(b, dtype), options);
+          expect_near_values(expected, out, dtype == DType::bf16 ? 1e-2 : 1e-3, "matmul into a preallocated output");
         }
       }
     }
