@@ -11,8 +11,11 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <thread>
 
+#include "backend/support/backend_params.hpp"
+#include "device/support/device_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/train/checkpoint.hpp"
 #include "train/support/synthetic_training.hpp"
@@ -22,11 +25,21 @@ namespace {
 
 constexpr std::int64_t kIn = 12, kHidden = 24, kClasses = 4, kBatch = 16;
 
+// Three devices of every accelerator kind: sim:0..2, and opencl:0..2 on the OpenCL devices there are.
 device::DeviceManagerOptions three_sim_devices() {
   device::DeviceManagerOptions options = runtime::testing::two_sim_devices();
   options.sim_devices = 3;
+  options.opencl_devices = 3;
   return options;
 }
+
+// The training cases run on every accelerator backend present; the parameter is the first device of the
+// kind under test ("sim:0", "opencl:0").
+class ParameterServerOnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Device `index` of the parameter's kind.
+  std::string on(int index) const { return GetParam().substr(0, GetParam().find(':')) + ":" + std::to_string(index); }
+};
 
 data::Dataset synthetic(device::DeviceManager& manager, std::int64_t rows, std::uint32_t seed) {
   const testing::Data data = testing::synthetic_batch(manager, rows, kIn, kClasses, seed);
@@ -74,14 +87,14 @@ std::vector<std::vector<std::int64_t>> progress(const std::vector<UpdateRecord>&
   return after;
 }
 
-TEST(ParameterServer, OneWorkerTrainsExactlyAsOneDevice) {
+TEST_P(ParameterServerOnDevice, OneWorkerTrainsExactlyAsOneDevice) {
   device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
   const data::Dataset train = synthetic(manager, 160, 7);
   for (const Optimizer& optimizer : {Optimizer{Adam{}}, Optimizer{Sgd{.learning_rate = 0.05, .momentum = 0.9}}}) {
-    std::unique_ptr<Sequential> one = compiled(manager, Strategy::one_device("sim:0"), {.optimizer = optimizer});
+    std::unique_ptr<Sequential> one = compiled(manager, Strategy::one_device(on(0)), {.optimizer = optimizer});
     const FitResult reference = fit(*one, train, {.epochs = 2});
     std::unique_ptr<Sequential> served =
-        compiled(manager, Strategy::parameter_server({"sim:1"}, "cpu:0", 0), {.optimizer = optimizer});
+        compiled(manager, Strategy::parameter_server({on(1)}, "cpu:0", 0), {.optimizer = optimizer});
     const FitResult result = fit(*served, train, {.epochs = 2});  // fit() runs the parameter server
     EXPECT_EQ(result.steps, reference.steps);
     expect_same_variables(*one, *served, "variables (parameters and optimizer slots) differ from one-device training");
@@ -122,11 +135,11 @@ TEST(ParameterServer, ARerunResumesFromTheCheckpointAtItsVersion) {
   std::filesystem::remove_all(directory);
 }
 
-TEST(ParameterServer, TwoAsynchronousWorkersLowerTheLoss) {
+TEST_P(ParameterServerOnDevice, TwoAsynchronousWorkersLowerTheLoss) {
   device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
   const data::Dataset train = synthetic(manager, 1024, 3);
   const data::Dataset test = synthetic(manager, 256, 99);
-  std::unique_ptr<Sequential> model = compiled(manager, Strategy::parameter_server({"sim:0", "sim:1"}, "sim:2"),
+  std::unique_ptr<Sequential> model = compiled(manager, Strategy::parameter_server({on(0), on(1)}, on(2)),
                                                {.optimizer = Adam{.learning_rate = 0.01}});
   const Evaluation before = evaluate(*model, test);
   const ParameterServerResult result = fit_parameter_server(*model, train, {.fit = {.epochs = 3}});
@@ -232,6 +245,10 @@ TEST(ParameterServer, BadStrategiesAreRefusedByName) {
   std::unique_ptr<Sequential> mirrored = compiled(manager, Strategy::mirrored({"sim:0", "sim:1"}));
   EXPECT_THROW(fit_parameter_server(*mirrored, synthetic(manager, 32, 1)), InvalidArgument);
 }
+
+INSTANTIATE_TEST_SUITE_P(Accelerators, ParameterServerOnDevice,
+                         ::testing::ValuesIn(device::testing::accelerator_device_names()),
+                         backend::testing::backend_test_name);
 
 }  // namespace
 }  // namespace tp::train
