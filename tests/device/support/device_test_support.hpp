@@ -16,17 +16,21 @@
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
 #include "tensorpool/device/device.hpp"
+#include "tensorpool/device/device_manager.hpp"
 
 namespace tp::device::testing {
 
 enum class Backend { cpu, sim, opencl };
 
 // Every backend this process can make a device of, in this order: cpu and sim always, opencl when the
-// build has the OpenCL backend and the ICD loader reports a device (PoCL in CI).
+// build has the OpenCL backend and the ICD loader reports a device (PoCL in CI), unless TP_OPENCL_DEVICES=0
+// hides the OpenCL devices (as it does from the DeviceManager; a bad value throws naming the variable).
 inline std::vector<Backend> present_backends() {
   backend::testing::prepare_pocl_cache();
   std::vector<Backend> present{Backend::cpu, Backend::sim};
-  if (!opencl_physical_devices().empty()) present.push_back(Backend::opencl);
+  DeviceManagerOptions environment;
+  apply_device_env(environment);
+  if (environment.opencl_devices != 0 && !opencl_physical_devices().empty()) present.push_back(Backend::opencl);
   return present;
 }
 
