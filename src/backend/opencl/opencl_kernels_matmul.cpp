@@ -96,8 +96,8 @@ HalfKernel half_kernel(LaunchContext& context, DType dtype) {
   return {nullptr, 0};  // not reached: a 1 x 1 work-group is always allowed
 }
 
-// C[m, n] = op(A) op(B) in float16 or bfloat16 (m, n, k > 0): one work-item per element of C, in TILE x TILE
-// work-groups over C's columns (dimension 0) and rows (dimension 1).
+// C[m, n] = op(A) op(B) in float16 or bfloat16 (m, n, k > 0): TILE x TILE work-groups over C's columns
+// (dimension 0) and rows (dimension 1), each work-item computing a 4 x 4 block of C.
 void gemm_half(LaunchContext& context, DType dtype, const Gemm& shape, const DeviceSpan& a, const DeviceSpan& b,
                const DeviceSpan& c) {
   const HalfKernel chosen = half_kernel(context, dtype);
@@ -111,8 +111,9 @@ void gemm_half(LaunchContext& context, DType dtype, const Gemm& shape, const Dev
       .value(static_cast<cl_uint>(shape.transpose_a ? 1 : 0))
       .value(static_cast<cl_uint>(shape.transpose_b ? 1 : 0));
   const std::size_t tile = chosen.tile;
+  const std::size_t block = 4 * tile;  // of C, per work-group
   const std::array<std::size_t, 2> local{tile, tile};
-  const std::array<std::size_t, 2> global{(shape.n + tile - 1) / tile * tile, (shape.m + tile - 1) / tile * tile};
+  const std::array<std::size_t, 2> global{(shape.n + block - 1) / block * tile, (shape.m + block - 1) / block * tile};
   check(clEnqueueNDRangeKernel(context.queue(), chosen.kernel, 2, nullptr, global.data(), local.data(), 0, nullptr,
                                nullptr),
         "clEnqueueNDRangeKernel(matmul)");
