@@ -7,6 +7,7 @@
 #include <clblast_c.h>
 
 #include <array>
+#include <mutex>
 #include <string>
 
 #include "backend/opencl/opencl_kernel_support.hpp"
@@ -40,6 +41,15 @@ std::size_t element_offset(const DeviceSpan& span, std::size_t element_bytes) {
   return span.offset / element_bytes;
 }
 
+// CLBlast before 1.6.1 (Debian 12 ships 1.5.2) races on its kernel and database caches when two threads call
+// it at once (CNugteren/CLBlast#486, fixed by #495): two devices' streams then fail with status -2039 or crash.
+// Every call goes through this lock; a call only enqueues, so the lock is held for microseconds once CLBlast
+// has compiled its kernels.
+std::mutex& clblast_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 struct Gemm {
   bool transpose_a, transpose_b;
   std::size_t m, n, k;
@@ -56,6 +66,7 @@ void gemm(LaunchContext& context, const Gemm& shape, const DeviceSpan& a, const 
   const std::size_t a_ld = shape.transpose_a ? shape.m : shape.k;  // A is stored [m, k], or [k, m] transposed
   const std::size_t b_ld = shape.transpose_b ? shape.k : shape.n;  // B is stored [k, n], or [n, k] transposed
   cl_command_queue queue = context.queue();
+  const std::lock_guard lock(clblast_mutex());
   if constexpr (sizeof(T) == sizeof(float)) {
     check_clblast(CLBlastSgemm(CLBlastLayoutRowMajor, transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F,
                                a.buffer, element_offset(a, sizeof(T)), a_ld, b.buffer, element_offset(b, sizeof(T)),
