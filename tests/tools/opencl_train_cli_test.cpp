@@ -180,12 +180,43 @@ TEST_F(OpenClCli, ZeroOverTwoOpenClDevicesTrainsToSimsAccuracy) {
   }
 }
 
+// The memory flags configure an opencl device's stack as a sim device's. BFC rounds requests the same way on
+// both, so the peaks in use are equal; `system` hands every request to the device's source, which rounds to its own
+// unit (a page on sim, the buffer alignment on opencl), so there the opencl peak is at most sim's and reserved
+// equals in use.
+TEST_F(OpenClCli, MemoryFlagsApplyAsOnSim) {
+  if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist";
+  for (const std::string memory : {"--allocator system", "--allocator bfc --allow-growth false"}) {
+    SCOPED_TRACE(memory);
+    const bool system = memory.find("system") != std::string::npos;
+    const std::string name = system ? "system" : "preallocate";
+    const nlohmann::json opencl = train("opencl_" + name, "--devices opencl:0 --strategy one " + memory);
+    const nlohmann::json sim = train("sim_" + name, "--devices sim:0 --strategy one " + memory);
+    expect_same_training(opencl, sim);
+    if (!opencl.contains("devices") || !sim.contains("devices")) continue;
+    const nlohmann::json& ours = opencl.at("devices").at(0);
+    const nlohmann::json& theirs = sim.at("devices").at(0);
+    if (system) {
+      EXPECT_LE(ours.at("peak_in_use_bytes").get<std::size_t>(), theirs.at("peak_in_use_bytes").get<std::size_t>());
+      EXPECT_EQ(ours.at("peak_reserved_bytes"), ours.at("peak_in_use_bytes"));
+    } else {
+      EXPECT_EQ(ours.at("peak_in_use_bytes"), theirs.at("peak_in_use_bytes"));
+      // Preallocation reserves the budget up front (on opencl as one region of at most the driver's largest
+      // allocation, so not sim's figure): far more than the job uses.
+      const auto in_use = ours.at("peak_in_use_bytes").get<std::size_t>();
+      EXPECT_GT(ours.at("peak_reserved_bytes").get<std::size_t>(), 16 * in_use);
+    }
+  }
+}
+
 // As estimate_cli_test's EstimateEqualsMeasured on sim: the plan made without allocating equals the peak that
 // three real steps reach (requested bytes, and in-use bytes after the allocator's rounding) on each device,
-// ZeRO and mixed precision included (a kernel's scratch on the device's stack would break it).
+// ZeRO, mixed precision and the system allocator included (a kernel's scratch on the device's stack would break
+// it, and so would the estimate rounding `system` requests to sim's page instead of the OpenCL source's unit).
 TEST_F(OpenClCli, EstimateEqualsTheMeasuredPeak) {
   for (const std::string devices :
        {"opencl:0 --strategy one", "opencl:0,opencl:1", "opencl:0,opencl:1 --shard optimizer",
+        "opencl:0 --strategy one --allocator system", "opencl:0,opencl:1 --allocator system",
         "opencl:0 --strategy one --precision mixed_float16", "opencl:0 --strategy one --precision mixed_bfloat16"}) {
     SCOPED_TRACE(devices);
     const std::string model = "--devices " + devices + " --batch-size 64";

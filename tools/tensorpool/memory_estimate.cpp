@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
@@ -63,18 +65,28 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
     if (options.change) options.change(scratch_config);
     std::unique_ptr<memory::MemoryStack> scratch =
         memory::make_sim_device_memory_stack(scratch_config, device->capacity_bytes());
+    // The system allocator hands each request to the device's own source, which serves it in whole units of
+    // its own (a page on sim, the buffer alignment on opencl), while the scratch source is simulated memory:
+    // when the device runs `system`, its allocator layer reports its source's unit and each request counts
+    // rounded to that. (A ConfigChange to `system` on another allocator keeps the scratch source's page.)
+    const bool source_rounds = scratch_config.allocator == memory::AllocatorKind::system &&
+                               device->memory().config().allocator == memory::AllocatorKind::system;
+    const std::size_t source_unit = std::max<std::size_t>(1, device->memory().allocator().allocation_granularity());
+    std::size_t source_in_use = 0;  // with source_rounds: the bytes the device's source would hand out
     std::vector<std::pair<void*, std::size_t>> held;
     std::size_t overflow = 0;  // bytes the scratch stack refused
     auto replay = [&](std::size_t bytes) -> std::size_t {
       if (bytes == 0) return 0;
+      const std::size_t rounded = memory::round_up(bytes, source_unit);
+      if (source_rounds) source_in_use += rounded;
       try {
         void* ptr = scratch->allocate(bytes);
         held.emplace_back(ptr, bytes);
-        return scratch->allocated_size(ptr, bytes);
+        return source_rounds ? rounded : scratch->allocated_size(ptr, bytes);
       } catch (const OutOfMemoryError&) {
         entry.fits = false;  // the device would refuse it too: same allocator, same order
         overflow += bytes;
-        return bytes;
+        return source_rounds ? rounded : bytes;
       }
     };
     for (const runtime::PlannedTensor& variable : plan.variables) {
@@ -96,7 +108,8 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
                              device_plan.arena_bytes,
                              replay(device_plan.arena_bytes)});
     const memory::MemoryStats replayed = scratch->stats();
-    entry.planned_peak_allocated_bytes = std::max(replayed.peak_bytes_in_use + overflow, entry.planned_peak_bytes);
+    entry.planned_peak_allocated_bytes = std::max(
+        source_rounds ? source_in_use : replayed.peak_bytes_in_use + overflow, entry.planned_peak_bytes);
     for (const auto& [ptr, bytes] : held) scratch->deallocate(ptr, bytes);
     entry.step = model.step_bytes(plan, entry.device);
     for (std::size_t index = 0; index < plan.tensors.size(); ++index) {
