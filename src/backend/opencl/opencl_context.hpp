@@ -21,10 +21,10 @@ namespace tp::backend::opencl {
 // The embedded kernel programs (kernels/<name>.cl), by name; generated at build time.
 const std::map<std::string_view, std::string_view>& program_sources();
 
-// Builds `source` for `device` with `options`. A failed build throws tp::DeviceError naming the program, the
-// device, the code and the compiler's build log.
-cl_program build_program(cl_context context, cl_device_id device, std::string_view name, std::string_view source,
-                         const std::string& options);
+// Builds `prelude` (kernels/prelude.cl, or empty) followed by `source` for `device` with `options`. A failed
+// build throws tp::DeviceError naming the program, the device, the code and the compiler's build log.
+cl_program build_program(cl_context context, cl_device_id device, std::string_view name, std::string_view prelude,
+                         std::string_view source, const std::string& options);
 
 class OpenClContext {
  public:

@@ -1,6 +1,7 @@
 // Discovery: the ICD loader's platforms and devices, asked once per process; and the shared context of each
 // physical device with its program cache.
 #include <algorithm>
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -115,12 +116,15 @@ std::string join_names(const std::map<std::string_view, std::string_view>& table
 
 }  // namespace
 
-cl_program build_program(cl_context context, cl_device_id device, std::string_view name, std::string_view source,
-                         const std::string& options) {
-  const char* text = source.data();
-  const std::size_t length = source.size();
+cl_program build_program(cl_context context, cl_device_id device, std::string_view name, std::string_view prelude,
+                         std::string_view source, const std::string& options) {
+  // The prelude first (none for the prelude itself): OpenCL concatenates the strings into one program.
+  std::array<const char*, 2> texts{prelude.data(), source.data()};
+  const std::array<std::size_t, 2> lengths{prelude.size(), source.size()};
+  const std::size_t first = prelude.empty() ? 1 : 0;
   cl_int status = CL_SUCCESS;
-  cl_program program = clCreateProgramWithSource(context, 1, &text, &length, &status);
+  cl_program program = clCreateProgramWithSource(context, static_cast<cl_uint>(2 - first), texts.data() + first,
+                                                 lengths.data() + first, &status);
   check(status, "clCreateProgramWithSource(" + std::string(name) + ")");
   status = clBuildProgram(program, 1, &device, options.c_str(), nullptr, nullptr);
   if (status == CL_SUCCESS) return program;
@@ -179,7 +183,10 @@ cl_program OpenClContext::program(std::string_view name) {
     TP_THROW(DeviceError, "opencl", "no OpenCL program '", name, "' is embedded (src/backend/opencl/kernels/",
              name, ".cl); the programs are: ", join_names(sources));
   }
-  cl_program built = build_program(context_, device_, name, source->second, build_options_);
+  const auto prelude = sources.find("prelude");
+  if (prelude == sources.end()) TP_THROW(DeviceError, "opencl", "the OpenCL prelude (kernels/prelude.cl) is not embedded");
+  cl_program built = build_program(context_, device_, name, name == "prelude" ? std::string_view() : prelude->second,
+                                   source->second, build_options_);
   programs_.emplace(std::string(name), built);
   return built;
 }

@@ -17,27 +17,6 @@
 // inner index in increasing order, one rounding per product and per addition (no contraction into fused
 // multiply-adds), starting from +0; padding beyond m, n or k is never added into a sum.
 
-#pragma OPENCL FP_CONTRACT OFF
-
-#define TP_AT(T, base, offset) ((__global T*)((__global uchar*)(base) + (offset)))
-
-// ---- bfloat16: elementwise.cl's bit-exact conversions (backend/cpu/kernels/half_convert.hpp) ----
-
-// Exact widening; a NaN gets its quiet bit, as the CPU conversion gives it.
-inline float bf16_to_float(ushort value) {
-  const uint bits = value;
-  const uint quiet = (bits & 0x7FFFu) > 0x7F80u ? 0x0040u : 0u;
-  return as_float((bits | quiet) << 16);
-}
-
-// Round to nearest, ties to even, on the bits; a NaN keeps its sign and top payload bits and becomes quiet.
-inline ushort float_to_bf16(float value) {
-  const uint bits = as_uint(value);
-  const uint rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-  const uint nan = (bits >> 16) | 0x0040u;
-  return (ushort)((bits & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
-}
-
 #define STORAGE_f16 half
 #define STORAGE_bf16 ushort
 #define LOAD_f16(p, i) vload_half((i), (p))

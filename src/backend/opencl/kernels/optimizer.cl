@@ -7,21 +7,6 @@
 // flag: has_apply == 0). Hyperparameters arrive already in T, computed on the host as the CPU kernels compute
 // them (Adam's alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) in double, then rounded to T).
 
-#if defined(cl_khr_fp64)
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#define TP_FP64 1
-#endif
-#pragma OPENCL FP_CONTRACT OFF
-
-#define TP_AT(T, base, offset) ((__global T*)((__global uchar*)(base) + (offset)))
-
-// bfloat16 widening, as elementwise.cl's bf16_to_float (exact; a NaN gets its quiet bit).
-inline float bf16_to_float(ushort value) {
-  const uint bits = value;
-  const uint quiet = (bits & 0x7FFFu) > 0x7F80u ? 0x0040u : 0u;
-  return as_float((bits | quiet) << 16);
-}
-
 #define GRAD_f32 float
 #define GRAD_f64 double
 #define GRAD_f16 half

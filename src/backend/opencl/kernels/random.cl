@@ -10,14 +10,6 @@
 // Element i of a launch is element (offset + i) of the stream. Without float64 the f32 kernels compute in
 // float (the same words, values within float tolerance of the CPU's).
 
-#if defined(cl_khr_fp64)
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#define TP_FP64 1
-#endif
-#pragma OPENCL FP_CONTRACT OFF
-
-#define TP_AT(T, base, offset) ((__global T*)((__global uchar*)(base) + (offset)))
-
 #define PHILOX_MULTIPLIER_0 0xD2511F53u
 #define PHILOX_MULTIPLIER_1 0xCD9E8D57u
 #define PHILOX_WEYL_0 0x9E3779B9u

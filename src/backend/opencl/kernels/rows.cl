@@ -7,14 +7,6 @@
 // left to right as the CPU does, in double (float where the device has no float64), and each result is
 // rounded once to T. Tensors are (__global T* base, ulong byte offset).
 
-#if defined(cl_khr_fp64)
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-#define TP_FP64 1
-#endif
-#pragma OPENCL FP_CONTRACT OFF
-
-#define TP_AT(T, base, offset) ((__global T*)((__global uchar*)(base) + (offset)))
-
 // Keras's backend epsilon: probabilities are clipped to [eps, 1 - eps] (cross_entropy.hpp).
 #ifdef TP_FP64
 #define ACCUMULATOR double

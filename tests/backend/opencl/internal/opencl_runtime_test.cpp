@@ -296,7 +296,7 @@ TEST_F(OpenClRuntime, ALaunchErrorIsKeptByTheStreamAndReportedAtSynchronize) {
 TEST_F(OpenClRuntime, AProgramThatDoesNotBuildShowsItsBuildLog) {
   auto context = OpenClContext::acquire(0);
   const std::string text = message_of([&] {
-    build_program(context->context(), context->device(), "broken", "__kernel void f(__global float* x) { x[0] = y; }",
+    build_program(context->context(), context->device(), "broken", {}, "__kernel void f(__global float* x) { x[0] = y; }",
                   context->build_options());
   });
   EXPECT_NE(text.find("clBuildProgram failed for program 'broken'"), std::string::npos) << text;
