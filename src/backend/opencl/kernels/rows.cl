@@ -30,14 +30,31 @@
 // NaN (after which nothing replaces it): reduce.hpp's rule, also correct_count's.
 #define TAKES_OVER(candidate, best) (!isnan(best) && ((candidate) > (best) || isnan(candidate)))
 
+// The label of row r (int32 or, when labels_64 != 0, int64 labels); the kernels' label parameters are named
+// labels, labels_offset and labels_64.
+#define LABEL_OF(r)                                                                                                    \
+  (labels_64 != 0u ? TP_AT(const long, labels, labels_offset)[r] : (long)TP_AT(const int, labels, labels_offset)[r])
+
+// The start of a cross-entropy row: its label, input row and gradient row. Labels were checked
+// (check_labels); a row whose label is out of range still never reads outside x: its loss and gradient are NaN.
+#define CROSS_ENTROPY_ROW(T, label, row, grad)                                                                         \
+  const long label = LABEL_OF(r);                                                                                      \
+  __global const T* row = TP_AT(const T, x, x_offset) + r * cols;                                                      \
+  __global T* grad = TP_AT(T, gradient, gradient_offset) + r * cols;                                                   \
+  if (label < 0 || label >= (long)cols) {                                                                              \
+    TP_AT(T, loss, loss_offset)[r] = (T)NAN;                                                                           \
+    if (has_gradient != 0u)                                                                                            \
+      for (ulong c = 0; c < cols; ++c) grad[c] = (T)NAN;                                                               \
+    return;                                                                                                            \
+  }
+
 // first_bad (set to UINT_MAX by the launcher) = the smallest row whose label lies outside [0, cols): the
 // launchers read it back before the loss or count kernels run and refuse a bad label as the CPU kernels do.
 __kernel void check_labels(__global const void* labels, ulong labels_offset, uint labels_64, ulong rows, ulong cols,
                            __global uint* first_bad, ulong first_bad_offset) {
   const size_t r = get_global_id(0);
   if (r >= rows) return;
-  const long label = labels_64 != 0u ? TP_AT(const long, labels, labels_offset)[r]
-                                     : (long)TP_AT(const int, labels, labels_offset)[r];
+  const long label = LABEL_OF(r);
   if (label < 0 || label >= (long)cols) atomic_min(TP_AT(uint, first_bad, first_bad_offset), (uint)r);
 }
 
@@ -57,24 +74,14 @@ __kernel void check_labels(__global const void* labels, ulong labels_offset, uin
       for (ulong c = 0; c < cols; ++c) out[c] = (T)(exp((ACCUMULATOR)in[c] - max) / sum_exp);                          \
     }                                                                                                                  \
   }                                                                                                                    \
-  /* From logits: loss[r] = log(s) - (x[label] - m); gradient[r, c] = softmax[c] - (c == label). Labels were */        \
-  /* checked (check_labels); a row whose label is out of range still never reads outside x: it gets NaN. */            \
+  /* From logits: loss[r] = log(s) - (x[label] - m); gradient[r, c] = softmax[c] - (c == label). */                    \
   __kernel void cross_entropy_logits_##S(__global const T* x, ulong x_offset, __global const void* labels,             \
                                          ulong labels_offset, uint labels_64, __global T* loss, ulong loss_offset,     \
                                          __global T* gradient, ulong gradient_offset, uint has_gradient,               \
                                          ulong rows, ulong cols) {                                                     \
     const size_t r = get_global_id(0);                                                                                 \
     if (r >= rows) return;                                                                                             \
-    const long label = labels_64 != 0u ? TP_AT(const long, labels, labels_offset)[r]                                   \
-                                       : (long)TP_AT(const int, labels, labels_offset)[r];                             \
-    __global const T* row = TP_AT(const T, x, x_offset) + r * cols;                                                    \
-    __global T* grad = TP_AT(T, gradient, gradient_offset) + r * cols;                                                 \
-    if (label < 0 || label >= (long)cols) {                                                                            \
-      TP_AT(T, loss, loss_offset)[r] = (T)NAN;                                                                         \
-      if (has_gradient != 0u)                                                                                          \
-        for (ulong c = 0; c < cols; ++c) grad[c] = (T)NAN;                                                             \
-      return;                                                                                                          \
-    }                                                                                                                  \
+    CROSS_ENTROPY_ROW(T, label, row, grad)                                                                             \
     ROW_SHIFT(T, row, cols, max, sum_exp)                                                                              \
     TP_AT(T, loss, loss_offset)[r] = (T)(log(sum_exp) - ((ACCUMULATOR)row[label] - max));                              \
     if (has_gradient == 0u) return;                                                                                    \
@@ -91,16 +98,7 @@ __kernel void check_labels(__global const void* labels, ulong labels_offset, uin
                                                 uint has_gradient, ulong rows, ulong cols) {                           \
     const size_t r = get_global_id(0);                                                                                 \
     if (r >= rows) return;                                                                                             \
-    const long label = labels_64 != 0u ? TP_AT(const long, labels, labels_offset)[r]                                   \
-                                       : (long)TP_AT(const int, labels, labels_offset)[r];                             \
-    __global const T* row = TP_AT(const T, x, x_offset) + r * cols;                                                    \
-    __global T* grad = TP_AT(T, gradient, gradient_offset) + r * cols;                                                 \
-    if (label < 0 || label >= (long)cols) {                                                                            \
-      TP_AT(T, loss, loss_offset)[r] = (T)NAN;                                                                         \
-      if (has_gradient != 0u)                                                                                          \
-        for (ulong c = 0; c < cols; ++c) grad[c] = (T)NAN;                                                             \
-      return;                                                                                                          \
-    }                                                                                                                  \
+    CROSS_ENTROPY_ROW(T, label, row, grad)                                                                             \
     const ACCUMULATOR low = PROBABILITY_EPSILON;                                                                       \
     const ACCUMULATOR high = (ACCUMULATOR)1 - PROBABILITY_EPSILON;                                                     \
     ACCUMULATOR clipped_sum = 0;                                                                                       \
@@ -130,8 +128,7 @@ __kernel void check_labels(__global const void* labels, ulong labels_offset, uin
       ulong best = 0;                                                                                                  \
       for (ulong c = 1; c < cols; ++c)                                                                                 \
         if (TAKES_OVER(row[c], row[best])) best = c;                                                                   \
-      const long label = labels_64 != 0u ? TP_AT(const long, labels, labels_offset)[r]                                 \
-                                         : (long)TP_AT(const int, labels, labels_offset)[r];                           \
+      const long label = LABEL_OF(r);                                                                                  \
       if (label >= 0 && label < (long)cols && (ulong)label == best) ++count;                                           \
     }                                                                                                                  \
     partial[id] = count;                                                                                               \
