@@ -395,6 +395,7 @@ std::vector<DeviceInfo> DeviceManager::info() {
     info.allocator = std::string(memory::to_string(stack.config().allocator));
     info.policy = std::string(policy_name(stack.config().policy));
     info.streams = device->num_streams();
+    info.staging = device->staging_kind();
     if (device->kind() == DeviceKind::opencl) {
       const std::vector<OpenClProperties>& found = opencl_physical_devices();
       const auto physical = static_cast<std::size_t>(device->physical_id().index);

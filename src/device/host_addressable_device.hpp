@@ -32,6 +32,7 @@ class HostAddressableDevice : public Device {
 
  public:
   const StagingPool& staging() const noexcept { return *staging_; }
+  std::string staging_kind() const override { return staging_->kind(); }
 
  private:
   static char* address(const std::shared_ptr<Buffer>& buffer, std::size_t offset) {

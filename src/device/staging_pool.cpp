@@ -23,44 +23,73 @@ memory::MemoryConfig staging_config(const std::string& owner) {
   return config;
 }
 
-std::shared_ptr<memory::MemoryStack> make_stack(const std::string& owner, bool pinned) {
-  const memory::MemoryConfig config = staging_config(owner);
-  if (pinned) return memory::make_memory_stack(config, std::make_unique<memory::PinnedHostResource>());
-  return memory::make_memory_stack(config, std::make_unique<memory::HostResource>());
+// A stack over `upstream`, or over pageable host memory when it is null.
+std::shared_ptr<memory::MemoryStack> make_stack(const std::string& owner,
+                                                std::unique_ptr<memory::MemoryResource> upstream) {
+  if (upstream == nullptr) upstream = std::make_unique<memory::HostResource>();
+  return memory::make_memory_stack(staging_config(owner), std::move(upstream));
 }
+
+constexpr const char* kPageable = "pageable";
 
 }  // namespace
 
 std::shared_ptr<StagingPool> StagingPool::create(std::string owner, bool pinned) {
-  return std::shared_ptr<StagingPool>(new StagingPool(std::move(owner), pinned));
+  std::unique_ptr<memory::MemoryResource> upstream;
+  if (pinned) upstream = std::make_unique<memory::PinnedHostResource>();
+  return std::shared_ptr<StagingPool>(new StagingPool(std::move(owner), pinned ? "mlock" : kPageable,
+                                                      std::move(upstream)));
 }
 
-StagingPool::StagingPool(std::string owner, bool pinned)
-    : owner_(std::move(owner)), stack_(make_stack(owner_, pinned)), pinned_(pinned) {}
+std::shared_ptr<StagingPool> StagingPool::create(std::string owner, std::string kind,
+                                                 const UpstreamFactory& make_upstream) {
+  if (kind.empty() || !make_upstream) {
+    TP_THROW(InvalidArgument, "device", owner, ": a staging pool over a device's own upstream needs a kind naming"
+             " it and a factory; give both, or StagingPool::create(owner, pinned) for page-locked host memory");
+  }
+  std::unique_ptr<memory::MemoryResource> upstream = make_upstream();
+  if (upstream == nullptr) {
+    TP_THROW(InvalidArgument, "device", owner, ": the staging upstream factory for ", kind,
+             " returned null; it must return the resource (or throw why it cannot)");
+  }
+  return std::shared_ptr<StagingPool>(new StagingPool(std::move(owner), std::move(kind), std::move(upstream)));
+}
+
+StagingPool::StagingPool(std::string owner, std::string pinned_kind, std::unique_ptr<memory::MemoryResource> upstream)
+    : owner_(std::move(owner)),
+      pinned_kind_(std::move(pinned_kind)),
+      pinned_(upstream != nullptr) {
+  stack_ = make_stack(owner_, std::move(upstream));
+}
+
+std::string StagingPool::kind() const { return pinned() ? pinned_kind_ : std::string(kPageable); }
 
 void StagingPool::fall_back_to_pageable(const std::string& why) {
   std::lock_guard lock(mutex_);
   if (!pinned_.load(std::memory_order_relaxed)) return;
   std::fprintf(stderr, "[device] %s: pinned staging memory refused (%s); staging copies through pageable memory\n",
                owner_.c_str(), why.c_str());
-  stack_ = make_stack(owner_, false);
+  stack_ = make_stack(owner_, nullptr);
   pinned_.store(false, std::memory_order_relaxed);
 }
 
 std::shared_ptr<void> StagingPool::acquire(std::size_t bytes) {
   std::shared_ptr<memory::MemoryStack> stack;
+  bool from_pinned = false;  // whether `stack` is the pinned one (another thread may fall back meanwhile)
   {
     std::lock_guard lock(mutex_);
     stack = stack_;
+    from_pinned = pinned_.load(std::memory_order_relaxed);
   }
   void* block = nullptr;
   std::string refusal;
   try {
     block = stack->allocate(bytes);
-  } catch (const DeviceError& error) {  // the OS refused to lock pages
+  } catch (const DeviceError& error) {  // the OS refused to lock pages, or the driver to pin them
+    if (!from_pinned) throw;
     refusal = error.what();
-  } catch (const std::bad_alloc& error) {  // the BFC layer reports a refused mlock (RLIMIT_MEMLOCK) as OOM
-    if (!pinned()) throw;
+  } catch (const std::bad_alloc& error) {  // the BFC layer reports a refused upstream (RLIMIT_MEMLOCK) as OOM
+    if (!from_pinned) throw;
     refusal = error.what();
   }
   if (block == nullptr) {

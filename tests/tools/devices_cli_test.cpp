@@ -53,7 +53,7 @@ TEST_F(DevicesCli, JsonListsTheConfiguredDevicesWithTheProbesMemory) {
   const char* names[] = {"cpu:0", "sim:0", "sim:1"};
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const nlohmann::json& device = devices[i];
-    EXPECT_EQ(device.size(), 11u) << device;
+    EXPECT_EQ(device.size(), 12u) << device;
     EXPECT_EQ(device.at("name"), names[i]);
     EXPECT_EQ(device.at("physical"), names[i]);
     EXPECT_EQ(device.at("allocator"), "bfc");
@@ -64,10 +64,12 @@ TEST_F(DevicesCli, JsonListsTheConfiguredDevicesWithTheProbesMemory) {
     }
   }
   EXPECT_EQ(devices[0].at("kind"), "cpu");
+  EXPECT_EQ(devices[0].at("staging"), "pageable");  // the cpu's memory is host memory: nothing to pin
   EXPECT_EQ(devices[0].at("in_use_bytes"), 0);  // the probe allocates on accelerators only
   for (std::size_t i = 1; i < devices.size(); ++i) {
     const nlohmann::json& device = devices[i];
     EXPECT_EQ(device.at("kind"), "sim");
+    EXPECT_EQ(device.at("staging"), "mlock");  // nothing was staged, so no refusal could switch it
     EXPECT_EQ(device.at("capacity_bytes"), kGiB);
     EXPECT_EQ(device.at("limit_bytes"), kGiB);
     EXPECT_GE(device.at("in_use_bytes").get<std::size_t>(), 10 * kMiB);
@@ -191,6 +193,7 @@ TEST_F(DevicesCli, JsonShowsWhatEachOpenClDriverReports) {
     const nlohmann::json& device = devices[index];
     EXPECT_EQ(device.at("name"), "opencl:" + std::to_string(index - 1));
     EXPECT_EQ(device.at("kind"), "opencl");
+    EXPECT_EQ(device.at("staging"), "CL_MEM_ALLOC_HOST_PTR");
     EXPECT_GE(device.at("in_use_bytes").get<std::size_t>(), kMiB);  // the probe reached it
     const nlohmann::json& opencl = device.at("opencl");
     for (const char* key : {"name", "vendor", "platform", "device_version", "driver_version"}) {

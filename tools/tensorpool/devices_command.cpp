@@ -1,7 +1,8 @@
 // tensorpool devices [--json] [--sim-devices N] [--sim-memory BYTES] [--allocate BYTES]
 // Lists the devices the DeviceManager builds from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
 // TP_OPENCL_DEVICES, TP_VISIBLE_DEVICES and the memory overrides), with each one's memory figures; --json
-// adds what each opencl device's driver reports (name, vendor, driver, memory, compute units, SVM, fp64).
+// adds the kind of host memory staging each device's copies (Device::staging_kind()) and what each opencl
+// device's driver reports (name, vendor, driver, memory, compute units, SVM, fp64).
 // --sim-devices and --sim-memory override the environment for this command. --allocate is a probe: it
 // allocates that many bytes on every accelerator (tag "devices/probe", kind temporary) and holds them while
 // printing, so the live figures (in use, reserved, peak) show what one allocation costs on each device's stack.
@@ -135,6 +136,7 @@ void print_json(const std::vector<device::DeviceInfo>& devices) {
         {"allocator", info.allocator},
         {"policy", info.policy},
         {"streams", info.streams},
+        {"staging", info.staging},
     };
     if (info.opencl.has_value()) {
       const device::OpenClProperties& opencl = *info.opencl;

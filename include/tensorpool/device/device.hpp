@@ -90,6 +90,10 @@ class Device {
   // Whether host code may read and write this device's memory directly (cpu); otherwise only copies and
   // kernels running on its streams may (sim, cuda).
   virtual bool host_accessible() const noexcept = 0;
+  // What the host memory staging this device's copies is: "mlock" (page-locked host pages), the backend's
+  // own pinned memory ("CL_MEM_ALLOC_HOST_PTR" on opencl devices), or "pageable" (unpinned: a device that
+  // asked for none, or whose pinned memory was refused; copies stay correct).
+  virtual std::string staging_kind() const = 0;
 
   std::size_t num_streams() const noexcept { return streams_.size(); }
   // Throws tp::InvalidArgument naming the index and the count when out of range.

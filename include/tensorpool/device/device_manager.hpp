@@ -69,6 +69,7 @@ struct DeviceInfo {
   std::string allocator;      // "bfc"
   std::string policy;         // "grow" | "preallocate"
   std::size_t streams = 0;
+  std::string staging;        // Device::staging_kind(): "mlock" | "CL_MEM_ALLOC_HOST_PTR" | "pageable"
   std::optional<OpenClProperties> opencl;  // the OpenCL device behind an opencl device
 };
 

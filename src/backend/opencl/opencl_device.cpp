@@ -58,7 +58,12 @@ OpenClDevice::OpenClDevice(device::DeviceId id, device::DeviceId physical_id, st
       context_(std::move(context)),
       source_(source),
       shared_source_(shared_source),
-      staging_(device::StagingPool::create(id.str(), /*pinned=*/true)),
+      staging_buffers_(std::make_shared<StagingBufferTable>()),
+      staging_(device::StagingPool::create(id.str(), "CL_MEM_ALLOC_HOST_PTR",
+                                           [&] {
+                                             return std::make_unique<OpenClStagingMemory>(
+                                                 context_, id.str() + "/staging/alloc_host_ptr", staging_buffers_);
+                                           })),
       kernels_(options.num_streams) {
   try {
     for (std::size_t index = 0; index < options.num_streams; ++index) {

@@ -7,7 +7,9 @@
 // (stream-ordered reuse, as on every backend). Host tasks (Stream::enqueue) run on the worker as on sim.
 //
 // Copies use clEnqueueReadBuffer / WriteBuffer / CopyBuffer on the stream's queue, staged through the
-// device's pinned StagingPool; the debug poison is a clEnqueueFillBuffer on a service queue of its own
+// device's StagingPool, whose memory is mapped CL_MEM_ALLOC_HOST_PTR buffers (OpenClStagingMemory): the
+// driver's own pinned memory, which reads and writes take as their host pointer. The debug poison is a
+// clEnqueueFillBuffer on a service queue of its own
 // (buffers are released from whichever thread drops them). Devices of one context do not claim peer access:
 // peer access would let the direct collectives touch device memory from host code, so copies between two
 // opencl devices go through host staging (device::copy's path for non-peers).
@@ -27,6 +29,7 @@
 #include "backend/opencl/opencl_context.hpp"
 #include "backend/opencl/opencl_launch.hpp"
 #include "backend/opencl/opencl_memory.hpp"
+#include "backend/opencl/opencl_staging_memory.hpp"
 #include "device/staging_pool.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/device/device.hpp"
@@ -59,6 +62,9 @@ class OpenClDevice final : public device::Device {
   // Enqueues `launch` on `stream` (one of this device's): see opencl_launch.hpp's enqueue().
   void launch(device::Stream& stream, Launch launch);
   const device::StagingPool& staging() const noexcept { return *staging_; }
+  std::string staging_kind() const override { return staging_->kind(); }
+  // The live CL_MEM_ALLOC_HOST_PTR buffers behind staging(): which one holds a staging block, and where.
+  const StagingBufferTable& staging_buffers() const noexcept { return *staging_buffers_; }
 
  private:
   void enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* host,
@@ -81,6 +87,7 @@ class OpenClDevice final : public device::Device {
   // One 4-byte buffer per stream, same index: backend overhead like the queues, never in the memory stack, so a
   // step's tracked memory is exactly its plan.
   std::vector<cl_mem> status_words_;
+  const std::shared_ptr<StagingBufferTable> staging_buffers_;  // filled by staging_'s OpenClStagingMemory
   std::shared_ptr<device::StagingPool> staging_;
   // kernels_[i] is touched only by stream i's worker (in launches).
   std::vector<std::map<std::string, cl_kernel, std::less<>>> kernels_;
