@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <utility>
 
 #include "device/poll_before_sleeping.hpp"
 
@@ -14,12 +15,22 @@ struct Event::State {
   // Only ever goes false -> true, stored under mutex (so a waiter on the condition cannot miss it); atomic so
   // that waiters poll it without the mutex first (poll_before_sleeping) and query() never blocks.
   std::atomic<bool> completed{false};
+  // Immutable after creation: the backend-native handle (null: none) and the owner tag it belongs to.
+  std::shared_ptr<void> native;
+  const void* native_owner = nullptr;
 };
 
-Event Event::pending() {
+Event Event::pending(std::shared_ptr<void> native, const void* owner) {
   Event event;
   event.state_ = std::make_shared<State>();
+  event.state_->native = std::move(native);
+  event.state_->native_owner = event.state_->native != nullptr ? owner : nullptr;
   return event;
+}
+
+void* Event::native(const void* owner) const noexcept {
+  if (state_ == nullptr || owner == nullptr || state_->native_owner != owner) return nullptr;
+  return state_->native.get();
 }
 
 void Event::complete() const noexcept {

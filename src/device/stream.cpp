@@ -23,7 +23,7 @@ void Stream::enqueue(Task task) {
   });
 }
 
-Event Stream::record() {
+Event Stream::do_record() {
   Event event = Event::pending();
   do_enqueue([event] { event.complete(); });
   return event;
@@ -31,7 +31,17 @@ Event Stream::record() {
 
 void Stream::wait(const Event& event) {
   if (event.query()) return;
+  do_wait(event);
+}
+
+void Stream::do_wait(const Event& event) {
   do_enqueue([event] { event.synchronize(); });
+}
+
+void Stream::keep_error(std::exception_ptr error) noexcept {
+  std::lock_guard lock(error_mutex_);
+  if (error_ == nullptr) error_ = std::move(error);
+  has_error_.store(true, std::memory_order_release);
 }
 
 void Stream::synchronize() {
@@ -54,9 +64,7 @@ void Stream::run(Task& task, bool propagate) {
     current_stream = outer;
     task = nullptr;  // drop the captures (buffers) before reporting, as on success
     if (propagate) throw;
-    std::lock_guard lock(error_mutex_);
-    if (error_ == nullptr) error_ = std::current_exception();
-    has_error_.store(true, std::memory_order_release);
+    keep_error(std::current_exception());
     return;
   }
   current_stream = outer;

@@ -11,13 +11,21 @@
 // Errors: a task's exception is kept; the stream skips the tasks behind it and synchronize() rethrows it
 // (then the stream is usable again), as CUDA reports asynchronous errors at the next synchronization. An
 // inline stream (cpu) runs the task in enqueue() and its exception propagates from there.
+//
+// Backend-native order: record() and wait() are non-virtual and call do_record()/do_wait(), whose defaults
+// are host events (a task completes the event; a task blocks on it). A backend with device events (opencl's
+// marker cl_events, cuda's cudaEvent_t) overrides them: its record() returns an event carrying its native
+// handle (pending_event), completed host-side once the device got there (complete_event), and its wait() on
+// an event whose handle it owns (native_handle) orders its device queue without blocking any thread.
 
 #include <atomic>
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "tensorpool/device/event.hpp"
 
@@ -41,7 +49,7 @@ class Stream {
   // Enqueues `task` behind everything enqueued before.
   void enqueue(Task task);
   // An event that completes once everything enqueued so far has run.
-  Event record();
+  Event record() { return do_record(); }
   // Work enqueued after this call starts only once `event` has completed.
   void wait(const Event& event);
   // Blocks until everything enqueued so far has run; rethrows the first error a task raised since the last
@@ -66,6 +74,23 @@ class Stream {
   void run(Task& task, bool propagate);
   // Waits until everything enqueued so far has run, without reporting errors.
   virtual void wait_idle() = 0;
+  // Keeps `error` as a task error raised outside run() (a device command that failed), as run() does: the
+  // first one is kept, later tasks are skipped until synchronize() reports it.
+  void keep_error(std::exception_ptr error) noexcept;
+
+  // The default record: an event completed by a task behind everything enqueued so far.
+  virtual Event do_record();
+  // The default wait (called only for an event not yet complete): a task that blocks until `event` completes.
+  virtual void do_wait(const Event& event);
+
+  // For backends with native events (friendship with Event is not inherited): a pending event carrying
+  // `native` with the owner tag `owner`; its completion (once, after the device passed it); and the handle of
+  // `event` when its owner tag is `owner` (null otherwise, and for host events).
+  static Event pending_event(std::shared_ptr<void> native, const void* owner) {
+    return Event::pending(std::move(native), owner);
+  }
+  static void complete_event(const Event& event) noexcept { event.complete(); }
+  static void* native_handle(const Event& event, const void* owner) noexcept { return event.native(owner); }
 
  private:
   friend class Device;

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "backend/opencl/opencl_kernel_table.hpp"
-#include "device/worker_stream.hpp"
+#include "backend/opencl/opencl_stream.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/backends.hpp"
 
@@ -79,7 +79,7 @@ OpenClDevice::OpenClDevice(device::DeviceId id, device::DeviceId physical_id, st
   if (shared != nullptr) set_shared_memory(std::move(shared), "fine-grained buffer SVM");
   std::vector<std::unique_ptr<device::Stream>> streams;
   for (std::size_t index = 0; index < options.num_streams; ++index) {
-    streams.push_back(std::make_unique<device::WorkerStream>(*this, index));
+    streams.push_back(std::make_unique<OpenClStream>(*this, index, context_->context(), queues_[index]));
   }
   set_streams(std::move(streams));
 }
@@ -132,58 +132,60 @@ void OpenClDevice::launch(device::Stream& stream, Launch launch) {
     TP_THROW(InvalidArgument, "opencl", "enqueue: stream ", stream.name(), " does not belong to ", name());
   }
   if (!launch) TP_THROW(InvalidArgument, "opencl", "enqueue on ", stream.name(), ": the launch is empty");
-  const std::size_t index = stream.index();
-  stream.enqueue([this, index, launch = std::move(launch)] {
+  // No wait: the stream's marker behind the commands keeps `launch` (its captures) until they have run.
+  opencl_stream(stream).enqueue_commands([this, index = stream.index(), launch = std::move(launch)] {
     StreamLaunchContext context(*this, index);
-    cl_command_queue queue = queues_[index];
-    try {
-      launch(context);
-    } catch (...) {
-      clFinish(queue);  // commands enqueued before the error still complete before the captures go
-      throw;
-    }
-    check(clFinish(queue), "clFinish (after a launch on " + this->stream(index).name() + ")");
+    launch(context);
   });
+}
+
+OpenClStream& OpenClDevice::opencl_stream(device::Stream& stream) {
+  // Every stream of an OpenClDevice is an OpenClStream (the constructor makes them).
+  return static_cast<OpenClStream&>(stream);
 }
 
 void OpenClDevice::enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
                                    void* host, std::size_t bytes) {
-  stream.enqueue([this, index = stream.index(), src, src_offset, host, bytes] {
+  // Non-blocking: `host` stays valid until the stream's marker behind the read (the caller's contract).
+  opencl_stream(stream).enqueue_commands([this, index = stream.index(), src, src_offset, host, bytes] {
     const DeviceSpan from = span(*src, src_offset, bytes);
-    check(clEnqueueReadBuffer(queues_[index], from.buffer, CL_TRUE, from.offset, bytes, host, 0, nullptr, nullptr),
+    check(clEnqueueReadBuffer(queues_[index], from.buffer, CL_FALSE, from.offset, bytes, host, 0, nullptr, nullptr),
           "clEnqueueReadBuffer");
   });
 }
 
 void OpenClDevice::enqueue_from_host(device::Stream& stream, const void* host, const std::shared_ptr<Buffer>& dst,
                                      std::size_t dst_offset, std::size_t bytes, std::shared_ptr<void> host_owner) {
-  stream.enqueue([this, index = stream.index(), host, dst, dst_offset, bytes, owner = std::move(host_owner)] {
+  // Non-blocking: `owner` (the staging block) is a capture, kept until the write has run.
+  opencl_stream(stream).enqueue_commands([this, index = stream.index(), host, dst, dst_offset, bytes,
+                                          owner = std::move(host_owner)] {
     const DeviceSpan to = span(*dst, dst_offset, bytes);
-    check(clEnqueueWriteBuffer(queues_[index], to.buffer, CL_TRUE, to.offset, bytes, host, 0, nullptr, nullptr),
+    check(clEnqueueWriteBuffer(queues_[index], to.buffer, CL_FALSE, to.offset, bytes, host, 0, nullptr, nullptr),
           "clEnqueueWriteBuffer");
   });
 }
 
 void OpenClDevice::enqueue_within(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
                                   const std::shared_ptr<Buffer>& dst, std::size_t dst_offset, std::size_t bytes) {
-  stream.enqueue([this, index = stream.index(), src, src_offset, dst, dst_offset, bytes] {
+  // Distinct buffers never share bytes, so only a copy within one buffer can overlap. clEnqueueCopyBuffer
+  // refuses overlapping ranges (CL_MEM_COPY_OVERLAP): such a copy goes through host staging, taken here so
+  // that the task holds it (a capture) until the read and the write behind it have run.
+  const bool overlap = src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes;
+  std::shared_ptr<void> staged = overlap ? staging_->acquire(bytes) : nullptr;
+  opencl_stream(stream).enqueue_commands([this, index = stream.index(), src, src_offset, dst, dst_offset, bytes,
+                                          staged = std::move(staged)] {
     const DeviceSpan from = span(*src, src_offset, bytes);
     const DeviceSpan to = span(*dst, dst_offset, bytes);
     cl_command_queue queue = queues_[index];
-    const bool overlap =
-        from.buffer == to.buffer && from.offset < to.offset + bytes && to.offset < from.offset + bytes;
-    if (overlap) {
-      // clEnqueueCopyBuffer refuses overlapping ranges (CL_MEM_COPY_OVERLAP); memmove through the host.
-      const std::shared_ptr<void> staged = staging_->acquire(bytes);
-      check(clEnqueueReadBuffer(queue, from.buffer, CL_TRUE, from.offset, bytes, staged.get(), 0, nullptr, nullptr),
+    if (staged != nullptr) {  // the in-order queue runs the write after the read
+      check(clEnqueueReadBuffer(queue, from.buffer, CL_FALSE, from.offset, bytes, staged.get(), 0, nullptr, nullptr),
             "clEnqueueReadBuffer");
-      check(clEnqueueWriteBuffer(queue, to.buffer, CL_TRUE, to.offset, bytes, staged.get(), 0, nullptr, nullptr),
+      check(clEnqueueWriteBuffer(queue, to.buffer, CL_FALSE, to.offset, bytes, staged.get(), 0, nullptr, nullptr),
             "clEnqueueWriteBuffer");
       return;
     }
     check(clEnqueueCopyBuffer(queue, from.buffer, to.buffer, from.offset, to.offset, bytes, 0, nullptr, nullptr),
           "clEnqueueCopyBuffer");
-    check(clFinish(queue), "clFinish (after clEnqueueCopyBuffer)");
   });
 }
 

@@ -1,10 +1,13 @@
 #pragma once
 // OpenClDevice: a device on one OpenCL device (physical, or a logical share of one). Its memory stack sits on
-// an OpenClDeviceMemory; each of its streams is a WorkerStream paired with an in-order command queue of the
-// same index. A task on stream i enqueues its commands on queue i and waits for them (clFinish) before it
-// counts complete, so the stream's order is the queue's order, a stream event completes only after the
-// commands before it, and the buffers a task captured are released only once their commands have run
-// (stream-ordered reuse, as on every backend). Host tasks (Stream::enqueue) run on the worker as on sim.
+// an OpenClDeviceMemory; each of its streams is an OpenClStream (opencl_stream.hpp) over the in-order command
+// queue of the same index. A launch or copy on stream i enqueues its commands on queue i without waiting; the
+// stream's marker behind them keeps the task's captures (buffers, staging blocks) until they have run, so a
+// buffer is released only once its commands have completed (stream-ordered reuse, as on every backend).
+// Events are marker cl_events: a stream of any device of the same context waits on them with a barrier on its
+// queue. Host tasks (Stream::enqueue) run on the stream's worker after every earlier command has completed.
+// Reads to host memory and writes from it are non-blocking: the host memory (a staging block, held by the
+// task or by its caller until the stream's event) stays valid until the stream's marker behind the copy.
 //
 // Copies use clEnqueueReadBuffer / WriteBuffer / CopyBuffer on the stream's queue, staged through the
 // device's StagingPool, whose memory is mapped CL_MEM_ALLOC_HOST_PTR buffers (OpenClStagingMemory): the
@@ -15,8 +18,9 @@
 // opencl devices go through host staging (device::copy's path for non-peers).
 //
 // Kernel objects: clSetKernelArg is not thread-safe on one cl_kernel, so each stream has its own kernel
-// objects, created on first use and touched only by that stream's worker (launches on one stream run one at
-// a time, and a kernel's arguments are captured when it is enqueued).
+// objects, created on first use and touched only by that stream's worker (launches on one stream are enqueued
+// one at a time). A kernel's arguments are captured when it is enqueued, so the next launch may set them
+// again while earlier launches of the same kernel are still in flight.
 
 #include <CL/cl.h>
 
@@ -29,6 +33,7 @@
 #include "backend/opencl/opencl_context.hpp"
 #include "backend/opencl/opencl_launch.hpp"
 #include "backend/opencl/opencl_memory.hpp"
+#include "backend/opencl/opencl_stream.hpp"
 #include "backend/opencl/opencl_staging_memory.hpp"
 #include "device/staging_pool.hpp"
 #include "tensorpool/core/buffer.hpp"
@@ -77,6 +82,8 @@ class OpenClDevice final : public device::Device {
   void poison(void* ptr, std::size_t bytes) noexcept override;
   // The buffer and offset of device address `ptr`, in the device memory or the shared memory.
   DeviceSpan find(const void* ptr, std::size_t bytes) const;
+  // `stream` (one of this device's) as the OpenClStream it is.
+  static OpenClStream& opencl_stream(device::Stream& stream);
 
   // Immutable after construction.
   const std::shared_ptr<OpenClContext> context_;

@@ -4,8 +4,10 @@
 // in-order command queue. The device (opencl_device.cpp) implements it.
 //
 // Invariants: a tensor's memory is reached only through its cl_mem and offset, on the stream's queue; the
-// tensors an enqueue() captures stay alive until the commands it enqueued have completed, so their memory is
-// not reused under a running kernel (the stream-ordered rule of every backend).
+// tensors an enqueue() captures stay alive until the commands it enqueued have completed (the stream's marker
+// behind them, opencl_stream.hpp), so their memory is not reused under a running kernel (the stream-ordered
+// rule of every backend). A launch runs on the stream's worker and must not wait for its own commands, except
+// to read a result back (a blocking read of the status word), which waits for the queue up to there.
 
 #include <CL/cl.h>
 
@@ -49,14 +51,17 @@ class LaunchContext {
   virtual bool has_fp64() const noexcept = 0;
   // A 4-byte scratch word on the device owned by the stream itself (created with its queue, outside the
   // device's memory stack, like the queue), for a launch's status results (the label check's first bad row).
-  // Only the stream's launches use it, one at a time; its content is undefined when a launch starts.
+  // Only the stream's launches use it, one at a time: a launch that writes it reads it back (blocking) before
+  // it returns, so no later launch's command overwrites it first; its content is undefined when a launch starts.
   virtual DeviceSpan status_word() const noexcept = 0;
 };
 
-// Enqueues on `stream` (a stream of an opencl device) a launch: `launch` runs once, in stream order, and
-// enqueues commands on context.queue() without waiting for them; the stream counts the launch complete (and
-// releases what `launch` captured) only once those commands have completed. An exception from `launch`, or a
-// command that failed, is kept as the stream's error (Stream::synchronize rethrows it).
+// Enqueues on `stream` (a stream of an opencl device) a launch: `launch` runs once, in stream order, on the
+// stream's worker, and enqueues commands on context.queue() without waiting for them; enqueue() and the
+// launch both return at once, and the stream counts the launch complete (and releases what `launch`
+// captured) only once those commands have completed. An exception from `launch` (after which the commands it
+// already enqueued still run with its captures alive), or a command that failed on the device, is kept as
+// the stream's error (Stream::synchronize rethrows it).
 using Launch = std::function<void(LaunchContext& context)>;
 void enqueue(device::Stream& stream, Launch launch);
 

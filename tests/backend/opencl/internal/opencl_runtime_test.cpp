@@ -1,11 +1,14 @@
 // The OpenCL backend's internals (src/backend/opencl): error names, the memory source's two region kinds
 // (SVM regions whose cl_mem aliases the SVM memory, and plain buffers behind reserved addresses), launches
 // through enqueue() and LaunchContext::kernel(), stream order and stream-ordered reuse with real commands,
-// errors kept by the stream, and program build failures with their log. Built only with the OpenCL backend;
+// errors kept by the stream, and program build failures with their log. The asynchronous streams
+// (opencl_stream.hpp): commands in flight behind a user event (a Gate) while the host goes on, device-side
+// waits between streams, stream-ordered reuse, failed commands, and destruction with work pending. Built only with the OpenCL backend;
 // skips, saying why, on a machine without an OpenCL device.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -13,12 +16,14 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/opencl/opencl_context.hpp"
 #include "backend/opencl/opencl_device.hpp"
 #include "backend/opencl/opencl_launch.hpp"
 #include "backend/opencl/opencl_memory.hpp"
+#include "backend/opencl/opencl_stream.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/core/tensor.hpp"
@@ -45,6 +50,47 @@ std::string message_of(const std::function<void()>& action) {
   return "";
 }
 
+// True once `condition` holds, polling for up to 10 s (false then).
+bool eventually(const std::function<bool()>& condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// A user event that holds back every command enqueued behind hold() until open(); the destructor opens it,
+// so a failing test never leaves a device waiting forever (declare it after the device).
+class Gate {
+ public:
+  explicit Gate(cl_context context) {
+    cl_int status = CL_SUCCESS;
+    event_ = clCreateUserEvent(context, &status);
+    check(status, "clCreateUserEvent");
+  }
+  ~Gate() {
+    open();
+    clReleaseEvent(event_);
+  }
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  void open() {
+    if (!opened_.exchange(true)) check(clSetUserEventStatus(event_, CL_COMPLETE), "clSetUserEventStatus");
+  }
+  // Enqueues on `stream` a launch whose barrier stops its queue until the gate opens.
+  void hold(device::Stream& stream) const {
+    enqueue(stream, [event = event_](LaunchContext& context) {
+      check(clEnqueueBarrierWithWaitList(context.queue(), 1, &event, nullptr), "clEnqueueBarrierWithWaitList");
+    });
+  }
+
+ private:
+  cl_event event_ = nullptr;
+  std::atomic<bool> opened_{false};
+};
+
 class OpenClRuntime : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -57,6 +103,18 @@ class OpenClRuntime : public ::testing::Test {
                                       config_of(64 * kMiB), options);
   }
   static OpenClDevice& opencl(device::Device& device) { return dynamic_cast<OpenClDevice&>(device); }
+  static OpenClStream& stream_of(device::Device& device, std::size_t index = 0) {
+    return dynamic_cast<OpenClStream&>(device.stream(index));
+  }
+  // Every element of `tensor` (float32) = value, on `stream`, with a fill command.
+  static void fill(device::Stream& stream, const Tensor& tensor, float value) {
+    enqueue(stream, [tensor, value](LaunchContext& context) {
+      const DeviceSpan span = context.span(tensor);
+      check(clEnqueueFillBuffer(context.queue(), span.buffer, &value, sizeof value, span.offset, tensor.nbytes(), 0,
+                                nullptr, nullptr),
+            "clEnqueueFillBuffer");
+    });
+  }
 
   // data[i] += value for every element of `tensor` (float32), on `stream`.
   static void add_scalar(device::Stream& stream, const Tensor& tensor, float value) {
@@ -335,6 +393,180 @@ TEST_F(OpenClRuntime, ATensorOfAnotherContextOrKindIsNotReachable) {
   enqueue(device->stream(), [on_sim](LaunchContext& context) { (void)context.span(on_sim); });
   const std::string text = message_of([&] { device->stream().synchronize(); });
   EXPECT_NE(text.find("cannot reach memory of sim:0"), std::string::npos) << text;
+}
+
+// A launch returns as soon as its commands are enqueued: behind a closed gate the worker keeps enqueueing
+// until max_in_flight() markers are outstanding, and no more; a host task behind them runs only once all of
+// them have completed.
+TEST_F(OpenClRuntime, LaunchesStayInFlightUpToTheStreamsBound) {
+  auto device = make();
+  const Tensor tensor = Tensor::from_vector<float>(std::vector<float>(256, 0.0f), Shape{256}, *device);
+  device->synchronize();
+  OpenClStream& stream = stream_of(*device);
+  Gate gate(opencl(*device).context().context());
+  const std::size_t bound = stream.max_in_flight();
+  ASSERT_GT(bound, 1u);
+  gate.hold(stream);
+  for (std::size_t i = 0; i < 3 * bound; ++i) add_scalar(stream, tensor, 1.0f);
+  std::atomic<std::size_t> in_flight_at_host_task{999};
+  stream.enqueue([&] { in_flight_at_host_task = stream.in_flight(); });
+  ASSERT_TRUE(eventually([&] { return stream.in_flight() == bound; })) << stream.in_flight();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(stream.in_flight(), bound);  // the worker waits for room
+  EXPECT_FALSE(stream.idle());
+  EXPECT_EQ(in_flight_at_host_task.load(), 999u);
+  gate.open();
+  device->synchronize();
+  EXPECT_EQ(in_flight_at_host_task.load(), 0u);
+  EXPECT_EQ(stream.in_flight(), 0u);
+  EXPECT_EQ(stream.peak_in_flight(), bound);
+  EXPECT_EQ(tensor.to_vector<float>(), std::vector<float>(256, static_cast<float>(3 * bound)));
+}
+
+// record() on stream 0 is a marker and wait() on stream 1 a barrier on it: stream 1's worker enqueues its
+// barrier and its commands while stream 0 is held back, and the commands still see stream 0's store.
+TEST_F(OpenClRuntime, AnEventOrdersAnotherStreamOnTheDeviceWithoutBlockingIt) {
+  auto device = make(device::DeviceOptions{.num_streams = 2});
+  const Tensor tensor = Tensor::from_vector<float>(std::vector<float>(4096, 0.0f), Shape{4096}, *device);
+  device->synchronize();
+  Gate gate(opencl(*device).context().context());
+  gate.hold(device->stream(0));
+  slow_store(device->stream(0), tensor, 100.0f, 10);  // stores exactly 100 (the loop stays below 3)
+  const device::Event stored = device->stream(0).record();
+  device->stream(1).wait(stored);
+  add_scalar(device->stream(1), tensor, 1.0f);  // 101 after the store; 100 if it ran first
+  const device::Event added = device->stream(1).record();
+  // Barrier, launch and record are on stream 1's queue; its worker is free.
+  EXPECT_TRUE(eventually([&] { return stream_of(*device, 1).in_flight() == 3; })) << stream_of(*device, 1).in_flight();
+  EXPECT_FALSE(stored.query());
+  EXPECT_FALSE(added.query());
+  gate.open();
+  added.synchronize();
+  EXPECT_TRUE(stored.query());
+  EXPECT_EQ(tensor.to_vector<float>(&device->stream(1)), std::vector<float>(4096, 101.0f));
+  // Two devices of one context order each other the same way.
+  auto other = make();
+  ASSERT_EQ(&opencl(*other).context(), &opencl(*device).context());
+  const Tensor there = Tensor::empty(Shape{4096}, DType::f32, *other);
+  Gate second(opencl(*device).context().context());
+  second.hold(device->stream(0));
+  fill(device->stream(0), tensor, 7.0f);
+  other->stream().wait(device->stream(0).record());
+  enqueue(other->stream(), [tensor, there](LaunchContext& context) {
+    const DeviceSpan from = context.span(tensor);
+    const DeviceSpan to = context.span(there);
+    check(clEnqueueCopyBuffer(context.queue(), from.buffer, to.buffer, from.offset, to.offset, tensor.nbytes(), 0,
+                              nullptr, nullptr),
+          "clEnqueueCopyBuffer");
+  });
+  EXPECT_TRUE(eventually([&] { return stream_of(*other).in_flight() == 2; }));
+  second.open();
+  EXPECT_EQ(there.to_vector<float>(), std::vector<float>(4096, 7.0f));
+}
+
+// An event of another kind of device is a host wait: the stream's later commands start only after it.
+TEST_F(OpenClRuntime, AnotherDevicesEventHoldsTheStreamsLaterCommands) {
+  auto device = make();
+  auto sim = device::make_sim_device({device::DeviceKind::sim, 0}, {device::DeviceKind::sim, 0}, 64 * kMiB,
+                                     config_of(64 * kMiB), {});
+  const Tensor tensor = Tensor::from_vector<float>(std::vector<float>(64, 0.0f), Shape{64}, *device);
+  device->synchronize();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  sim->stream().enqueue([released] { released.wait(); });
+  device->stream().wait(sim->stream().record());
+  add_scalar(device->stream(), tensor, 1.0f);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(stream_of(*device).in_flight(), 0u);  // nothing enqueued past the wait
+  EXPECT_FALSE(device->stream().idle());
+  release.set_value();
+  EXPECT_EQ(tensor.to_vector<float>(), std::vector<float>(64, 1.0f));
+}
+
+// A buffer the host drops while a command that writes it waits behind the gate is not handed out again:
+// another stream's allocation of the same size gets other memory, and the pending store does not land in it.
+TEST_F(OpenClRuntime, ABufferDroppedUnderCommandsInFlightIsNotHandedOutAgain) {
+  auto device = make(device::DeviceOptions{.num_streams = 2, .poison_freed = true});
+  OpenClDevice& cl = opencl(*device);
+  Gate gate(cl.context().context());
+  constexpr std::size_t kCount = 1 << 16;
+  DeviceSpan dropped_span;
+  {
+    const Tensor dropped = Tensor::empty(Shape{kCount}, DType::f32, *device);
+    dropped_span = cl.span(*dropped.buffer(), 0, dropped.nbytes());
+    gate.hold(device->stream(0));
+    slow_store(device->stream(0), dropped, 7.0f, 10);
+  }
+  EXPECT_EQ(device->live_buffers(), 1u);
+  const Tensor reused = Tensor::empty(Shape{kCount}, DType::f32, *device);
+  const DeviceSpan reused_span = cl.span(*reused.buffer(), 0, reused.nbytes());
+  EXPECT_FALSE(reused_span.buffer == dropped_span.buffer && reused_span.offset == dropped_span.offset);
+  EXPECT_EQ(device->memory().stats().bytes_requested, 2 * kCount * sizeof(float));
+  fill(device->stream(1), reused, 1.0f);
+  EXPECT_EQ(reused.to_vector<float>(&device->stream(1)), std::vector<float>(kCount, 1.0f));
+  gate.open();
+  device->synchronize();
+  EXPECT_EQ(device->live_buffers(), 1u);
+  EXPECT_EQ(device->memory().stats().bytes_requested, kCount * sizeof(float));
+  EXPECT_EQ(reused.to_vector<float>(&device->stream(1)), std::vector<float>(kCount, 1.0f));
+}
+
+// A launch that throws after enqueueing a command is the stream's error: its command still runs (its
+// captures stay until then), the launch and the host task behind it are skipped, the recorded event still
+// completes, and synchronize() reports the error. (A command failing on the device takes the same path
+// through its marker's status; PoCL 3.1 cannot be made to fail one safely: a failed user event with a
+// thread waiting on a later command aborts or hangs inside PoCL.)
+TEST_F(OpenClRuntime, ALaunchErrorSkipsLaterTasksAndEventsStillComplete) {
+  auto device = make();
+  const Tensor tensor = Tensor::from_vector<float>(std::vector<float>(16, 0.0f), Shape{16}, *device);
+  device->synchronize();
+  enqueue(device->stream(), [tensor](LaunchContext& context) {
+    const DeviceSpan span = context.span(tensor);
+    const float value = 5.0f;
+    check(clEnqueueFillBuffer(context.queue(), span.buffer, &value, sizeof value, span.offset, tensor.nbytes(), 0,
+                              nullptr, nullptr),
+          "clEnqueueFillBuffer");
+    TP_THROW(DeviceError, "test", "the launch fails after its first command");
+  });
+  add_scalar(device->stream(), tensor, 1.0f);  // skipped
+  bool ran = false;
+  device->stream().enqueue([&] { ran = true; });  // skipped
+  const device::Event recorded = device->stream().record();
+  recorded.synchronize();
+  EXPECT_TRUE(device->stream().failed());
+  const std::string text = message_of([&] { device->stream().synchronize(); });
+  EXPECT_NE(text.find("the launch fails after its first command"), std::string::npos) << text;
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(tensor.to_vector<float>(), std::vector<float>(16, 5.0f));
+}
+
+// Destroying a device with commands held back waits for them (the gate opens from another thread), runs
+// the host task behind them, and releases every capture.
+TEST_F(OpenClRuntime, DestructionWithCommandsPendingWaitsAndReleasesTheirCaptures) {
+  const auto context = OpenClContext::acquire(0);
+  Gate gate(context->context());  // outlives the device
+  auto sentinel = std::make_shared<int>(0);
+  std::atomic<bool> host_task_ran{false};
+  std::thread opener;
+  {
+    auto device = make();
+    ASSERT_EQ(&opencl(*device).context(), context.get());
+    {
+      const Tensor tensor = Tensor::empty(Shape{1024}, DType::f32, *device);
+      gate.hold(device->stream());
+      for (int i = 0; i < 50; ++i) add_scalar(device->stream(), tensor, 1.0f);
+      enqueue(device->stream(), [sentinel](LaunchContext&) {});
+      device->stream().enqueue([&] { host_task_ran = true; });
+    }
+    EXPECT_GT(sentinel.use_count(), 1);
+    opener = std::thread([&gate] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      gate.open();
+    });
+  }  // the device goes with its commands still held back
+  opener.join();
+  EXPECT_TRUE(host_task_ran);
+  EXPECT_EQ(sentinel.use_count(), 1);
 }
 
 }  // namespace
