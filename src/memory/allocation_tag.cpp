@@ -12,6 +12,7 @@ std::string_view to_string(AllocationKind kind) noexcept {
     case AllocationKind::temporary: return "temporary";
     case AllocationKind::staging: return "staging";
     case AllocationKind::step_arena: return "step_arena";
+    case AllocationKind::fetched: return "fetched";
   }
   return "unknown";
 }

@@ -1,5 +1,6 @@
-// snapshot_device(): the stack's side of a device snapshot: figures, the allocator's segment map and, without
-// a recorder, the live tensors as the tracking adaptor holds them.
+// snapshot_device() and snapshot_shared_memory(): the stack's side of a device snapshot (of its device memory
+// or its shared memory): figures, the allocator's segment map and, without a recorder, the live tensors as the
+// tracking adaptor holds them.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -75,13 +76,15 @@ std::vector<SnapshotSegment> allocator_segments(const memory::MemoryResource& al
   return segments;
 }
 
-DeviceSnapshot snapshot_device(device::Device& device, const DeviceRecorder* recorder) {
+namespace {
+
+DeviceSnapshot snapshot_stack(memory::MemoryStack& stack, std::string name, std::size_t capacity_bytes,
+                              const DeviceRecorder* recorder) {
   DeviceSnapshot snapshot;
-  memory::MemoryStack& stack = device.memory();
-  snapshot.device = device.name();
+  snapshot.device = std::move(name);
   snapshot.allocator = std::string(memory::to_string(stack.config().allocator));
   snapshot.policy = stack.config().policy == memory::GrowthPolicy::grow ? "grow" : "preallocate";
-  snapshot.capacity_bytes = device.capacity_bytes();
+  snapshot.capacity_bytes = capacity_bytes;
   snapshot.limit_bytes = stack.limit_bytes();
   if (recorder != nullptr) {
     recorder->fill(snapshot);
@@ -91,6 +94,19 @@ DeviceSnapshot snapshot_device(device::Device& device, const DeviceRecorder* rec
   // Figures after the live set: an allocation between the two is in the figures, not the other way round.
   snapshot.stats = stack.stats();
   snapshot.segments = allocator_segments(stack.allocator(), snapshot.live);
+  return snapshot;
+}
+
+}  // namespace
+
+DeviceSnapshot snapshot_device(device::Device& device, const DeviceRecorder* recorder) {
+  return snapshot_stack(device.memory(), device.name(), device.capacity_bytes(), recorder);
+}
+
+DeviceSnapshot snapshot_shared_memory(device::Device& device, const DeviceRecorder* recorder) {
+  memory::MemoryStack& stack = *device.shared_memory();
+  DeviceSnapshot snapshot = snapshot_stack(stack, stack.config().device, device.capacity_bytes(), recorder);
+  snapshot.shared_of = device.name();
   return snapshot;
 }
 

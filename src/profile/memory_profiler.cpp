@@ -16,28 +16,43 @@
 namespace tp::profile {
 namespace {
 
-// Which recorder watches which device, so that the free functions find it. Guarded by registry_mutex().
+// The recorders of one device: its memory's and, when it has shared memory that tracks allocations, that
+// stack's (either may be null).
+struct Recorders {
+  DeviceRecorder* device = nullptr;
+  DeviceRecorder* shared = nullptr;
+};
+
+// Which recorders watch which device, so that the free functions find them. Guarded by registry_mutex().
 std::mutex& registry_mutex() {
   static std::mutex mutex;
   return mutex;
 }
-std::map<const device::Device*, DeviceRecorder*>& registry() {
-  static std::map<const device::Device*, DeviceRecorder*> recorders;
+std::map<const device::Device*, Recorders>& registry() {
+  static std::map<const device::Device*, Recorders> recorders;
   return recorders;
 }
 
-DeviceRecorder* recorder_of(const device::Device& device) {
+Recorders recorders_of(const device::Device& device) {
   const std::lock_guard lock(registry_mutex());
   const auto found = registry().find(&device);
-  return found == registry().end() ? nullptr : found->second;
+  return found == registry().end() ? Recorders{} : found->second;
 }
+
+DeviceRecorder* recorder_of(const device::Device& device) { return recorders_of(device).device; }
 
 }  // namespace
 
 struct MemoryProfiler::Attachment {
   device::Device* device = nullptr;
-  std::unique_ptr<DeviceRecorder> recorder;
+  std::unique_ptr<DeviceRecorder> recorder;         // on device->memory(); null when it does not track
+  std::unique_ptr<DeviceRecorder> shared_recorder;  // on device->shared_memory(), when it has one that tracks
   std::optional<std::size_t> planned_peak;
+
+  void detach() noexcept {
+    if (recorder != nullptr) device->memory().tracking()->remove_observer(*recorder);
+    if (shared_recorder != nullptr) device->shared_memory()->tracking()->remove_observer(*shared_recorder);
+  }
 };
 
 MemoryProfiler::MemoryProfiler(std::vector<device::Device*> devices, ProfilerOptions options)
@@ -52,23 +67,34 @@ MemoryProfiler::MemoryProfiler(std::vector<device::Device*> devices, ProfilerOpt
     if (device == nullptr) TP_THROW(InvalidArgument, "profile", "MemoryProfiler: a device is null");
     if (registry().contains(device)) {
       for (auto& attachment : attachments_) {  // undo what this constructor attached
-        attachment->device->memory().tracking()->remove_observer(*attachment->recorder);
+        attachment->detach();
         registry().erase(attachment->device);
       }
       TP_THROW(InvalidArgument, "profile", "device ", device->name(),
                " is already recorded by another MemoryProfiler; destroy that one first");
     }
+    // Stacks without tracking are reported without recording (MemoryConfig::tracking is off).
     memory::TrackingAdaptor* tracking = device->memory().tracking();
-    if (tracking == nullptr) continue;  // reported without recording (MemoryConfig::tracking is off)
+    memory::TrackingAdaptor* shared_tracking =
+        device->shared_memory() != nullptr ? device->shared_memory()->tracking() : nullptr;
+    if (tracking == nullptr && shared_tracking == nullptr) continue;
     auto attachment = std::make_unique<Attachment>();
     attachment->device = device;
     std::function<void(const std::string&)> on_failure;
     if (!oom_snapshot_path_.empty()) on_failure = [this](const std::string& name) { write_oom_snapshot(name); };
-    attachment->recorder = std::make_unique<DeviceRecorder>(device->name(), device->memory(),
-                                                            options.max_events_per_device, epoch_ns_, on_failure);
-    attachment->recorder->seed(tracking->live_allocations());
-    tracking->add_observer(*attachment->recorder);
-    registry()[device] = attachment->recorder.get();
+    auto attach = [&](memory::MemoryStack& stack, memory::TrackingAdaptor& stack_tracking, const std::string& name) {
+      auto recorder =
+          std::make_unique<DeviceRecorder>(name, stack, options.max_events_per_device, epoch_ns_, on_failure);
+      recorder->seed(stack_tracking.live_allocations());
+      stack_tracking.add_observer(*recorder);
+      return recorder;
+    };
+    if (tracking != nullptr) attachment->recorder = attach(device->memory(), *tracking, device->name());
+    if (shared_tracking != nullptr) {
+      attachment->shared_recorder =
+          attach(*device->shared_memory(), *shared_tracking, device->shared_memory()->config().device);
+    }
+    registry()[device] = {attachment->recorder.get(), attachment->shared_recorder.get()};
     attachments_.push_back(std::move(attachment));
   }
 }
@@ -76,7 +102,7 @@ MemoryProfiler::MemoryProfiler(std::vector<device::Device*> devices, ProfilerOpt
 MemoryProfiler::~MemoryProfiler() {
   const std::lock_guard lock(registry_mutex());
   for (auto& attachment : attachments_) {
-    attachment->device->memory().tracking()->remove_observer(*attachment->recorder);
+    attachment->detach();
     registry().erase(attachment->device);
   }
 }
@@ -106,6 +132,10 @@ MemorySnapshot MemoryProfiler::snapshot(std::string reason) const {
     DeviceSnapshot entry = snapshot_device(*device, attached != nullptr ? attached->recorder.get() : nullptr);
     if (attached != nullptr) entry.planned_peak_bytes = attached->planned_peak;
     snapshot.devices.push_back(std::move(entry));
+    if (device->shared_memory() != nullptr) {
+      snapshot.devices.push_back(
+          snapshot_shared_memory(*device, attached != nullptr ? attached->shared_recorder.get() : nullptr));
+    }
   }
   return snapshot;
 }
@@ -134,7 +164,9 @@ MemoryInfo memory_info(device::Device& device) {
 void reset_memory_stats(device::Device& device) {
   device.memory().reset_peak();
   if (memory::MemoryStack* shared = device.shared_memory()) shared->reset_peak();
-  if (DeviceRecorder* recorder = recorder_of(device)) recorder->reset_peaks();
+  const Recorders recorders = recorders_of(device);
+  if (recorders.device != nullptr) recorders.device->reset_peaks();
+  if (recorders.shared != nullptr) recorders.shared->reset_peaks();
 }
 
 std::string memory_summary(device::Device& device) {
@@ -153,7 +185,13 @@ std::string memory_summary(device::Device& device) {
 MemorySnapshot memory_snapshot(const std::vector<device::Device*>& devices, std::string reason) {
   MemorySnapshot snapshot;
   snapshot.reason = std::move(reason);
-  for (device::Device* device : devices) snapshot.devices.push_back(snapshot_device(*device, recorder_of(*device)));
+  for (device::Device* device : devices) {
+    const Recorders recorders = recorders_of(*device);
+    snapshot.devices.push_back(snapshot_device(*device, recorders.device));
+    if (device->shared_memory() != nullptr) {
+      snapshot.devices.push_back(snapshot_shared_memory(*device, recorders.shared));
+    }
+  }
   return snapshot;
 }
 

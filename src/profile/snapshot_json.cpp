@@ -101,6 +101,8 @@ json device_json(const DeviceSnapshot& device) {
     baseline[std::string(memory::to_string(static_cast<memory::AllocationKind>(kind)))] = device.baseline_by_kind[kind];
   }
   return {{"device", device.device},
+          {"shared", !device.shared_of.empty()},
+          {"shared_of", device.shared_of.empty() ? json(nullptr) : json(device.shared_of)},
           {"allocator", device.allocator},
           {"policy", device.policy},
           {"capacity_bytes", device.capacity_bytes},

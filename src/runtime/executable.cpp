@@ -77,6 +77,14 @@ std::function<void(graph::KernelContext&)> kernel_of(const graph::OpDef& op, con
   return found->second;
 }
 
+// Whether `device` allocates fetched results from its shared memory: it has one, and its MemoryConfig lists
+// AllocationKind::fetched among shared_kinds (the default). A host device's memory is host memory already.
+bool fetches_into_shared_memory(const device::Device& device) {
+  if (device.shared_memory() == nullptr) return false;
+  const std::vector<memory::AllocationKind>& kinds = device.memory().config().shared_kinds;
+  return std::find(kinds.begin(), kinds.end(), memory::AllocationKind::fetched) != kinds.end();
+}
+
 std::string value_name(const graph::Graph& graph, graph::Output output) {
   return graph.node(output.node).name + ":" + std::to_string(output.index);
 }
@@ -143,7 +151,7 @@ void plan_layouts(Executable& executable) {
   std::map<device::Device*, std::size_t> layout_of;
   for (std::size_t index = 0; index < executable.values.size(); ++index) {
     const Value& value = executable.values[index];
-    if (value.variable) continue;
+    if (value.variable || value.shared) continue;
     auto [it, inserted] = layout_of.emplace(value.device, executable.layouts.size());
     if (inserted) executable.layouts.push_back({value.device, {}, {}, nullptr});
     executable.layouts[it->second].values.push_back(index);
@@ -258,8 +266,10 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
   }
   for (const graph::Output& output : fetch_outputs) {
     const std::size_t value = builder.value_on(output, builder.home(output));
-    executable->values[value].fetched = true;
-    executable->values[value].last_step = executable->steps.size();
+    Value& fetched = executable->values[value];
+    fetched.fetched = true;
+    fetched.shared = !fetched.variable && fetches_into_shared_memory(*fetched.device);
+    fetched.last_step = executable->steps.size();
     executable->fetches.push_back(value);
   }
   plan_layouts(*executable);

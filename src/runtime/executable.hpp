@@ -5,7 +5,8 @@
 //
 // Invariants: steps are in an order where every value is produced (by a feed, kernel or copy step, or bound
 // as a variable) before any step reads it; a value's first_step <= last_step; values read by a step live on
-// that step's device; each planned value of a device appears exactly once in its DeviceLayout.
+// that step's device; each planned value of a device appears exactly once in its DeviceLayout; a `shared`
+// value is fetched, not a variable, and in no DeviceLayout.
 //
 // Concurrency: a step may start once every step in its `after` has been launched and its streams wait on
 // their events (assign_streams). `after` holds the data producers, control inputs, every step that reads or
@@ -38,6 +39,10 @@ struct Value {
   DType dtype = DType::f32;
   bool variable = false;  // bound to the session's persistent tensor of node `output.node`
   bool fetched = false;
+  // A fetched result its device allocates from shared memory (MemoryConfig::shared_kinds lists
+  // AllocationKind::fetched and the device has Device::shared_memory()): outside the arena's plan, allocated
+  // afresh by each run when its step launches, and read by the host in place (no copy).
+  bool shared = false;
   std::size_t first_step = 0;
   std::size_t last_step = 0;
   std::int64_t share_with = -1;      // a value this one may reuse in place
@@ -73,7 +78,7 @@ struct Step {
 
 struct DeviceLayout {
   device::Device* device = nullptr;
-  std::vector<std::size_t> values;  // planned values on the device, in request order
+  std::vector<std::size_t> values;  // planned values on the device, in request order (`shared` ones are not)
   StaticPlan plan;
   std::shared_ptr<Buffer> arena;  // allocated at the first run with the planner on
 };

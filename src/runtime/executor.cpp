@@ -30,7 +30,7 @@ void Executor::run(StepRunner& runner) {
 void Executor::launch(std::size_t index) {
   const Step& current = executable_.steps[index];
   wait_for_earlier_steps(current);
-  if (!options_.planner) allocate_outputs(current);
+  allocate_outputs(current);
   enqueue(current);
   record_events(index);
   if (!options_.planner) release_values(current);
@@ -51,15 +51,21 @@ void Executor::wait_for_earlier_steps(const Step& current) {
 void Executor::allocate_outputs(const Step& current) {
   for (std::size_t output : current.outputs) {
     Value& value = executable_.values[output];
+    if (options_.planner && !value.shared) continue;  // bound to its arena by Session::bind
     const graph::Node& node = graph_.node(value.output.node);
     memory::AllocationTag tag{value.name,
                               node.op,
                               value.shape.dims(),
                               std::string(name_of(value.dtype)),
-                              memory::AllocationKind::activation,
+                              value.shared ? memory::AllocationKind::fetched : memory::AllocationKind::activation,
                               options_.step};
-    value.tensor = Tensor::from_buffer(current.device->allocate(value.bytes(), tag, memory_.at(current.device)), 0,
-                                       value.shape, value.dtype);
+    // A shared result is a fresh allocation of each run, so the host of an earlier run still reading its own
+    // in place never sees this run's bytes; it goes to the device's shared memory (Device::allocate routes
+    // the `fetched` kind there), not through the session's resource, which charges device memory only.
+    std::shared_ptr<Buffer> buffer = value.shared
+                                         ? current.device->allocate(value.bytes(), tag)
+                                         : current.device->allocate(value.bytes(), tag, memory_.at(current.device));
+    value.tensor = Tensor::from_buffer(std::move(buffer), 0, value.shape, value.dtype);
   }
 }
 

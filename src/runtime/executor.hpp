@@ -5,9 +5,11 @@
 // earlier steps it depends on; after it, it records the events later steps on other streams wait for.
 //
 // Memory: with the planner on, every value is already bound to its arena (Session::bind) and a run makes no
-// allocator call. Online (planner off), a step allocates its outputs through the session's resource of their
-// device, and a value is dropped once its last reader has launched (the enqueued work holds the buffer until
-// it has run), or at once when nothing reads it.
+// allocator call on the device's memory; only a `shared` fetched result is allocated, from the device's shared
+// memory, when its step launches (one small allocation per fetch and run). Online (planner off), a step
+// allocates its outputs through the session's resource of their device (a `shared` one from shared memory),
+// and a value is dropped once its last reader has launched (the enqueued work holds the buffer until it has
+// run), or at once when nothing reads it.
 //
 // Thread safety: one Executor serves one run. launch() is called by the runner's threads for distinct steps,
 // each only after the steps in its `after` have returned from theirs; it touches only that step's values and

@@ -364,6 +364,11 @@ void Session::enqueue_fetches(Executable& step, const std::vector<device::Stream
                                                       value.tensor.offset_bytes(), value.tensor.nbytes());
     }
   }
+  // A shared result is read in place: the readback holds its buffer until PendingRun::wait has taken the
+  // bytes, and the next run allocates its own.
+  for (std::size_t fetch : step.fetches) {
+    if (step.values[fetch].shared) step.values[fetch].tensor = Tensor();
+  }
   if (!options_.planner) {
     for (Value& value : step.values) {
       if (!value.variable) value.tensor = Tensor();
@@ -416,8 +421,13 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
     tensor.dtype = std::string(name_of(value.dtype));
     tensor.shape = value.shape.dims();
     tensor.bytes = value.bytes();
-    tensor.planned_bytes = value.in_place ? 0 : memory::round_up(value.bytes(), kPlanAlignment);
-    tensor.offset = value.offset;
+    tensor.planned_bytes = value.in_place || value.shared ? 0 : memory::round_up(value.bytes(), kPlanAlignment);
+    tensor.offset = value.shared ? 0 : value.offset;
+    tensor.shared = value.shared;
+    if (value.shared) {
+      tensor.kind = memory::AllocationKind::fetched;
+      device_plan_of(*value.device).shared_bytes += value.bytes();
+    }
     tensor.first_step = value.first_step;
     tensor.last_step = value.last_step;
     tensor.in_place = value.in_place;

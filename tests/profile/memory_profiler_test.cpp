@@ -1,7 +1,8 @@
 // The memory profiler's recorder and query API on every accelerator present (sim, opencl): recording is off until a
 // MemoryProfiler exists; events, live set, peak breakdown, per-op high-water marks and the bounded ring are
 // exact; memory_info / reset_memory_stats / memory_summary agree with the stack; a refused allocation writes an
-// out-of-memory snapshot while everything is still live.
+// out-of-memory snapshot while everything is still live; a device's shared memory is recorded per tensor in an
+// entry of its own.
 #include "tensorpool/profile/memory_profiler.hpp"
 
 #include <gtest/gtest.h>
@@ -47,8 +48,10 @@ std::size_t sum_allocated(const std::vector<profile::BreakdownRow>& rows) {
 TEST_P(ProfilerTest, NothingIsRecordedWithoutAProfilerButLiveTensorsAreStillReported) {
   auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
   const profile::MemorySnapshot snapshot = profile::memory_snapshot(devices());
-  ASSERT_EQ(snapshot.devices.size(), 1u);
+  // A device with shared memory (opencl with fine-grained SVM) is followed by that memory's entry.
+  ASSERT_EQ(snapshot.devices.size(), device_->shared_memory() != nullptr ? 2u : 1u);
   const profile::DeviceSnapshot& device = snapshot.devices[0];
+  EXPECT_TRUE(device.shared_of.empty());
   EXPECT_FALSE(device.recording);
   EXPECT_TRUE(device.events.empty());
   ASSERT_EQ(device.live.size(), 1u);
@@ -245,6 +248,46 @@ TEST_P(ProfilerTest, ThreadsAllocatingWhileAnotherSnapshotsLoseNoEvent) {
   EXPECT_EQ(device.total_allocated_bytes, device.total_freed_bytes);
   EXPECT_TRUE(device.live.empty());
   EXPECT_EQ(device.tags.size(), static_cast<std::size_t>(kThreads));  // interned once per tensor
+}
+
+// Shared memory is recorded per tensor like device memory, in an entry of its own after the device's
+// ("opencl:0/shared", shared_of "opencl:0"): tags, events, live set, peak breakdown; the device's entry holds
+// none of it. On a device without shared memory, allocate_shared falls back to device memory and is recorded
+// there, with no second entry.
+TEST_P(ProfilerTest, SharedMemoryIsRecordedPerTensorInAnEntryOfItsOwn) {
+  profile::MemoryProfiler profiler(devices());
+  auto kernel = device_->allocate(kMiB, tag("dense/kernel", "Variable", AllocationKind::parameter));
+  auto batch = device_->allocate_shared(2 * kMiB, tag("batch/x", "Dataset", AllocationKind::staging));
+  { auto loss = device_->allocate_shared(4, tag("loss:0", "Mean", AllocationKind::fetched)); }
+  const profile::MemorySnapshot snapshot = profiler.snapshot();
+  const auto names = [](const profile::DeviceSnapshot& entry) {
+    std::vector<std::string> live;
+    for (const profile::LiveTensor& tensor : entry.live) live.push_back(entry.tags.at(tensor.tag).name);
+    return live;
+  };
+  if (device_->shared_memory() == nullptr) {
+    ASSERT_EQ(snapshot.devices.size(), 1u);
+    EXPECT_EQ(names(snapshot.devices[0]), (std::vector<std::string>{"dense/kernel", "batch/x"}));
+    return;
+  }
+  ASSERT_EQ(snapshot.devices.size(), 2u);
+  const profile::DeviceSnapshot& own = snapshot.devices[0];
+  const profile::DeviceSnapshot& shared = snapshot.devices[1];
+  EXPECT_EQ(names(own), (std::vector<std::string>{"dense/kernel"}));
+  EXPECT_EQ(own.peak.in_use_bytes, kernel->allocated_bytes());
+  EXPECT_EQ(shared.device, device_->shared_memory()->config().device);
+  EXPECT_EQ(shared.shared_of, device_->name());
+  ASSERT_TRUE(shared.recording);
+  EXPECT_EQ(names(shared), (std::vector<std::string>{"batch/x"}));
+  ASSERT_EQ(shared.events.size(), 3u);  // batch/x allocated, loss:0 allocated and freed
+  EXPECT_EQ(shared.tags.at(shared.events[1].tag).name, "loss:0");
+  EXPECT_EQ(shared.events[2].action, profile::EventAction::free);
+  EXPECT_EQ(shared.peak.tensors.size(), 2u);
+  std::vector<std::string> kinds;
+  for (const profile::BreakdownRow& row : shared.peak.by_kind) kinds.push_back(row.key);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"staging", "fetched"}));
+  EXPECT_EQ(shared.stats.bytes_in_use, batch->allocated_bytes());
+  EXPECT_EQ(profile::memory_info(*device_).shared_current, batch->allocated_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Accelerators, ProfilerTest, ::testing::ValuesIn(tp::device::testing::queued_backends()),

@@ -215,6 +215,102 @@ TEST_P(SessionOnDevice, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
   }
 }
 
+// What a few steps of the MLP give on the parameter's device, fetching the loss: the plan, the losses of runs
+// one after another and of two runs in flight at once, and how many allocations the device's shared memory
+// served meanwhile.
+struct FetchRuns {
+  MemoryPlan plan;
+  std::vector<float> losses;  // steps 1..3, then steps 4 and 5 in flight together
+  std::size_t measured_peak_requested = 0;
+  std::uint64_t shared_allocations = 0;
+  std::size_t shared_in_use_after = 0;
+};
+
+FetchRuns run_fetching_the_loss(device::DeviceManagerOptions options, const std::string& name) {
+  device::DeviceManager manager(std::move(options), testing::kNoEnv);
+  device::Device& accelerator = manager.device(name);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, name);
+  Session session(mlp.graph, {.devices = &manager});
+  FetchRuns runs;
+  const FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
+  runs.plan = session.plan(types, {mlp.loss}, mlp.updates);
+  memory::MemoryStack* shared = accelerator.shared_memory();
+  const std::uint64_t shared_before = shared != nullptr ? shared->stats().num_allocs : 0;
+  accelerator.memory().reset_peak();
+  for (int step = 1; step <= 3; ++step) {
+    const auto batch = make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step));
+    runs.losses.push_back(session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = step})
+                              .at(0)
+                              .to_vector<float>()
+                              .at(0));
+  }
+  runs.measured_peak_requested = accelerator.memory().stats().peak_bytes_requested;
+  // Two runs in flight: the first one's loss must not be overwritten by the second before it is read.
+  const FeedMap fourth = feeds_of(manager, make_batch(kRows, kIn, kClasses, 4));
+  const FeedMap fifth = feeds_of(manager, make_batch(kRows, kIn, kClasses, 5));
+  PendingRun first = session.run_async(fourth, {mlp.loss}, mlp.updates, {.step = 4});
+  PendingRun second = session.run_async(fifth, {mlp.loss}, mlp.updates, {.step = 5});
+  runs.losses.push_back(first.wait().at(0).to_vector<float>().at(0));
+  runs.losses.push_back(second.wait().at(0).to_vector<float>().at(0));
+  accelerator.synchronize();
+  if (shared != nullptr) {
+    runs.shared_allocations = shared->stats().num_allocs - shared_before;
+    runs.shared_in_use_after = shared->stats().bytes_in_use;
+  }
+  return runs;
+}
+
+// A fetched result (the loss) on a device with shared memory (opencl with fine-grained SVM) is allocated per
+// run from that memory, outside the step's arena, and read by the host in place; the losses are bitwise the
+// device-memory path's (MemoryConfig::shared_kinds without `fetched`), two runs in flight each get their own,
+// and the device memory still peaks at exactly the plan. On a device without shared memory (sim) the default
+// changes nothing: the same plan, to the offset, as with shared_kinds empty.
+TEST_P(SessionOnDevice, FetchedResultsLiveInSharedMemoryWhereTheDeviceHasIt) {
+  device::DeviceManagerOptions device_path = two_of_each();
+  device_path.default_memory_config.shared_kinds = {};
+  const FetchRuns in_device_memory = run_fetching_the_loss(device_path, GetParam());
+  const FetchRuns by_default = run_fetching_the_loss(two_of_each(), GetParam());
+  bool has_shared_memory = false;
+  {
+    device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+    has_shared_memory = manager.device(GetParam()).shared_memory() != nullptr;
+  }
+  EXPECT_EQ(by_default.losses, in_device_memory.losses);
+  ASSERT_EQ(by_default.plan.devices.size(), 1u);
+  ASSERT_EQ(in_device_memory.plan.devices.size(), 1u);
+  const DevicePlan& planned = by_default.plan.devices[0];
+  EXPECT_EQ(by_default.measured_peak_requested, planned.planned_peak_bytes);
+  EXPECT_EQ(in_device_memory.measured_peak_requested, in_device_memory.plan.devices[0].planned_peak_bytes);
+  EXPECT_EQ(in_device_memory.plan.devices[0].shared_bytes, 0u);
+  const auto loss_of = [](const MemoryPlan& plan) {
+    for (const PlannedTensor& tensor : plan.tensors) {
+      if (tensor.name == "loss:0") return tensor;
+    }
+    ADD_FAILURE() << "the plan has no loss:0";
+    return PlannedTensor{};
+  };
+  EXPECT_FALSE(loss_of(in_device_memory.plan).shared);
+  if (!has_shared_memory) {
+    EXPECT_EQ(planned.shared_bytes, 0u);
+    EXPECT_EQ(planned.arena_bytes, in_device_memory.plan.devices[0].arena_bytes);
+    ASSERT_EQ(by_default.plan.tensors.size(), in_device_memory.plan.tensors.size());
+    for (std::size_t index = 0; index < by_default.plan.tensors.size(); ++index) {
+      EXPECT_FALSE(by_default.plan.tensors[index].shared);
+      EXPECT_EQ(by_default.plan.tensors[index].offset, in_device_memory.plan.tensors[index].offset);
+    }
+    return;
+  }
+  const PlannedTensor loss = loss_of(by_default.plan);
+  EXPECT_TRUE(loss.shared);
+  EXPECT_EQ(loss.kind, memory::AllocationKind::fetched);
+  EXPECT_EQ(loss.planned_bytes, 0u);
+  EXPECT_EQ(planned.shared_bytes, sizeof(float));
+  EXPECT_LE(planned.arena_bytes, in_device_memory.plan.devices[0].arena_bytes);
+  EXPECT_EQ(by_default.shared_allocations, 5u) << "one shared allocation per run for the fetched loss";
+  EXPECT_EQ(by_default.shared_in_use_after, 0u) << "a fetched result outlived its run's readback";
+  EXPECT_EQ(in_device_memory.shared_allocations, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Accelerators, SessionOnDevice,
                          ::testing::ValuesIn(device::testing::accelerator_device_names()),
                          backend::testing::backend_test_name);

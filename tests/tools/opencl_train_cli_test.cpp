@@ -113,7 +113,9 @@ class OpenClCli : public ::testing::Test {
 };
 
 // The OpenCL run against the same run on sim: same step count, accuracy and losses within the tolerance, and
-// the same plan on every device (the plan does not depend on the backend).
+// the same plan on every device but for the fetched results (the loss, the correct count), which an opencl
+// device with shared memory keeps out of its arena (MemoryConfig::shared_kinds): its planned peak is at most
+// sim's, and equal to it on a device without shared memory.
 void expect_same_training(const nlohmann::json& opencl, const nlohmann::json& sim) {
   ASSERT_TRUE(opencl.contains("test_accuracy") && sim.contains("test_accuracy")) << opencl << "\n" << sim;
   EXPECT_EQ(opencl.at("steps"), sim.at("steps"));
@@ -126,7 +128,9 @@ void expect_same_training(const nlohmann::json& opencl, const nlohmann::json& si
   for (std::size_t index = 0; index < sim.at("devices").size(); ++index) {
     const nlohmann::json& device = opencl.at("devices").at(index);
     EXPECT_EQ(device.at("device").get<std::string>(), "opencl:" + std::to_string(index));
-    EXPECT_EQ(device.at("planned_peak_bytes"), sim.at("devices").at(index).at("planned_peak_bytes")) << device;
+    EXPECT_LE(device.at("planned_peak_bytes").get<std::size_t>(),
+              sim.at("devices").at(index).at("planned_peak_bytes").get<std::size_t>())
+        << device;
     EXPECT_GE(device.at("peak_in_use_bytes").get<std::size_t>(), device.at("planned_peak_bytes").get<std::size_t>())
         << device;
   }
@@ -181,9 +185,10 @@ TEST_F(OpenClCli, ZeroOverTwoOpenClDevicesTrainsToSimsAccuracy) {
 }
 
 // The memory flags configure an opencl device's stack as a sim device's. BFC rounds requests the same way on
-// both, so the peaks in use are equal; `system` hands every request to the device's source, which rounds to its own
-// unit (a page on sim, the buffer alignment on opencl), so there the opencl peak is at most sim's and reserved
-// equals in use.
+// both, so each peak in use exceeds its planned peak by the same rounding (the plans differ only by the
+// fetched results, which opencl keeps in shared memory: expect_same_training); `system` hands every request
+// to the device's source, which rounds to its own unit (a page on sim, the buffer alignment on opencl), so
+// there the opencl peak is at most sim's and reserved equals in use.
 TEST_F(OpenClCli, MemoryFlagsApplyAsOnSim) {
   if (!have_data()) GTEST_SKIP() << "Fashion-MNIST is not installed: apt-get install dataset-fashion-mnist";
   for (const std::string memory : {"--allocator system", "--allocator bfc --allow-growth false"}) {
@@ -200,7 +205,10 @@ TEST_F(OpenClCli, MemoryFlagsApplyAsOnSim) {
       EXPECT_LE(ours.at("peak_in_use_bytes").get<std::size_t>(), theirs.at("peak_in_use_bytes").get<std::size_t>());
       EXPECT_EQ(ours.at("peak_reserved_bytes"), ours.at("peak_in_use_bytes"));
     } else {
-      EXPECT_EQ(ours.at("peak_in_use_bytes"), theirs.at("peak_in_use_bytes"));
+      const auto rounding = [](const nlohmann::json& device) {
+        return device.at("peak_in_use_bytes").get<std::int64_t>() - device.at("planned_peak_bytes").get<std::int64_t>();
+      };
+      EXPECT_EQ(rounding(ours), rounding(theirs)) << ours << "\n" << theirs;
       // Preallocation reserves the budget up front (on opencl as one region of at most the driver's largest
       // allocation, so not sim's figure): far more than the job uses.
       const auto in_use = ours.at("peak_in_use_bytes").get<std::size_t>();
@@ -232,6 +240,14 @@ TEST_F(OpenClCli, EstimateEqualsTheMeasuredPeak) {
       EXPECT_EQ(planned.at("planned_peak_bytes"), real.at("measured_peak_requested_bytes")) << planned.at("device");
       EXPECT_EQ(planned.at("planned_peak_allocated_bytes"), real.at("measured_peak_in_use_bytes"))
           << planned.at("device");
+      // A device with shared memory (PoCL's fine-grained SVM) holds the fetched results there (the loss and
+      // the correct count, scalars), reported apart from the peak above; one without holds none there.
+      if (planned.at("shared_memory").get<std::string>().empty()) {
+        EXPECT_EQ(planned.at("shared_bytes"), 0u) << planned;
+      } else {
+        EXPECT_EQ(planned.at("shared_memory"), planned.at("device").get<std::string>() + "/shared") << planned;
+        EXPECT_GE(planned.at("shared_bytes").get<std::size_t>(), 8u) << planned;
+      }
     }
   }
 }

@@ -53,6 +53,9 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
                          .lower_bound_bytes = device_plan.lower_bound_bytes,
                          .planned_peak_bytes = device_plan.planned_peak_bytes,
                          .planned_peak_allocated_bytes = 0,
+                         .shared_bytes = device_plan.shared_bytes,
+                         .shared_memory = device->shared_memory() != nullptr ? device->shared_memory()->config().device
+                                                                             : std::string(),
                          .limit_bytes = device->memory().limit_bytes(),
                          .fits = true,
                          .bytes_by_kind = {},
@@ -115,6 +118,11 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
     for (std::size_t index = 0; index < plan.tensors.size(); ++index) {
       const runtime::PlannedTensor& tensor = plan.tensors[index];
       if (tensor.device != entry.device) continue;
+      if (tensor.shared) {  // in the device's shared memory, not in its peak: reported apart
+        estimate.rows.push_back({entry.device, tensor.name, std::string(memory::to_string(tensor.kind)), tensor.op,
+                                 tensor.dtype, "shared", tensor.shape, tensor.bytes, tensor.bytes});
+        continue;
+      }
       const std::string kind(train::to_string(entry.step.kinds[index]));
       entry.bytes_by_kind[kind] += tensor.bytes;
       estimate.rows.push_back({entry.device, tensor.name, kind, tensor.op, tensor.dtype,
@@ -135,6 +143,8 @@ nlohmann::json to_json(const MemoryEstimate& estimate) {
                        {"lower_bound_bytes", device.lower_bound_bytes},
                        {"planned_peak_bytes", device.planned_peak_bytes},
                        {"planned_peak_allocated_bytes", device.planned_peak_allocated_bytes},
+                       {"shared_bytes", device.shared_bytes},
+                       {"shared_memory", device.shared_memory},
                        {"limit_bytes", device.limit_bytes},
                        {"fits", device.fits},
                        {"bytes_by_kind", device.bytes_by_kind},
@@ -177,6 +187,10 @@ void print_estimate(std::ostream& out, const MemoryEstimate& estimate) {
         format_bytes(device.variable_bytes), format_bytes(device.arena_bytes), format_bytes(device.lower_bound_bytes),
         format_bytes(device.planned_peak_allocated_bytes), format_bytes(device.limit_bytes),
         device.fits ? "" : " (does NOT fit: the allocator refuses part of it)");
+    if (device.shared_bytes > 0) {
+      out << fmt::format("  shared memory {}: fetched results {} ({} bytes) per step, apart from the peak above\n",
+                         device.shared_memory, format_bytes(device.shared_bytes), device.shared_bytes);
+    }
   }
 }
 

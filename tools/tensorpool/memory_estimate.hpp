@@ -8,7 +8,9 @@
 // whole-chunk hand-outs are counted as the device will count them); step tensors live in the arena at planned
 // offsets (rounded to the plan's 256-byte alignment; 0 when written in place over an input). Per device:
 // totals per kind, the arena, the liveness lower bound and the planned peak (variables + arena), which a real
-// step's peak of requested bytes equals exactly, and the peak in use after rounding.
+// step's peak of requested bytes equals exactly, and the peak in use after rounding. Fetched results that a
+// device with shared memory allocates there (runtime::PlannedTensor::shared) are rows of their own, summed
+// apart as shared_bytes: they are not in the device memory's peak.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -27,7 +29,9 @@
 namespace tp::cli {
 
 struct EstimateRow {
-  std::string device, name, kind, op, dtype, placement;  // "variable" | "arena" | "in arena" | "in place"
+  // placement: "variable" | "arena" | "in arena" | "in place" | "shared" (a fetched result in the device's
+  // shared memory, outside its peak)
+  std::string device, name, kind, op, dtype, placement;
   std::vector<std::int64_t> shape;
   std::size_t bytes = 0;
   std::size_t allocated_bytes = 0;
@@ -40,6 +44,8 @@ struct DeviceEstimate {
   std::size_t lower_bound_bytes = 0;
   std::size_t planned_peak_bytes = 0;            // requested: variables + arena
   std::size_t planned_peak_allocated_bytes = 0;  // in use after the allocator's rounding (replayed)
+  std::size_t shared_bytes = 0;  // fetched results in the device's shared memory (as requested), not in the peaks
+  std::string shared_memory;     // that memory's name ("opencl:0/shared"); empty on a device without one
   std::size_t limit_bytes = 0;
   bool fits = true;                                  // the replay on the scratch stack served every allocation
   bool variables_fit = true;                         // ... every variable, before the arena

@@ -89,10 +89,16 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
     // Shared (host-visible) memory is a stack of its own: its bytes are reported apart, never in the above.
     if (memory::MemoryStack* shared = device.shared_memory()) {
       const memory::MemoryStats shared_stats = shared->stats();
-      std::cout << fmt::format("    shared memory {}: peak in use {}, reserved {}\n", shared->config().device,
-                               format_bytes(shared_stats.peak_bytes_in_use), format_bytes(shared_stats.bytes_reserved));
+      std::size_t fetched_bytes = 0;  // the step's fetched results, allocated there by each run
+      for (const runtime::DevicePlan& device_plan : plan.devices) {
+        if (device_plan.device == name) fetched_bytes = device_plan.shared_bytes;
+      }
+      std::cout << fmt::format("    shared memory {}: peak in use {}, reserved {}; fetched results {} per step\n",
+                               shared->config().device, format_bytes(shared_stats.peak_bytes_in_use),
+                               format_bytes(shared_stats.bytes_reserved), format_bytes(fetched_bytes));
       devices.back()["shared_peak_in_use_bytes"] = shared_stats.peak_bytes_in_use;
       devices.back()["shared_reserved_bytes"] = shared_stats.bytes_reserved;
+      devices.back()["shared_fetched_bytes"] = fetched_bytes;
     }
   }
   return devices;

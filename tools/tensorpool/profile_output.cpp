@@ -35,6 +35,7 @@ void set_planned_peaks(profile::MemoryProfiler& profiler, const runtime::MemoryP
 
 std::string trace_file_name(std::string device) {
   std::replace(device.begin(), device.end(), ':', '_');
+  std::replace(device.begin(), device.end(), '/', '_');  // a shared memory's entry: "opencl:0/shared"
   return "trace-" + device + ".csv";
 }
 

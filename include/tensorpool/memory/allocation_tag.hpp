@@ -21,6 +21,7 @@ enum class AllocationKind : std::uint8_t {
   temporary,
   staging,
   step_arena,  // a session's planned arena: one allocation holding a step's activations and gradients
+  fetched,     // a step's fetched result (the loss, a metric) allocated outside the arena, for the host to read
 };
 
 std::string_view to_string(AllocationKind kind) noexcept;

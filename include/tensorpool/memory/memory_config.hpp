@@ -45,8 +45,11 @@ struct MemoryConfig {
   // Allocations of these kinds (by their tag) come from the device's shared (host-visible) memory when it
   // has one (Device::shared_memory(): fine-grained SVM on opencl), so host code and kernels both touch them
   // without copies; on a device without shared memory they come from this stack as usual (the device's
-  // shared_memory_note() says so). Empty (the default): every allocation comes from this stack.
-  std::vector<AllocationKind> shared_kinds{};
+  // shared_memory_note() says so). The default lists `fetched`: a session's fetched results (the loss, the
+  // metrics) are then allocated per run from shared memory, outside the step's planned arena, and read by the
+  // host in place; on a device without shared memory they stay in the arena. Empty: every allocation, fetched
+  // results included, comes from this stack.
+  std::vector<AllocationKind> shared_kinds{AllocationKind::fetched};
 
   // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] or not
   // finite, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,

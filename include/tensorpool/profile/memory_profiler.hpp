@@ -10,6 +10,11 @@
 //   tp::profile::MemorySnapshot snapshot = tp::profile::memory_snapshot(manager.devices());
 //   tp::profile::reset_memory_stats(device);                          // peaks restart from now
 //
+// A device with shared memory (Device::shared_memory(): fine-grained SVM on opencl) has a second recorder on
+// that stack: snapshots list it as an entry of its own right after the device's (named "opencl:0/shared",
+// DeviceSnapshot::shared_of = "opencl:0"), with its tensors, events, peak breakdown and high-water marks, so
+// shared bytes are told apart per tensor, never mixed into the device memory's figures.
+//
 // Recording needs the devices' stacks to track allocations (MemoryConfig::tracking, on by default); a device
 // without tracking is reported without recording. With ProfilerOptions::oom_snapshot_path (or
 // TP_OOM_SNAPSHOT=FILE in the environment), a refused allocation on a recorded device writes the snapshot JSON
@@ -52,7 +57,8 @@ class MemoryProfiler {
   MemoryProfiler(const MemoryProfiler&) = delete;
   MemoryProfiler& operator=(const MemoryProfiler&) = delete;
 
-  // Every recorded device, with its events, peak breakdown and high-water marks.
+  // Every recorded device, with its events, peak breakdown and high-water marks; each followed by its shared
+  // memory's entry when it has one.
   MemorySnapshot snapshot(std::string reason = "requested") const;
   // The planned peak a snapshot reports next to the measured one (from Session::plan, set by the caller).
   void set_planned_peak(const std::string& device, std::size_t bytes);
@@ -70,18 +76,23 @@ class MemoryProfiler {
 };
 
 MemoryInfo memory_info(device::Device& device);
-// The device's peaks (stack and recorder: breakdown, high-water marks) restart from the current values.
+// The device's peaks (stack and recorder: breakdown, high-water marks; its shared memory's too) restart from
+// the current values.
 void reset_memory_stats(device::Device& device);
 // A text table: rows in use, reserved, requested, fragmentation, allocs, OOMs, retries; columns current, peak,
 // total allocated, total freed (totals of bytes need a recorder; without one they are counts or "-").
 // Followed by one line on the device's shared memory (Device::shared_memory_note()) and, when it has one,
 // its bytes in use, peak and reserved, counted apart from the table.
 std::string memory_summary(device::Device& device);
-// Each device's segments, blocks and live tensors; the recorded parts for devices a profiler records.
+// Each device's segments, blocks and live tensors; the recorded parts for devices a profiler records. A device
+// with shared memory is followed by that memory's entry.
 MemorySnapshot memory_snapshot(const std::vector<device::Device*>& devices, std::string reason = "requested");
 
 // The stack's part of a device snapshot (figures, segments with blocks, live tensors from the tracking
 // adaptor when no recorder filled them). Used by the functions above.
 DeviceSnapshot snapshot_device(device::Device& device, const DeviceRecorder* recorder);
+// The same for the device's shared memory (`recorder` records that stack, or is null); shared_of is set.
+// Requires device.shared_memory() != nullptr.
+DeviceSnapshot snapshot_shared_memory(device::Device& device, const DeviceRecorder* recorder);
 
 }  // namespace tp::profile

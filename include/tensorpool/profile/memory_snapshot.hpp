@@ -22,7 +22,7 @@
 namespace tp::profile {
 
 // AllocationKind values, in enum order (unknown first); indexes of per-kind arrays.
-inline constexpr std::size_t kKinds = 8;
+inline constexpr std::size_t kKinds = 9;
 using KindBytes = std::array<std::size_t, kKinds>;
 
 struct LiveTensor {
@@ -77,7 +77,10 @@ struct OpHighWater {
 };
 
 struct DeviceSnapshot {
-  std::string device{};     // "sim:0"
+  std::string device{};     // "sim:0"; a device's shared memory: its stack's name, "opencl:0/shared"
+  // Set on the entry of a device's shared (host-visible) memory (Device::shared_memory()), which follows the
+  // device's own entry: the device's name. Empty for device memory.
+  std::string shared_of{};
   std::string allocator{};  // "bfc" | "expandable" | "system"
   std::string policy{};     // "grow" | "preallocate"
   std::size_t capacity_bytes = 0;

@@ -1,6 +1,7 @@
 #pragma once
 // What Session::plan() reports before a step runs: per device, the planned peak (persistent variables plus the
-// step's arena) next to the liveness lower bound, and the per-tensor layout of the arena.
+// step's arena) next to the liveness lower bound, the per-tensor layout of the arena, and the fetched results
+// that live in the device's shared memory instead (reported apart).
 
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,9 @@ struct PlannedTensor {
   std::size_t first_step = 0;
   std::size_t last_step = 0;
   bool in_place = false;
+  // A fetched result allocated per run from the device's shared memory (MemoryConfig::shared_kinds lists
+  // `fetched`): outside the arena (planned_bytes 0, offset 0), counted in DevicePlan::shared_bytes.
+  bool shared = false;
 };
 
 struct DevicePlan {
@@ -32,6 +36,9 @@ struct DevicePlan {
   std::size_t arena_bytes = 0;         // the step's planned arena
   std::size_t lower_bound_bytes = 0;   // max over steps of the live bytes (no plan can beat it)
   std::size_t planned_peak_bytes = 0;  // variable_bytes + arena_bytes: what the device holds during a step
+  // Fetched results a run allocates from the device's shared memory (as requested), apart from the device
+  // memory: not in planned_peak_bytes. 0 on devices without shared memory.
+  std::size_t shared_bytes = 0;
   std::string strategy;                // the placement order that won, e.g. "size/best-fit"
 };
 

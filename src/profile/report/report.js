@@ -6,7 +6,7 @@
 (function () {
   "use strict";
   const KINDS = ["parameter", "weight_gradient", "optimizer_state", "step_arena", "activation", "temporary", "staging",
-                 "unknown"];
+                 "fetched", "unknown"];
   const SVG = "http://www.w3.org/2000/svg";
 
   // Mirrors tp::format_bytes: "256 B", "1.50 MiB".

@@ -2,7 +2,8 @@
 // buffer SVM, its buffers are host-visible (Buffer::data() works from host code) and reach kernels through
 // their cl_mem, reads to the host take no staged copy, the bytes are reported apart from the device memory
 // (stats, profiler), MemoryConfig::shared_kinds routes tensor kinds to it, and a Dataset staged on the device
-// assembles its batches there. Skips, saying why, without an OpenCL device with fine-grained buffer SVM.
+// assembles its batches there; a session's fetched results are allocated there and profiled per tensor.
+// Skips, saying why, without an OpenCL device with fine-grained buffer SVM.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,12 +11,14 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "backend/opencl/opencl_context.hpp"
 #include "backend/opencl/opencl_device.hpp"
+#include "runtime/support/mlp_graph.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/tensor.hpp"
@@ -25,7 +28,9 @@
 #include "tensorpool/device/backends.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/ops/elementwise.hpp"
+#include "tensorpool/profile/exporters.hpp"
 #include "tensorpool/profile/memory_profiler.hpp"
+#include "tensorpool/runtime/session.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace tp::backend::opencl {
@@ -233,6 +238,100 @@ TEST_F(OpenClSharedMemory, TrainingOnSharedBatchesMatchesHostStagedBatches) {
   ASSERT_EQ(host_staged.size(), 4u);
   EXPECT_EQ(shared, host_staged);
   EXPECT_GT(opencl.shared_memory()->stats().peak_bytes_in_use, shared_peak_before);
+}
+
+// A session on opencl:0 fetching the loss: the loss is allocated in the device's shared memory (host-visible,
+// tagged `fetched` with its name) and read without a staged copy, so each run stages one copy fewer than the
+// same session with fetched results in device memory, with bitwise the same losses. The profiler records the
+// shared allocations per tensor in an entry of their own ("opencl:0/shared", shared_of "opencl:0"): tags,
+// events, peak breakdown and the snapshot JSON; the device memory's entry holds none of them.
+TEST_F(OpenClSharedMemory, SessionFetchesAreReadInPlaceAndProfiledPerTensor) {
+  constexpr std::int64_t kIn = 8, kHidden = 16, kClasses = 3, kRows = 16;
+  constexpr int kSteps = 3;
+  const memory::GetEnv no_env = [](const char*) -> const char* { return nullptr; };
+  struct Result {
+    std::vector<float> losses;
+    std::uint64_t staged = 0;  // copies through opencl:0's staging memory during the runs
+    profile::MemorySnapshot snapshot;
+  };
+  const auto run = [&](bool fetch_into_shared) {
+    device::DeviceManagerOptions options;
+    options.opencl_devices = 1;
+    if (!fetch_into_shared) options.default_memory_config.shared_kinds = {};
+    device::DeviceManager manager(options, no_env);
+    device::Device& opencl = manager.device("opencl:0");
+    device::Device& cpu = manager.device("cpu:0");
+    runtime::testing::MlpGraph mlp = runtime::testing::build_mlp(kIn, kHidden, kClasses, "opencl:0");
+    runtime::Session session(mlp.graph, {.devices = &manager});
+    Result result;
+    profile::MemoryProfiler profiler({&opencl});
+    for (int step = 1; step <= kSteps; ++step) {
+      const runtime::testing::Batch batch =
+          runtime::testing::make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step));
+      const runtime::FeedMap feeds = {{"x", Tensor::from_vector<float>(batch.x, Shape{kRows, kIn}, cpu)},
+                                      {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, cpu)}};
+      if (step == 2) {  // the first run compiled the kernels and sized the arena; count from a steady step
+        opencl.synchronize();
+        result.staged = staged_copies(opencl);
+      }
+      const std::vector<Tensor> fetched = session.run(feeds, {mlp.loss}, mlp.updates, {.step = step});
+      result.losses.push_back(fetched.at(0).to_vector<float>().at(0));
+    }
+    result.staged = staged_copies(opencl) - result.staged;
+    result.snapshot = profiler.snapshot();
+    return result;
+  };
+  const Result in_device_memory = run(false);
+  const Result shared = run(true);
+  EXPECT_EQ(shared.losses, in_device_memory.losses);
+  // Steps 2 and 3 each read the loss: in place from shared memory, through staging from device memory.
+  EXPECT_EQ(in_device_memory.staged - shared.staged, static_cast<std::uint64_t>(kSteps - 1))
+      << "device memory path staged " << in_device_memory.staged << ", shared path " << shared.staged;
+
+  // The device path's snapshot: one entry for opencl:0 and one, empty of fetches, for its shared memory.
+  const auto entry = [](const profile::MemorySnapshot& snapshot, const std::string& name) {
+    for (const profile::DeviceSnapshot& device : snapshot.devices) {
+      if (device.device == name) return device;
+    }
+    ADD_FAILURE() << "the snapshot has no entry " << name;
+    return profile::DeviceSnapshot{};
+  };
+  const auto fetched_tags = [](const profile::DeviceSnapshot& device) {
+    std::vector<memory::AllocationTag> tags;
+    for (const memory::AllocationTag& tag : device.tags) {
+      if (tag.kind == memory::AllocationKind::fetched) tags.push_back(tag);
+    }
+    return tags;
+  };
+  EXPECT_TRUE(fetched_tags(entry(in_device_memory.snapshot, "opencl:0/shared")).empty());
+  ASSERT_EQ(shared.snapshot.devices.size(), 2u);
+  EXPECT_EQ(shared.snapshot.devices[0].device, "opencl:0");
+  EXPECT_TRUE(shared.snapshot.devices[0].shared_of.empty());
+  EXPECT_TRUE(fetched_tags(shared.snapshot.devices[0]).empty()) << "a fetched result was counted in device memory";
+  const profile::DeviceSnapshot& shared_entry = shared.snapshot.devices[1];
+  EXPECT_EQ(shared_entry.device, "opencl:0/shared");
+  EXPECT_EQ(shared_entry.shared_of, "opencl:0");
+  EXPECT_TRUE(shared_entry.recording);
+  const std::vector<memory::AllocationTag> tags = fetched_tags(shared_entry);
+  ASSERT_EQ(tags.size(), 1u);
+  EXPECT_EQ(tags[0].name, "loss:0");
+  EXPECT_EQ(tags[0].dtype, "float32");
+  std::size_t allocations = 0, frees = 0;
+  for (const profile::MemoryEvent& event : shared_entry.events) {
+    if (shared_entry.tags.at(event.tag).kind != memory::AllocationKind::fetched) continue;
+    EXPECT_EQ(event.requested_bytes, sizeof(float));
+    allocations += event.action == profile::EventAction::allocate ? 1 : 0;
+    frees += event.action == profile::EventAction::free ? 1 : 0;
+  }
+  EXPECT_EQ(allocations, static_cast<std::size_t>(kSteps));
+  EXPECT_EQ(frees, static_cast<std::size_t>(kSteps));
+  bool fetched_at_peak = false;
+  for (const profile::BreakdownRow& row : shared_entry.peak.by_kind) fetched_at_peak |= row.key == "fetched";
+  EXPECT_TRUE(fetched_at_peak);
+  const nlohmann::json json = nlohmann::json::parse(profile::snapshot_json(shared.snapshot));
+  EXPECT_EQ(json.at("devices").at(1).at("shared"), true);
+  EXPECT_EQ(json.at("devices").at(1).at("shared_of"), "opencl:0");
+  EXPECT_EQ(json.at("devices").at(0).at("shared"), false);
 }
 
 }  // namespace
