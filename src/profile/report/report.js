@@ -251,7 +251,8 @@
     const root = document.getElementById("report");
     snapshot.devices.forEach((device, index) => {
       const section = element("section", { class: "device", id: "device-" + index, "data-device": device.device });
-      section.appendChild(element("h2", {}, device.device + " (" + device.allocator + ", " + device.policy +
+      const shared = device.shared ? "shared memory of " + device.shared_of + ", " : "";
+      section.appendChild(element("h2", {}, device.device + " (" + shared + device.allocator + ", " + device.policy +
         ", limit " + formatBytes(device.limit_bytes) + ")"));
       panel(section, "Summary").appendChild(summary(device, index));
       const list = events(device);
