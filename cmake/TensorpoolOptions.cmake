@@ -6,6 +6,29 @@ function(tp_apply_warnings target)
                                            -Werror)
 endfunction()
 
+# The linker. Every test executable links the whole static library, so a build links about a hundred large
+# executables: lld does each several times faster than GNU ld. "auto" takes lld when the compiler can link
+# with it (scripts/install-deps installs it) and the toolchain's default linker otherwise; "default" keeps
+# the default; any other value is a -fuse-ld= name and must work. Applies to the targets of this project only
+# (the exported targets carry no linker choice).
+set(TP_LINKER "auto" CACHE STRING "Linker for tensorpool's executables: auto (lld when usable), default, or a -fuse-ld= name")
+if(NOT TP_LINKER STREQUAL "default")
+  include(CheckLinkerFlag)
+  set(tp_linker_name "${TP_LINKER}")
+  if(TP_LINKER STREQUAL "auto")
+    set(tp_linker_name lld)
+  endif()
+  check_linker_flag(CXX "-fuse-ld=${tp_linker_name}" TP_LINKER_${tp_linker_name}_WORKS)
+  if(TP_LINKER_${tp_linker_name}_WORKS)
+    add_link_options("-fuse-ld=${tp_linker_name}")
+  elseif(NOT TP_LINKER STREQUAL "auto")
+    message(FATAL_ERROR "TP_LINKER='${TP_LINKER}': the compiler cannot link with -fuse-ld=${TP_LINKER};"
+                        " install it or configure with -DTP_LINKER=default")
+  else()
+    message(STATUS "tensorpool: lld not found; linking with the default linker (apt-get install lld links faster)")
+  endif()
+endif()
+
 set(TP_SANITIZER_FLAGS "")
 if(TP_SANITIZE)
   string(REPLACE "," ";" tp_sanitizers "${TP_SANITIZE}")

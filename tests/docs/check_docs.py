@@ -16,6 +16,8 @@ so a block nobody runs cannot be added silently):
                                  invocation must parse and run;
           build/bench/tp_*       a shim runs the real benchmark with its smoke flags (SMOKE_FLAGS below)
                                  replacing the block's values (and without --callgrind);
+          bench/backends/*.py    likewise: the real script with its smoke flags (one recorded run per device,
+                                 no warm-up), training through the CLI shim above;
           build-NAME/            the same build as build/ (the text says how build-NAME was configured);
           /tmp/                  a scratch directory;
           make TARGET            checked, not run (it would rebuild and rerun everything): TARGET must be a rule
@@ -59,6 +61,10 @@ SMOKE_FLAGS = {
     "tp_replay_worker": {"--rounds": "1"},
 }
 DROPPED_FLAGS = {"tp_replay_bench": {"--callgrind"}}
+# bench/backends/ script -> {flag: value}, as SMOKE_FLAGS.
+SCRIPT_SMOKE_FLAGS = {
+    "compare_backends.py": {"--runs": "1", "--warmup": "0"},
+}
 
 
 def doc_files(root):
@@ -156,6 +162,14 @@ def shim(path, kind):
     os.chmod(path, 0o755)
 
 
+def python_shim(path, kind):
+    """A shim for a script the block runs as `python3 SCRIPT`: Python code, not a shell script."""
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(f"import os, sys\nos.execv(sys.executable, [sys.executable, {os.path.abspath(__file__)!r}, "
+                  f"'shim', {kind!r}] + sys.argv[1:])\n")
+    os.chmod(path, 0o755)
+
+
 def sandbox(root, build, scratch, text):
     """The repository root as a block sees it: sources linked, traces copied (blocks write there), build/
     holding shims."""
@@ -174,6 +188,13 @@ def sandbox(root, build, scratch, text):
             os.makedirs(os.path.join(work, "bench", name))
             for script in os.listdir(source):
                 shim(os.path.join(work, "bench", name, script), "peer:" + os.path.join(source, script))
+        elif name == "backends":
+            os.makedirs(os.path.join(work, "bench", name))
+            for script in os.listdir(source):
+                if script in SCRIPT_SMOKE_FLAGS:
+                    python_shim(os.path.join(work, "bench", name, script), "script:" + os.path.join(source, script))
+                else:
+                    os.symlink(os.path.join(source, script), os.path.join(work, "bench", name, script))
         else:
             os.symlink(source, os.path.join(work, "bench", name))
     os.makedirs(os.path.join(work, "build", "bin"))
@@ -307,6 +328,12 @@ def run_shim(kind, arguments):
             arguments = set_flag(arguments, flag, value)
         print(f"[docs] {binary} " + shlex.join(arguments), file=sys.stderr, flush=True)
         os.execv(target, [target] + arguments)
+    if name == "script":
+        script = os.path.basename(target)
+        for flag, value in SCRIPT_SMOKE_FLAGS.get(script, {}).items():
+            arguments = set_flag(arguments, flag, value)
+        print(f"[docs] {script} " + shlex.join(arguments), file=sys.stderr, flush=True)
+        os.execv(sys.executable, [sys.executable, target] + arguments)
     if name == "make":
         targets = [a for a in arguments if not a.startswith("-") and "=" not in a] or ["all"]
         unknown = [t for t in targets if t not in makefile_targets(target)]
