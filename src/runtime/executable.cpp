@@ -151,7 +151,7 @@ void plan_layouts(Executable& executable) {
   std::map<device::Device*, std::size_t> layout_of;
   for (std::size_t index = 0; index < executable.values.size(); ++index) {
     const Value& value = executable.values[index];
-    if (value.variable || value.shared) continue;
+    if (value.variable || value.shared || value.fed_in_place) continue;
     auto [it, inserted] = layout_of.emplace(value.device, executable.layouts.size());
     if (inserted) executable.layouts.push_back({value.device, {}, {}, nullptr});
     executable.layouts[it->second].values.push_back(index);
@@ -181,6 +181,7 @@ void plan_layouts(Executable& executable) {
 
 std::unique_ptr<Executable> prepare(const graph::Graph& graph,
                                     const std::map<std::string, graph::TensorType, std::less<>>& feeds,
+                                    const std::map<std::string, std::string, std::less<>>& fed_on,
                                     const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
                                     const PlacementOptions& placement_options) {
   auto executable = std::make_unique<Executable>();
@@ -224,6 +225,10 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     device::Device* device = placement.device_of[static_cast<std::size_t>(id)];
     if (node.op == "Placeholder") {
       const std::size_t value = builder.add_value({id, 0}, device);
+      const auto on = fed_on.find(node.name);
+      // On a host device the feed stays a copy into its slot, as planned there before.
+      executable->values[value].fed_in_place =
+          on != fed_on.end() && on->second == device->name() && !device->host_accessible();
       executable->feeds[node.name] = value;
       builder.add_step({.kind = Step::Kind::feed, .node = id, .outputs = {value}, .device = device});
     } else if (node.op == "Variable") {
@@ -268,7 +273,8 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     const std::size_t value = builder.value_on(output, builder.home(output));
     Value& fetched = executable->values[value];
     fetched.fetched = true;
-    fetched.shared = !fetched.variable && fetches_into_shared_memory(*fetched.device);
+    // A fetched feed bound in place is read from the fed tensor itself.
+    fetched.shared = !fetched.variable && !fetched.fed_in_place && fetches_into_shared_memory(*fetched.device);
     fetched.last_step = executable->steps.size();
     executable->fetches.push_back(value);
   }

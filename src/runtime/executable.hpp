@@ -6,7 +6,8 @@
 // Invariants: steps are in an order where every value is produced (by a feed, kernel or copy step, or bound
 // as a variable) before any step reads it; a value's first_step <= last_step; values read by a step live on
 // that step's device; each planned value of a device appears exactly once in its DeviceLayout; a `shared`
-// value is fetched, not a variable, and in no DeviceLayout.
+// value is fetched, not a variable, and in no DeviceLayout; a `fed_in_place` value is a feed's, on a device
+// that is not host-accessible, not `shared`, and in no DeviceLayout.
 //
 // Concurrency: a step may start once every step in its `after` has been launched and its streams wait on
 // their events (assign_streams). `after` holds the data producers, control inputs, every step that reads or
@@ -43,6 +44,11 @@ struct Value {
   // AllocationKind::fetched and the device has Device::shared_memory()): outside the arena's plan, allocated
   // afresh by each run when its step launches, and read by the host in place (no copy).
   bool shared = false;
+  // A feed whose tensor lives on the placeholder's device (a buffer of it, e.g. a batch assembled in its shared
+  // memory): each run binds the fed tensor as the value instead of copying it into an arena slot, so the value
+  // has no slot (outside the arena's plan). The step was prepared for feeds on that device (the signature
+  // says so), so a run feeding the tensor from elsewhere prepares, and plans, another step.
+  bool fed_in_place = false;
   std::size_t first_step = 0;
   std::size_t last_step = 0;
   std::int64_t share_with = -1;      // a value this one may reuse in place
@@ -78,7 +84,7 @@ struct Step {
 
 struct DeviceLayout {
   device::Device* device = nullptr;
-  std::vector<std::size_t> values;  // planned values on the device, in request order (`shared` ones are not)
+  std::vector<std::size_t> values;  // planned values on the device, in request order (not `shared`, `fed_in_place`)
   StaticPlan plan;
   std::shared_ptr<Buffer> arena;  // allocated at the first run with the planner on
 };
@@ -95,11 +101,21 @@ struct Executable {
   bool multi_lane = false;              // some kernel runs on a stream other than its device's stream 0
 };
 
-// Throws tp::InvalidArgument naming the offending name, node or feed before anything runs.
+// `fed_on`: placeholder name -> the device its fed tensor lives on; a feed placed on that device, when it is
+// not host-accessible, is `fed_in_place`. Throws tp::InvalidArgument naming the offending name, node or feed
+// before anything runs.
 std::unique_ptr<Executable> prepare(const graph::Graph& graph,
                                     const std::map<std::string, graph::TensorType, std::less<>>& feeds,
+                                    const std::map<std::string, std::string, std::less<>>& fed_on,
                                     const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
                                     const PlacementOptions& placement);
+// Every feed copied into its slot.
+inline std::unique_ptr<Executable> prepare(const graph::Graph& graph,
+                                           const std::map<std::string, graph::TensorType, std::less<>>& feeds,
+                                           const std::vector<std::string>& fetches,
+                                           const std::vector<std::string>& targets, const PlacementOptions& placement) {
+  return prepare(graph, feeds, {}, fetches, targets, placement);
+}
 
 // "node" -> {node, 0}; "node:1" -> {node, 1}. Throws naming the text when unknown or out of range.
 graph::Output resolve_output(const graph::Graph& graph, std::string_view text);

@@ -51,6 +51,7 @@ void Executor::wait_for_earlier_steps(const Step& current) {
 void Executor::allocate_outputs(const Step& current) {
   for (std::size_t output : current.outputs) {
     Value& value = executable_.values[output];
+    if (value.fed_in_place) continue;                  // the fed tensor itself (enqueue binds it)
     if (options_.planner && !value.shared) continue;  // bound to its arena by Session::bind
     const graph::Node& node = graph_.node(value.output.node);
     memory::AllocationTag tag{value.name,
@@ -74,7 +75,17 @@ void Executor::enqueue(const Step& current) {
   switch (current.kind) {
     case Step::Kind::feed: {
       const Tensor& fed = feeds_.find(graph_.node(current.node).name)->second;
-      const Tensor& slot = executable_.values[current.outputs[0]].tensor;
+      Value& value = executable_.values[current.outputs[0]];
+      if (value.fed_in_place) {
+        // The fed tensor is a buffer of this device with the value's dtype and shape (the step was prepared
+        // for it): kernels read it where it is, with no copy. Work the caller enqueued on it (on the device's
+        // stream 0) comes first; the value's readers wait for this step as for a copy.
+        device::Stream& producer = fed.device().stream(0);
+        if (&producer != &stream) stream.wait(producer.record());
+        value.tensor = fed;
+        break;
+      }
+      const Tensor& slot = value.tensor;
       // The caller does not write into a fed tensor during run(), which synchronizes before returning: a
       // device that reads host memory in place copies the batch in one transfer on its own stream, without
       // the host first staging it (400 KB per step at batch 128, on the host's path to the next launch).

@@ -1,7 +1,7 @@
 #pragma once
 // Executor: one run of a prepared step (Executable). It launches every step on the streams assign_streams
-// gave it, through the session's StepRunner: a feed's copy into its slot, a copy between devices, or the
-// kernel resolved when the step was prepared. Before a step's work, its streams wait for the events of the
+// gave it, through the session's StepRunner: a feed's copy into its slot (or, for a `fed_in_place` value, the
+// fed tensor bound as the value), a copy between devices, or the kernel resolved when the step was prepared. Before a step's work, its streams wait for the events of the
 // earlier steps it depends on; after it, it records the events later steps on other streams wait for.
 //
 // Memory: with the planner on, every value is already bound to its arena (Session::bind) and a run makes no

@@ -57,10 +57,15 @@ std::vector<device::Device*> visible_devices(device::DeviceManager& manager, con
   return visible;
 }
 
-std::string signature(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+std::string signature(const FeedTypes& feeds, const FeedDevices& fed_on, const std::vector<std::string>& fetches,
                       const std::vector<std::string>& targets) {
   std::string key;
-  for (const auto& [name, type] : feeds) key += name + "=" + type.to_string() + ";";
+  for (const auto& [name, type] : feeds) {
+    key += name + "=" + type.to_string();
+    const auto on = fed_on.find(name);
+    if (on != fed_on.end()) key += "@" + on->second;
+    key += ";";
+  }
   key += "|";
   for (const std::string& fetch : fetches) key += fetch + ";";
   key += "|";
@@ -75,6 +80,18 @@ FeedTypes types_of(const FeedMap& feeds) {
     types[name] = graph::TensorType{tensor.dtype(), tensor.shape().dims()};
   }
   return types;
+}
+
+// Where each fed tensor that may be bound in place lives: a device that is not host-accessible, at an offset
+// the arena's values also start at (kernels see the alignment they see for planned values).
+FeedDevices devices_of(const FeedMap& feeds) {
+  FeedDevices on;
+  for (const auto& [name, tensor] : feeds) {
+    const device::Device& device = tensor.device();
+    if (device.host_accessible() || tensor.nbytes() == 0 || tensor.offset_bytes() % kPlanAlignment != 0) continue;
+    on[name] = device.name();
+  }
+  return on;
 }
 
 memory::AllocationKind kind_of_variable(const graph::Node& node) {
@@ -186,17 +203,17 @@ void check_open(bool closed, const std::string& name) {
 
 }  // namespace
 
-Executable& Session::executable(const FeedTypes& feeds, const std::vector<std::string>& fetches,
-                                const std::vector<std::string>& targets) {
+Executable& Session::executable(const FeedTypes& feeds, const FeedDevices& fed_on,
+                                const std::vector<std::string>& fetches, const std::vector<std::string>& targets) {
   check_open(closed_, options_.name);
-  const std::string key = signature(feeds, fetches, targets);
+  const std::string key = signature(feeds, fed_on, fetches, targets);
   auto found = state_->executables.find(key);
   if (found != state_->executables.end()) return *found->second;
   PlacementOptions placement{state_->devices, state_->default_device, options_.soft_placement};
   if (std::find(placement.devices.begin(), placement.devices.end(), state_->cpu) == placement.devices.end()) {
     placement.devices.push_back(state_->cpu);
   }
-  std::unique_ptr<Executable> prepared = prepare(state_->graph, feeds, fetches, targets, placement);
+  std::unique_ptr<Executable> prepared = prepare(state_->graph, feeds, fed_on, fetches, targets, placement);
   assign_streams(state_->graph, *prepared, state_->runner->threads());
   for (const std::string& line : prepared->placement_log) std::fprintf(stderr, "%s\n", line.c_str());
   return *state_->executables.emplace(key, std::move(prepared)).first->second;
@@ -299,7 +316,7 @@ std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::st
 PendingRun Session::run_async(const FeedMap& feeds, const std::vector<std::string>& fetches,
                               const std::vector<std::string>& targets, const RunOptions& options) {
   std::lock_guard lock(mutex_);
-  Executable& step = executable(types_of(feeds), fetches, targets);
+  Executable& step = executable(types_of(feeds), devices_of(feeds), fetches, targets);
   for (const auto& [name, value] : step.feeds) {
     if (!feeds.contains(name)) TP_THROW(InvalidArgument, "session", "placeholder '", name, "' is not fed");
   }
@@ -365,9 +382,13 @@ void Session::enqueue_fetches(Executable& step, const std::vector<device::Stream
     }
   }
   // A shared result is read in place: the readback holds its buffer until PendingRun::wait has taken the
-  // bytes, and the next run allocates its own.
+  // bytes, and the next run allocates its own. A feed bound in place is the caller's tensor: the enqueued
+  // work and the PendingRun hold it, not the prepared step.
   for (std::size_t fetch : step.fetches) {
     if (step.values[fetch].shared) step.values[fetch].tensor = Tensor();
+  }
+  for (const auto& [name, index] : step.feeds) {
+    if (step.values[index].fed_in_place) step.values[index].tensor = Tensor();
   }
   if (!options_.planner) {
     for (Value& value : step.values) {
@@ -377,9 +398,29 @@ void Session::enqueue_fetches(Executable& step, const std::vector<device::Stream
 }
 
 MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>& fetches,
-                         const std::vector<std::string>& targets) {
+                         const std::vector<std::string>& targets, const FeedDevices& fed_on) {
   std::lock_guard lock(mutex_);
-  const Executable& step = executable(feeds, fetches, targets);
+  for (const auto& [name, device_name] : fed_on) {
+    if (!feeds.contains(name)) {
+      TP_THROW(InvalidArgument, "session", "plan: fed_on names '", name,
+               "', which is not among the feeds; declare its type in the feeds, or drop it from fed_on");
+    }
+    const bool known = device_name == state_->cpu->name() ||
+                       std::any_of(state_->devices.begin(), state_->devices.end(),
+                                   [&](const device::Device* device) { return device->name() == device_name; });
+    if (!known) {
+      TP_THROW(InvalidArgument, "session", "plan: feed '", name, "' is declared on ", device_name,
+               ", which is not a device of session '", options_.name, "'; name one of its devices");
+    }
+  }
+  // A host-accessible device's feed is copied into its slot, as run_async does (devices_of).
+  FeedDevices bound;
+  for (const auto& [name, device_name] : fed_on) {
+    for (const device::Device* device : state_->devices) {
+      if (device->name() == device_name && !device->host_accessible()) bound[name] = device_name;
+    }
+  }
+  const Executable& step = executable(feeds, bound, fetches, targets);
   MemoryPlan plan;
   plan.steps = step.steps.size();
   plan.placement_log = step.placement_log;
@@ -421,9 +462,11 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
     tensor.dtype = std::string(name_of(value.dtype));
     tensor.shape = value.shape.dims();
     tensor.bytes = value.bytes();
-    tensor.planned_bytes = value.in_place || value.shared ? 0 : memory::round_up(value.bytes(), kPlanAlignment);
-    tensor.offset = value.shared ? 0 : value.offset;
+    const bool outside_arena = value.shared || value.fed_in_place;
+    tensor.planned_bytes = value.in_place || outside_arena ? 0 : memory::round_up(value.bytes(), kPlanAlignment);
+    tensor.offset = outside_arena ? 0 : value.offset;
     tensor.shared = value.shared;
+    tensor.fed_in_place = value.fed_in_place;
     if (value.shared) {
       tensor.kind = memory::AllocationKind::fetched;
       device_plan_of(*value.device).shared_bytes += value.bytes();

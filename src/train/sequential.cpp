@@ -185,8 +185,21 @@ runtime::FeedMap Sequential::feeds(const Tensor& features, const Tensor* labels)
   if (compiled_->model.input_dtype != flat.dtype()) {
     // The first layer computes in float16 / bfloat16: convert on the features' device (the host, for a staged
     // dataset) so that half the bytes travel to the replicas' devices.
-    flat = ops::cast(flat, compiled_->model.input_dtype, {.output = {.name = "train/input_cast"}});
-    flat.device().stream(0).synchronize();
+    // A batch staged in an accelerator's shared memory is cast there too: the step reads the result in place
+    // as it would the batch, and the device memory holds only what the step's plan says.
+    device::Device& device = flat.device();
+    if (!device.host_accessible() && device.shared_memory() != nullptr) {
+      const DType dtype = compiled_->model.input_dtype;
+      Tensor cast = Tensor::from_buffer(
+          device.allocate_shared(byte_size(flat.shape(), dtype),
+                                 {.name = "train/input_cast", .kind = memory::AllocationKind::staging}),
+          0, flat.shape(), dtype);
+      ops::cast_into(flat, cast);
+      flat = std::move(cast);
+    } else {
+      flat = ops::cast(flat, compiled_->model.input_dtype, {.output = {.name = "train/input_cast"}});
+    }
+    device.stream(0).synchronize();
   }
   runtime::FeedMap feeds;
   // Every worker holds the same global batch; replica g of the job (g = rank x local replicas + local) takes
@@ -312,11 +325,12 @@ Tensor Sequential::predict_step(const Tensor& features) {
   return result;
 }
 
-runtime::MemoryPlan Sequential::plan(std::int64_t batch_size) {
+runtime::MemoryPlan Sequential::plan(std::int64_t batch_size, std::string_view batches_on) {
   if (batch_size <= 0) TP_THROW(InvalidArgument, "train", "batch size ", batch_size, " must be positive");
   std::int64_t per_example = 1;
   for (std::int64_t dim : input_shape_) per_example *= dim;
   runtime::FeedTypes types;
+  runtime::FeedDevices fed_on;
   const auto local_replicas = static_cast<std::int64_t>(devices_.size());
   const std::int64_t replicas = local_replicas * compiled_->workers;  // `batch_size` is the global batch
   for (std::int64_t local = 0; local < local_replicas; ++local) {
@@ -327,10 +341,14 @@ runtime::MemoryPlan Sequential::plan(std::int64_t batch_size) {
     types[nodes.labels] = compiled_->options.loss == Loss::sparse_categorical_crossentropy
                               ? graph::TensorType{DType::i32, {rows}}
                               : graph::TensorType{DType::f32, {rows, layers_.back().units}};
+    if (!batches_on.empty() && devices_[static_cast<std::size_t>(local)] == batches_on) {
+      fed_on[nodes.x] = std::string(batches_on);
+      fed_on[nodes.labels] = std::string(batches_on);
+    }
   }
   types[compiled_->model.inv_global_batch] = {DType::f32, {}};
   if (!compiled_->model.loss_scale.empty()) types[compiled_->model.loss_scale] = {DType::f32, {}};
-  return session().plan(types, loss_and_correct_fetches(), compiled_->model.updates);
+  return session().plan(types, loss_and_correct_fetches(), compiled_->model.updates, fed_on);
 }
 
 StepBytes Sequential::step_bytes(const runtime::MemoryPlan& plan, std::string_view device) const {

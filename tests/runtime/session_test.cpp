@@ -1,6 +1,7 @@
 // Sessions: a training step through the placer, the static planner and the executor; the plan is known before
 // the first run and matches what the device measures; steady-state steps make no allocator calls; planner on
-// and off agree; placement across devices and soft placement; feed errors; variables; close(). Every case
+// and off agree; placement across devices and soft placement; feed errors; feeds already on the device bound in
+// place; variables; close(). Every case
 // runs on each accelerator backend present (sim:0, and opencl:0 where an OpenCL device exists).
 #include "tensorpool/runtime/session.hpp"
 
@@ -309,6 +310,72 @@ TEST_P(SessionOnDevice, FetchedResultsLiveInSharedMemoryWhereTheDeviceHasIt) {
   EXPECT_EQ(by_default.shared_allocations, 5u) << "one shared allocation per run for the fetched loss";
   EXPECT_EQ(by_default.shared_in_use_after, 0u) << "a fetched result outlived its run's readback";
   EXPECT_EQ(in_device_memory.shared_allocations, 0u);
+}
+
+// A fed tensor that already lives on the placeholder's device (a buffer of it) is bound as the value in place:
+// the plan declaring the feeds there (fed_on) gives them no slot, the session's memory peaks at exactly that
+// smaller plan, and the losses are bitwise those of feeds copied in from the host. Feeds declared on a host
+// device stay copies (the same plan, to the offset), and fed_on naming a non-feed or an unknown device is
+// refused before anything is prepared.
+TEST_P(SessionOnDevice, FeedsAlreadyOnTheDeviceAreBoundInPlace) {
+  const FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
+  struct Runs {
+    MemoryPlan plan;
+    std::vector<float> losses;
+    std::size_t session_peak = 0;
+  };
+  const auto run = [&](bool on_device) {
+    device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+    device::Device& accelerator = manager.device(GetParam());
+    testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, GetParam());
+    Session session(mlp.graph, {.devices = &manager});
+    Runs runs;
+    runs.plan = session.plan(types, {mlp.loss}, mlp.updates,
+                             on_device ? FeedDevices{{"x", GetParam()}, {"labels", GetParam()}} : FeedDevices{});
+    for (int step = 1; step <= 3; ++step) {
+      const auto batch = make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step));
+      FeedMap feeds = feeds_of(manager, batch);
+      if (on_device) {
+        feeds = {{"x", Tensor::from_vector<float>(batch.x, Shape{kRows, kIn}, accelerator)},
+                 {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, accelerator)}};
+      }
+      runs.losses.push_back(
+          session.run(feeds, {mlp.loss}, mlp.updates, {.step = step}).at(0).to_vector<float>().at(0));
+    }
+    runs.session_peak = session.memory_stats(GetParam()).peak_bytes_requested;
+    return runs;
+  };
+  const Runs copied = run(false);
+  const Runs bound = run(true);
+  EXPECT_EQ(bound.losses, copied.losses);
+  ASSERT_EQ(bound.plan.devices.size(), 1u);
+  ASSERT_EQ(copied.plan.devices.size(), 1u);
+  std::size_t fed_bytes = 0;
+  for (const PlannedTensor& tensor : bound.plan.tensors) {
+    const bool fed = tensor.name == "x:0" || tensor.name == "labels:0";
+    EXPECT_EQ(tensor.fed_in_place, fed) << tensor.name;
+    if (!fed) continue;
+    EXPECT_EQ(tensor.planned_bytes, 0u) << tensor.name;
+    EXPECT_EQ(tensor.device, GetParam());
+    fed_bytes += tensor.bytes;
+  }
+  EXPECT_EQ(fed_bytes, static_cast<std::size_t>(kRows * kIn * 4 + kRows * 4));
+  EXPECT_LT(bound.plan.devices[0].arena_bytes, copied.plan.devices[0].arena_bytes);
+  EXPECT_EQ(bound.session_peak, bound.plan.devices[0].planned_peak_bytes);
+  EXPECT_EQ(copied.session_peak, copied.plan.devices[0].planned_peak_bytes);
+
+  device::DeviceManager manager(two_of_each(), testing::kNoEnv);
+  testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, GetParam());
+  Session session(mlp.graph, {.devices = &manager});
+  const MemoryPlan on_host = session.plan(types, {mlp.loss}, mlp.updates, {{"x", "cpu:0"}, {"labels", "cpu:0"}});
+  ASSERT_EQ(on_host.tensors.size(), copied.plan.tensors.size());
+  EXPECT_EQ(on_host.devices[0].arena_bytes, copied.plan.devices[0].arena_bytes);
+  for (std::size_t index = 0; index < on_host.tensors.size(); ++index) {
+    EXPECT_FALSE(on_host.tensors[index].fed_in_place);
+    EXPECT_EQ(on_host.tensors[index].offset, copied.plan.tensors[index].offset) << on_host.tensors[index].name;
+  }
+  EXPECT_THROW(session.plan(types, {mlp.loss}, mlp.updates, {{"y", GetParam()}}), InvalidArgument);
+  EXPECT_THROW(session.plan(types, {mlp.loss}, mlp.updates, {{"x", "sim:9"}}), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Accelerators, SessionOnDevice,

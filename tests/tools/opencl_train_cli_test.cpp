@@ -114,8 +114,9 @@ class OpenClCli : public ::testing::Test {
 
 // The OpenCL run against the same run on sim: same step count, accuracy and losses within the tolerance, and
 // the same plan on every device but for the fetched results (the loss, the correct count), which an opencl
-// device with shared memory keeps out of its arena (MemoryConfig::shared_kinds): its planned peak is at most
-// sim's, and equal to it on a device without shared memory.
+// device with shared memory keeps out of its arena (MemoryConfig::shared_kinds), and, on one such device, the
+// batch it reads in place from there: its planned peak is at most sim's, and equal to it on a device without
+// shared memory.
 void expect_same_training(const nlohmann::json& opencl, const nlohmann::json& sim) {
   ASSERT_TRUE(opencl.contains("test_accuracy") && sim.contains("test_accuracy")) << opencl << "\n" << sim;
   EXPECT_EQ(opencl.at("steps"), sim.at("steps"));

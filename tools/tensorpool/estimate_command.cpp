@@ -24,11 +24,12 @@ struct EstimateArguments {
 void run_estimate(const EstimateArguments& arguments) {
   const ModelSetup setup = configure_model_devices(arguments.model, "estimate");
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
-  // The parameter-server strategy plans its variables on --ps-device as well as the workers' steps.
+  // The parameter-server strategy plans its variables on --ps-device as well as the workers' steps. Batches
+  // live where `train` assembles them: on a device with shared memory, its steps read them in place.
   const std::vector<device::Device*> devices = named_devices(*setup.manager, setup.used_devices());
   const runtime::MemoryPlan plan = setup.strategy.kind == train::Strategy::Kind::parameter_server
                                        ? train::plan_parameter_server(*model, arguments.model.batch_size)
-                                       : model->plan(arguments.model.batch_size);
+                                       : model->plan(arguments.model.batch_size, setup.batch_device().name());
   const MemoryEstimate estimate = estimate_memory(plan, *model, devices, arguments.model.batch_size);
   for (device::Device* device : devices) {
     if (device->memory().stats().num_allocs != 0) {  // the contract: an estimate touches no device memory

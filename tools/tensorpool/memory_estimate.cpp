@@ -124,6 +124,11 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
         continue;
       }
       const std::string kind(train::to_string(entry.step.kinds[index]));
+      if (tensor.fed_in_place) {  // the caller's batch on the device, read in place: no bytes of the plan
+        estimate.rows.push_back({entry.device, tensor.name, kind, tensor.op, tensor.dtype, "fed in place",
+                                 tensor.shape, tensor.bytes, 0});
+        continue;
+      }
       entry.bytes_by_kind[kind] += tensor.bytes;
       estimate.rows.push_back({entry.device, tensor.name, kind, tensor.op, tensor.dtype,
                                tensor.in_place ? "in place" : "in arena", tensor.shape, tensor.bytes,

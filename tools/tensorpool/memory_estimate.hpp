@@ -30,7 +30,8 @@ namespace tp::cli {
 
 struct EstimateRow {
   // placement: "variable" | "arena" | "in arena" | "in place" | "shared" (a fetched result in the device's
-  // shared memory, outside its peak)
+  // shared memory, outside its peak) | "fed in place" (a batch already on the device, read where it is:
+  // allocated_bytes 0)
   std::string device, name, kind, op, dtype, placement;
   std::vector<std::int64_t> shape;
   std::size_t bytes = 0;

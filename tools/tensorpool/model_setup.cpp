@@ -86,6 +86,16 @@ std::vector<std::string> ModelSetup::used_devices() const {
   return used;
 }
 
+device::Device& ModelSetup::batch_device() const {
+  const std::vector<std::string> used = used_devices();
+  const bool one_process = strategy.kind != train::Strategy::Kind::parameter_server &&
+                           strategy.kind != train::Strategy::Kind::multi_worker;
+  if (used.size() == 1 && one_process && manager->device(used.front()).shared_memory() != nullptr) {
+    return manager->device(used.front());
+  }
+  return manager->device("cpu:0");
+}
+
 namespace {
 
 std::optional<std::int64_t> parse_staleness(const std::string& text, const char* command) {

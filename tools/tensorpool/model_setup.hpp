@@ -45,6 +45,10 @@ struct ModelSetup {
   std::vector<device::Device*> devices;  // the named devices, in order
   // The devices the run uses: `names`, and first the parameter device under the parameter-server strategy.
   std::vector<std::string> used_devices() const;
+  // Where the run's batches are assembled (Dataset::stage_on), and what Sequential::plan is told: the one device
+  // the run uses when it has shared memory (opencl with fine-grained SVM) and the strategy neither serves
+  // parameters nor spans processes, so a step reads its batch in place; cpu:0 otherwise.
+  device::Device& batch_device() const;
 };
 ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command);
 

@@ -51,8 +51,8 @@ class Batches {
       std::vector<std::int32_t> labels(static_cast<std::size_t>(batch_size_));
       for (float& value : features) value = pixel(generator);
       for (std::size_t index = 0; index < labels.size(); ++index) labels[index] = static_cast<std::int32_t>(index % 10);
-      features_ = train::to_device(host_tensor(DType::f32, {batch_size_, 784}, features), host, {.name = "features"});
-      labels_ = train::to_device(host_tensor(DType::i32, {batch_size_}, labels), host, {.name = "labels"});
+      features_ = staged(host, DType::f32, {batch_size_, 784}, features, "features");
+      labels_ = staged(host, DType::i32, {batch_size_}, labels, "labels");
       return;
     }
     data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
@@ -77,6 +77,19 @@ class Batches {
   }
 
  private:
+  // `values` in host-visible memory of `host` (a device with shared memory: there, as Dataset::stage_on puts
+  // real batches, outside the device memory the profile measures).
+  template <typename T>
+  static Tensor staged(device::Device& host, DType dtype, const std::vector<std::int64_t>& dims,
+                       const std::vector<T>& values, const char* name) {
+    if (host.host_accessible()) return train::to_device(host_tensor(dtype, dims, values), host, {.name = name});
+    const std::size_t bytes = values.size() * sizeof(T);
+    Tensor tensor = Tensor::from_buffer(
+        host.allocate_shared(bytes, {.name = name, .kind = memory::AllocationKind::staging}), 0, Shape(dims), dtype);
+    std::memcpy(tensor.data(), values.data(), bytes);
+    return tensor;
+  }
+
   template <typename T>
   static train::HostTensor host_tensor(DType dtype, std::vector<std::int64_t> dims, const std::vector<T>& values) {
     train::HostTensor host{.dtype = dtype, .dims = std::move(dims), .bytes = {}};
@@ -139,8 +152,10 @@ void run_profile(const ProfileArguments& arguments) {
       start_profiler(*setup.manager, names, true, arguments.max_events);
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
   const bool parameter_server = setup.strategy.kind == train::Strategy::Kind::parameter_server;
+  // Batches live where `train` assembles them (ModelSetup::batch_device), so the profile measures its steps.
+  device::Device& batches_on = setup.batch_device();
   const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(*model, arguments.model.batch_size)
-                                                    : model->plan(arguments.model.batch_size);
+                                                    : model->plan(arguments.model.batch_size, batches_on.name());
   set_planned_peaks(*profiler, plan);
   const MemoryEstimate estimate = estimate_memory(plan, *model, run_devices, arguments.model.batch_size);
   try {
@@ -148,7 +163,7 @@ void run_profile(const ProfileArguments& arguments) {
       train::fit_parameter_server(*model, parameter_server_batches(arguments, setup.manager->device("cpu:0")),
                                   {.fit = {.epochs = 1}});
     } else {
-      Batches batches(arguments, setup.manager->device("cpu:0"));
+      Batches batches(arguments, batches_on);
       for (std::int64_t step = 1; step <= arguments.steps; ++step) {
         const auto [features, labels] = batches.next();
         model->train_step(features, labels, step);

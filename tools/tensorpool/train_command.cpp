@@ -131,16 +131,12 @@ void run_train(const TrainArguments& arguments) {
 
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
-  device::Device& cpu = manager.device("cpu:0");
   limit_training_examples(mnist, arguments.limit_train, arguments.data);
   data::Dataset train = data::Dataset::from_arrays(std::move(mnist.train_images), std::move(mnist.train_labels));
   check_batch_fits_examples(flags.batch_size, train.size(), arguments.limit_train > 0, "train");
   // One device with shared memory (opencl with fine-grained SVM): batches are assembled in it, so a step's
-  // feed is a copy on the device's queue instead of a host-staged transfer; the same values either way.
-  device::Device& staging = names.size() == 1 && !parameter_server && !across_processes &&
-                                    manager.device(names.front()).shared_memory() != nullptr
-                                ? manager.device(names.front())
-                                : cpu;
+  // kernels read the fed batch in place instead of a host-staged copy; the same values either way.
+  device::Device& staging = setup.batch_device();
   train = train.normalize().shuffle(flags.seed).batch(flags.batch_size).prefetch(2).stage_on(staging);
   const data::Dataset test = data::Dataset::from_arrays(std::move(mnist.test_images), std::move(mnist.test_labels))
                                  .normalize()
@@ -152,8 +148,9 @@ void run_train(const TrainArguments& arguments) {
   const std::unique_ptr<train::Sequential> compiled = build_mlp(flags, setup);
   train::Sequential& model = *compiled;
   // The parameter-server strategy: the variables on the parameter device, each worker's step on its device.
-  const runtime::MemoryPlan plan =
-      parameter_server ? train::plan_parameter_server(model, flags.batch_size) : model.plan(flags.batch_size);
+  // The plan knows where the batches live: fed in place there, they take no slot in the arena.
+  const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(model, flags.batch_size)
+                                                    : model.plan(flags.batch_size, staging.name());
   if (profiler) set_planned_peaks(*profiler, plan);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "

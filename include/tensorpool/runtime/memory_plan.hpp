@@ -28,6 +28,9 @@ struct PlannedTensor {
   // A fetched result allocated per run from the device's shared memory (MemoryConfig::shared_kinds lists
   // `fetched`): outside the arena (planned_bytes 0, offset 0), counted in DevicePlan::shared_bytes.
   bool shared = false;
+  // A feed whose tensor lives on this device already (Session::plan's fed_on): bound in place by each run,
+  // outside the arena (planned_bytes 0, offset 0); its bytes belong to the caller's buffer, not to the plan.
+  bool fed_in_place = false;
 };
 
 struct DevicePlan {

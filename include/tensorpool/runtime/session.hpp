@@ -39,6 +39,8 @@ struct Executable;
 
 using FeedMap = std::map<std::string, Tensor, std::less<>>;               // placeholder name -> value
 using FeedTypes = std::map<std::string, graph::TensorType, std::less<>>;  // placeholder name -> type
+// Placeholder name -> the name of the device its fed tensor lives on ("opencl:0"), for plan().
+using FeedDevices = std::map<std::string, std::string, std::less<>>;
 
 class Session {
  public:
@@ -58,12 +60,19 @@ class Session {
   // fetches (pending_run.hpp). The next run may be launched before this one is waited for: on every stream
   // it runs after this one. The fed tensors are read in place until the run's work is done: the caller
   // writes nothing into them before wait() returns (the PendingRun keeps them alive).
+  // A fed tensor that already lives on its placeholder's device (a buffer of that device, not a host-accessible
+  // one, e.g. a batch assembled in its shared memory; its offset a multiple of kPlanAlignment) is bound as the
+  // value in place: no copy, and no slot in the step's arena (the step is prepared for feeds on that device).
   PendingRun run_async(const FeedMap& feeds, const std::vector<std::string>& fetches,
                        const std::vector<std::string>& targets = {}, const RunOptions& options = {});
 
-  // The memory plan of that step, without running it (and without allocating its arena).
+  // The memory plan of that step, without running it (and without allocating its arena). `fed_on` names the
+  // device each feed's tensor will live on, where a run feeds it from there: such a feed of a placeholder
+  // placed on that device (not a host-accessible one) is bound in place, with no slot in the plan (see
+  // run_async). Throws tp::InvalidArgument when `fed_on` names a placeholder missing from `feeds` or a device
+  // the session does not have.
   MemoryPlan plan(const FeedTypes& feeds, const std::vector<std::string>& fetches,
-                  const std::vector<std::string>& targets = {});
+                  const std::vector<std::string>& targets = {}, const FeedDevices& fed_on = {});
 
   // Variables: a copy on cpu:0, and assignment from a tensor on any device (shape and dtype must match).
   Tensor read_variable(std::string_view name);
@@ -81,7 +90,7 @@ class Session {
 
  private:
   struct State;
-  Executable& executable(const FeedTypes& feeds, const std::vector<std::string>& fetches,
+  Executable& executable(const FeedTypes& feeds, const FeedDevices& fed_on, const std::vector<std::string>& fetches,
                          const std::vector<std::string>& targets);
   std::shared_ptr<memory::MemoryResource> memory_of(device::Device& device);
   Tensor& variable(graph::NodeId id, device::Device& device);

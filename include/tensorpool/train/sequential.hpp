@@ -73,8 +73,11 @@ class Sequential {
   // The output layer's values for a batch, on cpu:0, [B, units].
   Tensor predict_step(const Tensor& features);
 
-  // The memory plan of a training step at `batch_size`, per device, before running it.
-  runtime::MemoryPlan plan(std::int64_t batch_size);
+  // The memory plan of a training step at `batch_size`, per device, before running it. `batches_on`: the
+  // device the batches will live on (Dataset::stage_on; empty: the host). A replica on that device, when it is
+  // not host-accessible (opencl with shared memory), reads its features and labels in place, with no slot in
+  // its arena (Session::plan's fed_on), as its steps then do.
+  runtime::MemoryPlan plan(std::int64_t batch_size, std::string_view batches_on = {});
   // That plan's arena on `device` split into activations, activation gradients, weight gradients and the
   // rest (plan_bytes.hpp): what mixed precision halves.
   StepBytes step_bytes(const runtime::MemoryPlan& plan, std::string_view device) const;

@@ -170,6 +170,7 @@ void OpenClDevice::enqueue_within(device::Stream& stream, const std::shared_ptr<
   // Distinct buffers never share bytes, so only a copy within one buffer can overlap. clEnqueueCopyBuffer
   // refuses overlapping ranges (CL_MEM_COPY_OVERLAP): such a copy goes through host staging, taken here so
   // that the task holds it (a capture) until the read and the write behind it have run.
+  copies_within_.fetch_add(1, std::memory_order_relaxed);
   const bool overlap = src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes;
   std::shared_ptr<void> staged = overlap ? staging_->acquire(bytes) : nullptr;
   opencl_stream(stream).enqueue_commands([this, index = stream.index(), src, src_offset, dst, dst_offset, bytes,

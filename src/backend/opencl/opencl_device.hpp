@@ -24,6 +24,8 @@
 
 #include <CL/cl.h>
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +72,9 @@ class OpenClDevice final : public device::Device {
   std::string staging_kind() const override { return staging_->kind(); }
   // The live CL_MEM_ALLOC_HOST_PTR buffers behind staging(): which one holds a staging block, and where.
   const StagingBufferTable& staging_buffers() const noexcept { return *staging_buffers_; }
+  // How many copies from one of this device's buffers to another it has enqueued (device::copy within the
+  // device): what a session's feed of a tensor already on the device costs unless it is bound in place.
+  std::uint64_t copies_within() const noexcept { return copies_within_.load(std::memory_order_relaxed); }
 
  private:
   void enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* host,
@@ -98,6 +103,7 @@ class OpenClDevice final : public device::Device {
   std::shared_ptr<device::StagingPool> staging_;
   // kernels_[i] is touched only by stream i's worker (in launches).
   std::vector<std::map<std::string, cl_kernel, std::less<>>> kernels_;
+  std::atomic<std::uint64_t> copies_within_{0};
 };
 
 }  // namespace tp::backend::opencl

@@ -2,7 +2,8 @@
 // buffer SVM, its buffers are host-visible (Buffer::data() works from host code) and reach kernels through
 // their cl_mem, reads to the host take no staged copy, the bytes are reported apart from the device memory
 // (stats, profiler), MemoryConfig::shared_kinds routes tensor kinds to it, and a Dataset staged on the device
-// assembles its batches there; a session's fetched results are allocated there and profiled per tensor.
+// assembles its batches there; a session's fetched results are allocated there and profiled per tensor, and a
+// batch fed from there is read in place.
 // Skips, saying why, without an OpenCL device with fine-grained buffer SVM.
 #include <gtest/gtest.h>
 
@@ -31,6 +32,7 @@
 #include "tensorpool/profile/exporters.hpp"
 #include "tensorpool/profile/memory_profiler.hpp"
 #include "tensorpool/runtime/session.hpp"
+#include "tensorpool/runtime/static_planner.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace tp::backend::opencl {
@@ -332,6 +334,89 @@ TEST_F(OpenClSharedMemory, SessionFetchesAreReadInPlaceAndProfiledPerTensor) {
   EXPECT_EQ(json.at("devices").at(1).at("shared"), true);
   EXPECT_EQ(json.at("devices").at(1).at("shared_of"), "opencl:0");
   EXPECT_EQ(json.at("devices").at(0).at("shared"), false);
+}
+
+// A session on opencl:0 fed a batch assembled in the device's shared memory binds it as the feed's value: no
+// copy on the device (OpenClDevice::copies_within), no slot in the step's arena (the plan declares the feeds on
+// opencl:0 and the device peaks at exactly it), and bitwise the losses of the copy path, which feeds the same
+// bytes from a shared buffer at an offset no planned value starts at (copied into the feeds' slots).
+TEST_F(OpenClSharedMemory, SessionBindsAFedSharedBatchInPlace) {
+  constexpr std::int64_t kIn = 8, kHidden = 16, kClasses = 3, kRows = 16;
+  constexpr int kSteps = 3;
+  const memory::GetEnv no_env = [](const char*) -> const char* { return nullptr; };
+  struct Result {
+    std::vector<float> losses;
+    std::uint64_t copies = 0;  // copies within opencl:0 during the steady runs
+    std::uint64_t staged = 0;  // copies through its staging memory meanwhile
+    runtime::MemoryPlan plan;
+    std::size_t measured_peak = 0;
+  };
+  const auto run = [&](bool in_place) {
+    device::DeviceManagerOptions options;
+    options.opencl_devices = 1;
+    device::DeviceManager manager(options, no_env);
+    device::Device& opencl = manager.device("opencl:0");
+    auto& counted = dynamic_cast<OpenClDevice&>(opencl);
+    runtime::testing::MlpGraph mlp = runtime::testing::build_mlp(kIn, kHidden, kClasses, "opencl:0");
+    runtime::Session session(mlp.graph, {.devices = &manager});
+    // The copy path's tensors start half a plan alignment into their buffers: not bound in place.
+    const std::size_t offset = in_place ? 0 : runtime::kPlanAlignment / 2;
+    const auto shared_tensor = [&](const void* bytes, Shape shape, DType dtype, const char* name) {
+      const std::size_t size = byte_size(shape, dtype);
+      const std::shared_ptr<Buffer> buffer =
+          opencl.allocate_shared(offset + size, {.name = name, .kind = memory::AllocationKind::staging});
+      EXPECT_TRUE(buffer->host_visible());
+      std::memcpy(static_cast<char*>(buffer->data()) + offset, bytes, size);
+      return Tensor::from_buffer(buffer, offset, shape, dtype);
+    };
+    Result result;
+    const runtime::FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
+    result.plan = session.plan(types, {mlp.loss}, mlp.updates,
+                               in_place ? runtime::FeedDevices{{"x", "opencl:0"}, {"labels", "opencl:0"}}
+                                        : runtime::FeedDevices{});
+    opencl.memory().reset_peak();
+    for (int step = 1; step <= kSteps; ++step) {
+      const runtime::testing::Batch batch =
+          runtime::testing::make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step));
+      const runtime::FeedMap feeds = {
+          {"x", shared_tensor(batch.x.data(), Shape{kRows, kIn}, DType::f32, "x")},
+          {"labels", shared_tensor(batch.labels.data(), Shape{kRows}, DType::i32, "labels")}};
+      if (step == 2) {  // the first run compiled the kernels and sized the arena; count from a steady step
+        opencl.synchronize();
+        result.copies = counted.copies_within();
+        result.staged = staged_copies(opencl);
+      }
+      const std::vector<Tensor> fetched = session.run(feeds, {mlp.loss}, mlp.updates, {.step = step});
+      result.losses.push_back(fetched.at(0).to_vector<float>().at(0));
+    }
+    opencl.synchronize();
+    result.copies = counted.copies_within() - result.copies;
+    result.staged = staged_copies(opencl) - result.staged;
+    result.measured_peak = opencl.memory().stats().peak_bytes_requested;
+    return result;
+  };
+  const Result copied = run(false);
+  const Result bound = run(true);
+  EXPECT_EQ(bound.losses, copied.losses);
+  // Steps 2 and 3: the copy path copies x and the labels into their slots; bound in place, nothing is copied.
+  EXPECT_EQ(copied.copies, static_cast<std::uint64_t>(2 * (kSteps - 1)));
+  EXPECT_EQ(bound.copies, 0u);
+  EXPECT_EQ(bound.staged, 0u) << "a fed shared batch or the loss went through staging";
+
+  ASSERT_EQ(bound.plan.devices.size(), 1u);
+  ASSERT_EQ(copied.plan.devices.size(), 1u);
+  for (const runtime::PlannedTensor& tensor : bound.plan.tensors) {
+    const bool fed = tensor.name == "x:0" || tensor.name == "labels:0";
+    EXPECT_EQ(tensor.fed_in_place, fed) << tensor.name;
+    if (fed) {
+      EXPECT_EQ(tensor.planned_bytes, 0u) << tensor.name;
+    }
+  }
+  for (const runtime::PlannedTensor& tensor : copied.plan.tensors) EXPECT_FALSE(tensor.fed_in_place) << tensor.name;
+  EXPECT_LT(bound.plan.devices[0].arena_bytes, copied.plan.devices[0].arena_bytes);
+  // The runs use the plan's step (declared the same way): the device holds exactly the planned peak.
+  EXPECT_EQ(bound.measured_peak, bound.plan.devices[0].planned_peak_bytes);
+  EXPECT_EQ(copied.measured_peak, copied.plan.devices[0].planned_peak_bytes);
 }
 
 }  // namespace
