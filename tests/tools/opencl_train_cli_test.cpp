@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <system_error>
 
@@ -251,6 +253,30 @@ TEST_F(OpenClCli, EstimateEqualsTheMeasuredPeak) {
       }
     }
   }
+}
+
+// The out-of-memory advice plans as the run does: on one opencl device with shared memory the batches are fed in
+// place (no arena slot), so the suggested batch size is the largest that fits, not one batch's slot below it.
+TEST_F(OpenClCli, OutOfMemoryAdviceSuggestsTheLargestBatchThatFits) {
+  const nlohmann::json listed = run_json("devices --json", "");
+  std::uint64_t global_bytes = 0;
+  for (const nlohmann::json& device : listed.at("devices")) {
+    if (device.at("name") == "opencl:0") global_bytes = device.at("opencl").at("global_memory_bytes");
+  }
+  ASSERT_GT(global_bytes, 0u) << listed;
+  // A 16 MiB device: the fraction of the driver's memory that gives it.
+  const std::string fraction = "TP_MEMORY_FRACTION=" + std::to_string(16.0 * 1024 * 1024 / double(global_bytes));
+  const std::string profile = "profile --devices opencl:0 --strategy one --synthetic --steps 2 --batch-size ";
+  const CliRun failed = run_clean(profile + "4096", fraction);
+  ASSERT_EQ(failed.exit_code, 3) << failed.output;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(failed.output, match, std::regex("--batch-size ([0-9]+) fits: its allocations")))
+      << failed.output;
+  const int suggested = std::stoi(match[1]);
+  const CliRun fits = run_clean(profile + std::to_string(suggested), fraction);
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+  const CliRun one_more = run_clean(profile + std::to_string(suggested + 1), fraction);
+  EXPECT_EQ(one_more.exit_code, 3) << one_more.output;
 }
 
 // A missing opencl device names what exists and the knob that makes it; an allocator the backend lacks is the

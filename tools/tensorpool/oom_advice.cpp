@@ -116,20 +116,20 @@ std::string variables_advice(const MemoryEstimate& estimate, const std::vector<d
 }  // namespace
 
 bool batch_fits(train::Sequential& model, const std::vector<device::Device*>& devices, std::int64_t batch_size,
-                const ConfigChange& change) {
-  const MemoryEstimate estimate = estimate_memory(model.plan(batch_size), model, devices, batch_size,
+                const ConfigChange& change, std::string_view batches_on) {
+  const MemoryEstimate estimate = estimate_memory(model.plan(batch_size, batches_on), model, devices, batch_size,
                                                   {.arena_name = "train/arena", .change = change});
   return std::all_of(estimate.devices.begin(), estimate.devices.end(),
                      [](const DeviceEstimate& device) { return device.fits; });
 }
 
 std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<device::Device*>& devices,
-                                   std::int64_t batch_size) {
+                                   std::int64_t batch_size, std::string_view batches_on) {
   // A step's allocations only grow with the batch: binary search for the last batch that fits.
   std::int64_t low = 0, high = batch_size;  // fits(low) or low == 0; !fits(high) assumed
   while (high - low > 1) {
     const std::int64_t middle = low + (high - low) / 2;
-    if (batch_fits(model, devices, middle)) {
+    if (batch_fits(model, devices, middle, {}, batches_on)) {
       low = middle;
     } else {
       high = middle;
@@ -139,31 +139,32 @@ std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<d
 }
 
 void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std::vector<device::Device*>& devices,
-                    std::int64_t batch_size) {
+                    std::int64_t batch_size, std::string_view batches_on) {
   std::string advice;
   try {
     const OutOfMemoryReport& report = error.report();
-    const MemoryEstimate current = estimate_memory(model.plan(batch_size), model, devices, batch_size);
+    const MemoryEstimate current = estimate_memory(model.plan(batch_size, batches_on), model, devices, batch_size);
     const std::string allocator = devices.empty() ? "" : allocator_text(devices.front()->memory().config());
     const std::string too_many_variables = variables_advice(current, devices, allocator);
     if (!too_many_variables.empty()) {
       advice += too_many_variables;
     } else if (!devices.empty()) {
-      const std::int64_t batch = largest_fitting_batch(model, devices, batch_size);
+      const std::int64_t batch = largest_fitting_batch(model, devices, batch_size, batches_on);
       if (batch > 0) {
         advice += fmt::format(
             "--batch-size {} fits: its allocations, replayed through the {} allocator, peak at {} (check it "
             "with `tensorpool estimate --batch-size {}`). ",
-            batch, allocator, peaks_text(estimate_memory(model.plan(batch), model, devices, batch)), batch);
+            batch, allocator, peaks_text(estimate_memory(model.plan(batch, batches_on), model, devices, batch)),
+            batch);
       } else {
         advice += fmt::format("not even --batch-size 1 fits with the {} allocator (peak after rounding {}). ",
-                              allocator, peaks_text(estimate_memory(model.plan(1), model, devices, 1)));
+                              allocator, peaks_text(estimate_memory(model.plan(1, batches_on), model, devices, 1)));
       }
     }
     if (!devices.empty()) {
       std::string verified;
       for (const Alternative& alternative : alternatives(devices.front()->memory().config())) {
-        if (batch_fits(model, devices, batch_size, alternative.change)) {
+        if (batch_fits(model, devices, batch_size, alternative.change, batches_on)) {
           verified += (verified.empty() ? "" : ", ") + alternative.flags;
         }
       }

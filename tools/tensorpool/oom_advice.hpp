@@ -12,21 +12,24 @@
 
 #include "memory_estimate.hpp"
 #include "tensorpool/device/device.hpp"
+#include <string_view>
+
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace tp::cli {
 
 // True when every allocation of a step at `batch_size` is served by every device's allocator (replayed with
-// `change` applied to its configuration).
+// `change` applied to its configuration). `batches_on` names the device the batches are assembled on
+// (ModelSetup::batch_device), as in Sequential::plan: feeds already there take no slot.
 bool batch_fits(train::Sequential& model, const std::vector<device::Device*>& devices, std::int64_t batch_size,
-                const ConfigChange& change = {});
+                const ConfigChange& change = {}, std::string_view batches_on = {});
 
 // The largest global batch below `batch_size` that batch_fits(); 0 when not even 1 does.
 std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<device::Device*>& devices,
-                                   std::int64_t batch_size);
+                                   std::int64_t batch_size, std::string_view batches_on = {});
 
 void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std::vector<device::Device*>& devices,
-                    std::int64_t batch_size);
+                    std::int64_t batch_size, std::string_view batches_on = {});
 
 }  // namespace tp::cli

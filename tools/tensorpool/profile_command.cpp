@@ -155,7 +155,7 @@ void run_profile(const ProfileArguments& arguments) {
   // Batches live where `train` assembles them (ModelSetup::batch_device), so the profile measures its steps.
   device::Device& batches_on = setup.batch_device();
   const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(*model, arguments.model.batch_size)
-                                                    : model->plan(arguments.model.batch_size, batches_on.name());
+                                                    : model->plan(arguments.model.batch_size);
   set_planned_peaks(*profiler, plan);
   const MemoryEstimate estimate = estimate_memory(plan, *model, run_devices, arguments.model.batch_size);
   try {
@@ -179,7 +179,7 @@ void run_profile(const ProfileArguments& arguments) {
         std::cerr << "tensorpool: the profile was not written: " << writing.what() << '\n';
       }
     }
-    add_oom_advice(error, *model, run_devices, arguments.model.batch_size);
+    add_oom_advice(error, *model, run_devices, arguments.model.batch_size, batches_on.name());
     throw;
   }
   const profile::MemorySnapshot snapshot = profiler->snapshot("after " + std::to_string(arguments.steps) + " steps");

@@ -187,7 +187,7 @@ void run_train(const TrainArguments& arguments) {
     } catch (OutOfMemoryError& error) {  // say which batch size fits, by the static plan
       if (profiler && !arguments.profile_dir.empty() && rank == 0)
         write_profile_at_oom(arguments.profile_dir, *profiler, error.report().device);
-      add_oom_advice(error, model, named_devices(manager, names), flags.batch_size);
+      add_oom_advice(error, model, named_devices(manager, names), flags.batch_size, staging.name());
       throw;
     }
   }();
