@@ -1,6 +1,5 @@
 #include "device/worker_stream.hpp"
 
-#include <algorithm>
 #include <utility>
 
 #include "device/poll_before_sleeping.hpp"
@@ -27,21 +26,12 @@ void WorkerStream::do_enqueue(Task task) {
   work_available_.notify_one();
 }
 
-bool WorkerStream::do_idle() const {
-  std::lock_guard lock(mutex_);
-  return completed_ == enqueued_;
-}
+bool WorkerStream::do_idle() const { return completed_.value() == enqueued_.load(std::memory_order_acquire); }
 
 void WorkerStream::wait_idle() {
   // A task waiting for its own stream would wait for itself; everything enqueued before it has run.
   if (Stream::current() == this) return;
-  std::unique_lock lock(mutex_);
-  const std::uint64_t target = enqueued_;
-  while (completed_ < target) {
-    // Re-registered after every wake-up: the worker resets wake_at_ when it wakes everybody.
-    wake_at_ = std::min(wake_at_, target);
-    work_completed_.wait(lock);
-  }
+  completed_.wait_for(enqueued_.load(std::memory_order_acquire));
 }
 
 void WorkerStream::serve() {
@@ -58,16 +48,7 @@ void WorkerStream::serve() {
       ++taken;
     }
     run(task, /*propagate=*/false);  // destroys the task's captures
-    bool wake = false;
-    {
-      std::lock_guard lock(mutex_);
-      ++completed_;
-      if (completed_ >= wake_at_) {
-        wake_at_ = kNobodyWaits;
-        wake = true;
-      }
-    }
-    if (wake) work_completed_.notify_all();
+    completed_.add_one();
   }
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "device/completion_count.hpp"
 #include "tensorpool/device/stream.hpp"
 
 namespace tp::device {
@@ -26,19 +27,13 @@ class WorkerStream final : public Stream {
   void wait_idle() override;
   void serve();
 
-  mutable std::mutex mutex_;  // guards queue_, enqueued_ (writes), completed_, wake_at_, stopping_
+  mutable std::mutex mutex_;  // guards queue_, enqueued_ (writes), stopping_
   std::condition_variable work_available_;
-  std::condition_variable work_completed_;
   std::deque<Task> queue_;
   // Written under mutex_; atomic so that the worker polls it without the mutex before it sleeps
-  // (poll_before_sleeping).
+  // (poll_before_sleeping), and wait_idle() reads its target without the mutex.
   std::atomic<std::uint64_t> enqueued_{0};
-  std::uint64_t completed_ = 0;
-  // The smallest completion count a waiter in wait_idle() sleeps for (kNobodyWaits when none does). The
-  // worker wakes waiters only once completed_ reaches it, not after every task: a host thread waiting for a
-  // step of dozens of kernels is woken once, instead of taking a core from the worker dozens of times.
-  static constexpr std::uint64_t kNobodyWaits = ~std::uint64_t{0};
-  std::uint64_t wake_at_ = kNobodyWaits;
+  CompletionCount completed_;
   bool stopping_ = false;
   std::thread worker_;  // last: started once everything above exists
 };

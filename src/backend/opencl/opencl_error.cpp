@@ -76,6 +76,11 @@ std::string_view error_name(cl_int code) noexcept {
   }
 }
 
+bool is_out_of_memory(cl_int code) noexcept {
+  return code == CL_MEM_OBJECT_ALLOCATION_FAILURE || code == CL_OUT_OF_RESOURCES || code == CL_OUT_OF_HOST_MEMORY ||
+         code == CL_INVALID_BUFFER_SIZE;
+}
+
 void check(cl_int code, std::string_view call) {
   if (code == CL_SUCCESS) return;
   TP_THROW(DeviceError, "opencl", call, " failed: ", error_name(code), " (", code, ")");

@@ -24,6 +24,10 @@ namespace tp::backend::opencl {
 // out-of-memory code (CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_OUT_OF_RESOURCES on allocation, CL_OUT_OF_HOST_MEMORY)
 // is still a DeviceError here: allocation paths turn it into tp::OutOfMemoryError with the device's report.
 void check(cl_int code, std::string_view call);
+// True for the codes a driver answers an allocation it cannot serve with (CL_MEM_OBJECT_ALLOCATION_FAILURE,
+// CL_OUT_OF_RESOURCES, CL_OUT_OF_HOST_MEMORY, CL_INVALID_BUFFER_SIZE): allocation paths report them as
+// tp::OutOfMemoryError.
+bool is_out_of_memory(cl_int code) noexcept;
 // "CL_INVALID_VALUE" for -30, "CL_UNKNOWN_ERROR" for codes it does not know.
 std::string_view error_name(cl_int code) noexcept;
 

@@ -10,15 +10,6 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::backend::opencl {
-namespace {
-
-bool is_out_of_memory(cl_int status) noexcept {
-  return status == CL_MEM_OBJECT_ALLOCATION_FAILURE || status == CL_OUT_OF_RESOURCES ||
-         status == CL_OUT_OF_HOST_MEMORY || status == CL_INVALID_BUFFER_SIZE;
-}
-
-}  // namespace
-
 OpenClDeviceMemory::OpenClDeviceMemory(std::shared_ptr<OpenClContext> context, std::size_t capacity_bytes,
                                        RegionKind kind, std::string name)
     : MemoryResource(std::move(name)), context_(std::move(context)), capacity_(capacity_bytes), kind_(kind) {

@@ -10,15 +10,6 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::backend::opencl {
-namespace {
-
-bool is_out_of_memory(cl_int status) noexcept {
-  return status == CL_MEM_OBJECT_ALLOCATION_FAILURE || status == CL_OUT_OF_RESOURCES ||
-         status == CL_OUT_OF_HOST_MEMORY || status == CL_INVALID_BUFFER_SIZE;
-}
-
-}  // namespace
-
 void StagingBufferTable::insert(const void* host, const Entry& entry) {
   std::unique_lock lock(mutex_);
   entries_.emplace(static_cast<const char*>(host), entry);

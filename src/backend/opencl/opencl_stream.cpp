@@ -98,10 +98,7 @@ device::Event OpenClStream::do_record() {
 
 void OpenClStream::do_wait(const device::Event& event) { push(Item{ItemKind::wait, nullptr, event}); }
 
-bool OpenClStream::do_idle() const {
-  std::lock_guard lock(mutex_);
-  return completed_ == enqueued_.load(std::memory_order_relaxed);
-}
+bool OpenClStream::do_idle() const { return completed_.value() == enqueued_.load(std::memory_order_acquire); }
 
 std::size_t OpenClStream::in_flight() const {
   std::lock_guard lock(mutex_);
@@ -115,13 +112,7 @@ std::size_t OpenClStream::peak_in_flight() const {
 
 void OpenClStream::wait_idle() {
   if (Stream::current() == this || retiring_stream == this) return;
-  std::unique_lock lock(mutex_);
-  const std::uint64_t target = enqueued_.load(std::memory_order_relaxed);
-  while (completed_ < target) {
-    // Re-registered after every wake-up: complete_one() resets wake_at_ when it wakes everybody.
-    wake_at_ = std::min(wake_at_, target);
-    work_completed_.wait(lock);
-  }
+  completed_.wait_for(enqueued_.load(std::memory_order_acquire));
 }
 
 void OpenClStream::serve() {
@@ -151,7 +142,7 @@ void OpenClStream::run_item(Item& item) {
     case ItemKind::host:
       wait_for_outstanding_below(1);  // every earlier command has completed and released its captures
       run(item.task, /*propagate=*/false);  // skipped inside behind a kept error (Stream::enqueue's wrapper)
-      complete_one();
+      completed_.add_one();
       return;
     case ItemKind::commands: {
       wait_for_outstanding_below(max_in_flight_);
@@ -254,21 +245,8 @@ void OpenClStream::retire() {
       --outstanding_;
     }
     room_available_.notify_one();
-    complete_one();
+    completed_.add_one();
   }
-}
-
-void OpenClStream::complete_one() noexcept {
-  bool wake = false;
-  {
-    std::lock_guard lock(mutex_);
-    ++completed_;
-    if (completed_ >= wake_at_) {
-      wake_at_ = kNobodyWaits;
-      wake = true;
-    }
-  }
-  if (wake) work_completed_.notify_all();
 }
 
 void OpenClStream::keep_device_error(cl_int code, const char* what) noexcept {

@@ -38,6 +38,7 @@
 #include <optional>
 #include <thread>
 
+#include "device/completion_count.hpp"
 #include "tensorpool/device/stream.hpp"
 
 namespace tp::backend::opencl {
@@ -93,7 +94,6 @@ class OpenClStream final : public device::Stream {
   void hand_over(Entry entry);
   // Worker: waits until fewer than max_in_flight_ (for_room) or no entries (drain) are outstanding.
   void wait_for_outstanding_below(std::size_t limit);
-  void complete_one() noexcept;  // completed_ += 1 and wakes waiters (mutex_ not held)
   void keep_device_error(cl_int code, const char* what) noexcept;
 
   // Immutable after construction.
@@ -105,19 +105,14 @@ class OpenClStream final : public device::Stream {
   std::condition_variable work_available_;     // worker: items_ non-empty or stopping_
   std::condition_variable entries_available_;  // completer: entries_ non-empty or worker_done_
   std::condition_variable room_available_;     // worker: outstanding_ went down
-  std::condition_variable work_completed_;     // wait_idle(): completed_ reached wake_at_
   std::deque<Item> items_;
   std::deque<Entry> entries_;
   // Items pushed; written under mutex_, atomic so that the worker polls it without the mutex before it
   // sleeps (poll_before_sleeping).
   std::atomic<std::uint64_t> enqueued_{0};
-  std::uint64_t completed_ = 0;  // items done (host tasks run, entries retired)
+  device::CompletionCount completed_;  // items done (host tasks run, entries retired); its own lock
   std::size_t outstanding_ = 0;  // entries handed over and not yet retired (the one being retired included)
   std::size_t peak_outstanding_ = 0;
-  // The smallest completed_ a waiter in wait_idle() sleeps for (kNobodyWaits: none), as in WorkerStream: a
-  // host waiting for a step of dozens of commands is woken once.
-  static constexpr std::uint64_t kNobodyWaits = ~std::uint64_t{0};
-  std::uint64_t wake_at_ = kNobodyWaits;
   bool stopping_ = false;     // the destructor runs: the worker ends once items_ is empty
   bool worker_done_ = false;  // the worker ended: the completer ends once entries_ is empty
   std::thread completer_;     // started before the worker, joined after it
