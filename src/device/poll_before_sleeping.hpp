@@ -2,16 +2,16 @@
 // poll_before_sleeping(ready): polls `ready` for up to kPollBudget before a thread goes to sleep on a
 // condition variable. Device streams hand work to each other every few tens of microseconds (the host's next
 // launch, another device's event before a collective); a sleep costs a futex wait, a wake-up syscall on the
-// other side and the scheduler's wake-up latency (about 20 us per wake-up on the 2-vCPU VM, measured with
-// `perf sched timehist`), often more than the wait itself.
+// other side and the scheduler's wake-up latency, often more than the wait itself (`perf sched timehist`
+// shows it; docs/benchmarks-history.md, "Training throughput against PyTorch", polling streams).
 //
 // Between polls the thread yields instead of spinning on a pause instruction: with fewer cores than busy
 // threads (the host thread plus one worker per device on two cores), a spinning waiter would hold the core
 // that the thread it waits for needs; a yield hands the core over when anyone else is runnable and costs one
 // syscall when nobody is. Bounded, so a stream with nothing to do still sleeps.
 //
-// Measured without and with the poll (1 epoch of the main job, batch 32, one BLAS thread per device, medians
-// of 3; docs/benchmarks.md): one device 34.9k -> 40.3k samples/s, mirrored over two sim devices 25.7k -> 36.6k.
+// The poll's effect on training throughput, one device and mirrored: docs/benchmarks-history.md, "Training
+// throughput against PyTorch", polling streams.
 
 #include <chrono>
 #include <thread>

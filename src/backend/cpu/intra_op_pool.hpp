@@ -5,8 +5,8 @@
 // parallel_for then runs on the calling thread plus n - 1 helper threads.
 //
 // Why our own pool: the element-wise ops between the GEMMs (above all Adam, bound by its square root and
-// division) otherwise run on one core while the BLAS's second thread waits; on the 2-core VM Adam over the
-// main job's 407,050 parameters was 131 of a 558 us batch-32 step.
+// division) otherwise run on one core while the BLAS's second thread waits, and Adam alone is a large share of
+// a small-batch step (docs/benchmarks-history.md, "Training throughput against PyTorch", the intra-op pool).
 //
 // Contract of parallel_for(n, grain, body):
 // - body(begin, end) runs for disjoint chunks [begin, end) covering [0, n) exactly once; chunk boundaries
@@ -25,8 +25,9 @@
 
 namespace tp::backend::cpu {
 
-// Elements per chunk of a loop that streams through memory (ReLU, bias add, a sum): about 5 us on the 2-core
-// VM, long against the microsecond it takes to hand a chunk to a helper; a smaller loop runs on its caller.
+// Elements per chunk of a loop that streams through memory (ReLU, bias add, a sum): a chunk must be long
+// against the cost of handing it to a helper thread (a wake-up, a cache line or two changing owner); a smaller
+// loop runs on its caller.
 inline constexpr std::int64_t kStreamingGrain = 32768;
 
 // Rows per chunk of a row-wise loop over `cols` elements per row, at kStreamingGrain elements per chunk.

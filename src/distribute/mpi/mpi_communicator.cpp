@@ -146,8 +146,9 @@ class MpiCommunicator final : public Communicator {
   void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor> scratch) override {
     one_local_tensor(tensors, "reduce_scatter");
     (void)scratch;
-    // Open MPI's reduce-scatter of 2 ranks is 2.4-6x slower than the ring's first half at 1-256 MiB (blocking or
-    // not; docs/benchmarks.md), so large buckets take the ring's reduce-scatter phase.
+    // Large buckets take the ring's reduce-scatter phase, which outruns Open MPI's reduce-scatter (blocking or
+    // not) at those sizes (tp_collective_bench --collective reduce_scatter; docs/benchmarks.md, "All-reduce bus
+    // bandwidth").
     if (tensors[0].nbytes() >= kMpiRingMinimumBytes) {
       ring_across_workers(tensors[0], RingPhases::reduce_scatter);
       return;
@@ -236,10 +237,8 @@ class MpiCommunicator final : public Communicator {
 
   // The ring's piece: small enough that a piece staged in is still in cache when it is sent or reduced, large
   // enough that MPI's per-message cost stays small. Buckets below kMpiRingMinimumBytes use MPI's own collectives:
-  // at 1-4 MiB the ring only ties MPI_Iallreduce in tp_collective_bench and loses in training (the main job's
-  // 1.6 MB bucket over 2 workers: 6,100-6,700 samples/s with the ring, 9,100-9,300 without; ZeRO-2's
-  // reduce-scatter 4,800-5,400 against 5,900-7,000), while from 16 MiB it wins (bench 0.70 against 0.32-0.41
-  // of MPI_Allreduce at 16 MiB; the wide MLP's 64 MiB bucket trains at 140-154 samples/s against 125-136).
+  // for small buckets the ring at best ties MPI_Iallreduce in tp_collective_bench and loses in training, while
+  // for large ones it wins in both (the crossover: docs/benchmarks.md, "All-reduce bus bandwidth").
   static constexpr std::size_t kPieceBytes = std::size_t{1} << 20;
   static constexpr int kRingTag = 8000;  // + the ring step (0 .. 2(N-1)); other MPI traffic uses 7001..7102
 

@@ -88,10 +88,10 @@ struct Operands {
 };
 
 // The GEMM is split over the intra-op threads into blocks of C's rows (when m >= n) or columns, one BLAS call
-// per block on one BLAS thread each (set_intra_op_threads leaves the BLAS single-threaded). Measured on the
-// 2-vCPU VM against OpenBLAS's own two threads (bench/kernels/intra_op_bench.cpp, docs/benchmarks.md): the
-// main job's weight gradient [784 x 32] x [32 x 512] 145 us instead of 177, its forward GEMM 176 instead of
-// 183; OpenBLAS splits both operands and synchronises its threads inside the call, the blocks never do.
+// per block on one BLAS thread each (set_intra_op_threads leaves the BLAS single-threaded): OpenBLAS's own
+// threads split both operands and synchronise inside the call, the blocks never do, so the split beats
+// OpenBLAS's threading on the main job's GEMMs (bench/kernels/intra_op_bench.cpp; figures in
+// docs/benchmarks-history.md, "Training throughput against PyTorch", the intra-op pool).
 //
 // Each block keeps at least kMinBlockWork multiply-adds: OpenBLAS computes small products (about 10^6
 // multiply-adds or fewer) with other kernels, which sum in another order, so a product split into blocks below

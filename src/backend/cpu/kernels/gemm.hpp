@@ -1,8 +1,9 @@
 #pragma once
 // Dense matrix multiply on the CPU through a BLAS library; no hand-written loop. float64 always goes to
 // OpenBLAS (cblas_dgemm); float32 to the caller's GemmLibrary (a device's setting, kernel_settings.hpp):
-// OpenBLAS's cblas_sgemm (the default) or oneDNN's dnnl_sgemm, whose AVX-512 kernels ran the MLP's GEMMs 10-44% faster on the 2-vCPU VM
-// (tp_kernel_bench --sgemm-rate, docs/benchmarks.md). The two libraries sum in different orders: the same
+// OpenBLAS's cblas_sgemm (the default) or oneDNN's dnnl_sgemm, whose AVX-512 kernels can run the MLP's GEMMs
+// faster (tp_kernel_bench --sgemm-rate; docs/benchmarks.md, "Training throughput against PyTorch", oneDNN
+// GEMMs). The two libraries sum in different orders: the same
 // product differs between them in the last bits, while each keeps its results independent of the intra-op
 // thread count (cpu_thread_count_test runs both).
 //

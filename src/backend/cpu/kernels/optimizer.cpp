@@ -11,8 +11,9 @@
 namespace tp::backend::cpu {
 namespace {
 
-// Parameters per parallel_for chunk: an update costs a square root and a division per element (Adam, about
-// 0.3 ns each on the 2-core VM), so a chunk is a few microseconds, long against handing it to a helper.
+// Parameters per parallel_for chunk: an update costs a square root and a division per element (Adam); a chunk
+// must be long against the cost of handing it to a helper thread, and short enough that a large tensor still
+// splits over every thread.
 constexpr std::int64_t kUpdateGrain = 16384;
 
 template <typename T>

@@ -28,8 +28,9 @@ extern template void log_softmax<double>(const double*, double*, std::int64_t, s
 
 namespace detail {
 
-// Rows per intra-op chunk (parallel_for) of a loop taking an exponential of every entry twice, at about 8 ns
-// each on the 2-core VM: a chunk of 256 entries is a few microseconds.
+// Rows per intra-op chunk (parallel_for) of a loop taking an exponential of every entry twice: an exponential
+// costs many times a streaming element's work, so 256 entries already make a chunk long against the cost of
+// handing it to a helper thread.
 constexpr std::int64_t exp_rows_per_chunk(std::int64_t cols) noexcept {
   return cols >= 256 ? 1 : 256 / (cols > 0 ? cols : 1);
 }
