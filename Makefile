@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tensorpool: `make run` and `make test` work on a fresh Debian machine as root (they install what is missing).
 BUILD_DIR ?= build
 SANITIZE_DIR ?= build-sanitize

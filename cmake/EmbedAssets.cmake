@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DOUTPUT=file.cpp -DNAMESPACE=ns -DASSETS="name1=path1;name2=path2" -P EmbedAssets.cmake
 # Writes a C++ source that defines `std::string_view <name>()` in namespace NAMESPACE for each asset, holding
 # the file's bytes as a raw string literal (the files must not contain the delimiter `)tp_asset"`).

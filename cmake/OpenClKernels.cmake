@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The OpenCL backend's kernel programs (src/backend/opencl/kernels/<program>.cl) are kept as ordinary source
 # files and embedded at build time, one `std::string_view <program>()` each (cmake/EmbedAssets.cmake), plus a
 # table from program name to source that the device's program cache reads (opencl_program_table.cpp).

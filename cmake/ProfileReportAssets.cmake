@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The memory profiler's HTML viewer (src/profile/report/*) is kept as ordinary source files and embedded into
 # the library at build time, so report.html files are self-contained and the viewer is edited as HTML/JS/CSS.
 set(TP_REPORT_DIR ${PROJECT_SOURCE_DIR}/src/profile/report)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Warnings are errors on our code; sanitizers apply to every target we build (library, tests, tools).
 
 function(tp_apply_warnings target)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/arbiter_quota.cpp: two sessions' quotas over one 16 GiB device (docs/arbiter.md).
 #include <cstdio>
 
@@ -17,7 +18,7 @@ int main() {
   tp::runtime::InProcessArbiter arbiter(device.limit_bytes());
   tp::runtime::QuotaAdaptor session_a(device, arbiter, "session-a", 6 * tp::kGiB);
   tp::runtime::QuotaAdaptor session_b(device, arbiter, "session-b", 6 * tp::kGiB);
-  void* p = session_a.allocate(bytes);   // reserved with the arbiter at the size the device really hands out
-  session_a.deallocate(p, bytes);        // released, then freed on the device
+  void* p = session_a.allocate(bytes);  // reserved with the arbiter at the size the device really hands out
+  session_a.deallocate(p, bytes);       // released, then freed on the device
   std::printf("device in use after the free: %zu B\n", device.stats().bytes_in_use);
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/checkpoint.cpp: save a checkpoint, resume from it, and save from a callback (docs/checkpoints.md,
 // docs/training.md).
 #include <cstdio>
@@ -18,10 +19,10 @@ int main() {
   tp::ops::glorot_uniform(kernel, /*seed=*/42);
 
   CheckpointState state{.step = 1200, .epoch = 0, .batch_in_epoch = 1200, .rng_seed = 42};
-  state.tensors["dense/kernel"] = to_host(kernel);        // Tensor -> HostTensor (waits for the copy)
+  state.tensors["dense/kernel"] = to_host(kernel);  // Tensor -> HostTensor (waits for the copy)
   state.metadata["optimizer"] = "adam";
-  save_checkpoint("ckpt", state);                          // ckpt/checkpoint-1200.tpck, ckpt/latest
-  if (auto restored = load_latest_checkpoint("ckpt")) {    // std::nullopt: nothing to resume
+  save_checkpoint("ckpt", state);                        // ckpt/checkpoint-1200.tpck, ckpt/latest
+  if (auto restored = load_latest_checkpoint("ckpt")) {  // std::nullopt: nothing to resume
     Tensor restored_kernel = to_device(restored->tensors.at("dense/kernel"), device, {.name = "dense/kernel"});
     std::printf("resumed at step %lld\n", static_cast<long long>(restored->step));
   }

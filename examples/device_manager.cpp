@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/device_manager.cpp: a device manager with logical devices and a per-device allocator
 // (docs/devices.md).
 #include <cstdio>

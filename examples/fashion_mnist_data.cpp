@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/fashion_mnist_data.cpp: IDX files, Fashion-MNIST and the Dataset pipeline (docs/data.md).
 #include <cstdint>
 #include <cstdio>
@@ -36,21 +37,22 @@ void idx_files() {
     //                         the file holds u8 with 1 dimension"
     expect(false, "a DataError for labels read as images");
   } catch (const tp::DataError& error) {
-    expect(std::string(error.what()).find("bad magic 0x00000801 for an image file: expected 0x00000803 (u8, 3 "
-                                          "dimensions), the file holds u8 with 1 dimension") != std::string::npos,
+    expect(std::string(error.what())
+                   .find("bad magic 0x00000801 for an image file: expected 0x00000803 (u8, 3 "
+                         "dimensions), the file holds u8 with 1 dimension") != std::string::npos,
            "the error the docs quote");
   }
 }
 
 void pipeline() {
   tp::device::Device& cpu = tp::device::DeviceManager::instance().device("cpu:0");
-  tp::data::FashionMnist data = tp::data::load_fashion_mnist();           // default directory
+  tp::data::FashionMnist data = tp::data::load_fashion_mnist();  // default directory
   tp::data::Dataset train = tp::data::Dataset::from_arrays(std::move(data.train_images), std::move(data.train_labels))
                                 .shuffle(/*seed=*/42)
-                                .normalize()         // x / 255 as float32
-                                .batch(32)           // drop_remainder = false: the last batch holds 60000 % 32
-                                .prefetch(4)         // a background thread keeps 4 batches ready
-                                .stage_on(cpu);      // batches live on this host device (default: cpu:0)
+                                .normalize()     // x / 255 as float32
+                                .batch(32)       // drop_remainder = false: the last batch holds 60000 % 32
+                                .prefetch(4)     // a background thread keeps 4 batches ready
+                                .stage_on(cpu);  // batches live on this host device (default: cpu:0)
   for (std::int64_t epoch = 0; epoch < 5; ++epoch) {
     tp::data::BatchIterator batches = train.epoch(epoch);
     while (std::optional<tp::data::Batch> batch = batches.next()) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/graph_session.cpp: a graph built by hand, planned and run by a session under a quota, then run
 // with steps in flight (docs/graph.md, docs/runtime.md).
 #include <cstdint>
@@ -26,7 +27,7 @@ Model build_model() {
   Output x = placeholder(graph, "x", tp::DType::f32, {-1, 784});
   Output labels = placeholder(graph, "labels", tp::DType::i32, {-1});
   Output w = variable(graph, "dense/kernel", tp::DType::f32, {784, 10});
-  Output logits = graph.add("MatMul", {x, w}, {}, "dense/MatMul");          // float32[-1,10]
+  Output logits = graph.add("MatMul", {x, w}, {}, "dense/MatMul");  // float32[-1,10]
   NodeId xent = graph.add_node("SparseSoftmaxCrossEntropy", {logits, labels}, {}, "loss/xent");
   Output loss = graph.add("Mean", {Output{xent, 0}}, {{"axis", 0}}, "loss");  // float32[]
 
@@ -54,11 +55,11 @@ void plan_and_run(const tp::graph::Graph& graph, const std::vector<std::string>&
   const tp::Tensor& x = batch.at("x");
   const tp::Tensor& labels = batch.at("labels");
   tp::runtime::Session session(graph, {.name = "trainer", .memory_quota_bytes = 512 * tp::kMiB});
-  tp::runtime::MemoryPlan plan = session.plan({{"x", {tp::DType::f32, {128, 784}}},
-                                               {"labels", {tp::DType::i32, {128}}}},
-                                              {"loss"}, update_nodes);       // before anything is allocated
+  tp::runtime::MemoryPlan plan =
+      session.plan({{"x", {tp::DType::f32, {128, 784}}}, {"labels", {tp::DType::i32, {128}}}}, {"loss"},
+                   update_nodes);  // before anything is allocated
   auto fetched = session.run({{"x", x}, {"labels", labels}}, {"loss"}, update_nodes, {.step = 1});
-  session.close();                                                        // every byte back to the device
+  session.close();  // every byte back to the device
   std::printf("planned peak on %s: %zu B; loss %.4f\n", plan.devices.at(0).device.c_str(),
               plan.devices.at(0).planned_peak_bytes, static_cast<double>(fetched.at(0).to_vector<float>()[0]));
 }
@@ -75,7 +76,7 @@ void steps_in_flight(const tp::graph::Graph& graph, const std::vector<std::strin
   tp::runtime::PendingRun previous = session.run_async(feeds(batch[0]), {"loss"}, updates, {.step = 1});
   for (int step = 2; step <= steps; ++step) {
     tp::runtime::PendingRun next = session.run_async(feeds(batch[step - 1]), {"loss"}, updates, {.step = step});
-    record(previous.wait());       // the devices are already working on `next`
+    record(previous.wait());  // the devices are already working on `next`
     previous = std::move(next);
   }
   record(previous.wait());

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/train_in_ten_lines.cpp: the README's Keras example, one epoch, mirrored over two sim devices.
 #include <cstdio>
 
@@ -11,7 +12,8 @@ int main() {
   auto mnist = tp::data::load_fashion_mnist();
   auto train = tp::data::Dataset::from_arrays(mnist.train_images, mnist.train_labels).normalize().shuffle(42).batch(32);
   auto test = tp::data::Dataset::from_arrays(mnist.test_images, mnist.test_labels).normalize().batch(32);
-  Sequential model({784}, {{.units = 512, .activation = Activation::relu}, {.units = 10, .activation = Activation::softmax}});
+  Sequential model({784},
+                   {{.units = 512, .activation = Activation::relu}, {.units = 10, .activation = Activation::softmax}});
   model.compile({.optimizer = Adam{}}, Strategy::mirrored({"sim:0", "sim:1"}));
   fit(model, train, {.epochs = 1, .validation = &test, .checkpoint_dir = "ckpt"});
   std::printf("test accuracy %.4f\n", evaluate(model, test).accuracy);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/training.cpp: fit() and evaluate() with the memory profiler recording, and a mixed-precision
 // model (docs/training.md, docs/profiling.md, docs/mixed-precision.md).
 #include <cstdio>
@@ -14,11 +15,14 @@ using namespace tp::train;
 void train_mlp() {
   auto mnist = tp::data::load_fashion_mnist();
   auto train = tp::data::Dataset::from_arrays(mnist.train_images, mnist.train_labels)
-                   .normalize().shuffle(42).batch(32).prefetch(2);
+                   .normalize()
+                   .shuffle(42)
+                   .batch(32)
+                   .prefetch(2);
   auto test = tp::data::Dataset::from_arrays(mnist.test_images, mnist.test_labels).normalize().batch(32);
 
-  Sequential model({784}, {{.units = 512, .activation = Activation::relu},
-                           {.units = 10, .activation = Activation::softmax}});
+  Sequential model({784},
+                   {{.units = 512, .activation = Activation::relu}, {.units = 10, .activation = Activation::softmax}});
   model.compile({.optimizer = Adam{}, .loss = Loss::sparse_categorical_crossentropy},
                 Strategy::mirrored({"sim:0", "sim:1"}));
   FitResult result = fit(model, train, {.epochs = 1, .validation = &test, .checkpoint_dir = "ckpt"});
@@ -29,8 +33,9 @@ void train_mlp() {
 void train_mixed_float16() {
   Sequential model({784}, {{.units = 512, .activation = Activation::relu},
                            {.units = 10, .activation = Activation::softmax, .policy = DTypePolicy::float32()}});
-  model.compile({.optimizer = Adam{}, .policy = DTypePolicy::mixed_float16(),
-                 .loss_scale = {.initial_scale = 32768, .growth_interval = 2000}},   // Keras's defaults
+  model.compile({.optimizer = Adam{},
+                 .policy = DTypePolicy::mixed_float16(),
+                 .loss_scale = {.initial_scale = 32768, .growth_interval = 2000}},  // Keras's defaults
                 Strategy::mirrored({"sim:0", "sim:1"}));
   auto mnist = tp::data::load_fashion_mnist();
   auto some = tp::data::Dataset::from_arrays(mnist.train_images, mnist.train_labels).shard(60, 0).normalize().batch(32);
@@ -44,12 +49,12 @@ int main() {
   manager.set_sim_devices(2, tp::kGiB);  // sim:0 and sim:1 (TP_SIM_DEVICES=2 does the same)
   tp::device::Device& device = manager.device("sim:0");
 
-  tp::profile::MemoryProfiler profiler(manager.devices());     // recording starts (it is off by default)
-  train_mlp();                                                 // fit() and evaluate() (docs/training.md)
-  tp::profile::MemoryInfo info = tp::profile::memory_info(device);   // {current, peak} bytes in use
-  std::cout << tp::profile::memory_summary(device);                  // the summary table below
-  tp::profile::MemorySnapshot snapshot = profiler.snapshot();        // or memory_snapshot(devices)
-  tp::profile::reset_memory_stats(device);                           // peaks restart from now
+  tp::profile::MemoryProfiler profiler(manager.devices());          // recording starts (it is off by default)
+  train_mlp();                                                      // fit() and evaluate() (docs/training.md)
+  tp::profile::MemoryInfo info = tp::profile::memory_info(device);  // {current, peak} bytes in use
+  std::cout << tp::profile::memory_summary(device);                 // the summary table below
+  tp::profile::MemorySnapshot snapshot = profiler.snapshot();       // or memory_snapshot(devices)
+  tp::profile::reset_memory_stats(device);                          // peaks restart from now
   std::printf("peak in use on sim:0: %zu B\n", info.peak);
 
   train_mixed_float16();

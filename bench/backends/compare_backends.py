@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The main job on an OpenCL device against the same job on a sim device, side by side (issue 19).
 
 Runs `tensorpool train --strategy one` on each device of --devices in turn (opencl:0, sim:0, opencl:0, ...),

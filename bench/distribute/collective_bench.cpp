@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_collective_bench: all-reduce bus bandwidth (busbw = bytes / time x 2(N-1)/N, NCCL's convention) of the
 // in-process ring over 2 and 4 sim devices against the host's memcpy bandwidth, and, when run under
 // `mpirun -np N`, of the MPI communicator (one sim device per rank) against MPI_Allreduce called directly on

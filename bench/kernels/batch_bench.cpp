@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_batch_bench: the input pipeline's cost per batch, which the prefetch thread pays on a core the training
 // step's threads share (two cores: the device's worker, the intra-op helper, the host and the prefetch).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_intra_op_bench: one training step's kernels on two threads, ours against OpenBLAS's own threading.
 //
 //   GEMM: backend::cpu::matmul with set_intra_op_threads(N) (blocks of C's rows or columns, one

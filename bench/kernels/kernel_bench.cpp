@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_kernel_bench: what our op layer costs over the BLAS it calls, and what a staged host-to-sim copy costs
 // over a plain memcpy. Each pair is measured side by side, alternating ours and the baseline round by round,
 // and reported as medians of the rounds (the machines are shared and noisy).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Training throughput of `tensorpool train` against the PyTorch peer (issue #5, "Benchmark against PyTorch").
 
 Trains the Keras-example MLP (784-512 relu-10, Adam, sparse categorical cross-entropy) on Fashion-MNIST with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_profiler_bench: what recording costs. The MLP training step (784-512-10, Adam, one sim device, synthetic
 // data) timed with the memory profiler off and on, on the same model in alternating rounds (medians), with the
 // static planner on (the default: a step allocates little on the device; the host still stages fetches) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "bench_report.hpp"
 
 #include <algorithm>
@@ -111,8 +112,8 @@ std::vector<Target> evaluate_targets(const Results& results) {
   }
   const std::string varying = "varying_shape";
   targets.push_back({"expandable min capacity / peak live", varying,
-                     live_ratio(results, varying, summary_of(results, varying, "expandable").min_capacity_bytes),
-                     1.10, "x live"});
+                     live_ratio(results, varying, summary_of(results, varying, "expandable").min_capacity_bytes), 1.10,
+                     "x live"});
   const std::string random = "random";
   const std::optional<double> jemalloc = summary_of(results, random, "jemalloc").warm_ns;
   for (const std::string label : {"bfc", "expandable"}) {
@@ -147,10 +148,10 @@ void print_table(std::ostream& out, const Results& results) {
         min_capacity = show(live_ratio(results, trace, summary.min_capacity_bytes), 3) + " (" +
                        format_bytes(*summary.min_capacity_bytes) + ")";
       }
-      out << "| " << trace << " | " << contender.label << (cell->errors.empty() ? "" : " (errors)") << " | "
-          << latency << " | " << show(ratio(summary.warm_ns, jemalloc), 2) << " | " << show(summary.cold_ns, 1)
-          << " | " << footprint << " | " << show(live_ratio(results, trace, summary.footprint_bytes), 3) << " | "
-          << min_capacity << " |\n";
+      out << "| " << trace << " | " << contender.label << (cell->errors.empty() ? "" : " (errors)") << " | " << latency
+          << " | " << show(ratio(summary.warm_ns, jemalloc), 2) << " | " << show(summary.cold_ns, 1) << " | "
+          << footprint << " | " << show(live_ratio(results, trace, summary.footprint_bytes), 3) << " | " << min_capacity
+          << " |\n";
     }
   }
 }
@@ -165,8 +166,7 @@ void print_instruction_table(std::ostream& out, const Results& results) {
       const Cell* cell = find_cell(results, trace, contender.label);
       if (cell == nullptr || !cell->cold_instructions) continue;
       out << "| " << trace << " | " << contender.label << " | " << show(cell->warm_instructions, 0) << " | "
-          << show(ratio(cell->warm_instructions, reference), 2) << " | " << show(cell->cold_instructions, 0)
-          << " |\n";
+          << show(ratio(cell->warm_instructions, reference), 2) << " | " << show(cell->cold_instructions, 0) << " |\n";
     }
   }
 }
@@ -176,7 +176,10 @@ void print_targets(std::ostream& out, const std::vector<Target>& targets) {
   for (const Target& target : targets) {
     out << "| " << target.name << " | " << target.trace << " | " << show(target.value, 3, " " + target.unit)
         << " | <= " << fixed(target.limit, 2) << " | "
-        << (!target.value ? "not measured" : target.pass() ? "PASS" : "FAIL") << " |\n";
+        << (!target.value   ? "not measured"
+            : target.pass() ? "PASS"
+                            : "FAIL")
+        << " |\n";
   }
 }
 
@@ -204,8 +207,11 @@ nlohmann::json to_json(const Results& results, const std::vector<Target>& target
     }
   }
   for (const Target& target : targets) {
-    nlohmann::json item{{"name", target.name}, {"trace", target.trace}, {"limit", target.limit},
-                        {"unit", target.unit}, {"pass", target.pass()}};
+    nlohmann::json item{{"name", target.name},
+                        {"trace", target.trace},
+                        {"limit", target.limit},
+                        {"unit", target.unit},
+                        {"pass", target.pass()}};
     if (target.value) item["value"] = *target.value;
     json["targets"].push_back(item);
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The results of tp_replay_bench and how they are summarised: medians per (trace, allocator), the markdown
 // table and the PASS/FAIL targets of issue #2.
@@ -14,8 +15,8 @@
 namespace tp::bench {
 
 struct Contender {
-  std::string label;          // column value: malloc, jemalloc, mimalloc, bfc, bfc-grow, expandable
-  std::string binary;         // worker executable name
+  std::string label;             // column value: malloc, jemalloc, mimalloc, bfc, bfc-grow, expandable
+  std::string binary;            // worker executable name
   std::string worker_allocator;  // --allocator of the worker
   std::string expected_malloc;   // malloc_impl the worker must report ("" for ours)
   bool ours = false;
@@ -34,19 +35,19 @@ struct Cell {
 };
 
 struct Results {
-  std::vector<std::string> traces;            // in run order
+  std::vector<std::string> traces;  // in run order
   std::vector<Contender> contenders;
   std::map<std::string, std::map<std::string, Cell>> cells;  // trace -> label -> cell
-  std::map<std::string, std::size_t> peak_live_bytes;         // trace -> bytes
-  std::map<std::string, std::size_t> allocations;             // trace -> allocate events
+  std::map<std::string, std::size_t> peak_live_bytes;        // trace -> bytes
+  std::map<std::string, std::size_t> allocations;            // trace -> allocate events
 };
 
 // Summary numbers of a cell; empty when not measured.
 struct Summary {
-  std::optional<double> warm_ns;       // median over runs of each run's warm median
+  std::optional<double> warm_ns;  // median over runs of each run's warm median
   std::optional<double> warm_min_ns;
   std::optional<double> warm_max_ns;
-  std::optional<double> cold_ns;       // median over runs of round 1
+  std::optional<double> cold_ns;               // median over runs of round 1
   std::optional<std::size_t> footprint_bytes;  // ours: peak reserved; others: peak RSS above baseline
   std::optional<std::size_t> min_capacity_bytes;
 };
@@ -58,7 +59,7 @@ struct Target {
   std::string trace;
   std::optional<double> value;  // empty: not measured (allocator or trace not selected, or its worker failed)
   double limit = 0.0;
-  std::string unit;             // "x live", "x jemalloc"
+  std::string unit;  // "x live", "x jemalloc"
   bool pass() const noexcept { return value.has_value() && *value <= limit; }
 };
 

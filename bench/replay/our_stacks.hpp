@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Our allocators as the benchmark runs them: exactly the stacks `tensorpool replay` builds
 // (replay_memory_config: statistics(allocator(SimDeviceMemory)), no tracking), on a simulated device whose
@@ -30,7 +31,6 @@ std::unique_ptr<memory::MemoryStack> make_our_stack(const std::string& name, std
 
 // Smallest capacity (within 1% or 256 KiB) on which `name` replays the trace with no out-of-memory error
 // (the replay library's find_min_capacity).
-std::size_t our_min_capacity(const memory::Trace& trace, const std::string& name,
-                             const OurStackOptions& options = {});
+std::size_t our_min_capacity(const memory::Trace& trace, const std::string& name, const OurStackOptions& options = {});
 
 }  // namespace tp::bench

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Resident-set measurements of the current process (Linux /proc), for the footprint mode of the worker.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_replay_bench: the allocator benchmark of docs/benchmarks.md (issue #2), every allocator side by side
 // in one run.
 //
@@ -70,8 +71,15 @@ void measure(const Options& options, const std::string& trace, const Contender& 
              Results& results) {
   const std::string binary = tp::bench::executable_directory() + "/" + contender.binary;
   const std::string trace_path = options.traces_dir + "/" + trace + ".csv";
-  std::vector<std::string> arguments{"--trace", trace_path, "--allocator", contender.worker_allocator, "--mode", mode,
-                                     "--rounds", std::to_string(options.rounds), "--capacity-factor",
+  std::vector<std::string> arguments{"--trace",
+                                     trace_path,
+                                     "--allocator",
+                                     contender.worker_allocator,
+                                     "--mode",
+                                     mode,
+                                     "--rounds",
+                                     std::to_string(options.rounds),
+                                     "--capacity-factor",
                                      std::to_string(options.capacity_factor)};
   Cell& cell = results.cells[trace][contender.label];
   tp::bench::WorkerResult result = tp::bench::run_worker(binary, arguments);
@@ -117,13 +125,25 @@ std::optional<double> callgrind_instructions(const Options& options, const std::
     cell.errors.push_back("callgrind: valgrind not found on PATH");
     return std::nullopt;
   }
-  const std::string out_file = (std::filesystem::temp_directory_path() /
-                                ("tp_replay_bench." + std::to_string(getpid()) + ".callgrind")).string();
-  const std::vector<std::string> arguments{
-      "-q", "--tool=callgrind", "--callgrind-out-file=" + out_file, "--collect-atstart=no",
-      "--toggle-collect=*replay_round*", tp::bench::executable_directory() + "/" + contender.binary, "--trace",
-      options.traces_dir + "/" + trace + ".csv", "--allocator", contender.worker_allocator, "--mode", "latency",
-      "--rounds", std::to_string(rounds), "--capacity-factor", std::to_string(options.capacity_factor)};
+  const std::string out_file =
+      (std::filesystem::temp_directory_path() / ("tp_replay_bench." + std::to_string(getpid()) + ".callgrind"))
+          .string();
+  const std::vector<std::string> arguments{"-q",
+                                           "--tool=callgrind",
+                                           "--callgrind-out-file=" + out_file,
+                                           "--collect-atstart=no",
+                                           "--toggle-collect=*replay_round*",
+                                           tp::bench::executable_directory() + "/" + contender.binary,
+                                           "--trace",
+                                           options.traces_dir + "/" + trace + ".csv",
+                                           "--allocator",
+                                           contender.worker_allocator,
+                                           "--mode",
+                                           "latency",
+                                           "--rounds",
+                                           std::to_string(rounds),
+                                           "--capacity-factor",
+                                           std::to_string(options.capacity_factor)};
   const tp::bench::WorkerResult result = tp::bench::run_worker(valgrind, arguments);
   std::optional<double> instructions;
   std::ifstream totals(out_file);
@@ -196,9 +216,8 @@ int run(const Options& options) {
 
   const std::vector<tp::bench::Target> targets = tp::bench::evaluate_targets(results);
   std::cout << "## Allocator replay benchmark\n\n"
-            << "CPU: " << first_line_of("/proc/cpuinfo", "model name") << ", "
-            << std::thread::hardware_concurrency() << " logical CPUs. Load average before: " << load_before
-            << "; after: " << load_after << ".\n"
+            << "CPU: " << first_line_of("/proc/cpuinfo", "model name") << ", " << std::thread::hardware_concurrency()
+            << " logical CPUs. Load average before: " << load_before << "; after: " << load_after << ".\n"
             << "Runs " << options.runs << " (fresh process each, rotated order), rounds per run " << options.rounds
             << " (round 1 cold, median of the rest = warm), footprint runs " << options.footprint_runs
             << ", simulated device capacity " << options.capacity_factor << " x peak live.\n\n";
@@ -247,8 +266,9 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tp_replay_bench: replays allocation traces with glibc malloc, jemalloc, mimalloc and our "
-               "allocators, side by side"};
+  CLI::App app{
+      "tp_replay_bench: replays allocation traces with glibc malloc, jemalloc, mimalloc and our "
+      "allocators, side by side"};
   Options options;
   app.add_option("--traces", options.traces_dir, "directory of <trace>.csv")->required()->check(CLI::ExistingDirectory);
   app.add_option("--trace", options.traces, "trace names (default: random training varying_shape)");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ReplayPlan: a trace compiled for timing. Each allocation gets a slot index (slots are recycled once their
 // allocation is freed), so the timed loop is an array walk with no hash map: allocate stores the pointer in
@@ -23,11 +24,11 @@ struct ReplayOp {
 };
 
 struct ReplayPlan {
-  std::vector<ReplayOp> ops;                  // allocates and frees in trace order
-  std::vector<ReplayOp> leftovers;            // allocations never freed: freed after each round
+  std::vector<ReplayOp> ops;        // allocates and frees in trace order
+  std::vector<ReplayOp> leftovers;  // allocations never freed: freed after each round
   std::size_t slot_count = 0;
-  std::size_t allocations = 0;                // allocate ops (the "pairs" of ns per pair)
-  std::size_t peak_live_bytes = 0;            // max sum of live requested sizes (from the trace)
+  std::size_t allocations = 0;      // allocate ops (the "pairs" of ns per pair)
+  std::size_t peak_live_bytes = 0;  // max sum of live requested sizes (from the trace)
 };
 
 ReplayPlan compile_plan(const memory::Trace& trace);

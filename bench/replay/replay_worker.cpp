@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_replay_worker: replays one allocation trace with one allocator and prints one JSON line.
 //
 // Built three times from this file: linked as is (glibc malloc), with jemalloc and with mimalloc (both
@@ -58,8 +59,7 @@ struct StackAllocator {
 };
 
 double ns_per_pair(std::chrono::nanoseconds elapsed, const ReplayPlan& plan) {
-  return plan.allocations == 0 ? 0.0
-                               : static_cast<double>(elapsed.count()) / static_cast<double>(plan.allocations);
+  return plan.allocations == 0 ? 0.0 : static_cast<double>(elapsed.count()) / static_cast<double>(plan.allocations);
 }
 
 double median(std::vector<double> values) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker_process.hpp"
 
 #include <spawn.h>
@@ -26,9 +27,7 @@ std::string last_line(const std::string& text) {
 
 }  // namespace
 
-std::string executable_directory() {
-  return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
-}
+std::string executable_directory() { return std::filesystem::read_symlink("/proc/self/exe").parent_path().string(); }
 
 WorkerResult run_worker(const std::string& binary, const std::vector<std::string>& arguments) {
   WorkerResult result;
@@ -74,8 +73,7 @@ WorkerResult run_worker(const std::string& binary, const std::vector<std::string
   close(pipe_fds[0]);
 
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   if (WIFSIGNALED(status)) {
     result.error = "killed by signal " + std::to_string(WTERMSIG(status));
     return result;

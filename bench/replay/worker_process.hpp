@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Runs one replay worker as a fresh process (posix_spawn) and reads the one JSON line it prints.
 // A fresh process per measurement means no allocator state, page cache of the heap or peak RSS leaks from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp_planner_bench: the static memory planner on the MLP training step (784-512-10, Adam, one sim device),
 // batch 32 and 128: planned peak against the liveness lower bound and against the online BFC allocator's
 // peak reserved bytes for the same step, and step time with the planner on and off, alternating rounds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The model the runtime benchmarks time: the Keras-example MLP (784-512 relu-10 softmax, Adam) on one sim
 // device of its own DeviceManager, with one synthetic batch (uniform pixels, labels cycling 0..9) on cpu:0.

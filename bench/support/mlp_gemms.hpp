@@ -1,11 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The GEMMs of one training step of the 784-512-10 MLP (row-major, as ops::matmul_into calls them): forward
 // dense 1 and 2, the layer-2 input gradient, both weight gradients; 2 x (784x512 + 512x10 + 512x10 + 784x512 +
 // 512x10) = 1,636,352 FLOPs per sample.
 
 #include <cblas.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Timing helpers of the kernel benchmarks: seconds per call of a body timed over a minimum duration, and the
 // median of rounds (the machines are shared and noisy: every figure is a median of alternating rounds).

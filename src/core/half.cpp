@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/core/half.hpp"
 
 #include <bit>
@@ -42,7 +43,7 @@ std::uint16_t float_to_half_bits(float value) {
     return static_cast<std::uint16_t>(sign | kHalfInfBits | kHalfQuietBit | payload);
   }
   const int exponent = static_cast<int>(magnitude >> kFloatMantissaBits) - kExponentRebias;  // half-biased
-  if (exponent >= 31) return static_cast<std::uint16_t>(sign | kHalfInfBits);  // Inf or far too large
+  if (exponent >= 31) return static_cast<std::uint16_t>(sign | kHalfInfBits);                // Inf or far too large
 
   if (exponent <= 0) {
     // Half subnormal (or zero): the result counts units of 2^-24. The float's 24-bit significand (implicit
@@ -60,8 +61,7 @@ std::uint16_t float_to_half_bits(float value) {
   // carry out of exponent 30 yields 0x7C00 (Inf): overflow by rounding.
   const std::uint32_t rebased =
       (static_cast<std::uint32_t>(exponent) << kFloatMantissaBits) | (magnitude & kFloatMantissaMask);
-  return static_cast<std::uint16_t>(sign |
-                                    shift_right_round_even(rebased, kFloatMantissaBits - kHalfMantissaBits));
+  return static_cast<std::uint16_t>(sign | shift_right_round_even(rebased, kFloatMantissaBits - kHalfMantissaBits));
 }
 
 float half_bits_to_float(std::uint16_t half) {

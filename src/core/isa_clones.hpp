@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // TP_ISA_CLONES marks a hot element-wise kernel to be compiled once per x86-64 instruction set (SSE2, AVX2,
 // AVX-512); the dynamic loader binds each call to the widest clone the running CPU supports (GNU ifunc). The

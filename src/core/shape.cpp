@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/core/shape.hpp"
 
 #include <limits>
@@ -64,8 +65,8 @@ std::size_t byte_size(const Shape& shape, DType dtype) {
   const auto elements = static_cast<std::uint64_t>(shape.num_elements());
   const std::size_t element_size = size_of(dtype);
   if (elements > std::numeric_limits<std::size_t>::max() / element_size) {
-    TP_THROW(InvalidArgument, "core", "shape ", shape.to_string(), " of ", name_of(dtype), " needs more bytes than fit in size_t (",
-             size_of(dtype), " x ", elements, ")");
+    TP_THROW(InvalidArgument, "core", "shape ", shape.to_string(), " of ", name_of(dtype),
+             " needs more bytes than fit in size_t (", size_of(dtype), " x ", elements, ")");
   }
   return static_cast<std::size_t>(elements) * element_size;
 }

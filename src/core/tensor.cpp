@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/core/tensor.hpp"
 
 #include "tensorpool/core/error.hpp"
@@ -8,8 +9,8 @@ namespace tp {
 
 void check_element_count(std::size_t count, const Shape& shape) {
   if (static_cast<std::int64_t>(count) != shape.num_elements()) {
-    TP_THROW(InvalidArgument, "tensor", count, " host values cannot fill shape ", shape, " of ",
-             shape.num_elements(), " elements");
+    TP_THROW(InvalidArgument, "tensor", count, " host values cannot fill shape ", shape, " of ", shape.num_elements(),
+             " elements");
   }
 }
 
@@ -41,8 +42,7 @@ Tensor Tensor::from_host(const void* data, const Shape& shape, DType dtype, devi
   return tensor;
 }
 
-Tensor Tensor::from_buffer(std::shared_ptr<Buffer> buffer, std::size_t offset_bytes, const Shape& shape,
-                           DType dtype) {
+Tensor Tensor::from_buffer(std::shared_ptr<Buffer> buffer, std::size_t offset_bytes, const Shape& shape, DType dtype) {
   if (buffer == nullptr) TP_THROW(InvalidArgument, "tensor", "from_buffer: the buffer is null");
   const std::size_t bytes = byte_size(shape, dtype);
   if (offset_bytes > buffer->bytes() || bytes > buffer->bytes() - offset_bytes) {
@@ -93,8 +93,8 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
   if (shape_.rank() == 0) TP_THROW(InvalidArgument, "tensor", "cannot slice the scalar '", name(), "' along axis 0");
   const std::int64_t rows = shape_.dim(0);
   if (begin < 0 || end < begin || end > rows) {
-    TP_THROW(InvalidArgument, "tensor", "slice [", begin, ", ", end, ") along axis 0 is outside '", name(), "' of shape ",
-             shape_, "; need 0 <= begin <= end <= ", rows);
+    TP_THROW(InvalidArgument, "tensor", "slice [", begin, ", ", end, ") along axis 0 is outside '", name(),
+             "' of shape ", shape_, "; need 0 <= begin <= end <= ", rows);
   }
   std::vector<std::int64_t> dims = shape_.dims();
   dims[0] = 1;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "data/batch_assembler.hpp"
 
 #include <algorithm>
@@ -58,14 +59,20 @@ Batch BatchAssembler::assemble(std::int64_t index) const {
 
   const std::size_t feature_bytes = byte_size(feature_shape, DType::f32);
   const std::size_t label_bytes = byte_size(label_shape, DType::i32);
-  std::shared_ptr<Buffer> features = staging_->allocate(
-      *device_, feature_bytes,
-      memory::AllocationTag{.name = "batch/x", .op = {}, .shape = dims, .dtype = std::string(name_of(DType::f32)),
-                            .kind = memory::AllocationKind::staging, .step = -1});
-  std::shared_ptr<Buffer> labels = staging_->allocate(
-      *device_, label_bytes,
-      memory::AllocationTag{.name = "batch/y", .op = {}, .shape = {size}, .dtype = std::string(name_of(DType::i32)),
-                            .kind = memory::AllocationKind::staging, .step = -1});
+  std::shared_ptr<Buffer> features = staging_->allocate(*device_, feature_bytes,
+                                                        memory::AllocationTag{.name = "batch/x",
+                                                                              .op = {},
+                                                                              .shape = dims,
+                                                                              .dtype = std::string(name_of(DType::f32)),
+                                                                              .kind = memory::AllocationKind::staging,
+                                                                              .step = -1});
+  std::shared_ptr<Buffer> labels = staging_->allocate(*device_, label_bytes,
+                                                      memory::AllocationTag{.name = "batch/y",
+                                                                            .op = {},
+                                                                            .shape = {size},
+                                                                            .dtype = std::string(name_of(DType::i32)),
+                                                                            .kind = memory::AllocationKind::staging,
+                                                                            .step = -1});
 
   auto* x = static_cast<float*>(features->data());
   auto* y = static_cast<std::int32_t*>(labels->data());

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // BatchAssembler: builds batch k of one epoch of one shard: allocates its two staging buffers, gathers the
 // examples in the epoch's order, converts them to float32 and runs the maps. Immutable after construction,
@@ -17,9 +18,9 @@ namespace tp::data::detail {
 class BatchAssembler {
  public:
   // `order` is the shard's example indexes for the epoch; batch_size > 0.
-  BatchAssembler(std::shared_ptr<const DatasetStorage> storage, std::vector<ExampleMap> maps,
-                 std::int64_t batch_size, bool drop_remainder, std::vector<std::int64_t> order,
-                 std::shared_ptr<BatchStaging> staging, device::Device& device);
+  BatchAssembler(std::shared_ptr<const DatasetStorage> storage, std::vector<ExampleMap> maps, std::int64_t batch_size,
+                 bool drop_remainder, std::vector<std::int64_t> order, std::shared_ptr<BatchStaging> staging,
+                 device::Device& device);
 
   // Batches in the epoch: floor or ceil of order.size() / batch_size as drop_remainder says.
   std::int64_t num_batches() const noexcept { return num_batches_; }

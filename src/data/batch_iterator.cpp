@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <utility>
 
 #include "data/iterator_state.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "data/batch_staging.hpp"
 
 #include <cstdio>
@@ -49,7 +50,8 @@ void BatchStaging::fall_back_to_pageable(const std::string& why) {
   if (!pinned_.load(std::memory_order_relaxed)) return;
   std::fprintf(stderr, "[data] %s: pinned staging memory refused (%s); staging batches in pageable memory\n",
                name_.c_str(), why.c_str());
-  stack_ = memory::make_memory_stack(staging_config(name_), std::make_unique<memory::HostResource>(name_ + "/pageable"));
+  stack_ =
+      memory::make_memory_stack(staging_config(name_), std::make_unique<memory::HostResource>(name_ + "/pageable"));
   pinned_.store(false, std::memory_order_relaxed);
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // BatchStaging: the memory batches are assembled in. A memory stack (BFC, growth policy grow, tracked) over
 // page-locked host memory, so that the copy of a batch to an accelerator starts from pinned pages. Buffers

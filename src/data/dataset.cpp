@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dataset: construction from arrays or tensors, the pipeline settings, and the start of an epoch.
 #include "tensorpool/data/dataset.hpp"
 
@@ -33,35 +34,24 @@ std::vector<std::int32_t> to_int32(const IdxArray& array) {
 
 std::vector<float> features_as_float(const IdxArray& features) {
   switch (features.type) {
-    case IdxType::i8:
-      return to_float<std::int8_t>(features);
-    case IdxType::i16:
-      return to_float<std::int16_t>(features);
-    case IdxType::i32:
-      return to_float<std::int32_t>(features);
-    case IdxType::f32:
-      return to_float<float>(features);
-    case IdxType::f64:
-      return to_float<double>(features);
-    case IdxType::u8:
-      break;
+    case IdxType::i8: return to_float<std::int8_t>(features);
+    case IdxType::i16: return to_float<std::int16_t>(features);
+    case IdxType::i32: return to_float<std::int32_t>(features);
+    case IdxType::f32: return to_float<float>(features);
+    case IdxType::f64: return to_float<double>(features);
+    case IdxType::u8: break;
   }
   TP_THROW(InvalidArgument, "data", "Dataset: u8 features are kept as bytes, not converted");
 }
 
 std::vector<std::int32_t> labels_as_int32(const IdxArray& labels) {
   switch (labels.type) {
-    case IdxType::u8:
-      return to_int32<std::uint8_t>(labels);
-    case IdxType::i8:
-      return to_int32<std::int8_t>(labels);
-    case IdxType::i16:
-      return to_int32<std::int16_t>(labels);
-    case IdxType::i32:
-      return to_int32<std::int32_t>(labels);
+    case IdxType::u8: return to_int32<std::uint8_t>(labels);
+    case IdxType::i8: return to_int32<std::int8_t>(labels);
+    case IdxType::i16: return to_int32<std::int16_t>(labels);
+    case IdxType::i32: return to_int32<std::int32_t>(labels);
     case IdxType::f32:
-    case IdxType::f64:
-      break;
+    case IdxType::f64: break;
   }
   TP_THROW(InvalidArgument, "data", "Dataset: labels are ", to_string(labels.type),
            "; labels must be integers (u8, i8, i16 or i32)");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The examples a Dataset (and every copy of it) shares. Immutable after construction, so any number of
 // iterators and prefetch threads read it without locks.

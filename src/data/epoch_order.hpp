@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The visiting order of an epoch: a permutation that is a pure function of (seed, epoch), then the strided
 // pick of one shard (dataset.hpp states the rules).

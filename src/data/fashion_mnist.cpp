@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fashion-MNIST: locating the four files, reading them, and the checks that tie images to labels.
 #include "tensorpool/data/fashion_mnist.hpp"
 
@@ -24,8 +25,8 @@ std::filesystem::path locate(const std::filesystem::path& directory, const std::
   if (std::filesystem::exists(compressed, error)) return compressed;
   const std::filesystem::path plain = directory / stem;
   if (std::filesystem::exists(plain, error)) return plain;
-  TP_THROW(DataError, "data", "Fashion-MNIST file ", compressed.string(), " not found (nor ", plain.string(),
-           "). ", install_hint());
+  TP_THROW(DataError, "data", "Fashion-MNIST file ", compressed.string(), " not found (nor ", plain.string(), "). ",
+           install_hint());
 }
 
 IdxArray read_images(const std::filesystem::path& path) {
@@ -42,8 +43,8 @@ IdxArray read_labels(const std::filesystem::path& path) {
   const std::span<const std::uint8_t> values = labels.values<std::uint8_t>();
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (values[i] >= kFashionMnistClasses) {
-      TP_THROW(DataError, "data", path.string(), ": label ", int{values[i]}, " at index ", i,
-               " is outside 0..", kFashionMnistClasses - 1);
+      TP_THROW(DataError, "data", path.string(), ": label ", int{values[i]}, " at index ", i, " is outside 0..",
+               kFashionMnistClasses - 1);
     }
   }
   return labels;
@@ -65,8 +66,7 @@ FashionMnist load_fashion_mnist(const std::filesystem::path& directory) {
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error)) {
     TP_THROW(DataError, "data", "Fashion-MNIST directory ", directory.string(),
-             std::filesystem::exists(directory, error) ? " is not a directory. " : " does not exist. ",
-             install_hint());
+             std::filesystem::exists(directory, error) ? " is not a directory. " : " does not exist. ", install_hint());
   }
   const std::filesystem::path train_images = locate(directory, "train-images-idx3-ubyte");
   const std::filesystem::path train_labels = locate(directory, "train-labels-idx1-ubyte");

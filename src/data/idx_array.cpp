@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // IdxType names and sizes, and the IdxArray invariant.
 #include <limits>
 
@@ -11,33 +12,23 @@ using detail::dims_text;
 std::size_t size_of(IdxType type) noexcept {
   switch (type) {
     case IdxType::u8:
-    case IdxType::i8:
-      return 1;
-    case IdxType::i16:
-      return 2;
+    case IdxType::i8: return 1;
+    case IdxType::i16: return 2;
     case IdxType::i32:
-    case IdxType::f32:
-      return 4;
-    case IdxType::f64:
-      return 8;
+    case IdxType::f32: return 4;
+    case IdxType::f64: return 8;
   }
   return 0;
 }
 
 std::string_view to_string(IdxType type) noexcept {
   switch (type) {
-    case IdxType::u8:
-      return "u8";
-    case IdxType::i8:
-      return "i8";
-    case IdxType::i16:
-      return "i16";
-    case IdxType::i32:
-      return "i32";
-    case IdxType::f32:
-      return "f32";
-    case IdxType::f64:
-      return "f64";
+    case IdxType::u8: return "u8";
+    case IdxType::i8: return "i8";
+    case IdxType::i16: return "i16";
+    case IdxType::i32: return "i32";
+    case IdxType::f32: return "f32";
+    case IdxType::f64: return "f64";
   }
   return "unknown";
 }
@@ -49,10 +40,8 @@ std::optional<IdxType> idx_type_from_code(std::uint8_t code) noexcept {
     case 0x0B:
     case 0x0C:
     case 0x0D:
-    case 0x0E:
-      return static_cast<IdxType>(code);
-    default:
-      return std::nullopt;
+    case 0x0E: return static_cast<IdxType>(code);
+    default: return std::nullopt;
   }
 }
 
@@ -82,8 +71,8 @@ void IdxArray::validate() const {
   }
   std::size_t expected = 0;
   if (__builtin_mul_overflow(elements, size_of(type), &expected) || expected != bytes.size()) {
-    TP_THROW(InvalidArgument, "data", "IdxArray: ", dims_text(dims), " of ", to_string(type), " needs ",
-             elements, " x ", size_of(type), " bytes but holds ", bytes.size());
+    TP_THROW(InvalidArgument, "data", "IdxArray: ", dims_text(dims), " of ", to_string(type), " needs ", elements,
+             " x ", size_of(type), " bytes but holds ", bytes.size());
   }
 }
 

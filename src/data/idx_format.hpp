@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Byte-level pieces of the IDX format shared by the reader and the writer.
 
@@ -54,8 +55,7 @@ inline void swap_big_endian_in_place(unsigned char* data, std::size_t count, std
         std::memcpy(data + 8 * i, &value, 8);
       }
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "data/idx_input.hpp"
 
 #include <zlib.h>

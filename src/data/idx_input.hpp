@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // IdxInput: one file read front to back as a byte stream, inflated on the fly when it starts with the gzip
 // magic (1f 8b). The IDX parser sits on top and never knows which it got.

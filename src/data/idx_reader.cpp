@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // read_idx: header checks first (magic, type, dimensions, total size), then the payload, then whatever
 // follows it. Each check raises tp::DataError "<file>: <what is wrong>" (see idx.hpp).
 #include <algorithm>
@@ -33,9 +34,7 @@ std::string plural(std::size_t count, const char* one, const char* many) {
   return std::to_string(count) + " " + (count == 1 ? one : many);
 }
 
-std::string known_types() {
-  return "0x08 (u8), 0x09 (i8), 0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)";
-}
+std::string known_types() { return "0x08 (u8), 0x09 (i8), 0x0B (i16), 0x0C (i32), 0x0D (f32), 0x0E (f64)"; }
 
 struct Header {
   IdxType type = IdxType::u8;
@@ -73,14 +72,14 @@ Header check_magic(IdxInput& input, const IdxExpectation& expect) {
   if (wrong_type || wrong_rank) {
     const IdxType want_type = expect.type.value_or(*type);
     const std::size_t want_rank = expect.ndims.value_or(ndims);
-    const std::uint32_t want = (std::uint32_t{static_cast<std::uint8_t>(want_type)} << 8) |
-                               static_cast<std::uint32_t>(want_rank);
+    const std::uint32_t want =
+        (std::uint32_t{static_cast<std::uint8_t>(want_type)} << 8) | static_cast<std::uint32_t>(want_rank);
     TP_THROW(DataError, "data", name, ": bad magic ", hex32(value), " for ", expect.file_kind, ": expected ",
              hex32(want), " (", to_string(want_type), ", ", plural(want_rank, "dimension", "dimensions"),
              "), the file holds ", to_string(*type), " with ", plural(ndims, "dimension", "dimensions"));
   }
-  return Header{.type = *type, .dims = std::vector<std::int64_t>(ndims), .header_bytes = 4 + 4 * ndims,
-                .payload_bytes = 0};
+  return Header{
+      .type = *type, .dims = std::vector<std::int64_t>(ndims), .header_bytes = 4 + 4 * ndims, .payload_bytes = 0};
 }
 
 // The dimensions: each in 1..2^31-1; the total byte count overflow-checked and below kMaxAllocationBytes.
@@ -122,8 +121,8 @@ std::vector<std::uint8_t> read_payload(IdxInput& input, std::size_t expected) {
   const std::uint64_t bound = input.gzip() ? input.file_bytes() * 1032 + 1024 : input.file_bytes();
   bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(expected, bound)));
   while (bytes.size() < expected) {
-    const std::size_t piece = std::min(expected - bytes.size(), std::max(bytes.capacity() - bytes.size(),
-                                                                         std::size_t{1} << 20));
+    const std::size_t piece =
+        std::min(expected - bytes.size(), std::max(bytes.capacity() - bytes.size(), std::size_t{1} << 20));
     const std::size_t old_size = bytes.size();
     bytes.resize(old_size + piece);
     const std::size_t got = input.read(bytes.data() + old_size, piece);
@@ -141,8 +140,8 @@ std::vector<std::uint8_t> read_payload(IdxInput& input, std::size_t expected) {
   std::ostringstream text;
   text << "truncated: header says " << header.dims[0] << " " << expect.items << ", file holds " << whole;
   if (partial != 0) text << " and " << partial << " of the " << item_bytes << " bytes of the next";
-  text << " (" << header.payload_bytes << " data bytes expected after the " << header.header_bytes
-       << "-byte header, " << got << " present)";
+  text << " (" << header.payload_bytes << " data bytes expected after the " << header.header_bytes << "-byte header, "
+       << got << " present)";
   if (input.truncated()) text << "; the gzip stream is cut short too (it ends before its trailer)";
   TP_THROW(DataError, "data", input.name(), ": ", text.str());
 }
@@ -157,10 +156,9 @@ IdxArray read_idx(const std::filesystem::path& path, const IdxExpectation& expec
   if (bytes.size() < header.payload_bytes) throw_truncated(input, header, expect, bytes.size());
   const std::uint64_t trailing = input.drain();  // for gzip, this also checks the CRC and length
   if (trailing != 0) {
-    TP_THROW(DataError, "data", input.name(), ": trailing bytes: header says ", header.dims[0], " ", expect.items,
-             " ", dims_text(header.dims), " of ", to_string(header.type), " (", header.payload_bytes,
-             " data bytes after the ", header.header_bytes, "-byte header), but ", trailing,
-             " more bytes follow them");
+    TP_THROW(DataError, "data", input.name(), ": trailing bytes: header says ", header.dims[0], " ", expect.items, " ",
+             dims_text(header.dims), " of ", to_string(header.type), " (", header.payload_bytes,
+             " data bytes after the ", header.header_bytes, "-byte header), but ", trailing, " more bytes follow them");
   }
   if (input.truncated()) {
     TP_THROW(DataError, "data", input.name(),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // write_idx: header, then the elements converted to big-endian in 1 MiB pieces (so writing never doubles
 // the array's memory), through stdio or zlib's gz* functions.
 #include <zlib.h>
@@ -48,9 +49,12 @@ void write_idx(const std::filesystem::path& path, const IdxArray& array, IdxComp
     gzFile file = gzopen(path.c_str(), "wb");
     if (file == nullptr) TP_THROW(DataError, "data", name, ": cannot create: ", std::strerror(errno));
     try {
-      write_all(array, [file](const unsigned char* data, std::size_t bytes) {
-        return gzwrite(file, data, static_cast<unsigned>(bytes)) == static_cast<int>(bytes);
-      }, name);
+      write_all(
+          array,
+          [file](const unsigned char* data, std::size_t bytes) {
+            return gzwrite(file, data, static_cast<unsigned>(bytes)) == static_cast<int>(bytes);
+          },
+          name);
     } catch (...) {
       gzclose(file);
       throw;
@@ -60,9 +64,12 @@ void write_idx(const std::filesystem::path& path, const IdxArray& array, IdxComp
   }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (file == nullptr) TP_THROW(DataError, "data", name, ": cannot create: ", std::strerror(errno));
-  write_all(array, [&file](const unsigned char* data, std::size_t bytes) {
-    return std::fwrite(data, 1, bytes, file.get()) == bytes;
-  }, name);
+  write_all(
+      array,
+      [&file](const unsigned char* data, std::size_t bytes) {
+        return std::fwrite(data, 1, bytes, file.get()) == bytes;
+      },
+      name);
   if (std::fclose(file.release()) != 0) TP_THROW(DataError, "data", name, ": cannot write: ", std::strerror(errno));
 }
 

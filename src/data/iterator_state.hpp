@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // IteratorState: what a BatchIterator owns. Without prefetch, next() assembles the batch itself. With
 // prefetch depth n > 0, a producer thread assembles batches in index order into `queue`, waiting while it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // CompletionCount: how many of a stream's items have completed, and host threads waiting for a count.
 // The completing thread wakes sleepers only once the count reaches the smallest target any of them sleeps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Flush-to-zero and denormals-are-zero for the duration of a stream task, as TensorFlow's executor threads
 // do: Adam's second moment decays towards zero and, once denormal, makes every multiply-add ~100x slower on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/device/device.hpp"
 
 #include <cstdio>
@@ -224,7 +225,7 @@ void copy(Stream& src_stream, const std::shared_ptr<Buffer>& src, std::size_t sr
   }
   const bool source_waits = release == SourceRelease::wait_for_read;
   if (source.peer_access(target) || (!source_waits && target.reads_directly(source))) {
-    dst_stream.wait(src_stream.record());  // the source's bytes are ready
+    dst_stream.wait(src_stream.record());                                      // the source's bytes are ready
     target.enqueue_peer(dst_stream, src, src_offset, dst, dst_offset, bytes);  // the task holds `src`
     if (source_waits) src_stream.wait(dst_stream.record());  // its later work overwrites them only once read
     return;

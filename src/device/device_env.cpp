@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // apply_device_env: the device variables an operator sets without touching code. Every bad value is an
 // error naming the variable, its value and the accepted form; an unset variable leaves the option alone.
 #include <cctype>

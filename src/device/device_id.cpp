@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/device/device_id.hpp"
 
 #include <charconv>
@@ -9,14 +10,10 @@ namespace tp::device {
 
 std::string_view to_string(DeviceKind kind) noexcept {
   switch (kind) {
-    case DeviceKind::cpu:
-      return "cpu";
-    case DeviceKind::sim:
-      return "sim";
-    case DeviceKind::opencl:
-      return "opencl";
-    case DeviceKind::cuda:
-      return "cuda";
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::sim: return "sim";
+    case DeviceKind::opencl: return "opencl";
+    case DeviceKind::cuda: return "cuda";
   }
   return "unknown";
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceManager: configuration is plain data until the first devices()/device()/info() call, which plans the
 // device list (physical -> visible -> logical, see the header) and builds every device through the backend
 // factories. Planning is a pure function of the options, so a failed plan or build leaves no devices behind
@@ -307,8 +308,7 @@ void DeviceManager::materialise() {
       std::vector<DeviceId> existing;
       for (const PlannedDevice& device : plan) existing.push_back(device.id);
       TP_THROW(InvalidArgument, "device", "device ", id.str(),
-               " does not exist (a memory config names it); the devices are ", join(existing),
-               missing_device_hint(id));
+               " does not exist (a memory config names it); the devices are ", join(existing), missing_device_hint(id));
     }
   }
   // Built into a local list: if one device fails, the ones built so far are destroyed and nothing changes.
@@ -327,8 +327,10 @@ void DeviceManager::materialise() {
       config.allocator = configured_allocator;
       static std::once_flag said;
       std::call_once(said, [&] {
-        std::fprintf(stderr, "[device] TP_ALLOCATOR=expandable does not apply to OpenCL devices (no page mapping); "
-                             "they keep allocator %s\n", std::string(memory::to_string(configured_allocator)).c_str());
+        std::fprintf(stderr,
+                     "[device] TP_ALLOCATOR=expandable does not apply to OpenCL devices (no page mapping); "
+                     "they keep allocator %s\n",
+                     std::string(memory::to_string(configured_allocator)).c_str());
       });
     }
     if (device.id.kind == DeviceKind::cpu) {

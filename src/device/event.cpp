@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/device/event.hpp"
 
 #include <atomic>
@@ -41,9 +42,7 @@ void Event::complete() const noexcept {
   state_->completed_condition.notify_all();
 }
 
-bool Event::query() const {
-  return state_ == nullptr || state_->completed.load(std::memory_order_acquire);
-}
+bool Event::query() const { return state_ == nullptr || state_->completed.load(std::memory_order_acquire); }
 
 void Event::synchronize() const {
   if (state_ == nullptr) return;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // HostAddressableDevice: the part the cpu and sim backends share. Their memory is host memory underneath (a
 // simulated accelerator's memory is a bounded region of the host's), so the copy primitives are memcpy

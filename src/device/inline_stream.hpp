@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // InlineStream: a stream whose tasks run in the enqueuing thread, at once (the cpu backend). Host threads
 // sharing it are serialised, so its order is the order in which enqueue() calls return; a task's exception

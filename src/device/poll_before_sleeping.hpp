@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // poll_before_sleeping(ready): polls `ready` for up to kPollBudget before a thread goes to sleep on a
 // condition variable. Device streams hand work to each other every few tens of microseconds (the host's next

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "device/staging_pool.hpp"
 
 #include <cstdio>
@@ -37,14 +38,15 @@ constexpr const char* kPageable = "pageable";
 std::shared_ptr<StagingPool> StagingPool::create(std::string owner, bool pinned) {
   std::unique_ptr<memory::MemoryResource> upstream;
   if (pinned) upstream = std::make_unique<memory::PinnedHostResource>();
-  return std::shared_ptr<StagingPool>(new StagingPool(std::move(owner), pinned ? "mlock" : kPageable,
-                                                      std::move(upstream)));
+  return std::shared_ptr<StagingPool>(
+      new StagingPool(std::move(owner), pinned ? "mlock" : kPageable, std::move(upstream)));
 }
 
 std::shared_ptr<StagingPool> StagingPool::create(std::string owner, std::string kind,
                                                  const UpstreamFactory& make_upstream) {
   if (kind.empty() || !make_upstream) {
-    TP_THROW(InvalidArgument, "device", owner, ": a staging pool over a device's own upstream needs a kind naming"
+    TP_THROW(InvalidArgument, "device", owner,
+             ": a staging pool over a device's own upstream needs a kind naming"
              " it and a factory; give both, or StagingPool::create(owner, pinned) for page-locked host memory");
   }
   std::unique_ptr<memory::MemoryResource> upstream = make_upstream();
@@ -56,9 +58,7 @@ std::shared_ptr<StagingPool> StagingPool::create(std::string owner, std::string 
 }
 
 StagingPool::StagingPool(std::string owner, std::string pinned_kind, std::unique_ptr<memory::MemoryResource> upstream)
-    : owner_(std::move(owner)),
-      pinned_kind_(std::move(pinned_kind)),
-      pinned_(upstream != nullptr) {
+    : owner_(std::move(owner)), pinned_kind_(std::move(pinned_kind)), pinned_(upstream != nullptr) {
   stack_ = make_stack(owner_, std::move(upstream));
 }
 

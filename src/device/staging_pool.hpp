@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // StagingPool: host memory through which a device's copies pass (as CUDA stages pageable copies through
 // pinned buffers). Pinned by default: page-locked host memory (PinnedHostResource, kind "mlock"), or memory
@@ -46,7 +47,7 @@ class StagingPool {
 
   const std::string owner_;
   const std::string pinned_kind_;  // kind() while pinned
-  mutable std::mutex mutex_;  // guards the switch of stack_ from pinned to pageable
+  mutable std::mutex mutex_;       // guards the switch of stack_ from pinned to pageable
   std::shared_ptr<memory::MemoryStack> stack_;
   std::atomic<bool> pinned_;
 };

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "device/worker_stream.hpp"
 
 #include <utility>

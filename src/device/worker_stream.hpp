@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // WorkerStream: a stream served by its own thread (the sim backend): enqueue() returns at once and the
 // worker runs the tasks in order. Invariants: completed_ <= enqueued_; a task counts as completed only once

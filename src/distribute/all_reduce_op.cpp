@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AllReduce(g_{0,0}, ..., g_{0,R-1}, g_{1,0}, ..., g_{P-1,R-1}) [replicas = R, algorithm = "ring" |
 // "reduce_to_one"]: a collective over R replicas' tensors, each replica on its own device, for P tensors per
 // replica given parameter-major (input p * R + r is tensor p of replica r, so input i lives on replica i % R).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "distribute/collective_support.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the collective ops (AllReduce, ReduceScatter, AllGather) share: their inputs come parameter-major
 // (input p * R + r is tensor p of replica r, so input i lives on replica i % R), and they pack a replica's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // distribute/job_settings.hpp over the host all-gather of mpi.hpp (built with or without MPI: a world of one
 // compares nothing and calls no MPI function).
 #include "tensorpool/distribute/job_settings.hpp"
@@ -108,15 +109,14 @@ std::vector<JobSettingDifference> compare_with_rank0(const std::vector<JobSettin
   return differences;
 }
 
-void require_same_settings(const std::vector<JobSetting>& settings, std::string_view component,
-                           std::string_view fix) {
+void require_same_settings(const std::vector<JobSetting>& settings, std::string_view component, std::string_view fix) {
   const std::vector<JobSettingDifference> differences = compare_with_rank0(settings);
   if (differences.empty()) return;
   std::string text;
   for (const JobSettingDifference& difference : differences) {
     text += (text.empty() ? "" : "; ") + std::string("worker rank ") + std::to_string(difference.rank) +
-            " was started with " + difference.name + " " + difference.value + ", rank 0 with " + difference.name +
-            " " + difference.rank0_value;
+            " was started with " + difference.name + " " + difference.value + ", rank 0 with " + difference.name + " " +
+            difference.rank0_value;
   }
   TP_THROW(InvalidArgument, component, text, ": ", fix);
 }

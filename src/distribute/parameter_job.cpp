@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The parts of mpi.hpp and parameter_transport.hpp that do not call MPI (built with or without it): whether
 // this process is a rank of an mpirun job (by the launcher's environment), and the timeout ranks wait for
 // each other.

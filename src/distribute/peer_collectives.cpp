@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "distribute/peer_collectives.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Direct collectives between participants that all reach each other's memory (device::peer_accessible for
 // every pair: sim devices of one process, as GPUs with peer access). Instead of the ring's 2(R-1) steps, each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The collectives of sharded (ZeRO) training, over R local replicas' P tensors given parameter-major (input
 // p * R + r is tensor p of replica r), packed into one flat bucket of N elements per replica that splits into
 // K shards (distribute::Communicator::chunk: S = ceil(N / K) elements from k * S); local replica r owns shard

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/graph/attributes.hpp"
 
 #include <sstream>
@@ -20,7 +21,7 @@ const AttrValue* lookup(const Node& node, std::string_view name) {
 [[noreturn]] void wrong_type(const Node& node, std::string_view name, const AttrValue& value,
                              std::string_view expected) {
   TP_GRAPH_FAIL(node, "attribute '", name, "' holds ", attribute_type_name(value), " ", to_string(value), " but ",
-               expected, " is expected");
+                expected, " is expected");
 }
 
 // The attribute as a T, `fallback` when absent (or an error when there is none).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/graph/autodiff.hpp"
 
 #include <map>
@@ -61,7 +62,7 @@ std::vector<std::optional<Output>> gradients(Graph& graph, Output y, std::span<c
   const TensorType y_type = graph.type_of(y);
   if (!y_type.dims.empty() || !is_floating(y_type.dtype)) {
     TP_GRAPH_FAIL(graph.node(y.node), "gradients: y = ", describe(graph, y),
-                 " must be a floating scalar (shape []); reduce it first (Sum, Mean)");
+                  " must be a floating scalar (shape []); reduce it first (Sum, Mean)");
   }
   const std::set<Output> x_set(xs.begin(), xs.end());
   for (const Output& x : xs) graph.type_of(x);  // throws naming the node for a bad output
@@ -106,7 +107,7 @@ std::vector<std::optional<Output>> gradients(Graph& graph, Output y, std::span<c
     const OpDef& definition = registry.get(node.op);
     if (!definition.gradient) {
       TP_GRAPH_FAIL(node, "op '", node.op, "' is not differentiable, but it lies on a path from the requested xs to ",
-                   describe(graph, y));
+                    describe(graph, y));
     }
     std::vector<bool> wanted;
     for (const Output& input : node.inputs) wanted.push_back(carries_x(input));
@@ -116,7 +117,7 @@ std::vector<std::optional<Output>> gradients(Graph& graph, Output y, std::span<c
     place_like(graph, first, node);
     if (input_gradients.size() != node.inputs.size()) {
       TP_GRAPH_FAIL(node, "the gradient function returned ", input_gradients.size(), " gradients for ",
-                   node.inputs.size(), " inputs (a bug in the op's definition)");
+                    node.inputs.size(), " inputs (a bug in the op's definition)");
     }
     for (std::size_t index = 0; index < node.inputs.size(); ++index) {
       if (wanted[index] && input_gradients[index].has_value()) sums.add(node.inputs[index], *input_gradients[index]);

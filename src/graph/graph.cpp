@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/graph/graph.hpp"
 
 #include <string>
@@ -57,13 +58,13 @@ NodeId Graph::add_node(std::string_view op, std::vector<Output> inputs, Attribut
   for (std::size_t index = 0; index < node.inputs.size(); ++index) {
     const Output input = node.inputs[index];
     if (input.node < 0 || input.node >= node.id) {
-      TP_GRAPH_FAIL(node, "input ", index, " refers to node ", input.node, ", but inputs must be earlier nodes (ids 0..",
-                   node.id - 1, ")");
+      TP_GRAPH_FAIL(node, "input ", index, " refers to node ", input.node,
+                    ", but inputs must be earlier nodes (ids 0..", node.id - 1, ")");
     }
     const Node& producer = nodes_[static_cast<std::size_t>(input.node)];
     if (input.index < 0 || static_cast<std::size_t>(input.index) >= producer.outputs.size()) {
       TP_GRAPH_FAIL(node, "input ", index, " refers to output ", input.index, " of ", detail::label(producer),
-                   ", which has ", producer.outputs.size(), " output(s)");
+                    ", which has ", producer.outputs.size(), " output(s)");
     }
     input_types.push_back(producer.outputs[static_cast<std::size_t>(input.index)]);
   }
@@ -133,7 +134,6 @@ std::vector<bool> ancestors(const Graph& graph, std::span<const NodeId> roots) {
   }
   return needed;
 }
-
 
 // ---- builder.hpp: one Graph::add of a built-in op each
 Output placeholder(Graph& graph, std::string_view name, DType dtype, std::vector<std::int64_t> dims) {

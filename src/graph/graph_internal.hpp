@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the graph sources share. Errors name a node as "<op> '<name>'" first, then the mismatch, e.g.
 //   [graph] MatMul 'dense/MatMul': a float32[32,784] and b float32[512,10]: inner dimensions 784 and 512 differ
@@ -28,6 +29,5 @@ std::vector<TensorType> infer_outputs(const OpDef& definition, const Node& node,
 
 // Throws tp::InvalidArgument "[graph] <op> '<name>': <parts...>" with the caller's file:line (a macro, so
 // that TP_THROW records the call site rather than this header).
-#define TP_GRAPH_FAIL(node, ...)                                                                        \
-  TP_THROW(::tp::InvalidArgument, ::tp::graph::detail::kComponent, ::tp::graph::detail::label(node), ": ", \
-           __VA_ARGS__)
+#define TP_GRAPH_FAIL(node, ...) \
+  TP_THROW(::tp::InvalidArgument, ::tp::graph::detail::kComponent, ::tp::graph::detail::label(node), ": ", __VA_ARGS__)

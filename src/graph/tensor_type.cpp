@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <ostream>
 #include <sstream>
 
@@ -43,8 +44,8 @@ std::string describe_types(const std::vector<TensorType>& types) {
 std::vector<TensorType> infer_outputs(const OpDef& definition, const Node& node, std::vector<TensorType> input_types) {
   std::vector<TensorType> outputs = definition.infer(InferenceContext{node, std::move(input_types)});
   if (!definition.collective && outputs.size() != static_cast<std::size_t>(definition.num_outputs)) {
-    TP_GRAPH_FAIL(node, "inference returned ", outputs.size(), " output types but the op declares ", definition.num_outputs,
-         " outputs (a bug in the op's definition)");
+    TP_GRAPH_FAIL(node, "inference returned ", outputs.size(), " output types but the op declares ",
+                  definition.num_outputs, " outputs (a bug in the op's definition)");
   }
   for (const TensorType& type : outputs) {
     for (std::int64_t dim : type.dims) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/graph/type_inference.hpp"
 
 #include "graph/graph_internal.hpp"
@@ -69,7 +70,7 @@ std::vector<std::vector<TensorType>> infer_types(const Graph& graph,
     for (std::size_t index = 0; index < types[id].size(); ++index) {
       if (!types[id][index].fully_defined()) {
         TP_GRAPH_FAIL(node, "output ", index, " is ", types[id][index],
-                     " after specialisation; every dim must be known once the placeholders are fed");
+                      " after specialisation; every dim must be known once the placeholders are fed");
       }
     }
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Graph::validate: the checks add() makes as it builds, made again over a whole graph, plus the ones only a
 // graph assembled by hand (mutable_node edits) can fail: cycles, forward references, duplicate names, stale
 // output types. Checks run in a fixed order so each message names the first offending node.
@@ -32,7 +33,7 @@ void check_identity_and_names(const std::vector<Node>& nodes) {
     const auto [entry, inserted] = first_with_name.emplace(node.name, node.id);
     if (!inserted) {
       TP_GRAPH_FAIL(node, "duplicate name: node ", node.id, " and node ", entry->second, " ('", nodes[entry->second].op,
-                   "') are both named '", node.name, "'");
+                    "') are both named '", node.name, "'");
     }
   }
 }
@@ -55,24 +56,23 @@ void check_ops_and_references(const std::vector<Node>& nodes, const OpRegistry& 
       const Output input = node.inputs[index];
       if (input.node < 0 || static_cast<std::size_t>(input.node) >= nodes.size()) {
         TP_GRAPH_FAIL(node, "input ", index, " refers to missing node ", input.node, " (the graph has ", nodes.size(),
-                     " nodes)");
+                      " nodes)");
       }
       const Node& producer = nodes[static_cast<std::size_t>(input.node)];
       // Declared arity, not the stored types: those are checked below, once the structure is known good.
       const OpDef* producer_definition = registry.find(producer.op);
-      const int producer_outputs =
-          producer_definition == nullptr ? 0
-          : producer_definition->collective ? static_cast<int>(producer.outputs.size())
-                                            : producer_definition->num_outputs;
+      const int producer_outputs = producer_definition == nullptr    ? 0
+                                   : producer_definition->collective ? static_cast<int>(producer.outputs.size())
+                                                                     : producer_definition->num_outputs;
       if (input.index < 0 || input.index >= producer_outputs) {
         TP_GRAPH_FAIL(node, "input ", index, " refers to output ", input.index, " of ", detail::label(producer),
-                     ", which has ", producer_outputs, " output(s)");
+                      ", which has ", producer_outputs, " output(s)");
       }
     }
     for (NodeId control : node.control_inputs) {
       if (control < 0 || static_cast<std::size_t>(control) >= nodes.size()) {
         TP_GRAPH_FAIL(node, "control input refers to missing node ", control, " (the graph has ", nodes.size(),
-                     " nodes)");
+                      " nodes)");
       }
     }
   }
@@ -109,7 +109,7 @@ void check_acyclic(const std::vector<Node>& nodes) {
         }
         path += "'" + nodes[static_cast<std::size_t>(next)].name + "'";
         TP_GRAPH_FAIL(nodes[static_cast<std::size_t>(next)], "is on a cycle: ", path,
-                     " (each arrow points from a node to one of its inputs)");
+                      " (each arrow points from a node to one of its inputs)");
       }
       if (colour[static_cast<std::size_t>(next)] == Colour::white) {
         colour[static_cast<std::size_t>(next)] = Colour::grey;
@@ -124,7 +124,7 @@ void check_order(const std::vector<Node>& nodes) {
     for (NodeId producer : predecessors(node)) {
       if (producer >= node.id) {
         TP_GRAPH_FAIL(node, "reads ", detail::label(nodes[static_cast<std::size_t>(producer)]), " (node ", producer,
-                     "), which comes later; inputs must be earlier nodes");
+                      "), which comes later; inputs must be earlier nodes");
       }
     }
   }
@@ -139,7 +139,7 @@ void check_types(const std::vector<Node>& nodes, const OpRegistry& registry) {
     const std::vector<TensorType> inferred = detail::infer_outputs(registry.get(node.op), node, std::move(input_types));
     if (inferred != node.outputs) {
       TP_GRAPH_FAIL(node, "stored output types ", detail::describe_types(node.outputs), " differ from the inferred ",
-                   detail::describe_types(inferred));
+                    detail::describe_types(inferred));
     }
   }
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/allocation_tag.hpp"
 
 namespace tp::memory {

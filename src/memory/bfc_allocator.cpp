@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BfcAllocator: allocation, free, regions and growth. Inspection (regions(), check_invariants(), stats)
 // lives in bfc_allocator_inspect.cpp. The algorithm and invariants are described in the header.
 
@@ -47,8 +48,8 @@ BfcAllocator::BfcAllocator(MemoryResource& source, BfcOptions options, std::stri
                                                   round_up(options.initial_region_bytes, kGranularity)))),
       next_region_bytes_(0) {
   if (limit_ == 0) {
-    TP_THROW(InvalidArgument, "memory", this->name(), ": limit_bytes = ", options.limit_bytes,
-             " is below the ", kGranularity, "-byte granularity; give the allocator a positive limit");
+    TP_THROW(InvalidArgument, "memory", this->name(), ": limit_bytes = ", options.limit_bytes, " is below the ",
+             kGranularity, "-byte granularity; give the allocator a positive limit");
   }
   if (options.initial_region_bytes == 0) {
     TP_THROW(InvalidArgument, "memory", this->name(), ": initial_region_bytes must be positive");
@@ -391,16 +392,16 @@ BfcAllocator::ChunkHandle BfcAllocator::chunk_for(Region* region, void* ptr, std
 }
 
 void BfcAllocator::abort_bad_free(const void* ptr, std::size_t bytes, const char* why) const noexcept {
-  std::fprintf(stderr, "[memory] fatal: %s: deallocate(%p, %zu): %s; aborting (memory corruption)\n",
-               name().c_str(), ptr, bytes, why);
+  std::fprintf(stderr, "[memory] fatal: %s: deallocate(%p, %zu): %s; aborting (memory corruption)\n", name().c_str(),
+               ptr, bytes, why);
   std::fflush(stderr);
   std::abort();
 }
 
 void BfcAllocator::throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag) {
   ++stats_.num_ooms;
-  auto report = OutOfMemoryReport::for_request(name(), bytes, rounded, tag, limit_, stats_.bytes_in_use,
-                                              stats_.bytes_reserved);
+  auto report =
+      OutOfMemoryReport::for_request(name(), bytes, rounded, tag, limit_, stats_.bytes_in_use, stats_.bytes_reserved);
   report.largest_free_block = largest_free_chunk();
   report.detail = detail::concat("BFC: ", regions_.size(), " region(s) from '", source_.name(), "', ",
                                  options_.growth == GrowthPolicy::grow ? "grow" : "preallocate",

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BfcAllocator: read-only views (stats, snapshots, invariant checks), trim and reset_peak.
 
 #include <sstream>
@@ -32,8 +33,8 @@ std::vector<BfcAllocator::RegionInfo> BfcAllocator::regions() const {
     RegionInfo info{reinterpret_cast<std::uintptr_t>(region.base), region.size, {}};
     for (ChunkHandle handle = region.handles[0]; handle != kInvalidChunk; handle = chunks_[handle].next) {
       const Chunk& chunk = chunks_[handle];
-      info.chunks.push_back(ChunkInfo{static_cast<std::size_t>(chunk.ptr - region.base), chunk.size,
-                                      chunk.requested, chunk.in_use});
+      info.chunks.push_back(
+          ChunkInfo{static_cast<std::size_t>(chunk.ptr - region.base), chunk.size, chunk.requested, chunk.in_use});
     }
     snapshot.push_back(std::move(info));
   }
@@ -104,7 +105,8 @@ std::string BfcAllocator::check_bins(std::size_t free_chunks) const {
   for (int bin = 0; bin < kNumBins; ++bin) {
     for (const ChunkHandle handle : bins_[static_cast<std::size_t>(bin)]) {
       const Chunk& chunk = chunks_[handle];
-      if (chunk.in_use || chunk.bin != bin) return violation("bin ", bin, " holds a chunk that is in use or not its own");
+      if (chunk.in_use || chunk.bin != bin)
+        return violation("bin ", bin, " holds a chunk that is in use or not its own");
       ++binned;
     }
   }

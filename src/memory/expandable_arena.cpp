@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/expandable_arena.hpp"
 
 #include <algorithm>
@@ -16,8 +17,8 @@ constexpr std::size_t kMaxDefaultReserve = std::size_t{64} << 40;   // 64 TiB
 constexpr std::size_t kReserveMultiple = 8;
 
 std::size_t default_reserve(std::size_t limit) {
-  const std::size_t scaled = limit > kMaxDefaultReserve / kReserveMultiple ? kMaxDefaultReserve
-                                                                           : limit * kReserveMultiple;
+  const std::size_t scaled =
+      limit > kMaxDefaultReserve / kReserveMultiple ? kMaxDefaultReserve : limit * kReserveMultiple;
   return std::clamp(scaled, kMinDefaultReserve, kMaxDefaultReserve);
 }
 
@@ -327,11 +328,10 @@ std::size_t ExpandableArena::do_allocated_size(const void* ptr, std::size_t byte
 void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
   const auto address = static_cast<char*>(ptr);
-  const std::size_t offset = address >= base_ && address < base_ + extent_ ? static_cast<std::size_t>(address - base_)
-                                                                          : extent_;
-  const std::uint32_t index = offset % kBlockAlignment == 0 && offset < extent_
-                                  ? block_at_[offset / kBlockAlignment]
-                                  : kNone;
+  const std::size_t offset =
+      address >= base_ && address < base_ + extent_ ? static_cast<std::size_t>(address - base_) : extent_;
+  const std::uint32_t index =
+      offset % kBlockAlignment == 0 && offset < extent_ ? block_at_[offset / kBlockAlignment] : kNone;
   if (index == kNone) {
     std::fprintf(stderr,
                  "[memory] %s: deallocate(%p, %zu) of a pointer this arena did not hand out (or freed twice);"
@@ -340,8 +340,7 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
     std::abort();
   }
   if (nodes_[index].requested != bytes) {
-    std::fprintf(stderr,
-                 "[memory] %s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting\n",
+    std::fprintf(stderr, "[memory] %s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting\n",
                  name().c_str(), ptr, bytes, nodes_[index].requested);
     std::abort();
   }
@@ -372,10 +371,10 @@ void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rou
   ++stats_.num_ooms;
   const std::size_t pinned = committed_granules_ * granularity_;
   auto report = OutOfMemoryReport::for_request(name(), requested, rounded, tag, options_.limit_bytes,
-                                              stats_.bytes_in_use, pinned);
+                                               stats_.bytes_in_use, pinned);
   // What one request could still get: the limit less the granules live blocks pin.
-  report.largest_free_block = std::max(largest_committed_free_block(),
-                                       options_.limit_bytes > pinned ? options_.limit_bytes - pinned : 0);
+  report.largest_free_block =
+      std::max(largest_committed_free_block(), options_.limit_bytes > pinned ? options_.limit_bytes - pinned : 0);
   report.detail = name() + ": " + detail + " (" + std::to_string(committed_granules_) + " granules committed, " +
                   std::to_string(in_use_count_) + " blocks in use)";
   throw OutOfMemoryError(std::move(report));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExpandableArena: the free index. Free blocks are binned by size (bin i: [256 << i, 256 << (i + 1)), like
 // BFC); each bin is an intrusive treap ordered by (size, offset), so the bins in turn give the global order.
 // The links live in the nodes (no allocation per operation); heap priorities are a hash of the node index,
@@ -232,8 +233,8 @@ std::string ExpandableArena::check_free_index(std::size_t free_blocks) const {
     }
   }
   if (seen != free_blocks || free_count_ != free_blocks) {
-    return "the free index holds " + std::to_string(seen) + " blocks (counted " + std::to_string(free_count_) +
-           "), " + std::to_string(free_blocks) + " are free";
+    return "the free index holds " + std::to_string(seen) + " blocks (counted " + std::to_string(free_count_) + "), " +
+           std::to_string(free_blocks) + " are free";
   }
   std::uint32_t previous = kNone;
   for (std::uint32_t index = free_lower_bound(0); index != kNone; index = free_next(index)) {

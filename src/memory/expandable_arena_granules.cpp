@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExpandableArena: granule bookkeeping (commit on demand, per-granule user counts, the cache of wholly free
 // granules and the release policy). The caller holds mutex_.
 #include <algorithm>
@@ -137,8 +138,7 @@ std::size_t ExpandableArena::decommit_cached(std::size_t keep_bytes) noexcept {
   return decommit_oldest(cached_count_ - keep, 0, 0);
 }
 
-std::size_t ExpandableArena::decommit_oldest(std::size_t count, std::size_t skip_first,
-                                             std::size_t skip_end) noexcept {
+std::size_t ExpandableArena::decommit_oldest(std::size_t count, std::size_t skip_first, std::size_t skip_end) noexcept {
   // No allocation: decommit_scratch_ has room for every granule (commit_for reserves it as granules_ grows),
   // and std::sort works in place.
   std::vector<std::uint32_t>& victims = decommit_scratch_;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExpandableArena: the read-only views (blocks, stats, invariants).
 #include <algorithm>
 #include <sstream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/failure_callback_adaptor.hpp"
 
 #include <utility>
@@ -10,7 +11,8 @@ namespace {
 
 FailureCallback checked(FailureCallback callback, const std::string& name) {
   if (!callback) {
-    TP_THROW(InvalidArgument, "memory", name, ": the failure callback is empty; pass a function that frees memory"
+    TP_THROW(InvalidArgument, "memory", name,
+             ": the failure callback is empty; pass a function that frees memory"
              " and returns true when a retry may succeed");
   }
   return callback;
@@ -20,12 +22,14 @@ FailureCallback checked(FailureCallback callback, const std::string& name) {
 
 FailureCallbackAdaptor::FailureCallbackAdaptor(std::unique_ptr<MemoryResource> upstream, FailureCallback callback,
                                                std::size_t max_retries, std::string name)
-    : ResourceAdaptor(std::move(upstream), std::move(name)), callback_(checked(std::move(callback), this->name())),
+    : ResourceAdaptor(std::move(upstream), std::move(name)),
+      callback_(checked(std::move(callback), this->name())),
       max_retries_(max_retries) {}
 
 FailureCallbackAdaptor::FailureCallbackAdaptor(MemoryResource& upstream, FailureCallback callback,
                                                std::size_t max_retries, std::string name)
-    : ResourceAdaptor(upstream, std::move(name)), callback_(checked(std::move(callback), this->name())),
+    : ResourceAdaptor(upstream, std::move(name)),
+      callback_(checked(std::move(callback), this->name())),
       max_retries_(max_retries) {}
 
 void* FailureCallbackAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
@@ -38,9 +42,8 @@ void* FailureCallbackAdaptor::do_allocate(std::size_t bytes, std::size_t alignme
         if (retries > 0) {
           const std::string line = "The failure callback freed memory " + std::to_string(retries) + " time(s) (" +
                                    std::to_string(max_retries_) + " allowed) and the request still failed.";
-          error.amend([&line](OutOfMemoryReport& report) {
-            report.detail += report.detail.empty() ? line : "\n  " + line;
-          });
+          error.amend(
+              [&line](OutOfMemoryReport& report) { report.detail += report.detail.empty() ? line : "\n  " + line; });
         }
         throw;
       }

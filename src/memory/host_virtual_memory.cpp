@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/host_virtual_memory.hpp"
 
 #include <sys/mman.h>
@@ -25,8 +26,7 @@ void check_granule_range(const std::string& name, std::size_t granularity, const
 
 }  // namespace
 
-HostVirtualMemory::HostVirtualMemory(std::optional<std::size_t> capacity, std::size_t granularity,
-                                     std::string name)
+HostVirtualMemory::HostVirtualMemory(std::optional<std::size_t> capacity, std::size_t granularity, std::string name)
     : capacity_(capacity), granularity_(granularity), name_(std::move(name)) {
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   if (!is_power_of_two(granularity_) || granularity_ % page != 0) {
@@ -45,8 +45,9 @@ void* HostVirtualMemory::reserve(std::size_t bytes) {
   void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) {
     const int error_number = errno;
-    TP_THROW(DeviceError, "memory", name_, ": reserving ", format_bytes(bytes), " of address space failed: ",
-             std::strerror(error_number), "; reserve less (ArenaOptions::reserve_bytes) or raise `ulimit -v`");
+    TP_THROW(DeviceError, "memory", name_, ": reserving ", format_bytes(bytes),
+             " of address space failed: ", std::strerror(error_number),
+             "; reserve less (ArenaOptions::reserve_bytes) or raise `ulimit -v`");
   }
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t aligned = (start + granularity_ - 1) & ~(static_cast<std::uintptr_t>(granularity_) - 1);
@@ -79,14 +80,13 @@ void HostVirtualMemory::commit(void* ptr, std::size_t bytes) {
     committed_.fetch_sub(bytes, std::memory_order_relaxed);
     const std::size_t now_committed = committed_.load(std::memory_order_relaxed);
     auto report = OutOfMemoryReport::for_request(name_, bytes, bytes, {}, capacity_, now_committed, now_committed);
-    report.detail = name_ + ": the OS refused to commit " + format_bytes(bytes) + " (mprotect: " +
-                    std::strerror(error_number) + "); check vm.max_map_count and the memory available";
+    report.detail = name_ + ": the OS refused to commit " + format_bytes(bytes) +
+                    " (mprotect: " + std::strerror(error_number) + "); check vm.max_map_count and the memory available";
     throw OutOfMemoryError(std::move(report));
   }
   const std::size_t now = committed + bytes;
   std::size_t peak = peak_committed_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_committed_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  while (now > peak && !peak_committed_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
 }
 
 void HostVirtualMemory::decommit(void* ptr, std::size_t bytes) noexcept {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/limiting_adaptor.hpp"
 
 #include <algorithm>
@@ -19,8 +20,7 @@ std::size_t checked_limit(std::size_t limit_bytes, const std::string& name) {
 
 }  // namespace
 
-LimitingAdaptor::LimitingAdaptor(std::unique_ptr<MemoryResource> upstream, std::size_t limit_bytes,
-                                 std::string name)
+LimitingAdaptor::LimitingAdaptor(std::unique_ptr<MemoryResource> upstream, std::size_t limit_bytes, std::string name)
     : ResourceAdaptor(std::move(upstream), std::move(name)), limit_bytes_(checked_limit(limit_bytes, this->name())) {}
 
 LimitingAdaptor::LimitingAdaptor(MemoryResource& upstream, std::size_t limit_bytes, std::string name)
@@ -64,7 +64,7 @@ void LimitingAdaptor::refuse(std::size_t requested, std::size_t bytes, std::size
   num_ooms_.fetch_add(1, std::memory_order_relaxed);
   const MemoryStats upstream_stats = upstream().stats();
   auto report = OutOfMemoryReport::for_request(name(), requested, bytes, tag, limit_bytes_, outstanding,
-                                              upstream_stats.bytes_reserved);
+                                               upstream_stats.bytes_reserved);
   // Any request whose charged size fits the headroom would pass.
   report.largest_free_block = limit_bytes_ - outstanding;
   report.detail = "The limit of " + format_bytes(limit_bytes_) + " counts bytes as the upstream hands them out; " +

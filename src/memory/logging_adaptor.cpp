@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/logging_adaptor.hpp"
 
 #include <new>
@@ -32,13 +33,17 @@ LoggingAdaptor::LoggingAdaptor(MemoryResource& upstream, std::ostream& output, s
 
 LoggingAdaptor::LoggingAdaptor(std::unique_ptr<MemoryResource> upstream, const std::filesystem::path& path,
                                std::string name)
-    : ResourceAdaptor(std::move(upstream), std::move(name)), file_(open_log(path)), output_(*file_),
+    : ResourceAdaptor(std::move(upstream), std::move(name)),
+      file_(open_log(path)),
+      output_(*file_),
       start_(std::chrono::steady_clock::now()) {
   write_header();
 }
 
 LoggingAdaptor::LoggingAdaptor(MemoryResource& upstream, const std::filesystem::path& path, std::string name)
-    : ResourceAdaptor(upstream, std::move(name)), file_(open_log(path)), output_(*file_),
+    : ResourceAdaptor(upstream, std::move(name)),
+      file_(open_log(path)),
+      output_(*file_),
       start_(std::chrono::steady_clock::now()) {
   write_header();
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/memory_config.hpp"
 
 #include <algorithm>
@@ -86,8 +87,7 @@ void MemoryConfig::validate() const {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": policy = ", static_cast<int>(policy),
              " is not a GrowthPolicy; use GrowthPolicy::preallocate or GrowthPolicy::grow");
   }
-  if (allocator != AllocatorKind::bfc && allocator != AllocatorKind::expandable &&
-      allocator != AllocatorKind::system) {
+  if (allocator != AllocatorKind::bfc && allocator != AllocatorKind::expandable && allocator != AllocatorKind::system) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": allocator = ", static_cast<int>(allocator),
              " is not an AllocatorKind; use bfc, expandable or system");
   }
@@ -102,7 +102,8 @@ void MemoryConfig::validate() const {
                " is outside (0, 1]; give the share of the budget a chunk may waste before it is split, e.g. 0.05");
     }
     if (split_threshold.has_value()) {
-      TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": split_threshold and split_fraction are"
+      TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device,
+               ": split_threshold and split_fraction are"
                " both set; set one of them (split_fraction x budget is the threshold)");
     }
   }

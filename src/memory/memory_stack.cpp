@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/memory_stack.hpp"
 
 #include <unistd.h>
@@ -38,7 +39,8 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       if (limit_bytes < virtual_memory->granularity()) {
         TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device, ": the budget of ",
                  format_bytes(limit_bytes), " is below one page granule of ", virtual_memory->name(), " (",
-                 format_bytes(virtual_memory->granularity()), "), so the expandable allocator could commit nothing;"
+                 format_bytes(virtual_memory->granularity()),
+                 "), so the expandable allocator could commit nothing;"
                  " raise limit_bytes or fraction, or use allocator = bfc");
       }
       ArenaOptions options;
@@ -48,8 +50,7 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       if (config.policy == GrowthPolicy::preallocate) options.release_threshold = limit_bytes;
       return std::make_unique<ExpandableArena>(*virtual_memory, options);
     }
-    case AllocatorKind::system:
-      return std::make_unique<LimitingAdaptor>(*source, limit_bytes);
+    case AllocatorKind::system: return std::make_unique<LimitingAdaptor>(*source, limit_bytes);
   }
   TP_THROW(InvalidArgument, "memory", "unknown allocator kind ", static_cast<int>(config.allocator));
 }
@@ -70,21 +71,25 @@ std::unique_ptr<MemoryStack> build_memory_stack(const MemoryConfig& config, std:
              " given. Pass one, or choose allocator = bfc or system");
   }
   if (!needs_virtual_memory && source == nullptr) {
-    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device, ": allocator = ",
-             to_string(config.allocator), " needs a MemoryResource source (HostResource, SimDeviceMemory); none was"
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device,
+             ": allocator = ", to_string(config.allocator),
+             " needs a MemoryResource source (HostResource, SimDeviceMemory); none was"
              " given. Pass one, or choose allocator = expandable with a VirtualMemory");
   }
   if (!source_capacity.has_value() && virtual_memory != nullptr) source_capacity = virtual_memory->capacity();
   const std::size_t limit_bytes = resolve_limit_bytes(config, source_capacity);
-  return std::unique_ptr<MemoryStack>(new MemoryStack(config, limit_bytes, std::move(source),
-                                                      std::move(owned_virtual_memory), virtual_memory));
+  return std::unique_ptr<MemoryStack>(
+      new MemoryStack(config, limit_bytes, std::move(source), std::move(owned_virtual_memory), virtual_memory));
 }
 
 }  // namespace detail
 
 MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, std::unique_ptr<MemoryResource> source,
                          std::unique_ptr<VirtualMemory> owned_virtual_memory, VirtualMemory* virtual_memory)
-    : MemoryResource(config.device), config_(config), limit_bytes_(limit_bytes), source_(std::move(source)),
+    : MemoryResource(config.device),
+      config_(config),
+      limit_bytes_(limit_bytes),
+      source_(std::move(source)),
       owned_virtual_memory_(std::move(owned_virtual_memory)) {
   std::unique_ptr<MemoryResource> layer = make_allocator(config_, limit_bytes_, source_.get(), virtual_memory);
   allocator_ = layer.get();
@@ -152,8 +157,8 @@ std::unique_ptr<MemoryStack> make_host_memory_stack(const MemoryConfig& config) 
   } else if (!config.limit_bytes.has_value()) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", config.device,
              ": host memory has no fixed capacity, so the budget must be given; set limit_bytes (e.g. 8 GiB) or"
-             " fraction of physical memory (e.g. 0.5 of ", format_bytes(host_physical_memory_bytes()),
-             "), or TP_MEMORY_FRACTION");
+             " fraction of physical memory (e.g. 0.5 of ",
+             format_bytes(host_physical_memory_bytes()), "), or TP_MEMORY_FRACTION");
   }
   if (config.allocator == AllocatorKind::expandable) {
     return make_memory_stack(config, nullptr, std::make_unique<HostVirtualMemory>(), capacity);

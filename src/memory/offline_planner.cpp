@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/offline_planner.hpp"
 
 #include <algorithm>
@@ -25,7 +26,8 @@ class TimeIndex {
   }
 
   void add(std::size_t id, const LiveInterval& interval) {
-    for (std::size_t block = first_block(interval); block <= last_block(interval); ++block) blocks_[block].push_back(id);
+    for (std::size_t block = first_block(interval); block <= last_block(interval); ++block)
+      blocks_[block].push_back(id);
   }
 
   // Calls visit(id) once for each placed interval that overlaps `interval` in time.
@@ -96,7 +98,8 @@ OfflinePlan place(std::span<const LiveInterval> intervals, Order order, Fit fit)
     plan.heap_bytes = std::max(plan.heap_bytes, plan.offsets[id] + interval.bytes);
     index.add(id, interval);
   }
-  plan.strategy = std::string(order == Order::size ? "size" : "lifetime") + (fit == Fit::best ? "/best-fit" : "/first-fit");
+  plan.strategy =
+      std::string(order == Order::size ? "size" : "lifetime") + (fit == Fit::best ? "/best-fit" : "/first-fit");
   return plan;
 }
 

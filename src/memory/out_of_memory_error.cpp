@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 #include <cstdio>
@@ -47,8 +48,7 @@ OutOfMemoryReport OutOfMemoryReport::for_request(std::string allocator, std::siz
   return report;
 }
 
-OutOfMemoryError::OutOfMemoryError(OutOfMemoryReport report)
-    : report_(std::move(report)), message_(render(report_)) {}
+OutOfMemoryError::OutOfMemoryError(OutOfMemoryReport report) : report_(std::move(report)), message_(render(report_)) {}
 
 std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
   std::ostringstream text;
@@ -61,24 +61,22 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
   text << ": tried to allocate " << format_bytes(report.requested_bytes);
   if (report.rounded_bytes != report.requested_bytes) text << " (" << format_bytes(report.rounded_bytes) << " rounded)";
   if (!report.request_tag.empty()) text << " for " << report.request_tag.describe();
-  text << ".\n  limit " << (report.limit_bytes ? format_bytes(*report.limit_bytes) : std::string("none"))
-       << ", in use " << format_bytes(report.in_use_bytes) << ", reserved " << format_bytes(report.reserved_bytes)
-       << ", free " << format_bytes(report.free_bytes()) << ", largest free block "
-       << format_bytes(report.largest_free_block) << ", fragmentation " << percent << ".";
+  text << ".\n  limit " << (report.limit_bytes ? format_bytes(*report.limit_bytes) : std::string("none")) << ", in use "
+       << format_bytes(report.in_use_bytes) << ", reserved " << format_bytes(report.reserved_bytes) << ", free "
+       << format_bytes(report.free_bytes()) << ", largest free block " << format_bytes(report.largest_free_block)
+       << ", fragmentation " << percent << ".";
   if (!report.detail.empty()) text << "\n  " << report.detail;
 
   if (report.exceeds_limit()) {
     // Variables do not depend on the batch: a smaller batch only shrinks the step's tensors.
     const memory::AllocationKind kind = report.request_tag.kind;
     const bool persistent = kind == memory::AllocationKind::parameter ||
-                            kind == memory::AllocationKind::optimizer_state ||
-                            kind == memory::AllocationKind::gradient;
+                            kind == memory::AllocationKind::optimizer_state || kind == memory::AllocationKind::gradient;
     text << "\n  Cause: the request alone (" << format_bytes(report.rounded_bytes) << ") exceeds the limit ("
          << format_bytes(*report.limit_bytes) << ")"
          << (report.in_use_bytes == 0 ? "; nothing else is in use, so freeing memory cannot help."
                                       : ", whatever else is freed.")
-         << " Make the tensor smaller ("
-         << (persistent ? "a smaller layer" : "a smaller batch or layer")
+         << " Make the tensor smaller (" << (persistent ? "a smaller layer" : "a smaller batch or layer")
          << ", or split it over devices) or raise the limit"
          << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
   } else if (report.is_fragmentation()) {

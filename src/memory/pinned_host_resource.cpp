@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/pinned_host_resource.hpp"
 
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/replay.hpp"
 
 #include <algorithm>
@@ -65,9 +66,14 @@ std::vector<std::size_t> assign_workers(const Trace& trace) {
 class ReplayRun {
  public:
   ReplayRun(const Trace& trace, MemoryResource& resource, std::size_t alignment)
-      : trace_(trace), resource_(resource), alignment_(alignment), worker_of_event_(assign_workers(trace)),
-        wake_ups_(std::min(trace.threads().size(), kMaxReplayThreads)), pointers_(trace.size(), nullptr),
-        allocate_ns_(trace.size(), 0), free_ns_(trace.size(), 0) {}
+      : trace_(trace),
+        resource_(resource),
+        alignment_(alignment),
+        worker_of_event_(assign_workers(trace)),
+        wake_ups_(std::min(trace.threads().size(), kMaxReplayThreads)),
+        pointers_(trace.size(), nullptr),
+        allocate_ns_(trace.size(), 0),
+        free_ns_(trace.size(), 0) {}
 
   ReplayResult run() {
     resource_.reset_peak();
@@ -165,8 +171,7 @@ class ReplayRun {
   void perform(std::size_t index, Tally& tally) {
     const TraceEvent& event = trace_.events()[index];
     switch (event.action) {
-      case TraceAction::allocate_failure:
-        return;
+      case TraceAction::allocate_failure: return;
       case TraceAction::allocate: {
         ++tally.ops;
         try {
@@ -219,13 +224,13 @@ class ReplayRun {
   MemoryResource& resource_;
   const std::size_t alignment_;
   const std::vector<std::size_t> worker_of_event_;  // per event: the worker that performs it
-  std::vector<WakeUp> wake_ups_;                      // per worker; sized once, never moved
-  std::vector<void*> pointers_;             // per allocate event: the replayed pointer, null if refused
-  std::vector<std::uint64_t> allocate_ns_;  // per allocate event
-  std::vector<std::uint64_t> free_ns_;      // per allocate event: the time of its free
-  std::atomic<std::uint64_t> turn_{0};      // index of the next event to perform
+  std::vector<WakeUp> wake_ups_;                    // per worker; sized once, never moved
+  std::vector<void*> pointers_;                     // per allocate event: the replayed pointer, null if refused
+  std::vector<std::uint64_t> allocate_ns_;          // per allocate event
+  std::vector<std::uint64_t> free_ns_;              // per allocate event: the time of its free
+  std::atomic<std::uint64_t> turn_{0};              // index of the next event to perform
   std::atomic<bool> abort_{false};
-  std::mutex error_mutex_;                  // guards error_
+  std::mutex error_mutex_;  // guards error_
   std::exception_ptr error_;
 };
 
@@ -242,21 +247,18 @@ ReplayResult merge_replays(const std::vector<ReplayResult>& results) {
   for (const ReplayResult& result : results) {
     merged.pair_ns.insert(merged.pair_ns.end(), result.pair_ns.begin(), result.pair_ns.end());
   }
-  for (const ReplayResult& result : results) keep_larger_oom(merged, result.largest_oom_event, result.largest_oom_bytes);
+  for (const ReplayResult& result : results)
+    keep_larger_oom(merged, result.largest_oom_event, result.largest_oom_bytes);
   summarize_pairs(merged);
   return merged;
 }
 
 std::string_view to_string(ReplayAllocator allocator) noexcept {
   switch (allocator) {
-    case ReplayAllocator::bfc:
-      return "bfc";
-    case ReplayAllocator::bfc_grow:
-      return "bfc-grow";
-    case ReplayAllocator::expandable:
-      return "expandable";
-    case ReplayAllocator::system:
-      return "system";
+    case ReplayAllocator::bfc: return "bfc";
+    case ReplayAllocator::bfc_grow: return "bfc-grow";
+    case ReplayAllocator::expandable: return "expandable";
+    case ReplayAllocator::system: return "system";
   }
   return "unknown";
 }
@@ -279,15 +281,9 @@ MemoryConfig replay_memory_config(ReplayAllocator allocator) {
   config.policy = allocator == ReplayAllocator::bfc_grow ? GrowthPolicy::grow : GrowthPolicy::preallocate;
   switch (allocator) {
     case ReplayAllocator::bfc:
-    case ReplayAllocator::bfc_grow:
-      config.allocator = AllocatorKind::bfc;
-      break;
-    case ReplayAllocator::expandable:
-      config.allocator = AllocatorKind::expandable;
-      break;
-    case ReplayAllocator::system:
-      config.allocator = AllocatorKind::system;
-      break;
+    case ReplayAllocator::bfc_grow: config.allocator = AllocatorKind::bfc; break;
+    case ReplayAllocator::expandable: config.allocator = AllocatorKind::expandable; break;
+    case ReplayAllocator::system: config.allocator = AllocatorKind::system; break;
   }
   return config;
 }
@@ -318,9 +314,9 @@ MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& f
   while (!works(working)) {
     failing = working;
     if (working >= options.max_capacity_bytes) {
-      TP_THROW(InvalidArgument, "replay", trace.source(), ": no capacity up to ", format_bytes(options.max_capacity_bytes),
-               " replays without running out of memory", last_refusal.empty() ? "" : "; last refusal: ",
-               last_refusal);
+      TP_THROW(InvalidArgument, "replay", trace.source(), ": no capacity up to ",
+               format_bytes(options.max_capacity_bytes), " replays without running out of memory",
+               last_refusal.empty() ? "" : "; last refusal: ", last_refusal);
     }
     working = std::min(options.max_capacity_bytes, working * 2);
   }
@@ -343,7 +339,8 @@ MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& f
 
 MinCapacityResult find_min_capacity(const Trace& trace, ReplayAllocator allocator, const MinCapacityOptions& options) {
   return find_min_capacity(
-      trace, [allocator](std::size_t capacity) -> std::unique_ptr<MemoryResource> {
+      trace,
+      [allocator](std::size_t capacity) -> std::unique_ptr<MemoryResource> {
         return make_replay_stack(allocator, capacity);
       },
       options);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/resource_adaptor.hpp"
 
 #include <utility>
@@ -17,7 +18,8 @@ MemoryResource& checked(const std::unique_ptr<MemoryResource>& upstream, const s
 }  // namespace
 
 ResourceAdaptor::ResourceAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name)
-    : MemoryResource(std::move(name)), owned_upstream_(std::move(upstream)),
+    : MemoryResource(std::move(name)),
+      owned_upstream_(std::move(upstream)),
       upstream_(checked(owned_upstream_, this->name())) {}
 
 ResourceAdaptor::ResourceAdaptor(MemoryResource& upstream, std::string name)

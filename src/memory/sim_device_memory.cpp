@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/sim_device_memory.hpp"
 
 #include <sys/mman.h>
@@ -39,8 +40,7 @@ bool SimDeviceMemory::take(std::size_t bytes) noexcept {
 void SimDeviceMemory::raise_peak() noexcept {
   const std::size_t now = used_.load(std::memory_order_relaxed);
   std::size_t peak = peak_used_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_used_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  while (now > peak && !peak_used_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
 }
 
 void SimDeviceMemory::give_back(std::size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }

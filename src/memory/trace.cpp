@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/trace.hpp"
 
 #include <algorithm>
@@ -79,7 +80,8 @@ bool parse_time(std::string_view text, std::int64_t& nanos) {
     std::int64_t hours = 0;
     std::int64_t minutes = 0;
     std::int64_t secs = 0;
-    if (!parse_integer(whole.substr(0, first), hours) || !parse_integer(whole.substr(first + 1, second - first - 1), minutes) ||
+    if (!parse_integer(whole.substr(0, first), hours) ||
+        !parse_integer(whole.substr(first + 1, second - first - 1), minutes) ||
         !parse_integer(whole.substr(second + 1), secs)) {
       return false;
     }
@@ -135,7 +137,8 @@ TraceEvent parse_line(std::string_view line, const Location& where) {
   }
   TraceEvent event;
   if (!parse_integer(fields[0], event.thread)) {
-    TP_THROW(DataError, "trace", where, ": Thread '", fields[0], "' is not an unsigned integer; write a thread id such as 0");
+    TP_THROW(DataError, "trace", where, ": Thread '", fields[0],
+             "' is not an unsigned integer; write a thread id such as 0");
   }
   if (!parse_time(fields[1], event.time_ns)) {
     TP_THROW(DataError, "trace", where, ": Time '", fields[1],
@@ -164,12 +167,9 @@ TraceEvent parse_line(std::string_view line, const Location& where) {
 
 std::string_view to_string(TraceAction action) noexcept {
   switch (action) {
-    case TraceAction::allocate:
-      return "allocate";
-    case TraceAction::free:
-      return "free";
-    case TraceAction::allocate_failure:
-      return "allocate failure";
+    case TraceAction::allocate: return "allocate";
+    case TraceAction::free: return "free";
+    case TraceAction::allocate_failure: return "allocate failure";
   }
   return "unknown";
 }
@@ -194,9 +194,7 @@ Trace::Trace(std::string source, std::vector<TraceEvent> events, std::span<const
                "resource accepts (", kMaxAllocationBytes, " bytes); the size column is corrupt");
     }
     switch (event.action) {
-      case TraceAction::allocate_failure:
-        ++failure_count_;
-        break;
+      case TraceAction::allocate_failure: ++failure_count_; break;
       case TraceAction::allocate: {
         if (event.pointer == 0) {
           TP_THROW(DataError, "trace", where(index),
@@ -232,8 +230,8 @@ Trace::Trace(std::string source, std::vector<TraceEvent> events, std::span<const
         const std::size_t allocation = it->second;
         if (events_[allocation].size != event.size) {
           TP_THROW(DataError, "trace", where(index), ": free of ", hex(event.pointer), " with size ", event.size,
-                   " but it was allocated with size ", events_[allocation].size, " on line ",
-                   where(allocation).line, "; a free must name the allocated size");
+                   " but it was allocated with size ", events_[allocation].size, " on line ", where(allocation).line,
+                   "; a free must name the allocated size");
         }
         partners_[allocation] = index;
         partners_[index] = allocation;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/trace_generators.hpp"
 
 #include <utility>
@@ -28,9 +29,7 @@ class Rng {
   std::size_t between(std::size_t low, std::size_t high) noexcept {
     return low + static_cast<std::size_t>(next() % (static_cast<std::uint64_t>(high - low) + 1));
   }
-  bool chance(double probability) noexcept {
-    return static_cast<double>(next() >> 11) * 0x1.0p-53 < probability;
-  }
+  bool chance(double probability) noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53 < probability; }
 
  private:
   std::uint64_t state_;
@@ -67,8 +66,19 @@ class TraceBuilder {
 // Parameter layout: token embedding, position embedding, then per layer kLayerParameters tensors in the
 // order of kLayer* below, then the final layer norm (weight, bias) and the output head.
 enum LayerParameter : std::size_t {
-  kLn1Weight, kLn1Bias, kQkvWeight, kQkvBias, kProjWeight, kProjBias,
-  kLn2Weight, kLn2Bias, kFc1Weight, kFc1Bias, kFc2Weight, kFc2Bias, kLayerParameters
+  kLn1Weight,
+  kLn1Bias,
+  kQkvWeight,
+  kQkvBias,
+  kProjWeight,
+  kProjBias,
+  kLn2Weight,
+  kLn2Bias,
+  kFc1Weight,
+  kFc1Bias,
+  kFc2Weight,
+  kFc2Bias,
+  kLayerParameters
 };
 constexpr std::size_t kTokenEmbedding = 0;
 constexpr std::size_t kPositionEmbedding = 1;
@@ -127,8 +137,20 @@ class TrainingSimulation {
 
  private:
   // Saved activations of one layer, in the order the forward pass produces them.
-  enum Saved : std::size_t { kInput, kLn1, kQkv, kScores, kProbs, kAttention, kProjection, kMid, kLn2, kFc1,
-                             kGelu, kSavedCount };
+  enum Saved : std::size_t {
+    kInput,
+    kLn1,
+    kQkv,
+    kScores,
+    kProbs,
+    kAttention,
+    kProjection,
+    kMid,
+    kLn2,
+    kFc1,
+    kGelu,
+    kSavedCount
+  };
 
   void forward(std::size_t batch, std::size_t sequence) {
     const std::size_t tokens = batch * sequence;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/broadcast.hpp"
 
 #include <vector>
@@ -19,8 +20,7 @@ void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out, 
   detail::require_floating(kBroadcast, {"x", x});
   detail::require_same_dtype(kBroadcast, {"x", x}, {"out", out});
   if (out.shape().rank() != x.shape().rank() + 1) {
-    TP_THROW(InvalidArgument, "ops", kBroadcast, ": out ", out.shape(), " must have one more axis than x ",
-             x.shape());
+    TP_THROW(InvalidArgument, "ops", kBroadcast, ": out ", out.shape(), " must have one more axis than x ", x.shape());
   }
   const detail::AxisSplit split = detail::split_axis(kBroadcast, out.shape(), axis);
   if (x.shape() != split.without_axis) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/elementwise.hpp"
 
 #include "ops/op_support.hpp"
@@ -9,14 +10,10 @@ namespace {
 
 std::string_view name_of(Arithmetic op) {
   switch (op) {
-    case Arithmetic::add:
-      return "Add";
-    case Arithmetic::sub:
-      return "Sub";
-    case Arithmetic::mul:
-      return "Mul";
-    case Arithmetic::div:
-      return "Div";
+    case Arithmetic::add: return "Add";
+    case Arithmetic::sub: return "Sub";
+    case Arithmetic::mul: return "Mul";
+    case Arithmetic::div: return "Div";
   }
   return "Binary";
 }
@@ -64,7 +61,7 @@ void scale_into(const Tensor& x, double alpha, const Tensor& out, const OpContex
   detail::require_shape("Scale", {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for("Scale", device, context);
   detail::kernel(device, &kernels::KernelTable::scale, "Scale")(stream,
-                                                               kernels::ScaleArgs{.x = x, .alpha = alpha, .out = out});
+                                                                kernels::ScaleArgs{.x = x, .alpha = alpha, .out = out});
 }
 
 Tensor scale(const Tensor& x, double alpha, const OpContext& context) {

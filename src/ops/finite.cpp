@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/finite.hpp"
 
 #include "ops/op_support.hpp"

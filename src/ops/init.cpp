@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/init.hpp"
 
 #include "ops/op_support.hpp"
@@ -47,9 +48,12 @@ void glorot_uniform(const Tensor& out, std::uint64_t seed, const OpContext& cont
   detail::require_rank("GlorotUniform", {"out", out}, 2);
   device::Stream& stream = detail::stream_for("GlorotUniform", device, context);
   detail::kernel(device, &kernels::KernelTable::random, "GlorotUniform")(
-      stream, kernels::RandomArgs{
-                  .out = out, .distribution = kernels::Distribution::glorot_uniform, .a = 0, .b = 0, .seed = seed,
-                  .offset = 0});
+      stream, kernels::RandomArgs{.out = out,
+                                  .distribution = kernels::Distribution::glorot_uniform,
+                                  .a = 0,
+                                  .b = 0,
+                                  .seed = seed,
+                                  .offset = 0});
 }
 
 }  // namespace tp::ops

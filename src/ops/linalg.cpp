@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/linalg.hpp"
 
 #include "ops/op_support.hpp"
@@ -37,15 +38,15 @@ void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, MatmulOpti
   detail::require_same_dtype(kOp, {"a", a}, {"out", out});
   detail::require_shape(kOp, {"out", out}, Shape{dims.m, dims.n});
   device::Stream& stream = detail::stream_for(kOp, device, context);
-  detail::kernel(device, &kernels::KernelTable::matmul, kOp)(
-      stream, kernels::MatmulArgs{.a = a,
-                                  .b = b,
-                                  .out = out,
-                                  .transpose_a = options.transpose_a,
-                                  .transpose_b = options.transpose_b,
-                                  .m = dims.m,
-                                  .n = dims.n,
-                                  .k = dims.k});
+  detail::kernel(device, &kernels::KernelTable::matmul, kOp)(stream,
+                                                             kernels::MatmulArgs{.a = a,
+                                                                                 .b = b,
+                                                                                 .out = out,
+                                                                                 .transpose_a = options.transpose_a,
+                                                                                 .transpose_b = options.transpose_b,
+                                                                                 .m = dims.m,
+                                                                                 .n = dims.n,
+                                                                                 .k = dims.k});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options, const OpContext& context) {

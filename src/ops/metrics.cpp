@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/metrics.hpp"
 
 #include "ops/op_support.hpp"
@@ -20,8 +21,7 @@ void check_correct_count(const Tensor& predictions, const Tensor& labels) {
 
 }  // namespace
 
-void correct_count_into(const Tensor& predictions, const Tensor& labels, const Tensor& out,
-                        const OpContext& context) {
+void correct_count_into(const Tensor& predictions, const Tensor& labels, const Tensor& out, const OpContext& context) {
   device::Device& device =
       detail::common_device(kCorrectCount, {{"predictions", predictions}, {"labels", labels}, {"out", out}});
   check_correct_count(predictions, labels);

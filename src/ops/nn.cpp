@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/nn.hpp"
 
 #include "ops/op_support.hpp"
@@ -102,7 +103,7 @@ void softmax_family_into(std::string_view op, bool log, const Tensor& x, const T
   detail::require_shape(op, {"out", out}, x.shape());
   device::Stream& stream = detail::stream_for(op, device, context);
   detail::kernel(device, &kernels::KernelTable::softmax, op)(stream,
-                                                            kernels::SoftmaxArgs{.x = x, .out = out, .log = log});
+                                                             kernels::SoftmaxArgs{.x = x, .out = out, .log = log});
 }
 
 Tensor softmax_family(std::string_view op, bool log, const Tensor& x, const OpContext& context) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What every op shares: validation on the calling thread (naming the op, the argument and the shapes), the
 // output allocation, the choice of stream, and the lookup of the kernel that the device's backend registered

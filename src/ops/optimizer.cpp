@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/optimizer.hpp"
 
 #include "ops/op_support.hpp"
@@ -41,8 +42,7 @@ void sgd_update_impl(const Tensor& apply, const Tensor& param, const Tensor& gra
   }
   device::Stream& stream = detail::stream_for("SgdUpdate", device, context);
   detail::kernel(device, &kernels::KernelTable::sgd, "SgdUpdate")(
-      stream,
-      kernels::SgdArgs{.apply = apply, .param = param, .grad = grad, .velocity = velocity, .options = options});
+      stream, kernels::SgdArgs{.apply = apply, .param = param, .grad = grad, .velocity = velocity, .options = options});
 }
 
 void adam_update_impl(const Tensor& apply, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -57,8 +57,8 @@ void adam_update_impl(const Tensor& apply, const Tensor& param, const Tensor& gr
   if (step < 1) TP_THROW(InvalidArgument, "ops", "AdamUpdate: step ", step, " must be >= 1 (steps count from 1)");
   device::Stream& stream = detail::stream_for("AdamUpdate", device, context);
   detail::kernel(device, &kernels::KernelTable::adam, "AdamUpdate")(
-      stream,
-      kernels::AdamArgs{.apply = apply, .param = param, .grad = grad, .m = m, .v = v, .step = step, .options = options});
+      stream, kernels::AdamArgs{
+                  .apply = apply, .param = param, .grad = grad, .m = m, .v = v, .step = step, .options = options});
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A sum over tensors on several devices that reach each other's memory directly (device::peer_accessible:
 // sim devices of one process, as GPUs with peer access): the direct collectives' reduction, where each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/reduce.hpp"
 
 #include "ops/op_support.hpp"
@@ -12,12 +13,9 @@ detail::AxisSplit split_axis(std::string_view op, const Tensor& x, std::int64_t 
 
 std::string_view name_of(Reduction reduction) {
   switch (reduction) {
-    case Reduction::sum:
-      return "Sum";
-    case Reduction::mean:
-      return "Mean";
-    case Reduction::max:
-      return "Max";
+    case Reduction::sum: return "Sum";
+    case Reduction::mean: return "Mean";
+    case Reduction::max: return "Max";
   }
   return "Reduce";
 }
@@ -64,7 +62,8 @@ void argmax_into(const Tensor& x, std::int64_t axis, const Tensor& out, const Op
 
 Tensor argmax(const Tensor& x, std::int64_t axis, const OpContext& context) {
   device::Device& device = detail::common_device("ArgMax", {{"x", x}});
-  Tensor out = detail::allocate_output("ArgMax", split_axis("ArgMax", x, axis).without_axis, DType::i64, device, context);
+  Tensor out =
+      detail::allocate_output("ArgMax", split_axis("ArgMax", x, axis).without_axis, DType::i64, device, context);
   argmax_into(x, axis, out, context);
   return out;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The allocator's segment map (internal to src/profile): BFC regions with their chunks, the expandable arena's
 // one range with its blocks, or, for `system`, one segment per live allocation. Blocks in use get the tag of

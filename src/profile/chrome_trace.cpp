@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // chrome_trace_json(): Chrome Trace Event format (the JSON object form). Per device one process (pid = its
 // index + 1, named by a metadata event) with a counter track "memory" (in_use, reserved, bytes) and one async
 // slice per tensor lifetime (category = the tensor's kind, so Perfetto groups them), from its allocation to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // snapshot_device() and snapshot_shared_memory(): the stack's side of a device snapshot (of its device memory
 // or its shared memory): figures, the allocator's segment map and, without a recorder, the live tensors as the
 // tracking adaptor holds them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // html_report(): the viewer page with its CSS, JS and the snapshot JSON inlined: no file or network access.
 // "</" in the JSON is written "<\/" (the same string to a JSON parser) so no tensor name can end the script.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // recorded_trace(): the recorded events as an RMM allocation trace (memory/trace.hpp) for `tensorpool replay`.
 // One device's events, or every device's merged by time, each device's in its own (sequence) order; a replay
 // serves a trace from one device, so only a single device's trace reproduces that device's peak. A free is kept only when its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The HTML report's viewer (src/profile/report/), embedded at build time by cmake/ProfileReportAssets.cmake.
 

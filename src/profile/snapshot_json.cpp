@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // snapshot_json(): the snapshot as JSON, schema "tensorpool.memory_snapshot" (docs/profiling.md). Bytes are
 // integers; addresses are hex strings (JavaScript numbers cannot hold every 64-bit address); events are
 // column-major rows to keep long recordings small.
@@ -139,12 +140,9 @@ json device_json(const DeviceSnapshot& device) {
 
 std::string_view to_string(EventAction action) noexcept {
   switch (action) {
-    case EventAction::allocate:
-      return "allocate";
-    case EventAction::free:
-      return "free";
-    case EventAction::failure:
-      return "failure";
+    case EventAction::allocate: return "allocate";
+    case EventAction::free: return "free";
+    case EventAction::failure: return "failure";
   }
   return "unknown";
 }

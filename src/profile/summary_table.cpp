@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // summary_table(): the memory_summary() text table, PyTorch's memory_summary in spirit: one row per figure,
 // columns current | peak | total allocated | total freed ("-" where a figure has no such column).
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/runtime/arbiter_client.hpp"
 
 #include <utility>
@@ -10,7 +11,8 @@ ArbiterClient::ArbiterClient(MemoryArbiter& arbiter, std::string name, std::size
 ArbiterClient::~ArbiterClient() { reset(); }
 
 ArbiterClient::ArbiterClient(ArbiterClient&& other) noexcept
-    : arbiter_(std::exchange(other.arbiter_, nullptr)), id_(std::exchange(other.id_, ClientId{})),
+    : arbiter_(std::exchange(other.arbiter_, nullptr)),
+      id_(std::exchange(other.id_, ClientId{})),
       name_(std::move(other.name_)) {}
 
 ArbiterClient& ArbiterClient::operator=(ArbiterClient&& other) noexcept {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Executable: one prepared step of a Session: the pruned schedule with its copies between devices, every
 // tensor value with its device, type and lifetime, and each device's static memory plan. Built once per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/executor.hpp"
 
 #include <algorithm>
@@ -51,7 +52,7 @@ void Executor::wait_for_earlier_steps(const Step& current) {
 void Executor::allocate_outputs(const Step& current) {
   for (std::size_t output : current.outputs) {
     Value& value = executable_.values[output];
-    if (value.fed_in_place) continue;                  // the fed tensor itself (enqueue binds it)
+    if (value.fed_in_place) continue;                 // the fed tensor itself (enqueue binds it)
     if (options_.planner && !value.shared) continue;  // bound to its arena by Session::bind
     const graph::Node& node = graph_.node(value.output.node);
     memory::AllocationTag tag{value.name,
@@ -89,8 +90,8 @@ void Executor::enqueue(const Step& current) {
       // The caller does not write into a fed tensor during run(), which synchronizes before returning: a
       // device that reads host memory in place copies the batch in one transfer on its own stream, without
       // the host first staging it (400 KB per step at batch 128, on the host's path to the next launch).
-      device::copy(fed.device().stream(0), fed.buffer(), fed.offset_bytes(), stream, slot.buffer(),
-                   slot.offset_bytes(), slot.nbytes(), device::SourceRelease::caller_synchronizes);
+      device::copy(fed.device().stream(0), fed.buffer(), fed.offset_bytes(), stream, slot.buffer(), slot.offset_bytes(),
+                   slot.nbytes(), device::SourceRelease::caller_synchronizes);
       break;
     }
     case Step::Kind::copy: {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Executor: one run of a prepared step (Executable). It launches every step on the streams assign_streams
 // gave it, through the session's StepRunner: a feed's copy into its slot (or, for a `fed_in_place` value, the
@@ -32,7 +33,7 @@
 namespace tp::runtime {
 
 struct ExecutorOptions {
-  bool planner = true;  // values bound to their arenas; off: allocated per run through `memory`
+  bool planner = true;    // values bound to their arenas; off: allocated per run through `memory`
   std::int64_t step = 1;  // the training step kernels see (RunOptions::step)
 };
 
@@ -41,8 +42,7 @@ class Executor {
   // `memory` holds the session's resource of every device a step runs on. Everything passed in outlives the
   // Executor; `feeds` holds every placeholder the step feeds.
   Executor(const graph::Graph& graph, Executable& executable, const FeedMap& feeds,
-           const std::map<device::Device*, std::shared_ptr<memory::MemoryResource>>& memory,
-           ExecutorOptions options);
+           const std::map<device::Device*, std::shared_ptr<memory::MemoryResource>>& memory, ExecutorOptions options);
 
   // Launches every step on `runner`'s threads and returns once all are enqueued on their streams; rethrows
   // the first error a launch raised (later steps are then not launched).

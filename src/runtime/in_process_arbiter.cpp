@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/runtime/in_process_arbiter.hpp"
 
 #include <unistd.h>
@@ -94,7 +95,8 @@ InProcessArbiter::Slot* InProcessArbiter::find(ClientId client) noexcept {
 std::uint32_t InProcessArbiter::checked(ClientId client) const {
   if (find(client) == nullptr) {
     TP_THROW(InvalidArgument, "runtime", "memory arbiter '", name(), "': client id (slot ", client.slot,
-             ", generation ", client.generation, ") is not registered: it was unregistered or never came from "
+             ", generation ", client.generation,
+             ") is not registered: it was unregistered or never came from "
              "this arbiter's register_client()");
   }
   return client.slot;
@@ -102,7 +104,7 @@ std::uint32_t InProcessArbiter::checked(ClientId client) const {
 
 ClientUsage InProcessArbiter::describe(std::uint32_t index) const {
   const Slot& slot = slots_[index];
-  return ClientUsage{ClientId{index, slot.generation}, slot.name, slot.quota, slot.reserved, slot.peak,
+  return ClientUsage{ClientId{index, slot.generation},     slot.name, slot.quota, slot.reserved, slot.peak,
                      static_cast<std::int64_t>(::getpid())};
 }
 

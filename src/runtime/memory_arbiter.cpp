@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/runtime/memory_arbiter.hpp"
 
 #include <utility>
@@ -28,8 +29,9 @@ ClientId MemoryArbiter::register_client(std::string name, std::size_t quota_byte
   }
   if (quota_bytes == 0 || quota_bytes > budget_bytes_) {
     TP_THROW(InvalidArgument, "runtime", "memory arbiter '", name_, "': client '", name, "' asks for a quota of ",
-             format_bytes(quota_bytes), " (", quota_bytes, " bytes); a quota must be in (0, budget = ",
-             format_bytes(budget_bytes_), "]. Pass a positive quota no larger than the device budget");
+             format_bytes(quota_bytes), " (", quota_bytes,
+             " bytes); a quota must be in (0, budget = ", format_bytes(budget_bytes_),
+             "]. Pass a positive quota no larger than the device budget");
   }
   return do_register_client(std::move(name), quota_bytes);
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/process_identity.hpp"
 
 #include <fcntl.h>

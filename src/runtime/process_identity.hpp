@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Whether the process that registered a shared-memory client still exists. A pid alone is not enough: the
 // kernel recycles pids, so a slot also records the process's start time (field 22 of /proc/<pid>/stat, in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/runtime/quota_adaptor.hpp"
 
 #include <algorithm>
@@ -13,7 +14,8 @@ namespace {
 
 std::string adaptor_name(const ArbiterClient& client, std::string name) {
   if (!client.registered()) {
-    TP_THROW(InvalidArgument, "runtime", "QuotaAdaptor: the ArbiterClient is not registered (moved from or reset);"
+    TP_THROW(InvalidArgument, "runtime",
+             "QuotaAdaptor: the ArbiterClient is not registered (moved from or reset);"
              " pass a live registration");
   }
   return name.empty() ? "quota:" + client.name() : std::move(name);
@@ -44,8 +46,8 @@ void* QuotaAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const 
     const std::size_t others = reserved_by_all > held ? reserved_by_all - held : 0;
     error.amend([&](OutOfMemoryReport& report) {
       if (!report.detail.empty()) report.detail += "\n  ";
-      report.detail += "Client '" + client_.name() + "' of memory arbiter '" + client_.arbiter().name() +
-                       "' holds " + format_bytes(held);
+      report.detail += "Client '" + client_.name() + "' of memory arbiter '" + client_.arbiter().name() + "' holds " +
+                       format_bytes(held);
       report.detail += others > 0 ? "; other clients hold " + format_bytes(others) +
                                         " of the same device: close other sessions (or processes) sharing it, or "
                                         "use a smaller batch."
@@ -117,7 +119,7 @@ void QuotaAdaptor::refuse(std::size_t requested, std::size_t charged, const memo
   const std::size_t headroom = std::min(quota_left, budget_left);
   // The limit is what this client could reach now, so the report reads as a shortage, not fragmentation.
   auto report = OutOfMemoryReport::for_request(name(), requested, charged, tag, client.reserved_bytes + headroom,
-                                              client.reserved_bytes, refusal.reserved_bytes);
+                                               client.reserved_bytes, refusal.reserved_bytes);
   report.device = device_name();
   report.largest_free_block = headroom;
   const std::string who = "Client '" + client.name + "' of memory arbiter '" + client_.arbiter().name() + "'";
@@ -125,8 +127,8 @@ void QuotaAdaptor::refuse(std::size_t requested, std::size_t charged, const memo
   report.detail = who + why + ": it holds " + format_bytes(client.reserved_bytes) + " of its quota of " +
                   format_bytes(client.quota_bytes) + " and asks for " + format_bytes(charged) +
                   " more; the arbiter's budget is " + format_bytes(refusal.budget_bytes) + ", of which " +
-                  format_bytes(refusal.reserved_bytes) + " are reserved by all clients (" +
-                  format_bytes(budget_left) + " left).\n  Hint: " +
+                  format_bytes(refusal.reserved_bytes) + " are reserved by all clients (" + format_bytes(budget_left) +
+                  " left).\n  Hint: " +
                   (refusal.over_quota ? "raise this session's quota, use a smaller batch, or free tensors it no "
                                         "longer needs."
                                       : "close other sessions (or processes) sharing the device, use a smaller "

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one rule every MemoryArbiter applies, kept in one place so the in-process and shared-memory arbiters
 // cannot drift apart. Internal header.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/session_memory.hpp"
 
 #include "tensorpool/core/error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A session's memory on one device: the resource every byte it holds there is allocated through, charging
 // its client of the device's arbiter (its quota) and keeping its own statistics.

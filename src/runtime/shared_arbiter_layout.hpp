@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The bytes of a SharedMemoryArbiter segment. Every process that maps the segment reads and writes this
 // layout, so it holds only fixed-size, fixed-width, trivially copyable fields; any change to it must bump
@@ -29,14 +30,14 @@ inline constexpr std::uint32_t kSlotCount = 64;
 inline constexpr std::uint32_t kNameCapacity = 64;  // bytes, including the terminating NUL
 
 struct SharedSlot {
-  std::uint32_t in_use;        // 1 while registered
-  std::int32_t pid;            // the registering process
-  std::uint64_t start_time;    // its start time (/proc/<pid>/stat field 22), to detect a recycled pid
-  std::uint64_t generation;    // header.generation at registration
-  std::uint64_t quota;         // bytes
-  std::uint64_t reserved;      // bytes
-  std::uint64_t peak;          // bytes
-  char name[kNameCapacity];    // NUL-terminated
+  std::uint32_t in_use;      // 1 while registered
+  std::int32_t pid;          // the registering process
+  std::uint64_t start_time;  // its start time (/proc/<pid>/stat field 22), to detect a recycled pid
+  std::uint64_t generation;  // header.generation at registration
+  std::uint64_t quota;       // bytes
+  std::uint64_t reserved;    // bytes
+  std::uint64_t peak;        // bytes
+  char name[kNameCapacity];  // NUL-terminated
 };
 
 struct SharedHeader {
@@ -45,8 +46,8 @@ struct SharedHeader {
   std::uint32_t slot_count;
   std::uint64_t budget_bytes;
   std::uint64_t generation;
-  std::uint64_t table_bytes;   // sizeof(SharedTable) as the creator built it
-  pthread_mutex_t mutex;       // process-shared, robust; guards everything in the table but magic
+  std::uint64_t table_bytes;  // sizeof(SharedTable) as the creator built it
+  pthread_mutex_t mutex;      // process-shared, robust; guards everything in the table but magic
 };
 
 struct SharedTable {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/runtime/shared_memory_arbiter.hpp"
 
 #include <pthread.h>
@@ -52,8 +53,10 @@ class SharedMemoryArbiter::Lock {
   void check(const std::string& segment) const {
     if (held()) return;
     TP_THROW(DeviceError, "runtime", "shared-memory arbiter: cannot lock segment ", segment, ": ",
-             std::strerror(error_), ". The segment is unusable; when no process uses it, remove it with "
-             "SharedMemoryArbiter::remove(\"", segment, "\")");
+             std::strerror(error_),
+             ". The segment is unusable; when no process uses it, remove it with "
+             "SharedMemoryArbiter::remove(\"",
+             segment, "\")");
   }
 
  private:
@@ -118,7 +121,8 @@ ClientId SharedMemoryArbiter::do_register_client(std::string client_name, std::s
   detail::SharedSlot* slots = table_->slots;
   auto* slot = std::find_if(slots, slots + detail::kSlotCount, [](const auto& each) { return each.in_use == 0; });
   if (slot == slots + detail::kSlotCount) {
-    TP_THROW(DeviceError, "runtime", "shared-memory arbiter ", name(), ": all ", kMaxClients, " client slots are "
+    TP_THROW(DeviceError, "runtime", "shared-memory arbiter ", name(), ": all ", kMaxClients,
+             " client slots are "
              "taken by live processes; close sessions (or processes) that no longer need the device");
   }
   slot->pid = me.pid;
@@ -216,8 +220,8 @@ std::size_t SharedMemoryArbiter::reclaim_locked(const Identity& me) const noexce
     if (slot.in_use == 0) continue;
     // Our own slots need no /proc read: the pid is ours, so only the start time can tell (a process that
     // died and whose pid we inherited).
-    const bool gone = slot.pid == me.pid ? slot.start_time != me.start_time
-                                         : detail::process_is_gone(slot.pid, slot.start_time);
+    const bool gone =
+        slot.pid == me.pid ? slot.start_time != me.start_time : detail::process_is_gone(slot.pid, slot.start_time);
     if (!gone) continue;
     slot.in_use = 0;
     ordered();

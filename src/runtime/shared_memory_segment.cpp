@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/shared_memory_segment.hpp"
 
 #include <fcntl.h>
@@ -38,7 +39,8 @@ class SegmentFile {
       if (errno == EINTR) continue;
       const int error = errno;
       ::close(fd_);
-      TP_THROW(DeviceError, "runtime", "shared-memory arbiter: flock on segment ", name, " failed: ", std::strerror(error));
+      TP_THROW(DeviceError, "runtime", "shared-memory arbiter: flock on segment ", name,
+               " failed: ", std::strerror(error));
     }
   }
   // Unlocks explicitly: the mapping keeps the open file description (and so a flock) alive after close.
@@ -59,7 +61,8 @@ class SegmentFile {
 bool check_file(int fd, const std::string& name) {
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
-    TP_THROW(DeviceError, "runtime", "shared-memory arbiter: fstat of segment ", name, " failed: ", std::strerror(errno));
+    TP_THROW(DeviceError, "runtime", "shared-memory arbiter: fstat of segment ", name,
+             " failed: ", std::strerror(errno));
   }
   if (info.st_uid != ::geteuid()) {
     TP_THROW(DeviceError, "runtime", "shared-memory arbiter: segment ", name, " is owned by uid ", info.st_uid,
@@ -70,8 +73,8 @@ bool check_file(int fd, const std::string& name) {
   if (fresh) {
     // shm_open's mode went through the umask; make it exactly 0600, whatever the umask.
     if (::fchmod(fd, kSegmentMode) != 0 || ::ftruncate(fd, sizeof(SharedTable)) != 0) {
-      TP_THROW(DeviceError, "runtime", "shared-memory arbiter: cannot size segment ", name, " to ",
-               sizeof(SharedTable), " bytes: ", std::strerror(errno));
+      TP_THROW(DeviceError, "runtime", "shared-memory arbiter: cannot size segment ", name, " to ", sizeof(SharedTable),
+               " bytes: ", std::strerror(errno));
     }
     return true;
   }
@@ -121,8 +124,10 @@ void check_header(const SharedHeader& header, const std::string& name, std::size
   if (header.budget_bytes != budget_bytes) {
     TP_THROW(DeviceError, "runtime", "shared-memory arbiter: segment ", name, " was created with a budget of ",
              format_bytes(header.budget_bytes), " (", header.budget_bytes, " bytes), but this process asks for ",
-             format_bytes(budget_bytes), " (", budget_bytes, " bytes). Open it with the same budget as the other "
-             "processes. ", remove_hint(name));
+             format_bytes(budget_bytes), " (", budget_bytes,
+             " bytes). Open it with the same budget as the other "
+             "processes. ",
+             remove_hint(name));
   }
 }
 

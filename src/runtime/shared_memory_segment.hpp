@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Opening, creating and unlinking the POSIX shared-memory segment behind SharedMemoryArbiter. Internal
 // header: the arbiter owns the mapping these functions return.

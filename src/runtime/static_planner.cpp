@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/runtime/static_planner.hpp"
 
 #include "tensorpool/core/error.hpp"

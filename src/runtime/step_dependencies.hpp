@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The order constraints between the steps of an Executable that let independent steps run at once.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // StepRunner: launches the steps of a run on up to N host threads (the session's inter-op threads) as soon
 // as the steps they depend on have been launched. The calling thread takes part; N - 1 workers wait for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/train/checkpoint.hpp"
 
 #include <algorithm>
@@ -86,8 +87,8 @@ void apply_retention(const fs::path& directory, const CheckpointFile& newest, st
     }
     std::error_code error;
     if (!fs::remove(file.path, error) && error) {
-      std::cerr << "[train] checkpoint: cannot delete old checkpoint '" << file.path.string() << "': "
-                << error.message() << "\n";
+      std::cerr << "[train] checkpoint: cannot delete old checkpoint '" << file.path.string()
+                << "': " << error.message() << "\n";
     }
   }
 }
@@ -116,7 +117,8 @@ fs::path save_checkpoint(const fs::path& directory, const CheckpointState& state
   const CheckpointFile newest{state.step, directory / checkpoint_file_name(state.step)};
   {
     detail::DurableFileWriter writer(newest.path, "checkpoint");
-    detail::encode_checkpoint(state, [&writer](const std::uint8_t* data, std::size_t size) { writer.write(data, size); });
+    detail::encode_checkpoint(state,
+                              [&writer](const std::uint8_t* data, std::size_t size) { writer.write(data, size); });
     writer.commit();
   }
   // Only now may `latest` move: it must never name a file that is not whole on disk.
@@ -139,8 +141,8 @@ fs::path read_latest_pointer(const fs::path& latest) {
   std::string_view name(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.remove_suffix(1);
   if (step_of(name) < 0) {
-    TP_THROW(DataError, "train", latest.string(), ": corrupted checkpoint pointer: expected one line \"",
-             kPrefix, "<step>", kSuffix, "\", got ", bytes.size(), " bytes that are not");
+    TP_THROW(DataError, "train", latest.string(), ": corrupted checkpoint pointer: expected one line \"", kPrefix,
+             "<step>", kSuffix, "\", got ", bytes.size(), " bytes that are not");
   }
   fs::path file = latest.parent_path() / fs::path(std::string(name));
   std::error_code error;

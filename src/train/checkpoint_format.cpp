@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "checkpoint_format.hpp"
 
 #include <fmt/format.h>
@@ -21,8 +22,14 @@ static_assert(sizeof(kCheckpointMagic) == kMagicBytes + 1);
 
 // On-disk dtype codes: fixed forever, independent of the DType enumerators' order. 0 is never valid.
 constexpr std::array<std::pair<DType, std::uint8_t>, 8> kDTypeCodes{{
-    {DType::f32, 1}, {DType::f16, 2}, {DType::bf16, 3}, {DType::f64, 4},
-    {DType::i32, 5}, {DType::i64, 6}, {DType::u8, 7}, {DType::boolean, 8},
+    {DType::f32, 1},
+    {DType::f16, 2},
+    {DType::bf16, 3},
+    {DType::f64, 4},
+    {DType::i32, 5},
+    {DType::i64, 6},
+    {DType::u8, 7},
+    {DType::boolean, 8},
 }};
 
 std::uint8_t dtype_code(DType dtype) {
@@ -209,8 +216,8 @@ void check_envelope(std::span<const std::uint8_t> bytes, const std::string& labe
   header.integer<std::uint32_t>("flags");
   const auto file_length = header.integer<std::uint64_t>("file_length");
   if (file_length > bytes.size()) {
-    TP_THROW(DataError, "train", label, ": truncated checkpoint: the header says ", file_length, " bytes but the file has ",
-             bytes.size());
+    TP_THROW(DataError, "train", label, ": truncated checkpoint: the header says ", file_length,
+             " bytes but the file has ", bytes.size());
   }
   if (file_length < bytes.size()) {
     TP_THROW(DataError, "train", label, ": corrupted checkpoint: the header says ", file_length,
@@ -254,8 +261,8 @@ HostTensor decode_tensor(Decoder& in, const std::string& name, const std::string
   const auto byte_length = in.integer<std::uint64_t>("byte_length");
   if (overflow || elements > std::numeric_limits<std::uint64_t>::max() / element_size ||
       byte_length != elements * element_size) {
-    TP_THROW(DataError, "train", label, ": malformed checkpoint: tensor '", name, "' (", name_of(tensor.dtype),
-             ", ", rank, " dims) declares ", byte_length, " bytes, which does not match its dims");
+    TP_THROW(DataError, "train", label, ": malformed checkpoint: tensor '", name, "' (", name_of(tensor.dtype), ", ",
+             rank, " dims) declares ", byte_length, " bytes, which does not match its dims");
   }
   const auto bytes = in.raw(byte_length, "tensor bytes");
   tensor.bytes.assign(bytes.begin(), bytes.end());

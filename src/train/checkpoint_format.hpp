@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The checkpoint file format (docs/checkpoints.md), separate from the files and directories around it:
 // encode_checkpoint streams a CheckpointState as bytes, decode_checkpoint checks and parses them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Restoring a checkpoint into a compiled model (fit() and the parameter-server runs resume with it).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Durable, atomic file replacement: write `<target>.tmp`, fsync it, rename it over `target`, fsync the
 // directory. Readers see either the old file or the whole new one, and after commit() returns the new one
@@ -36,9 +37,9 @@ class DurableFileWriter {
   std::filesystem::path target_;
   std::filesystem::path temporary_;
   std::string what_;
-  int fd_ = -1;                      // open temporary file, -1 once closed
+  int fd_ = -1;                       // open temporary file, -1 once closed
   std::vector<std::uint8_t> buffer_;  // pending bytes; invariant: size() < kBufferBytes between calls
-  bool finished_ = false;            // committed, or failed and cleaned up: the destructor has nothing to do
+  bool finished_ = false;             // committed, or failed and cleaned up: the destructor has nothing to do
 };
 
 // Writes `contents` to `target` through a DurableFileWriter.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "train/gradient_worker.hpp"
 
 #include "tensorpool/core/error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A parameter-server worker (train/parameter_server.hpp): the model's training graph rebuilt for one replica on
 // the worker's device in its own Session. A step assigns the pulled parameters to the session's variables and
@@ -47,7 +48,7 @@ class GradientWorker {
   std::vector<std::string> parameters_;
   std::vector<Shape> shapes_;
   std::int64_t elements_ = 0;
-  std::int64_t features_ = 1;  // values per example
+  std::int64_t features_ = 1;        // values per example
   graph::TensorType labels_type_{};  // of a batch of one example
   std::vector<std::string> fetches_;
 };

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/train/history_logger.hpp"
 
 #include <cerrno>
@@ -99,8 +100,8 @@ void CsvLogger::on_epoch_end(const EpochLogs& logs) {
   if (!file_.is_open()) open();
   errno = 0;
   file_ << logs.epoch << ',' << csv_number(logs.loss) << ',' << csv_number(logs.accuracy) << ','
-        << csv_number(logs.val_loss) << ',' << csv_number(logs.val_accuracy) << ',' << csv_number(logs.seconds)
-        << ',' << csv_number(logs.samples_per_second) << '\n';
+        << csv_number(logs.val_loss) << ',' << csv_number(logs.val_accuracy) << ',' << csv_number(logs.seconds) << ','
+        << csv_number(logs.samples_per_second) << '\n';
   file_.flush();
   if (!file_) throw_write_error(path_, "write a row to");
 }

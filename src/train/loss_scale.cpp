@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/train/loss_scale.hpp"
 
 #include <algorithm>

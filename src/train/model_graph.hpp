@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The training graph of a Sequential model under a strategy: for each replica r (on devices[r]) the
 // placeholders "replica_r/x" and "replica_r/labels", the forward pass over that replica's copy of the

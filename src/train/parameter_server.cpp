@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The in-process parameter-server run (one thread per worker device) and what it shares with the MPI run.
 #include "tensorpool/train/parameter_server.hpp"
 

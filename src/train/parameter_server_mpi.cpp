@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter-server training across the ranks of an mpirun job (train/parameter_server.hpp): rank 0 serves the
 // ParameterStore over distribute/parameter_transport.hpp, ranks 1..N-1 run the worker loop against it.
 //

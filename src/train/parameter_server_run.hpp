@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the in-process and the MPI parameter-server runs share (train/parameter_server.hpp): resuming from a
 // checkpoint before training, and after it: the final variables into the model, the history aggregated from

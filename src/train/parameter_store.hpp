@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The parameter server's state (train/parameter_server.hpp): the float32 parameters and optimizer slots on
 // the server's device, the version (updates applied), each worker's pushed count, and the log of updates.

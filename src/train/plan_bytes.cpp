@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/train/plan_bytes.hpp"
 
 #include <algorithm>

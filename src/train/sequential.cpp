@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/train/sequential.hpp"
 
 #include "tensorpool/core/error.hpp"
@@ -446,12 +447,9 @@ Activation parse_activation(std::string_view text) {
 
 std::string_view to_string(Activation activation) noexcept {
   switch (activation) {
-    case Activation::linear:
-      return "linear";
-    case Activation::relu:
-      return "relu";
-    case Activation::softmax:
-      return "softmax";
+    case Activation::linear: return "linear";
+    case Activation::relu: return "relu";
+    case Activation::softmax: return "softmax";
   }
   return "linear";
 }

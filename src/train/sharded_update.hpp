@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The ZeRO update of a mirrored or multi-worker model (Strategy::shard): parameters of a replica laid end to end
 // form N elements; the job's R replicas (every worker's: ModelSpec::workers x local devices) split them into R

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/train/strategy.hpp"
 
 #include "tensorpool/core/error.hpp"
@@ -15,12 +16,9 @@ Shard parse_shard(std::string_view text) {
 
 std::string_view name_of(Shard shard) {
   switch (shard) {
-    case Shard::none:
-      return "none";
-    case Shard::optimizer:
-      return "optimizer";
-    case Shard::gradients:
-      return "gradients";
+    case Shard::none: return "none";
+    case Shard::optimizer: return "optimizer";
+    case Shard::gradients: return "gradients";
   }
   return "none";
 }

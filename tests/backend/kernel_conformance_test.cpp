@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every tensor op on every backend of this process (cpu:0, sim:0, opencl:0, ...: backend_params.hpp), through
 // the public tp::ops API: the same cases and the same per-dtype tolerances (conformance_support.hpp) against
 // float64 references computed on the host (host_reference.hpp), so a new backend inherits the whole suite.
@@ -184,18 +185,10 @@ void KernelConformance::check_binary(DType dtype) {
       for (std::size_t i = 0; i < x.size(); ++i) {
         const double b = y.values.size() == 1 ? y.values[0] : y.values[i % y.values.size()];
         switch (op) {
-          case ops::Arithmetic::add:
-            expected[i] = x[i] + b;
-            break;
-          case ops::Arithmetic::sub:
-            expected[i] = x[i] - b;
-            break;
-          case ops::Arithmetic::mul:
-            expected[i] = x[i] * b;
-            break;
-          case ops::Arithmetic::div:
-            expected[i] = x[i] / b;
-            break;
+          case ops::Arithmetic::add: expected[i] = x[i] + b; break;
+          case ops::Arithmetic::sub: expected[i] = x[i] - b; break;
+          case ops::Arithmetic::mul: expected[i] = x[i] * b; break;
+          case ops::Arithmetic::div: expected[i] = x[i] / b; break;
         }
       }
       const Tensor out = ops::binary(op, tx, ty);
@@ -429,12 +422,8 @@ std::vector<long double> cast_sources(DType dtype, std::uint32_t seed) {
                 static_cast<long double>(std::numeric_limits<std::int64_t>::max()),
                 static_cast<long double>(std::numeric_limits<std::int64_t>::min())};
       break;
-    case DType::u8:
-      values = {0, 1, 2, 127, 128, 200, 255};
-      break;
-    case DType::boolean:
-      values = {0, 1, 2, 255, 0};
-      break;
+    case DType::u8: values = {0, 1, 2, 127, 128, 200, 255}; break;
+    case DType::boolean: values = {0, 1, 2, 255, 0}; break;
   }
   // What the tensor will hold (e.g. 255.5 in float16 is 255.5; 3e9 in bfloat16 rounds).
   for (long double& value : values) {

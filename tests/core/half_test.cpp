@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exhaustive and boundary tests of the float32 <-> float16 / bfloat16 conversions. Every reference here is
 // computed independently of the implementation: widening from the bit fields with std::ldexp, narrowing by
 // rounding the exact value in double arithmetic (doubles hold every float and every midpoint exactly).
@@ -64,7 +65,7 @@ double reference_round(const Format& format, double value) {
   std::frexp(magnitude, &frexp_exponent);  // magnitude in [2^(e-1), 2^e)
   const int exponent = std::max(frexp_exponent - 1, format.min_normal_exponent());
   const double unit = std::ldexp(1.0, exponent - format.mantissa_bits);  // spacing of the format there
-  const double scaled = magnitude / unit;                                 // exact: a power-of-two scale
+  const double scaled = magnitude / unit;                                // exact: a power-of-two scale
   double rounded = std::floor(scaled);
   const double fraction = scaled - rounded;
   if (fraction > 0.5 || (fraction == 0.5 && std::fmod(rounded, 2.0) != 0)) rounded += 1;
@@ -77,16 +78,16 @@ double reference_round(const Format& format, double value) {
 bool check_narrow(const Format& format, float input) {
   const std::uint16_t bits = format.narrow(input);
   if (std::isnan(input)) {
-    const bool ok = format.is_nan(bits) && (bits & format.quiet_bit()) != 0 &&
-                    ((bits & 0x8000U) != 0) == std::signbit(input);
+    const bool ok =
+        format.is_nan(bits) && (bits & format.quiet_bit()) != 0 && ((bits & 0x8000U) != 0) == std::signbit(input);
     EXPECT_TRUE(ok) << format.name << ": NaN 0x" << std::hex << bits_of(input) << " -> 0x" << bits;
     return ok;
   }
   const double expected = reference_round(format, input);
   const double got = reference_widen(format, bits);
   const bool ok = !format.is_nan(bits) && got == expected && std::signbit(got) == std::signbit(expected);
-  EXPECT_TRUE(ok) << format.name << ": " << std::hexfloat << input << " (0x" << std::hex << bits_of(input)
-                  << ") -> 0x" << bits << " = " << got << ", expected " << expected;
+  EXPECT_TRUE(ok) << format.name << ": " << std::hexfloat << input << " (0x" << std::hex << bits_of(input) << ") -> 0x"
+                  << bits << " = " << got << ", expected " << expected;
   return ok;
 }
 
@@ -165,8 +166,8 @@ void check_widen_all(const Format& format) {
       continue;
     }
     const bool ok = static_cast<double>(got) == expected && std::signbit(got) == std::signbit(expected);
-    EXPECT_TRUE(ok) << format.name << ": 0x" << std::hex << pattern << " -> " << std::hexfloat << got
-                    << ", expected " << expected;
+    EXPECT_TRUE(ok) << format.name << ": 0x" << std::hex << pattern << " -> " << std::hexfloat << got << ", expected "
+                    << expected;
     if (!ok) ++failures;
   }
   EXPECT_EQ(failures, 0);
@@ -239,14 +240,14 @@ TEST(BFloat16, SpecialValues) {
   EXPECT_EQ(tp::float_to_bfloat16_bits(1.0F), 0x3F80);
   EXPECT_EQ(tp::float_to_bfloat16_bits(inf), 0x7F80);
   EXPECT_EQ(tp::float_to_bfloat16_bits(-inf), 0xFF80);
-  EXPECT_EQ(tp::float_to_bfloat16_bits(std::numeric_limits<float>::max()), 0x7F80);   // overflow by rounding
+  EXPECT_EQ(tp::float_to_bfloat16_bits(std::numeric_limits<float>::max()), 0x7F80);  // overflow by rounding
   EXPECT_EQ(tp::float_to_bfloat16_bits(-std::numeric_limits<float>::max()), 0xFF80);
-  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x7F7F7FFFU)), 0x7F7F);          // just below the tie
-  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x3F808000U)), 0x3F80);          // tie, to even
-  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x3F818000U)), 0x3F82);          // tie, to even
-  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x00008000U)), 0x0000);          // subnormal tie
+  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x7F7F7FFFU)), 0x7F7F);  // just below the tie
+  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x3F808000U)), 0x3F80);  // tie, to even
+  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x3F818000U)), 0x3F82);  // tie, to even
+  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x00008000U)), 0x0000);  // subnormal tie
   EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x00008001U)), 0x0001);
-  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x807FFFFFU)), 0x8080);          // to smallest normal
+  EXPECT_EQ(tp::float_to_bfloat16_bits(float_from_bits(0x807FFFFFU)), 0x8080);  // to smallest normal
   for (std::uint32_t nan_bits : {0x7FC00000U, 0xFFC00000U, 0x7F800001U, 0xFF800001U, 0x7FFFFFFFU}) {
     const std::uint16_t bfloat16 = tp::float_to_bfloat16_bits(float_from_bits(nan_bits));
     EXPECT_TRUE(kBFloat16.is_nan(bfloat16)) << std::hex << nan_bits;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/core/shape.hpp"
 
 #include <gtest/gtest.h>
@@ -63,8 +64,11 @@ TEST(Shape, ScalarAndZeroSized) {
 TEST(Shape, NegativeDimsAreRejectedNamingTheDim) {
   expect_invalid([] { Shape{2, -3}; }, {"[core]", "dim 1", "-3", "[2,-3]"});
   expect_invalid([] { Shape(std::vector<std::int64_t>{-1}); }, {"dim 0", "-1", "[-1]"});
-  expect_invalid([] { Shape{4, 5, std::numeric_limits<std::int64_t>::min()}; },
-                 {"dim 2", std::to_string(std::numeric_limits<std::int64_t>::min())});
+  expect_invalid(
+      [] {
+        Shape{4, 5, std::numeric_limits<std::int64_t>::min()};
+      },
+      {"dim 2", std::to_string(std::numeric_limits<std::int64_t>::min())});
 }
 
 TEST(Shape, DimIndexIsBoundsChecked) {
@@ -79,10 +83,12 @@ TEST(Shape, NumElementsDetectsInt64Overflow) {
   EXPECT_EQ((Shape{kMax, 1, 1}).num_elements(), kMax);
   EXPECT_EQ((Shape{std::int64_t{1} << 31, std::int64_t{1} << 31}).num_elements(), std::int64_t{1} << 62);
   expect_invalid([] { (void)Shape{kMax, 2}.num_elements(); }, {"[core]", "[" + std::to_string(kMax) + ",2]"});
-  expect_invalid([] { (void)Shape{std::int64_t{1} << 32, std::int64_t{1} << 31}.num_elements(); },
-                 {"[4294967296,2147483648]", "int64"});
-  expect_invalid([] { (void)Shape{1 << 16, 1 << 16, 1 << 16, 1 << 16}.num_elements(); },
-                 {"[65536,65536,65536,65536]"});
+  expect_invalid(
+      [] {
+        (void)Shape{std::int64_t{1} << 32, std::int64_t{1} << 31}.num_elements();
+      },
+      {"[4294967296,2147483648]", "int64"});
+  expect_invalid([] { (void)Shape{1 << 16, 1 << 16, 1 << 16, 1 << 16}.num_elements(); }, {"[65536,65536,65536,65536]"});
 }
 
 TEST(Shape, ByteSize) {

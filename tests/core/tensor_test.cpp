@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensors: creation and copies on both backends, views, exact per-tensor byte accounting, tags reaching the
 // tracking adaptor, and host code kept away from device memory.
 #include "tensorpool/core/tensor.hpp"
@@ -70,7 +71,7 @@ TEST_P(TensorOnBackend, LiveTensorBytesEqualTheAllocatorsRequestedBytes) {
   auto device = make_device(GetParam());
   std::vector<Tensor> tensors;
   std::size_t expected = 0;
-  const std::vector<Shape> shapes = {Shape{784, 512}, Shape{512}, Shape{512, 10}, Shape{10}, Shape{33, 7},
+  const std::vector<Shape> shapes = {Shape{784, 512}, Shape{512}, Shape{512, 10}, Shape{10},     Shape{33, 7},
                                      Shape{1},        Shape{},    Shape{0, 5},    Shape{3, 3, 3}};
   const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::f64, DType::i32, DType::u8, DType::boolean};
   for (std::size_t index = 0; index < shapes.size(); ++index) {

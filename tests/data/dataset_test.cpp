@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dataset without prefetch: epoch order (seeded, per-epoch, resumable), batching with and without the
 // remainder, sharding as an exact partition, maps (normalisation values, custom maps, their order), the
 // two constructors and argument checks.
@@ -198,8 +199,9 @@ TEST_F(DatasetTest, MapsRunInCallOrder) {
   // (x + 1) / 2 and x / 2 + 1 over example values 0, 1, 2.
   EXPECT_EQ(base.map(add_one).map(ExampleMap::divide_by(2)).epoch(0).next()->features.to_vector<float>()[4], 1.0f);
   EXPECT_EQ(base.map(ExampleMap::divide_by(2)).map(add_one).epoch(0).next()->features.to_vector<float>()[4], 1.5f);
-  EXPECT_EQ(base.map(ExampleMap::normalize()).map(ExampleMap::divide_by(2)).epoch(0).next()->features.to_vector<float>()[8],
-            2.0f / 255.0f / 2.0f);
+  EXPECT_EQ(
+      base.map(ExampleMap::normalize()).map(ExampleMap::divide_by(2)).epoch(0).next()->features.to_vector<float>()[8],
+      2.0f / 255.0f / 2.0f);
 }
 
 TEST_F(DatasetTest, FloatFeaturesAndTensors) {
@@ -239,17 +241,21 @@ TEST_F(DatasetTest, BatchesAreTaggedStagingBuffersOnTheDevice) {
 
 TEST_F(DatasetTest, ArgumentsAreChecked) {
   const Dataset dataset = numbered_dataset(10).stage_on(*device_);
-  EXPECT_NE(testing::invalid_argument_message([&] { (void)dataset.batch(0); }).find("batch size is 0"), std::string::npos);
+  EXPECT_NE(testing::invalid_argument_message([&] { (void)dataset.batch(0); }).find("batch size is 0"),
+            std::string::npos);
   testing::invalid_argument_message([&] { (void)dataset.shard(0, 0); });
   EXPECT_NE(testing::invalid_argument_message([&] { (void)dataset.shard(2, 2); }).find("shard index 2 is outside 0..1"),
             std::string::npos);
   testing::invalid_argument_message([&] { (void)dataset.prefetch(-1); });
   testing::invalid_argument_message([&] { (void)dataset.epoch(-1); });
-  EXPECT_NE(testing::invalid_argument_message([&] { (void)dataset.batch(4).epoch(0, 4); }).find("start batch 4 is outside 0..3"),
+  EXPECT_NE(testing::invalid_argument_message([&] {
+              (void)dataset.batch(4).epoch(0, 4);
+            }).find("start batch 4 is outside 0..3"),
             std::string::npos);
   EXPECT_FALSE(dataset.batch(4).epoch(0, 3).next().has_value());  // the end: an empty iteration
   EXPECT_NE(testing::invalid_argument_message([] {
-              (void)Dataset::from_arrays(testing::pattern_u8({3, 2}), IdxArray::of<std::uint8_t>({2}, std::vector<std::uint8_t>{0, 1}));
+              (void)Dataset::from_arrays(testing::pattern_u8({3, 2}),
+                                         IdxArray::of<std::uint8_t>({2}, std::vector<std::uint8_t>{0, 1}));
             }).find("features hold 3 examples [3,2] but labels hold 2"),
             std::string::npos);
   testing::invalid_argument_message([] {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // load_fashion_mnist on small synthetic directories (each check of images against labels, missing files and
 // directories with the install command), then on the real files of the Debian package when installed.
 #include "tensorpool/data/fashion_mnist.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every way an IDX file can be wrong raises tp::DataError whose message names the file and the problem:
 // bad magic, bad type, bad dimension count, zero or oversized dimensions, an overflowing size, truncation
 // (header and payload, raw and gzip), trailing bytes, corrupt gzip (CRC, deflate data, cut trailer, garbage
@@ -87,8 +88,8 @@ TEST_F(IdxCorruptionTest, TruncatedMagicAndHeader) {
 TEST_F(IdxCorruptionTest, TruncatedPayloadRaw) {
   std::vector<std::uint8_t> bytes = file_of(testing::pattern_u8({10000}));
   bytes.resize(bytes.size() - 2);
-  const std::string message =
-      message_for("t10k-labels-idx1-ubyte", bytes, {.type = {}, .ndims = {}, .file_kind = "a label file", .items = "labels"});
+  const std::string message = message_for("t10k-labels-idx1-ubyte", bytes,
+                                          {.type = {}, .ndims = {}, .file_kind = "a label file", .items = "labels"});
   EXPECT_MENTIONS(message, "t10k-labels-idx1-ubyte: truncated: header says 10000 labels, file holds 9998");
 }
 
@@ -175,12 +176,13 @@ TEST_F(IdxCorruptionTest, Directory) {
 
 TEST_F(IdxCorruptionTest, WrongKindOfFile) {
   const std::vector<std::uint8_t> labels = file_of(testing::pattern_u8({10}));
-  const std::string message =
-      message_for("labels-as-images", labels,
-                  {.type = IdxType::u8, .ndims = 3, .file_kind = "an image file", .items = "images"});
-  EXPECT_MENTIONS(message, "labels-as-images: bad magic 0x00000801 for an image file: expected 0x00000803 (u8, 3 dimensions)");
+  const std::string message = message_for(
+      "labels-as-images", labels, {.type = IdxType::u8, .ndims = 3, .file_kind = "an image file", .items = "images"});
+  EXPECT_MENTIONS(message,
+                  "labels-as-images: bad magic 0x00000801 for an image file: expected 0x00000803 (u8, 3 dimensions)");
   const std::vector<std::uint8_t> floats = file_of(IdxArray::of<float>({2}, std::vector<float>{1, 2}));
-  EXPECT_MENTIONS(message_for("float-labels", floats, {.type = IdxType::u8, .ndims = 1, .file_kind = "a label file", .items = "labels"}),
+  EXPECT_MENTIONS(message_for("float-labels", floats,
+                              {.type = IdxType::u8, .ndims = 1, .file_kind = "a label file", .items = "labels"}),
                   "float-labels: bad magic 0x00000D01 for a label file");
 }
 

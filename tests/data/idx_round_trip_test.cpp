@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // IDX round trips: every element type, 1 to 4 dimensions, raw and gzip, written with write_idx and read back
 // with read_idx; plus the exact on-disk layout (big-endian) against hand-written bytes.
 #include <gtest/gtest.h>
@@ -20,11 +21,18 @@ template <typename T>
 std::vector<T> sample_values(std::size_t count) {
   std::vector<T> special;
   if constexpr (std::is_floating_point_v<T>) {
-    special = {T(0), T(-0.0), T(1.5), T(-2.25), std::numeric_limits<T>::max(), std::numeric_limits<T>::lowest(),
-               std::numeric_limits<T>::denorm_min(), std::numeric_limits<T>::infinity(),
+    special = {T(0),
+               T(-0.0),
+               T(1.5),
+               T(-2.25),
+               std::numeric_limits<T>::max(),
+               std::numeric_limits<T>::lowest(),
+               std::numeric_limits<T>::denorm_min(),
+               std::numeric_limits<T>::infinity(),
                std::numeric_limits<T>::quiet_NaN()};
   } else {
-    special = {T(0), T(1), std::numeric_limits<T>::max(), std::numeric_limits<T>::min(), T(std::numeric_limits<T>::max() / 3)};
+    special = {T(0), T(1), std::numeric_limits<T>::max(), std::numeric_limits<T>::min(),
+               T(std::numeric_limits<T>::max() / 3)};
   }
   std::vector<T> values(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -89,8 +97,7 @@ TEST(IdxRoundTripTest, FileLayoutIsBigEndian) {
   TempDir dir;
   const std::vector<std::int16_t> values = {0x0102, -2};
   write_idx(dir / "i16", IdxArray::of<std::int16_t>({2}, values));
-  const std::vector<std::uint8_t> expected = {0x00, 0x00, 0x0B, 0x01, 0x00, 0x00, 0x00, 0x02,
-                                              0x01, 0x02, 0xFF, 0xFE};
+  const std::vector<std::uint8_t> expected = {0x00, 0x00, 0x0B, 0x01, 0x00, 0x00, 0x00, 0x02, 0x01, 0x02, 0xFF, 0xFE};
   EXPECT_EQ(testing::read_bytes(dir / "i16"), expected);
 }
 
@@ -115,7 +122,9 @@ TEST(IdxRoundTripTest, ArrayInvariantIsChecked) {
   EXPECT_NE(message.find("[2,2]"), std::string::npos) << message;
   EXPECT_NE(message.find("15"), std::string::npos) << message;
   testing::invalid_argument_message([] { IdxArray{.type = IdxType::u8, .dims = {}, .bytes = {}}.validate(); });
-  testing::invalid_argument_message([] { IdxArray{.type = IdxType::u8, .dims = {1, 1, 1, 1, 1}, .bytes = {1}}.validate(); });
+  testing::invalid_argument_message([] {
+    IdxArray{.type = IdxType::u8, .dims = {1, 1, 1, 1, 1}, .bytes = {1}}.validate();
+  });
   testing::invalid_argument_message([] { (void)testing::pattern_u8({2}).values<float>(); });
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prefetching: the same batches as without it; early destruction (full queue, mid-batch, never read) stops
 // the thread and frees every batch; a producer's exception reaches next() in sequence; batches outlive their
 // iterator. And the staging stack's fallback to pageable memory when pinning is refused.
@@ -193,8 +194,7 @@ class RefusingResource final : public memory::MemoryResource {
 TEST_F(PrefetchTest, RefusedPinningFallsBackToPageableWithOneLine) {
   for (const bool as_out_of_memory : {false, true}) {
     SCOPED_TRACE(as_out_of_memory ? "bad_alloc" : "DeviceError");
-    detail::BatchStaging staging("test/staging",
-                                 [&] { return std::make_unique<RefusingResource>(as_out_of_memory); });
+    detail::BatchStaging staging("test/staging", [&] { return std::make_unique<RefusingResource>(as_out_of_memory); });
     EXPECT_TRUE(staging.pinned());
     ::testing::internal::CaptureStderr();
     std::shared_ptr<Buffer> first = staging.allocate(*device_, 1000, {.name = "batch/x"});

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceManager and apply_device_env: the environment variables, visible-device filtering and reordering,
 // logical splits with their limits, per-device memory configs, and configuration after first use. Every
 // manager here gets an injected environment, so the tests do not depend on the caller's TP_* variables.
@@ -69,9 +70,9 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 TEST(DeviceEnv, ReadsEachVariable) {
   DeviceManagerOptions options;
-  apply_device_env(options, env_of({{"TP_SIM_DEVICES", " 3 "},
-                                    {"TP_SIM_MEMORY", "512MiB"},
-                                    {"TP_VISIBLE_DEVICES", "sim:2, sim:0"}}));
+  apply_device_env(
+      options,
+      env_of({{"TP_SIM_DEVICES", " 3 "}, {"TP_SIM_MEMORY", "512MiB"}, {"TP_VISIBLE_DEVICES", "sim:2, sim:0"}}));
   EXPECT_EQ(options.sim_devices, 3);
   EXPECT_EQ(options.sim_memory_bytes, 512 * kMiB);
   ASSERT_TRUE(options.visible_devices.has_value());
@@ -105,17 +106,30 @@ TEST(DeviceEnv, BadValuesNameTheVariableTheValueAndTheAcceptedForm) {
     const char* value;
   };
   const Case cases[] = {
-      {"TP_SIM_DEVICES", "-1"},         {"TP_SIM_DEVICES", "65"},         {"TP_SIM_DEVICES", "two"},
-      {"TP_SIM_DEVICES", ""},           {"TP_SIM_DEVICES", "3x"},         {"TP_SIM_DEVICES", "2.5"},
-      {"TP_SIM_MEMORY", "lots"},        {"TP_SIM_MEMORY", "0"},           {"TP_SIM_MEMORY", ""},
-      {"TP_SIM_MEMORY", "1KiB"},        {"TP_SIM_MEMORY", "-1GiB"},       {"TP_SIM_MEMORY", "12XB"},
-      {"TP_VISIBLE_DEVICES", "sim:0,,sim:1"}, {"TP_VISIBLE_DEVICES", "sim:0,"}, {"TP_VISIBLE_DEVICES", ","},
-      {"TP_VISIBLE_DEVICES", "gpu:0"},  {"TP_VISIBLE_DEVICES", "sim:-1"}, {"TP_VISIBLE_DEVICES", "sim:1,sim:1"},
+      {"TP_SIM_DEVICES", "-1"},
+      {"TP_SIM_DEVICES", "65"},
+      {"TP_SIM_DEVICES", "two"},
+      {"TP_SIM_DEVICES", ""},
+      {"TP_SIM_DEVICES", "3x"},
+      {"TP_SIM_DEVICES", "2.5"},
+      {"TP_SIM_MEMORY", "lots"},
+      {"TP_SIM_MEMORY", "0"},
+      {"TP_SIM_MEMORY", ""},
+      {"TP_SIM_MEMORY", "1KiB"},
+      {"TP_SIM_MEMORY", "-1GiB"},
+      {"TP_SIM_MEMORY", "12XB"},
+      {"TP_VISIBLE_DEVICES", "sim:0,,sim:1"},
+      {"TP_VISIBLE_DEVICES", "sim:0,"},
+      {"TP_VISIBLE_DEVICES", ","},
+      {"TP_VISIBLE_DEVICES", "gpu:0"},
+      {"TP_VISIBLE_DEVICES", "sim:-1"},
+      {"TP_VISIBLE_DEVICES", "sim:1,sim:1"},
   };
   for (const Case& c : cases) {
     DeviceManagerOptions options = small_options(1);
-    const std::string message =
-        invalid_argument_message([&] { apply_device_env(options, env_of({{c.variable, c.value}})); });
+    const std::string message = invalid_argument_message([&] {
+      apply_device_env(options, env_of({{c.variable, c.value}}));
+    });
     EXPECT_TRUE(contains(message, std::string(c.variable) + "='" + c.value + "'")) << message;
     EXPECT_TRUE(contains(message, "accepted:")) << message;
     // Nothing is applied when a variable is bad.
@@ -193,7 +207,9 @@ TEST(DeviceManager, VisibleDeviceThatDoesNotExistListsThePhysicalOnesAndLeavesTh
 
 TEST(DeviceManager, DuplicateVisibleDevicesAreRejected) {
   DeviceManager manager(small_options(2), kNoEnv);
-  EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_visible_devices({sim(0), sim(1), sim(0)}); }),
+  EXPECT_TRUE(contains(invalid_argument_message([&] {
+                         manager.set_visible_devices({sim(0), sim(1), sim(0)});
+                       }),
                        "sim:0 twice"));
   DeviceManagerOptions options = small_options(2);
   options.visible_devices = std::vector<DeviceId>{sim(1), sim(1)};
@@ -254,7 +270,9 @@ TEST(DeviceManager, SplitsAreKeyedByTheVisibleId) {
 
 TEST(DeviceManager, BadSplitsAreRejectedNamingTheDevice) {
   DeviceManager manager(small_options(1), kNoEnv);
-  EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_logical_devices(sim(0), {{8 * kMiB}, {0}}); }),
+  EXPECT_TRUE(contains(invalid_argument_message([&] {
+                         manager.set_logical_devices(sim(0), {{8 * kMiB}, {0}});
+                       }),
                        "logical device 1 of sim:0 has a memory limit of 0"));
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_logical_devices(sim(0), {}); }), "empty"));
 
@@ -370,8 +388,8 @@ TEST(DeviceManager, BadConfigurationValuesAreRejected) {
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_sim_devices(65, kGiB); }), "sim_devices = 65"));
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_sim_devices(-1, kGiB); }), "sim_devices = -1"));
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_sim_devices(1, kKiB); }), "sim_memory_bytes"));
-  EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_device_options({.num_streams = 0}); }),
-                       "num_streams"));
+  EXPECT_TRUE(
+      contains(invalid_argument_message([&] { manager.set_device_options({.num_streams = 0}); }), "num_streams"));
   memory::MemoryConfig both;
   both.fraction = 0.5;
   both.limit_bytes = kMiB;

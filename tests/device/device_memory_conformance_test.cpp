@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory stack's contract as a device's users meet it, on every backend present (cpu, sim, opencl where
 // an OpenCL device exists) and every allocator and growth policy the backend takes: stats that add up, the
 // budget (limit_bytes) as a hard wall, an out-of-memory report naming the device, the request's tag and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The opencl backend through the public device API: discovery (the DeviceManager lists every OpenCL device
 // as opencl:N, TP_OPENCL_DEVICES makes N logical devices, TP_VISIBLE_DEVICES filters them), the memory stack
 // on an OpenCL device (stats, limits, the OOM report, trim, tags, refusal of `expandable`), copies host <->
@@ -124,8 +125,7 @@ TEST_F(OpenClDeviceTest, TwoLogicalDevicesShareOnePhysicalDeviceAndItsMemory) {
     }
   }
   // Visible devices name the logical devices, renumbered as sim devices are.
-  DeviceManager second_only(options_of({{"TP_OPENCL_DEVICES", "2"}, {"TP_VISIBLE_DEVICES", "opencl:1"}}),
-                            env_of({}));
+  DeviceManager second_only(options_of({{"TP_OPENCL_DEVICES", "2"}, {"TP_VISIBLE_DEVICES", "opencl:1"}}), env_of({}));
   const std::vector<Device*> visible = second_only.devices(DeviceKind::opencl);
   ASSERT_EQ(visible.size(), 1u);
   EXPECT_EQ(visible[0]->name(), "opencl:0");

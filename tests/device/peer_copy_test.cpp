@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copies between two sim devices take the peer path (one transfer on the destination's stream) and stay in
 // stream order on both sides: the copy waits for the source's earlier work, the destination's later work sees
 // the bytes, and the source's later work cannot overwrite the bytes before the copy has read them. Copies

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared (host-visible) memory through the Device API, on every backend present: allocate_shared gives a buffer
 // host code may touch on cpu (host memory) and on opencl devices with fine-grained SVM (a stack of its own), and
 // falls back to device memory, not host-visible and said so, on sim; MemoryConfig::shared_kinds changes nothing

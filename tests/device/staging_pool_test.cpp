@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StagingPool: kind() says what stages copies ("mlock", a device's own upstream, or "pageable"); a device's
 // own upstream serves the blocks through the BFC stack above it; when that upstream refuses, the pool says so
 // and stages through pageable memory from then on (blocks still work, pinned() and kind() say so); and a pool
@@ -93,9 +94,8 @@ TEST(StagingPool, AnUpstreamWithoutAKindOrAFactoryIsRefused) {
   EXPECT_NE(no_kind.find("opencl:0"), std::string::npos) << no_kind;
   EXPECT_NE(no_kind.find("give both"), std::string::npos) << no_kind;
   EXPECT_NE(message_of([] { StagingPool::create("opencl:0", "kind", StagingPool::UpstreamFactory{}); }), "");
-  const std::string null_upstream = message_of([] {
-    StagingPool::create("opencl:0", "kind", [] { return std::unique_ptr<memory::MemoryResource>(); });
-  });
+  const std::string null_upstream = message_of(
+      [] { StagingPool::create("opencl:0", "kind", [] { return std::unique_ptr<memory::MemoryResource>(); }); });
   EXPECT_NE(null_upstream.find("returned null"), std::string::npos) << null_upstream;
 }
 

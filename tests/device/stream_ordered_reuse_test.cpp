@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stream-ordered reuse: a buffer dropped by the host while work that uses it is pending goes back to the
 // allocator only once that work has run, on every backend; an allocation that finds the device full waits
 // for such pending frees before it reports out of memory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Streams and events: order within a stream, order across streams through events, asynchronous errors.
 #include "tensorpool/device/stream.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-process all-reduce: ring and reduction-to-one over 1..4 sim devices (the ring's direct path: all peers)
 // and over a ring mixing sim devices with the cpu (the ring itself), sizes smaller than, equal to and larger
 // than the participant count; every replica ends with the exact sum, bitwise identical everywhere.
@@ -67,14 +68,10 @@ std::vector<Layout> layouts() {
 
 const char* name_of(Layout layout) {
   switch (layout) {
-    case Layout::sim:
-      return " sim only";
-    case Layout::sim_and_cpu:
-      return " with cpu";
-    case Layout::opencl:
-      return " opencl only";
-    case Layout::opencl_sim_and_cpu:
-      return " opencl, sim and cpu";
+    case Layout::sim: return " sim only";
+    case Layout::sim_and_cpu: return " with cpu";
+    case Layout::opencl: return " opencl only";
+    case Layout::opencl_sim_and_cpu: return " opencl, sim and cpu";
   }
   return "";
 }
@@ -107,8 +104,8 @@ void for_each_case(Check check) {
       const auto communicator = make_communicator(algorithm);
       for (std::size_t count = 1; count <= 4; ++count) {
         for (std::int64_t elements : {1, 3, 4, 7, 1000, 4099}) {
-          SCOPED_TRACE(::testing::Message() << algorithm << name_of(layout) << " participants "
-                                            << count << " elements " << elements);
+          SCOPED_TRACE(::testing::Message()
+                       << algorithm << name_of(layout) << " participants " << count << " elements " << elements);
           const auto seed = static_cast<std::uint32_t>(count * 1000 + static_cast<std::size_t>(elements));
           check(*communicator, random_participants(devices, *communicator, count, elements, seed), count, elements);
         }
@@ -154,8 +151,8 @@ TEST(Communicator, AllReducesFloat16AndBfloat16) {
     for (const DType dtype : {DType::f16, DType::bf16}) {
       for (const char* algorithm : {"ring", "reduce_to_one"}) {
         for (std::size_t count = 2; count <= 4; ++count) {
-          SCOPED_TRACE(::testing::Message() << name_of(dtype) << " " << algorithm << name_of(layout)
-                                            << " participants " << count);
+          SCOPED_TRACE(::testing::Message()
+                       << name_of(dtype) << " " << algorithm << name_of(layout) << " participants " << count);
           const auto communicator = make_communicator(algorithm);
           constexpr std::int64_t kElements = 4099;
           std::vector<Tensor> tensors, scratch;

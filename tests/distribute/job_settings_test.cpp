@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // distribute::compare_with_rank0 / require_same_settings: every rank's settings against rank 0's, the same
 // verdict on every rank, and no hang when the ranks' settings differ in number or length. Runs alone (a world
 // of one compares nothing) and under `mpirun -np 2` and `-np 3` (ctest tests mpi.job_settings.np2 / np3).

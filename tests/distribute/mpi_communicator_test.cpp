@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport, run by ctest both alone (a world of one) and under `mpirun -np 2` (and 3): every rank
 // contributes rank-dependent values on one or two local sim devices; all-reduce leaves everyone the sum over
 // all ranks and devices, reduce-scatter each rank its chunk's sum, all-gather every rank every chunk, broadcast

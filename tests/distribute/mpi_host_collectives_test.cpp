@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // distribute::mpi_all_gather (every rank's host bytes in rank order) and mpi_broadcast (the root's bytes
 // everywhere), with a clear error when the ranks pass different sizes or a root outside the job. Runs alone (a
 // world of one) and under `mpirun -np 2` and `-np 3` (ctest tests mpi.host_collectives.np2 / np3). Skipped,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter-server training across processes: under `mpirun -np 3` (ctest: mpi.parameter_server.np3) rank 0
 // serves and ranks 1 and 2 each train on their half of a synthetic dataset; rank 0 ends with a model whose
 // loss fell and whose updates respect the staleness bound. Run alone (a world of one, as ctest also runs it)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sharding ops' layout across workers: a worker of an mpirun job builds one local replica that owns shard
 // `first_shard` of `shards` (ZeRO over MPI). With one participant the communicator moves nothing, so what the
 // kernels hand out is the layout alone: ReduceScatter's output is exactly that chunk of the packed bucket,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Every fenced code block of README.md and docs/*.md is checked by ctest (label `docs`).
 
 The rule, by the fence's language (any other fence, an untagged one included, fails the `docs.fences` test,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The structure autodiff builds: the seed, names, placement inherited from forward nodes, AddN accumulation,
 // pruning to the xs' paths, and the errors (non-scalar y, non-differentiable ops on the path, gradients into
 // the cross-entropy's backprop output).
@@ -120,7 +121,8 @@ TEST_F(Autodiff, NonDifferentiableOpsOnThePathNameTheNodeAndOp) {
   const Output row_max = graph_.add("Max", {logits_}, {{"axis", std::int64_t{1}}}, "row_max");
   const Output total = graph_.add("Sum", {row_max}, {{"axis", std::int64_t{0}}}, "total");
   const std::vector<Output> xs = {w_};
-  expect_invalid([&] { gradients(graph_, total, xs); }, {"Max 'row_max'", "op 'Max' is not differentiable", "Sum 'total'"});
+  expect_invalid([&] { gradients(graph_, total, xs); },
+                 {"Max 'row_max'", "op 'Max' is not differentiable", "Sum 'total'"});
   const Output correct = graph_.add("CorrectCount", {logits_, labels_}, {}, "correct");
   expect_invalid([&] { gradients(graph_, correct, xs); }, {"CorrectCount 'correct'", "not differentiable"});
   // An integer detour carries no gradient, so w is simply not reached: nullopt, no error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every differentiable op, checked alone against central finite differences in float64 on random inputs:
 // each case builds the op from bound variables, reduces its output to a scalar with fixed random weights
 // (Mul, then Sum and Mean over the axes: those ops are checked in every case too), and compares autodiff's
@@ -33,7 +34,7 @@ GradientCase op_case(std::string name, std::string op, std::vector<HostValue (*)
   GradientCase test_case;
   test_case.name = std::move(name);
   test_case.build = [op, inputs, attributes, checked](Graph& graph, Values& values, std::vector<Output>& xs,
-                                                       std::mt19937& rng) {
+                                                      std::mt19937& rng) {
     std::vector<Output> sources;
     for (std::size_t index = 0; index < inputs.size(); ++index) {
       sources.push_back(testing::bind_variable(graph, values, "input" + std::to_string(index), inputs[index](rng)));
@@ -109,8 +110,7 @@ std::vector<GradientCase> all_cases() {
   probabilities.build = [](Graph& graph, Values& values, std::vector<Output>& xs, std::mt19937& rng) {
     // Unnormalised probabilities inside the clip range: loss = log(sum) - log(p[label]) is smooth there.
     xs.push_back(testing::bind_variable(graph, values, "probabilities", positive<4, 3>(rng)));
-    const Output labels =
-        testing::bind_variable(graph, values, "labels", testing::labels_value(rng, 4, 3, DType::i32));
+    const Output labels = testing::bind_variable(graph, values, "labels", testing::labels_value(rng, 4, 3, DType::i32));
     return Output{graph.add_node("SparseSoftmaxCrossEntropy", {xs[0], labels}, {{"input", "probabilities"}}), 0};
   };
   GradientCase round_trip;  // float64 -> float32 -> float64: checked coarsely (float32 rounding in f)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Building graphs: names, inference at add(), attribute getters, and every validation error naming the node
 // and the mismatch (unknown op, arity, bad references, later nodes, cycles, duplicate names, type mismatches).
 
@@ -60,10 +61,16 @@ TEST(GraphBuilder, WrongArityAndBadReferencesNameTheNode) {
   Graph graph;
   const Output x = placeholder(graph, "x", DType::f32, {2, 2});
   expect_invalid([&] { graph.add("MatMul", {x}, {}, "lonely"); }, {"MatMul 'lonely'", "takes 2 input(s)", "1 were"});
-  expect_invalid([&] { graph.add("Relu", {Output{5, 0}}, {}, "ahead"); },
-                 {"Relu 'ahead'", "input 0 refers to node 5", "earlier"});
-  expect_invalid([&] { graph.add("Relu", {Output{x.node, 1}}, {}, "second"); },
-                 {"Relu 'second'", "output 1 of Placeholder 'x'", "1 output(s)"});
+  expect_invalid(
+      [&] {
+        graph.add("Relu", {Output{5, 0}}, {}, "ahead");
+      },
+      {"Relu 'ahead'", "input 0 refers to node 5", "earlier"});
+  expect_invalid(
+      [&] {
+        graph.add("Relu", {Output{x.node, 1}}, {}, "second");
+      },
+      {"Relu 'second'", "output 1 of Placeholder 'x'", "1 output(s)"});
   expect_invalid([&] { graph.add("Relu", {x}, {}, "controlled", {3}); }, {"Relu 'controlled'", "control input 3"});
 }
 
@@ -71,41 +78,75 @@ TEST(GraphBuilder, TypeMismatchesNameTheNodeAndBothTypes) {
   Graph graph;
   const Output x = placeholder(graph, "x", DType::f32, {32, 784});
   const Output w = variable(graph, "w", DType::f32, {512, 10});
-  expect_invalid([&] { graph.add("MatMul", {x, w}, {}, "dense/MatMul"); },
-                 {"MatMul 'dense/MatMul': a float32[32,784] and b float32[512,10]: inner dimensions 784 and 512 differ"});
+  expect_invalid(
+      [&] {
+        graph.add("MatMul", {x, w}, {}, "dense/MatMul");
+      },
+      {"MatMul 'dense/MatMul': a float32[32,784] and b float32[512,10]: inner dimensions 784 and 512 differ"});
   const Output w64 = variable(graph, "w64", DType::f64, {784, 10});
-  expect_invalid([&] { graph.add("MatMul", {x, w64}, {}, "mixed"); },
-                 {"MatMul 'mixed'", "float32[32,784]", "float64[784,10]", "share a dtype"});
+  expect_invalid(
+      [&] {
+        graph.add("MatMul", {x, w64}, {}, "mixed");
+      },
+      {"MatMul 'mixed'", "float32[32,784]", "float64[784,10]", "share a dtype"});
   const Output bias = variable(graph, "bias", DType::f32, {11});
   const Output h = graph.add("MatMul", {x, variable(graph, "w2", DType::f32, {784, 10})});
-  expect_invalid([&] { graph.add("BiasAdd", {h, bias}, {}, "dense/BiasAdd"); },
-                 {"BiasAdd 'dense/BiasAdd'", "bias size 11", "column count 10"});
+  expect_invalid(
+      [&] {
+        graph.add("BiasAdd", {h, bias}, {}, "dense/BiasAdd");
+      },
+      {"BiasAdd 'dense/BiasAdd'", "bias size 11", "column count 10"});
   expect_invalid([&] { graph.add("Add", {h, bias}, {}, "plus"); }, {"Add 'plus'", "do not broadcast"});
   const Output labels = placeholder(graph, "labels", DType::f32, {32});
-  expect_invalid([&] { graph.add_node("SparseSoftmaxCrossEntropy", {h, labels}, {}, "loss"); },
-                 {"SparseSoftmaxCrossEntropy 'loss'", "labels float32[32]", "int32 or int64"});
-  expect_invalid([&] { graph.add("Sum", {h}, {{"axis", std::int64_t{2}}}, "total"); },
-                 {"Sum 'total'", "axis 2 is out of range", "float32[32,10]"});
-  expect_invalid([&] { graph.add("Reshape", {h}, {{"shape", ints({3, -1})}}, "bad_reshape"); },
-                 {"Reshape 'bad_reshape'", "320 elements", "[3,-1]"});
+  expect_invalid(
+      [&] {
+        graph.add_node("SparseSoftmaxCrossEntropy", {h, labels}, {}, "loss");
+      },
+      {"SparseSoftmaxCrossEntropy 'loss'", "labels float32[32]", "int32 or int64"});
+  expect_invalid(
+      [&] {
+        graph.add("Sum", {h}, {{"axis", std::int64_t{2}}}, "total");
+      },
+      {"Sum 'total'", "axis 2 is out of range", "float32[32,10]"});
+  expect_invalid(
+      [&] {
+        graph.add("Reshape", {h}, {{"shape", ints({3, -1})}}, "bad_reshape");
+      },
+      {"Reshape 'bad_reshape'", "320 elements", "[3,-1]"});
   const Output ids = placeholder(graph, "ids", DType::i64, {4});
-  expect_invalid([&] { graph.add("Relu", {ids}, {}, "int_relu"); }, {"Relu 'int_relu'", "int64[4]", "float32 or float64"});
+  expect_invalid([&] { graph.add("Relu", {ids}, {}, "int_relu"); },
+                 {"Relu 'int_relu'", "int64[4]", "float32 or float64"});
 }
 
 TEST(GraphBuilder, AttributeGettersNameTheNodeAttributeAndType) {
   Graph graph;
   const Output x = placeholder(graph, "x", DType::f32, {2, 2});
-  expect_invalid([&] { graph.add("MatMul", {x, x}, {{"transpose_a", std::int64_t{1}}}, "mm"); },
-                 {"MatMul 'mm'", "attribute 'transpose_a' holds int64 1 but bool is expected"});
+  expect_invalid(
+      [&] {
+        graph.add("MatMul", {x, x}, {{"transpose_a", std::int64_t{1}}}, "mm");
+      },
+      {"MatMul 'mm'", "attribute 'transpose_a' holds int64 1 but bool is expected"});
   expect_invalid([&] { graph.add("Sum", {x}, {}, "no_axis"); }, {"Sum 'no_axis'", "missing required attribute 'axis'"});
-  expect_invalid([&] { graph.add("Placeholder", {}, {{"dtype", DType::f32}, {"shape", ints({-2})}}, "neg"); },
-                 {"Placeholder 'neg'", "dim 0 = -2"});
-  expect_invalid([&] { graph.add("Variable", {}, {{"dtype", DType::f32}, {"shape", ints({-1, 3})}}, "var"); },
-                 {"Variable 'var'", "fully defined"});
-  expect_invalid([&] { graph.add("Fill", {}, {{"dtype", DType::i32}, {"shape", ints({})}, {"value", 1.0}}, "f"); },
-                 {"Fill 'f'", "int32"});
-  expect_invalid([&] { graph.add_node("SparseSoftmaxCrossEntropy", {x, x}, {{"input", "odds"}}, "xe"); },
-                 {"SparseSoftmaxCrossEntropy 'xe'", "'odds'", "'logits' or 'probabilities'"});
+  expect_invalid(
+      [&] {
+        graph.add("Placeholder", {}, {{"dtype", DType::f32}, {"shape", ints({-2})}}, "neg");
+      },
+      {"Placeholder 'neg'", "dim 0 = -2"});
+  expect_invalid(
+      [&] {
+        graph.add("Variable", {}, {{"dtype", DType::f32}, {"shape", ints({-1, 3})}}, "var");
+      },
+      {"Variable 'var'", "fully defined"});
+  expect_invalid(
+      [&] {
+        graph.add("Fill", {}, {{"dtype", DType::i32}, {"shape", ints({})}, {"value", 1.0}}, "f");
+      },
+      {"Fill 'f'", "int32"});
+  expect_invalid(
+      [&] {
+        graph.add_node("SparseSoftmaxCrossEntropy", {x, x}, {{"input", "odds"}}, "xe");
+      },
+      {"SparseSoftmaxCrossEntropy 'xe'", "'odds'", "'logits' or 'probabilities'"});
 
   Node node;
   node.name = "n";
@@ -164,7 +205,7 @@ TEST_F(Validation, MissingNode) {
 }
 
 TEST_F(Validation, LaterNode) {
-  graph_.mutable_node(a_).control_inputs = {c_};  // no cycle through data, but a forward control edge...
+  graph_.mutable_node(a_).control_inputs = {c_};          // no cycle through data, but a forward control edge...
   expect_invalid([&] { graph_.validate(); }, {"cycle"});  // ...which closes one: c reads b reads a waits for c
   graph_.mutable_node(a_).control_inputs.clear();
   const NodeId d = graph_.add("Relu", {Output{a_, 0}}, {}, "d").node;

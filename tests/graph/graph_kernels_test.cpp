@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every op with kernels, run through the direct executor (tests/graph/support) on cpu and on sim: both
 // backends must agree exactly (they run the same CPU kernels), and several ops are compared against host
 // float64 references.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The graph side of mixed precision: a float16 / bfloat16 dense layer built with Cast nodes around float32
 // variables, forward and backward (autodiff through the casts) against float64 references; AllFinite; the
 // conditional optimizer updates ApplySgdIf / ApplyAdamIf; and inference errors for dtypes an op refuses.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MLP loss of the Keras example in miniature: x[4,6] -> MatMul W1[6,5] -> BiasAdd b1 -> Relu -> MatMul
 // W2[5,3] -> BiasAdd b2 -> SparseSoftmaxCrossEntropy(logits, labels) -> Mean. Gradients with respect to W1,
 // b1, W2 and b2 match central finite differences in float64 (relative 1e-6), from logits and from
@@ -109,8 +110,8 @@ TEST(MlpTraining, AdamStepsLowerTheLossIdenticallyOnCpuAndSim) {
     }
   }
   EXPECT_EQ(losses[0], losses[1]);
-  EXPECT_LT(losses[0].back(), 0.5 * losses[0].front()) << "first " << losses[0].front() << ", last "
-                                                         << losses[0].back();
+  EXPECT_LT(losses[0].back(), 0.5 * losses[0].front())
+      << "first " << losses[0].front() << ", last " << losses[0].back();
   // Other backends (opencl) round differently: the same training within float tolerance of the cpu's.
   for (const testing::Backend backend : device::testing::present_backends()) {
     if (backend == testing::Backend::cpu || backend == testing::Backend::sim) continue;

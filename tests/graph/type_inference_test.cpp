@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Type inference of every built-in op at build time (with -1 batch dims) and specialisation with feeds
 // (infer_types): good feeds fix every dim; bad feeds (dtype, rank, known dims, missing, non-placeholder) and
 // shapes that only clash once known raise naming the node.
@@ -66,10 +67,16 @@ TEST(TypeInference, ReductionsElementwiseAndArrayOps) {
   EXPECT_EQ(type_string(graph, graph.add("Broadcast", {reduced, x}, {{"axis", std::int64_t{1}}, {"mean", true}})),
             "float64[-1,3,4]");
   EXPECT_EQ(type_string(graph, fill(graph, "ones", DType::f64, {2, 2}, 1.0)), "float64[2,2]");
-  expect_invalid([&] { graph.add("Broadcast", {reduced, x}, {{"axis", std::int64_t{2}}}, "bcast"); },
-                 {"Broadcast 'bcast'", "dy float64[-1,4] does not match like float64[-1,3,4] without axis 2"});
-  expect_invalid([&] { graph.add("Mul", {x, variable(graph, "col", DType::f64, {3})}, {}, "mul"); },
-                 {"Mul 'mul'", "do not broadcast"});
+  expect_invalid(
+      [&] {
+        graph.add("Broadcast", {reduced, x}, {{"axis", std::int64_t{2}}}, "bcast");
+      },
+      {"Broadcast 'bcast'", "dy float64[-1,4] does not match like float64[-1,3,4] without axis 2"});
+  expect_invalid(
+      [&] {
+        graph.add("Mul", {x, variable(graph, "col", DType::f64, {3})}, {}, "mul");
+      },
+      {"Mul 'mul'", "do not broadcast"});
 }
 
 TEST(TypeInference, OptimizerOpsCheckSlotsAndHyperparameters) {
@@ -80,12 +87,21 @@ TEST(TypeInference, OptimizerOpsCheckSlotsAndHyperparameters) {
   EXPECT_TRUE(graph.node(sgd).outputs.empty());
   graph.add_node("ApplyAdam", {var, grad, var, var});
   const Output wrong = variable(graph, "wrong", DType::f32, {2, 3});
-  expect_invalid([&] { graph.add_node("ApplyAdam", {var, wrong, var, var}, {}, "adam"); },
-                 {"ApplyAdam 'adam'", "var float32[3,2] and grad float32[2,3]"});
-  expect_invalid([&] { graph.add_node("ApplyAdam", {var, grad, var, var}, {{"beta1", 1.0}}, "adam"); },
-                 {"ApplyAdam 'adam'", "'beta1' = 1", "[0, 1)"});
-  expect_invalid([&] { graph.add_node("ApplySgd", {var, grad, var}, {{"learning_rate", -0.1}}, "sgd"); },
-                 {"ApplySgd 'sgd'", "'learning_rate' = -0.1"});
+  expect_invalid(
+      [&] {
+        graph.add_node("ApplyAdam", {var, wrong, var, var}, {}, "adam");
+      },
+      {"ApplyAdam 'adam'", "var float32[3,2] and grad float32[2,3]"});
+  expect_invalid(
+      [&] {
+        graph.add_node("ApplyAdam", {var, grad, var, var}, {{"beta1", 1.0}}, "adam");
+      },
+      {"ApplyAdam 'adam'", "'beta1' = 1", "[0, 1)"});
+  expect_invalid(
+      [&] {
+        graph.add_node("ApplySgd", {var, grad, var}, {{"learning_rate", -0.1}}, "sgd");
+      },
+      {"ApplySgd 'sgd'", "'learning_rate' = -0.1"});
 }
 
 // The MLP of the Keras example, built with an unknown batch and specialised for batch 32.
@@ -120,16 +136,22 @@ TEST_F(Specialisation, GoodFeedsFixEveryDim) {
 }
 
 TEST_F(Specialisation, BadFeedsNameThePlaceholderAndBothTypes) {
-  expect_invalid([&] { infer_types(graph_, feeds({32, 785})); },
-                 {"Placeholder 'x'", "declared float32[-1,784] but fed float32[32,785]", "dim 1 is 784 but 785"});
+  expect_invalid(
+      [&] {
+        infer_types(graph_, feeds({32, 785}));
+      },
+      {"Placeholder 'x'", "declared float32[-1,784] but fed float32[32,785]", "dim 1 is 784 but 785"});
   expect_invalid([&] { infer_types(graph_, feeds({32, 784, 1})); }, {"Placeholder 'x'", "rank 3 is not 2"});
   expect_invalid([&] { infer_types(graph_, feeds({-1, 784})); }, {"Placeholder 'x'", "dim 0 is unknown"});
   auto wrong_dtype = feeds({32, 784});
   wrong_dtype[x_.node].dtype = DType::f64;
   expect_invalid([&] { infer_types(graph_, wrong_dtype); },
                  {"Placeholder 'x'", "fed float64[32,784]", "dtype float64 is not float32"});
-  expect_invalid([&] { infer_types(graph_, {{x_.node, TensorType{DType::f32, {32, 784}}}}); },
-                 {"Placeholder 'labels'", "missing feed", "int64[-1]"});
+  expect_invalid(
+      [&] {
+        infer_types(graph_, {{x_.node, TensorType{DType::f32, {32, 784}}}});
+      },
+      {"Placeholder 'labels'", "missing feed", "int64[-1]"});
   auto not_placeholder = feeds({32, 784});
   not_placeholder[logits_.node] = TensorType{DType::f32, {32, 10}};
   expect_invalid([&] { infer_types(graph_, not_placeholder); },
@@ -138,8 +160,11 @@ TEST_F(Specialisation, BadFeedsNameThePlaceholderAndBothTypes) {
 
 TEST_F(Specialisation, ShapesThatClashOnlyOnceKnown) {
   // Batch 32 of inputs with 64 labels: fine at build time (-1 vs -1), an error once fed.
-  expect_invalid([&] { infer_types(graph_, feeds({32, 784}, 64)); },
-                 {"SparseSoftmaxCrossEntropy 'xent'", "input float32[32,10] and labels int64[64]", "32 rows but 64"});
+  expect_invalid(
+      [&] {
+        infer_types(graph_, feeds({32, 784}, 64));
+      },
+      {"SparseSoftmaxCrossEntropy 'xent'", "input float32[32,10] and labels int64[64]", "32 rows but 64"});
 }
 
 TEST_F(Specialisation, OnlyNeededNodesMustBeFed) {
@@ -159,8 +184,11 @@ TEST(TypeInference, ReshapeResolvesOnceFedAndFeedsMustBeNodes) {
   graph.add("Sum", {reshaped}, {{"axis", std::int64_t{1}}}, "rows");
   const auto types = infer_types(graph, {{x.node, TensorType{DType::f32, {3, 4}}}});
   EXPECT_EQ(types[static_cast<std::size_t>(reshaped.node)][0].to_string(), "float32[6,2]");
-  expect_invalid([&] { infer_types(graph, {{x.node, TensorType{DType::f32, {3, 4}}}, {x.node + 5, TensorType{}}}); },
-                 {"node id 5"});
+  expect_invalid(
+      [&] {
+        infer_types(graph, {{x.node, TensorType{DType::f32, {3, 4}}}, {x.node + 5, TensorType{}}});
+      },
+      {"node id 5"});
 }
 
 }  // namespace

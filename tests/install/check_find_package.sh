@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the built tensorpool into a scratch prefix, then configures, builds and runs a downstream project
 # that uses find_package(tensorpool) and links tensorpool::tensorpool.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The layering rule of docs/architecture (lower never includes upper), checked on every #include.
 
 Usage: check_layering.py ROOT    (ROOT: the repository; prints each violation as FILE:LINE: RULE: ...,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The layering checker fails on trees that break each rule, naming file, line and rule, and passes a clean
 one: so its pass on the real tree (the layering.check test) means something."""
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one-concern adaptors (limiting, statistics, tracking, failure callback), each over a scripted upstream
 // that records what reaches it, so forwarding (tags, trim, reset_peak) and stats merging are visible.
 
@@ -176,8 +177,7 @@ TEST(LimitingAdaptor, ConcurrentRequestsNeverOvershoot) {
         try {
           held.push_back(limiting.allocate(1000));
           EXPECT_LE(limiting.outstanding_bytes(), 64u * 1000u);
-        } catch (const OutOfMemoryError&) {
-        }
+        } catch (const OutOfMemoryError&) {}
         if (held.size() > 20) {
           for (void* ptr : held) limiting.deallocate(ptr, 1000);
           held.clear();
@@ -322,7 +322,8 @@ TEST(TrackingAdaptor, AmendsOomReportWithLargestLiveTags) {
     EXPECT_NE(text.find("too_big"), std::string::npos) << text;
   }
   EXPECT_EQ(tracking.live_count(), 12u);
-  for (int i = 0; i < 12; ++i) tracking.deallocate(held[static_cast<std::size_t>(i)], static_cast<std::size_t>(100 + i));
+  for (int i = 0; i < 12; ++i)
+    tracking.deallocate(held[static_cast<std::size_t>(i)], static_cast<std::size_t>(100 + i));
 }
 
 TEST(TrackingAdaptor, ObserversSeeEveryAllocationAndFreeInOrder) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BFC allocator: garbage collection, out-of-memory reports, trim, stats and misuse.
 #include "tensorpool/memory/bfc_allocator.hpp"
 
@@ -14,10 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory/support/bfc_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
-#include "memory/support/bfc_test_support.hpp"
 
 namespace tp::memory {
 namespace {

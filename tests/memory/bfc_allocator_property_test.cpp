@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Randomized property test and concurrency test of the BFC allocator: invariants and memory contents are
 // checked after every operation.
 #include "tensorpool/memory/bfc_allocator.hpp"
@@ -15,10 +16,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory/support/bfc_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
-#include "memory/support/bfc_test_support.hpp"
 
 namespace tp::memory {
 namespace {
@@ -163,8 +164,8 @@ TEST(BfcAllocatorConcurrency, EightThreadsKeepInvariants) {
       for (int op = 0; op < 5000; ++op) {
         if (live.empty() || (live.size() < 64 && rng() % 2 == 0)) {
           const std::size_t bytes = 1 + rng() % (32 * kKiBytes);
-          live.push_back(Live{static_cast<unsigned char*>(bfc.allocate(bytes)), bytes,
-                              static_cast<unsigned char>(t * 31 + op)});
+          live.push_back(
+              Live{static_cast<unsigned char*>(bfc.allocate(bytes)), bytes, static_cast<unsigned char>(t * 31 + op)});
           fill(live.back());
         } else {
           const std::size_t index = rng() % live.size();

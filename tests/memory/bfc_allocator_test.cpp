@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/bfc_allocator.hpp"
 
 #include <gtest/gtest.h>
@@ -13,16 +14,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory/support/bfc_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
-#include "memory/support/bfc_test_support.hpp"
 
 namespace tp::memory {
 namespace {
 
 using namespace tp::memory::testing;  // NOLINT: test helpers
-
 
 // ---- construction and options -------------------------------------------------------------------------
 
@@ -203,8 +203,12 @@ TEST(BfcAllocator, BestFitPicksTheSmallestFittingChunk) {
   EXPECT_EQ(got2, two);
   void* got4 = bfc.allocate(4 * kKiBytes);
   EXPECT_EQ(got4, four);
-  for (auto [ptr, size] : {std::pair{got3, std::size_t{2560}}, {got2, 2 * kKiBytes}, {got4, 4 * kKiBytes},
-                           {fence1, std::size_t{256}}, {fence2, std::size_t{256}}, {fence3, std::size_t{256}}}) {
+  for (auto [ptr, size] : {std::pair{got3, std::size_t{2560}},
+                           {got2, 2 * kKiBytes},
+                           {got4, 4 * kKiBytes},
+                           {fence1, std::size_t{256}},
+                           {fence2, std::size_t{256}},
+                           {fence3, std::size_t{256}}}) {
     bfc.deallocate(ptr, size);
   }
   EXPECT_CONSISTENT(bfc);
@@ -274,7 +278,7 @@ TEST(BfcAllocator, GrowStopsDoublingAtMaxRegionBytes) {
   BfcAllocator bfc(source, options);
   std::vector<void*> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(bfc.allocate(2 * kMiBytes));  // regions 2, 4, then 4 MiB
-  void* big = bfc.allocate(10 * kMiBytes);  // larger than the cap: a region that holds it (4 doubled to 16)
+  void* big = bfc.allocate(10 * kMiBytes);   // larger than the cap: a region that holds it (4 doubled to 16)
   void* after = bfc.allocate(3 * kMiBytes);  // back to the cap
   EXPECT_EQ(source.attempts(),
             (std::vector<std::size_t>{2 * kMiBytes, 4 * kMiBytes, 4 * kMiBytes, 16 * kMiBytes, 4 * kMiBytes}));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // 8 threads of random allocate/free against every resource and stack at once. Each thread fills its blocks
 // with its own pattern and checks it before freeing, so two threads handed overlapping memory fail here;
 // data races fail under ThreadSanitizer (`make tsan` runs this suite in a -DTP_SANITIZE=thread build).
@@ -16,10 +17,10 @@
 namespace tp::memory::testing {
 namespace {
 
-using Subjects = ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject,
-                                  BfcGrowSubject, ExpandableSubject, LimitingSubject, StatisticsSubject,
-                                  TrackingSubject, LoggingSubject, BfcStackSubject, BfcGrowStackSubject,
-                                  ExpandableStackSubject, SystemStackSubject>;
+using Subjects =
+    ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject, BfcGrowSubject,
+                     ExpandableSubject, LimitingSubject, StatisticsSubject, TrackingSubject, LoggingSubject,
+                     BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
 
 template <typename T>
 class Concurrency : public ::testing::Test {

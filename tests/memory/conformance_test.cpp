@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The contract of memory_resource.hpp, checked on every resource and stack tensorpool ships (RMM-style typed
 // conformance suite): alignment, no overlap, argument validation, stats consistency, OOM that leaves the
 // resource usable, reset_peak and trim.
@@ -18,10 +19,10 @@
 namespace tp::memory::testing {
 namespace {
 
-using Subjects = ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject,
-                                  BfcGrowSubject, ExpandableSubject, LimitingSubject, StatisticsSubject,
-                                  TrackingSubject, FailureCallbackSubject, LoggingSubject, BfcStackSubject,
-                                  BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
+using Subjects =
+    ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject, BfcGrowSubject,
+                     ExpandableSubject, LimitingSubject, StatisticsSubject, TrackingSubject, FailureCallbackSubject,
+                     LoggingSubject, BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
 
 template <typename T>
 class Conformance : public ::testing::Test {
@@ -35,8 +36,8 @@ TYPED_TEST_SUITE(Conformance, Subjects, SubjectNames);
 TYPED_TEST(Conformance, HonoursEveryAlignmentUpToItsMaximum) {
   MemoryResource& resource = this->resource_;
   for (std::size_t alignment = 1; alignment <= resource.max_alignment(); alignment *= 2) {
-    for (std::size_t bytes : {std::size_t{1}, std::size_t{7}, std::size_t{255}, std::size_t{256},
-                              std::size_t{257}, std::size_t{4095}, std::size_t{65537}}) {
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{7}, std::size_t{255}, std::size_t{256}, std::size_t{257},
+                              std::size_t{4095}, std::size_t{65537}}) {
       void* ptr = resource.allocate(bytes, alignment);
       ASSERT_NE(ptr, nullptr);
       EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ptr) % alignment, 0u) << bytes << " bytes at " << alignment;

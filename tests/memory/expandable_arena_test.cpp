@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ExpandableArena: accounting, growth without contiguous physical holes, trim, limits, OOM recovery, a
 // randomized property test (invariants after every operation, contents never overlap or vanish) and threads.
 #include "tensorpool/memory/expandable_arena.hpp"
@@ -223,11 +224,11 @@ TEST(ExpandableArena, BestFitSpansSizeBinsAndShrinksHolesInPlace) {
   for (std::size_t i = 0; i < hole_at.size(); ++i) arena.deallocate(hole_at[i], holes[i]);
   ASSERT_EQ(arena.check_invariants(), "");
   EXPECT_EQ(arena.stats().largest_free_block, 64 * kKiB);
-  EXPECT_EQ(arena.allocate(2 * kKiB), hole_at[3]);  // 3 KiB hole -> 1 KiB left
-  EXPECT_EQ(arena.allocate(768), hole_at[1]);       // 1 KiB hole -> 256 B left
-  EXPECT_EQ(arena.allocate(4 * kKiB), hole_at[2]);  // 5 KiB hole -> 1 KiB left
+  EXPECT_EQ(arena.allocate(2 * kKiB), hole_at[3]);             // 3 KiB hole -> 1 KiB left
+  EXPECT_EQ(arena.allocate(768), hole_at[1]);                  // 1 KiB hole -> 256 B left
+  EXPECT_EQ(arena.allocate(4 * kKiB), hole_at[2]);             // 5 KiB hole -> 1 KiB left
   EXPECT_EQ(arena.allocate(1 * kKiB), hole_at[2] + 4 * kKiB);  // the lower of the two 1 KiB rests
-  EXPECT_EQ(arena.allocate(8 * kKiB), hole_at[0]);  // only the 64 KiB hole holds it
+  EXPECT_EQ(arena.allocate(8 * kKiB), hole_at[0]);             // only the 64 KiB hole holds it
   EXPECT_EQ(arena.check_invariants(), "");
   EXPECT_EQ(arena.stats().largest_free_block, 56 * kKiB);
 }

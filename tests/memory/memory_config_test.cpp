@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MemoryConfig validation, budget resolution and environment overrides (through an injected getenv).
 
 #include "tensorpool/memory/memory_config.hpp"
@@ -125,9 +126,9 @@ TEST(EnvOverrides, UnsetVariablesChangeNothing) {
 
 TEST(EnvOverrides, AllowGrowthAcceptsEveryDocumentedSpelling) {
   const std::map<std::string, GrowthPolicy> cases = {
-      {"true", GrowthPolicy::grow},         {"TRUE", GrowthPolicy::grow},         {"1", GrowthPolicy::grow},
-      {"yes", GrowthPolicy::grow},          {" Yes ", GrowthPolicy::grow},        {"false", GrowthPolicy::preallocate},
-      {"False", GrowthPolicy::preallocate}, {"0", GrowthPolicy::preallocate},     {"no", GrowthPolicy::preallocate},
+      {"true", GrowthPolicy::grow},         {"TRUE", GrowthPolicy::grow},     {"1", GrowthPolicy::grow},
+      {"yes", GrowthPolicy::grow},          {" Yes ", GrowthPolicy::grow},    {"false", GrowthPolicy::preallocate},
+      {"False", GrowthPolicy::preallocate}, {"0", GrowthPolicy::preallocate}, {"no", GrowthPolicy::preallocate},
   };
   for (const auto& [value, expected] : cases) {
     FakeEnv env{{{"TP_ALLOW_GROWTH", value}}};
@@ -147,12 +148,14 @@ TEST(EnvOverrides, AllocatorAndFraction) {
   EXPECT_FALSE(result.limit_bytes.has_value());
   EXPECT_NO_THROW(result.validate());
 
-  for (const auto& [text, kind] : std::map<std::string, AllocatorKind>{
-           {"bfc", AllocatorKind::bfc}, {"SYSTEM", AllocatorKind::system}, {" expandable", AllocatorKind::expandable}}) {
+  for (const auto& [text, kind] : std::map<std::string, AllocatorKind>{{"bfc", AllocatorKind::bfc},
+                                                                       {"SYSTEM", AllocatorKind::system},
+                                                                       {" expandable", AllocatorKind::expandable}}) {
     FakeEnv one{{{"TP_ALLOCATOR", text}}};
     EXPECT_EQ(tp::memory::apply_env_overrides(MemoryConfig{}, one.getter()).allocator, kind) << text;
   }
-  for (const auto& [text, value] : std::map<std::string, double>{{"1", 1.0}, {"1.0", 1.0}, {".5", 0.5}, {"0.001", 0.001}}) {
+  for (const auto& [text, value] :
+       std::map<std::string, double>{{"1", 1.0}, {"1.0", 1.0}, {".5", 0.5}, {"0.001", 0.001}}) {
     FakeEnv one{{{"TP_MEMORY_FRACTION", text}}};
     EXPECT_DOUBLE_EQ(*tp::memory::apply_env_overrides(MemoryConfig{}, one.getter()).fraction, value) << text;
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // make_memory_stack: every AllocatorKind x GrowthPolicy over a simulated device and over host memory;
 // allocation, stats, trim, OOM (named device, tags, fragmentation vs shortage) and recovery after it.
 
@@ -175,8 +176,7 @@ TEST_P(EveryStack, ConcurrentUse) {
           std::memset(held.back(), t, bytes);
           stack->deallocate(held.back(), bytes);
           held.pop_back();
-        } catch (const OutOfMemoryError&) {
-        }
+        } catch (const OutOfMemoryError&) {}
       }
     });
   }
@@ -316,9 +316,8 @@ TEST(MemoryStack, RejectsWhatCannotWork) {
                tp::InvalidArgument)
       << "expandable without VirtualMemory";
   config.allocator = AllocatorKind::bfc;
-  EXPECT_THROW(
-      (void)tp::memory::make_memory_stack(config, nullptr, std::make_unique<tp::memory::HostVirtualMemory>()),
-      tp::InvalidArgument)
+  EXPECT_THROW((void)tp::memory::make_memory_stack(config, nullptr, std::make_unique<tp::memory::HostVirtualMemory>()),
+               tp::InvalidArgument)
       << "bfc without a MemoryResource";
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The offline planner: lower bound, validity of every plan (no two buffers live at the same time share
 // bytes), heap >= lower bound always, and == lower bound where an optimal packing is easy.
 #include "tensorpool/memory/offline_planner.hpp"

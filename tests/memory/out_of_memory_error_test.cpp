@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 #include <gtest/gtest.h>
@@ -87,8 +88,9 @@ TEST(OutOfMemoryError, IsABadAllocWhoseTextFollowsAmendments) {
 
   error.amend([](OutOfMemoryReport& report) {
     report.device = "sim:7";
-    report.largest_live.push_back({48 * kMiB, memory::AllocationTag{"dense/kernel", "MatMul", {784, 512}, "float32",
-                                                                    memory::AllocationKind::parameter, 3}});
+    report.largest_live.push_back(
+        {48 * kMiB,
+         memory::AllocationTag{"dense/kernel", "MatMul", {784, 512}, "float32", memory::AllocationKind::parameter, 3}});
   });
   text = error.what();
   EXPECT_NE(text.find("on sim:7"), std::string::npos) << text;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The replay engine on small hand-written traces: exact peak live, OOM counting and skipped frees, the
 // largest refusal named, the original interleaving of threads (also beyond kMaxReplayThreads), pointer
 // mapping across threads, and the minimum-capacity search.
@@ -107,9 +108,9 @@ TEST(Replay, CountsOomsContinuesAndSkipsTheirFrees) {
   // A 1000-byte wall: the second allocation cannot fit while the first is live.
   tp::memory::HostResource host;
   tp::memory::LimitingAdaptor limit(host, 1000);
-  const Trace trace("oom", {alloc(0, 0x10, 800), alloc(0, 0x20, 400), release(0, 0x10, 800), release(0, 0x20, 400),
-                            alloc(0, 0x30, 900), release(0, 0x30, 900),
-                            TraceEvent{0, 0, TraceAction::allocate_failure, 0, 5000, 0}});
+  const Trace trace(
+      "oom", {alloc(0, 0x10, 800), alloc(0, 0x20, 400), release(0, 0x10, 800), release(0, 0x20, 400),
+              alloc(0, 0x30, 900), release(0, 0x30, 900), TraceEvent{0, 0, TraceAction::allocate_failure, 0, 5000, 0}});
   const tp::memory::ReplayResult result = tp::memory::replay(trace, limit);
   EXPECT_EQ(result.oom_count, 1u);
   EXPECT_EQ(result.skipped_frees, 1u);
@@ -287,8 +288,8 @@ TEST(FindMinCapacity, ExpandableResultReplaysWithoutOomAndTheValueBelowDoesNot) 
 
 TEST(FindMinCapacity, WorksWithAnyFactoryAndStopsAtTheLowerBoundWhenItFits) {
   // A LimitingAdaptor counts requested bytes exactly: the minimum is the peak of live bytes itself.
-  const Trace trace("exact", {alloc(0, 0x10, 1000), alloc(0, 0x20, 3000), release(0, 0x10, 1000),
-                              alloc(0, 0x30, 500), release(0, 0x30, 500), release(0, 0x20, 3000)});
+  const Trace trace("exact", {alloc(0, 0x10, 1000), alloc(0, 0x20, 3000), release(0, 0x10, 1000), alloc(0, 0x30, 500),
+                              release(0, 0x30, 500), release(0, 0x20, 3000)});
   tp::memory::HostResource host;
   tp::memory::MinCapacityOptions options;
   options.absolute_tolerance = 1;

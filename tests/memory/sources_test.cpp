@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory sources: HostResource, PinnedHostResource, HostVirtualMemory, SimDeviceMemory.
 #include <linux/capability.h>
 #include <sys/mman.h>
@@ -165,8 +166,7 @@ TEST(PinnedHostResource, LockFailureTextNamesCauseAndFix) {
   EXPECT_TRUE(contains(text, "RLIMIT_MEMLOCK is 64.00 KiB")) << text;
   EXPECT_TRUE(contains(text, "ulimit -l")) << text;
   EXPECT_TRUE(contains(text, "CAP_IPC_LOCK")) << text;
-  EXPECT_TRUE(contains(PinnedHostResource::describe_lock_failure("p", ENOMEM, 1, 4096, std::nullopt),
-                       "unlimited"));
+  EXPECT_TRUE(contains(PinnedHostResource::describe_lock_failure("p", ENOMEM, 1, 4096, std::nullopt), "unlimited"));
 }
 
 // In a child: a small RLIMIT_MEMLOCK and, for root, no CAP_IPC_LOCK; the allocation must throw DeviceError
@@ -362,8 +362,7 @@ TEST(SimDeviceMemory, NeverCrossesTheWallUnderContention) {
       for (int i = 0; i < 200; ++i) {
         try {
           held.push_back(device.allocate(kMiB));
-        } catch (const tp::OutOfMemoryError&) {
-        }
+        } catch (const tp::OutOfMemoryError&) {}
         if (device.used_bytes() > device.capacity_bytes()) crossed = true;
         if (held.size() > 2) {
           device.deallocate(held.front(), kMiB);

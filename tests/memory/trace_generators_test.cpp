@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trace generators: deterministic per seed, scaled as the benchmark expects, and the bundled copies in
 // bench/traces/data are exactly what the generators produce (regenerate with `tensorpool trace generate`).
 #include "tensorpool/memory/trace_generators.hpp"

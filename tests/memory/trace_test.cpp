@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The trace CSV: reader validation (every malformed case names file and line), writer round trip, time
 // formats, and the LoggingAdaptor's output read back.
 #include "tensorpool/memory/trace.hpp"
@@ -63,10 +64,11 @@ INSTANTIATE_TEST_SUITE_P(
     Trace, MalformedTrace,
     ::testing::Values(
         Malformed{"empty", "", "t.csv:1:", "empty"},
-        Malformed{"size above any resource", kHeader + "0,1,allocate,0x1000,72057594037927937,0x0\n", "t.csv:2:",
-                  "above the largest allocation"},
-        Malformed{"live bytes overflow", kHeader + "0,1,allocate,0x1000,72057594037927936,0x0\n" +
-                                             "0,2,allocate,0x2000,1,0x0\n", "t.csv:3:", "live bytes pass"},
+        Malformed{"size above any resource", kHeader + "0,1,allocate,0x1000,72057594037927937,0x0\n",
+                  "t.csv:2:", "above the largest allocation"},
+        Malformed{"live bytes overflow",
+                  kHeader + "0,1,allocate,0x1000,72057594037927936,0x0\n" + "0,2,allocate,0x2000,1,0x0\n",
+                  "t.csv:3:", "live bytes pass"},
         Malformed{"wrong header", "Thread,Time,Action,Pointer,Size\n" + kAlloc, "t.csv:1:", "header"},
         Malformed{"header missing", kAlloc, "t.csv:1:", "header"},
         Malformed{"five columns", kHeader + kAlloc + "0,2,free,0x1000,64\n", "t.csv:3:", "5 columns"},
@@ -84,18 +86,20 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"zero size", kHeader + "0,1,allocate,0x1000,0,0x0\n", "t.csv:2:", "0 bytes"},
         Malformed{"bad stream", kHeader + "0,1,allocate,0x1000,64,stream\n", "t.csv:2:", "Stream"},
         Malformed{"null allocate", kHeader + "0,1,allocate,0x0,64,0x0\n", "t.csv:2:", "allocate failure"},
-        Malformed{"unknown pointer", kHeader + kAlloc + "0,2,free,0x2000,64,0x0\n", "t.csv:3:", "unknown pointer 0x2000"},
-        Malformed{"double free", kHeader + kAlloc + "0,2,free,0x1000,64,0x0\n0,3,free,0x1000,64,0x0\n", "t.csv:4:",
-                  "already freed on line 3"},
-        Malformed{"size mismatch", kHeader + kAlloc + "0,2,free,0x1000,65,0x0\n", "t.csv:3:",
-                  "allocated with size 64 on line 2"},
-        Malformed{"live pointer reallocated", kHeader + kAlloc + "1,2,allocate,0x1000,32,0x0\n", "t.csv:3:",
-                  "still live (allocated on line 2"},
-        Malformed{"line numbers count blank lines", kHeader + kAlloc + "\n\n0,2,free,0x9,64,0x0\n", "t.csv:5:",
-                  "unknown pointer"}),
+        Malformed{"unknown pointer", kHeader + kAlloc + "0,2,free,0x2000,64,0x0\n",
+                  "t.csv:3:", "unknown pointer 0x2000"},
+        Malformed{"double free", kHeader + kAlloc + "0,2,free,0x1000,64,0x0\n0,3,free,0x1000,64,0x0\n",
+                  "t.csv:4:", "already freed on line 3"},
+        Malformed{"size mismatch", kHeader + kAlloc + "0,2,free,0x1000,65,0x0\n",
+                  "t.csv:3:", "allocated with size 64 on line 2"},
+        Malformed{"live pointer reallocated", kHeader + kAlloc + "1,2,allocate,0x1000,32,0x0\n",
+                  "t.csv:3:", "still live (allocated on line 2"},
+        Malformed{"line numbers count blank lines", kHeader + kAlloc + "\n\n0,2,free,0x9,64,0x0\n",
+                  "t.csv:5:", "unknown pointer"}),
     [](const ::testing::TestParamInfo<Malformed>& parameter) {
       std::string name;
-      for (const char c : std::string(parameter.param.label)) name.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+      for (const char c : std::string(parameter.param.label))
+        name.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
       return name;
     });
 
@@ -172,7 +176,8 @@ TEST(Trace, WriterAndReaderRoundTrip) {
 }
 
 TEST(Trace, FilesRoundTripAndMissingFilesAreNamed) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tp_trace_test_round_trip_" + std::to_string(::getpid()) + ".csv");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tp_trace_test_round_trip_" + std::to_string(::getpid()) + ".csv");
   const Trace original("memory", {TraceEvent{0, 0, TraceAction::allocate, 0x100, 8, 0},
                                   TraceEvent{0, 5, TraceAction::free, 0x100, 8, 0}});
   tp::memory::write_trace_file(path, original);
@@ -288,7 +293,8 @@ TEST(LoggingAdaptor, LogsAllocateFailureAndRethrows) {
 }
 
 TEST(LoggingAdaptor, WritesAFileFlushedOnDestruction) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tp_logging_adaptor_test_" + std::to_string(::getpid()) + ".csv");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tp_logging_adaptor_test_" + std::to_string(::getpid()) + ".csv");
   {
     tp::memory::LoggingAdaptor logging(std::make_unique<tp::memory::HostResource>(), path);
     void* a = logging.allocate(64);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tensor ops over the new kernels (broadcast_axis, scale_rows, correct_count) on both backends: results,
 // shapes and the validation that names the op and the shapes.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The op layer's float16 / bfloat16 wiring on both backends: matmul, bias_add, relu and their gradients
 // dispatch to the half kernels (results equal to the float32 ops on the same rounded inputs, rounded once),
 // all_finite and the conditional optimizer updates validate their arguments, and mixed dtypes are refused

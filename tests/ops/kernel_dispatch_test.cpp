@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seam between the ops and the backends (tensorpool/ops/kernel_table.hpp): the cpu and sim factories
 // register one shared table with every entry, and an op whose backend lacks its kernel throws
 // tp::DeviceError naming the op and the device after validating its arguments.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor ops of the MLP path on both backends: results against float64 references computed here, and the
 // validation errors that name the op and both shapes.
 #include <gtest/gtest.h>
@@ -167,7 +168,8 @@ TEST_P(MlpOps, OutputsAreTaggedWithTheOpAndTheContextsName) {
   EXPECT_EQ(y.buffer()->tag().step, 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MlpOps, ::testing::ValuesIn(device::testing::present_backends()), testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, MlpOps, ::testing::ValuesIn(device::testing::present_backends()),
+                         testing::backend_name);
 
 TEST(MlpOps, OpsRunOnTheGivenStreamInItsOrder) {
   auto device = make_device(Backend::sim, 64 * kMiB, device::DeviceOptions{.num_streams = 2});

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions, elementwise arithmetic with its broadcasts, casts, initialisers and optimizer updates through
 // the op layer, on both backends.
 #include <gtest/gtest.h>
@@ -163,7 +164,8 @@ TEST_P(MiscOps, AdamAndSgdFollowTheKerasFormulas) {
   EXPECT_THROW(sgd_update(sgd_param, grad, Tensor(), {.learning_rate = 0.1, .momentum = 0.9}), InvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, MiscOps, ::testing::ValuesIn(device::testing::present_backends()), testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(Backends, MiscOps, ::testing::ValuesIn(device::testing::present_backends()),
+                         testing::backend_name);
 
 // A reduction reading a peer device's buffer in place (the in-process ring's reduce-scatter): the sum is
 // right, the caller orders the streams (here: the source is ready, and y's stream is synchronised before the

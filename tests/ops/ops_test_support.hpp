@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host-side float64 references and random inputs for the tensor-op tests (the kernels themselves are checked
 // in depth in tests/backend/cpu; these tests check the op layer's wiring, validation and dispatch).
@@ -27,8 +28,8 @@ inline std::vector<float> random_values(std::size_t count, std::uint32_t seed, f
 }
 
 // Row-major [rows, cols] element (r, c) of a matrix stored as [cols, rows] when `transposed`.
-inline double at(const std::vector<float>& matrix, std::int64_t rows, std::int64_t cols, std::int64_t r,
-                 std::int64_t c, bool transposed) {
+inline double at(const std::vector<float>& matrix, std::int64_t rows, std::int64_t cols, std::int64_t r, std::int64_t c,
+                 bool transposed) {
   const std::int64_t index = transposed ? c * rows + r : r * cols + c;
   return static_cast<double>(matrix[static_cast<std::size_t>(index)]);
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The snapshot's exporters: JSON that follows the documented schema, a Chrome trace whose slices pair each
 // allocation with its free, an RMM trace that validates and replays to the recorded peak, and an HTML page that
 // is self-contained and cannot be broken out of by a tensor name.

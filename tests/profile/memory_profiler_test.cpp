@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory profiler's recorder and query API on every accelerator present (sim, opencl): recording is off until a
 // MemoryProfiler exists; events, live set, peak breakdown, per-op high-water marks and the bounded ring are
 // exact; memory_info / reset_memory_stats / memory_summary agree with the stack; a refused allocation writes an

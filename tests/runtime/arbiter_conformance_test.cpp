@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every MemoryArbiter keeps the same contract: registration checks, quota and budget limits (quotas may
 // over-commit the budget), release and unregister, stale ids, and the invariants under 8 threads hammering
 // two clients. One typed suite, instantiated for the in-process and the shared-memory arbiter.
@@ -155,8 +156,8 @@ TYPED_TEST(ArbiterConformance, StaleIdsAreRefused) {
   EXPECT_THROW(arbiter->usage(a), InvalidArgument);
   EXPECT_THROW(arbiter->usage(ClientId{}), InvalidArgument);
   EXPECT_THROW(arbiter->try_reserve(ClientId{12345, 1}, 1), InvalidArgument);
-  arbiter->release(a, kMiB);         // ignored
-  arbiter->unregister_client(a);     // ignored
+  arbiter->release(a, kMiB);      // ignored
+  arbiter->unregister_client(a);  // ignored
   arbiter->unregister_client(ClientId{});
   EXPECT_EQ(arbiter->clients().size(), 1u);
   EXPECT_TRUE(arbiter->try_reserve(reused, 4 * kMiB));

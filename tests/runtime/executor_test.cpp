@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The executor runs the kernel each node resolved when its step was prepared: an op's bind_kernel is called
 // once per node and prepared step, never per run, and each node keeps its own bound kernel.
 #include "runtime/executor.hpp"
@@ -51,7 +52,8 @@ TEST(Executor, KernelsAreBoundOncePerPreparedStepAndNodeNotPerRun) {
   const graph::Output x = graph::placeholder(graph, "x", DType::f32, {1});
   const graph::Output doubled = graph.add("TestBoundScale", {x}, {{"factor", 2.0}}, "doubled");
   graph.add("TestBoundScale", {doubled}, {{"factor", -3.0}}, "scaled");
-  for (graph::NodeId id = 0; id < static_cast<graph::NodeId>(graph.size()); ++id) graph.mutable_node(id).device = "sim:0";
+  for (graph::NodeId id = 0; id < static_cast<graph::NodeId>(graph.size()); ++id)
+    graph.mutable_node(id).device = "sim:0";
   Session session(graph, {.devices = &manager});
   device::Device& cpu = manager.device("cpu:0");
   binds = 0;

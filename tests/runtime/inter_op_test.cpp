@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Inter-op threads: independent ops of a step run at once (host threads for inline cpu streams, one stream
 // per lane on sim and opencl devices), and the results, the plan and its measured peak stay those of the
 // serial run, on every backend present (cpu:0, sim:0, opencl:0 where an OpenCL device exists).
@@ -120,8 +121,7 @@ void register_rendezvous() {
     context.stream.enqueue([timeout] {
       const int now = running.fetch_add(1) + 1;
       int seen = most_at_once.load();
-      while (now > seen && !most_at_once.compare_exchange_weak(seen, now)) {
-      }
+      while (now > seen && !most_at_once.compare_exchange_weak(seen, now)) {}
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       while (most_at_once.load() < 2 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -198,8 +198,8 @@ TEST_P(InterOp, AValueReadTwiceByOneStepLivesUntilItsLastReader) {
   const graph::Output squared = g.add("Mul", {r, r}, {}, "squared");
   g.add("Add", {squared, r}, {}, "out");
   for (const int threads : {1, 2}) {
-    Session session(g, {.default_device = GetParam(), .planner = false, .inter_op_threads = threads,
-                        .devices = &manager});
+    Session session(g,
+                    {.default_device = GetParam(), .planner = false, .inter_op_threads = threads, .devices = &manager});
     const FeedMap feeds = {
         {"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
     EXPECT_EQ(session.run(feeds, {"out"}).at(0).to_vector<float>(), (std::vector<float>{0, 6, 12})) << threads;

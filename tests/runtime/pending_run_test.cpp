@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Session::run_async and PendingRun: runs launched before the previous one is waited for give each run its own
 // results, exactly as run() one after another (on one device, and split over two with copies between them);
 // the fed tensors live until the run's work is done; a kernel error fails its run and every run launched

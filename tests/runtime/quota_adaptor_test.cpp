@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // QuotaAdaptor over a real memory stack (a simulated device under BFC): two sessions with quotas share one
 // device; the one past its quota gets an OutOfMemoryError naming it while the other keeps allocating; a
 // closed session's share is usable at once; concurrent sessions keep the arbiter's invariants (run under
@@ -84,8 +85,8 @@ TEST(QuotaAdaptor, SessionPastItsQuotaFailsWhileTheOtherRunsOn) {
     ADD_FAILURE() << "session-a allocated past its quota";
   } catch (const OutOfMemoryError& error) {
     const std::string text = error.what();
-    EXPECT_EQ(contains(text, {"session-a", "quota of 6.00 MiB", "holds 6.00 MiB", "budget is 16.00 MiB",
-                              "one_too_many", "raise this session's quota", "sim:0"}),
+    EXPECT_EQ(contains(text, {"session-a", "quota of 6.00 MiB", "holds 6.00 MiB", "budget is 16.00 MiB", "one_too_many",
+                              "raise this session's quota", "sim:0"}),
               "")
         << text;
     EXPECT_EQ(error.report().device, "sim:0");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sessions: a training step through the placer, the static planner and the executor; the plan is known before
 // the first run and matches what the device measures; steady-state steps make no allocator calls; planner on
 // and off agree; placement across devices and soft placement; feed errors; feeds already on the device bound in
@@ -115,8 +116,8 @@ TEST_P(SessionOnDevice, VariablesPersistAndCanBeReadAndAssigned) {
   const std::vector<float> ones(kHidden, 1.0F);
   session.assign_variable("dense/bias", Tensor::from_vector<float>(ones, Shape{kHidden}, manager.device("cpu:0")));
   EXPECT_EQ(session.read_variable("dense/bias").to_vector<float>(), ones);
-  EXPECT_THROW(session.assign_variable("dense/bias", Tensor::from_vector<float>(ones, Shape{kHidden / 2, 2},
-                                                                                 manager.device("cpu:0"))),
+  EXPECT_THROW(session.assign_variable(
+                   "dense/bias", Tensor::from_vector<float>(ones, Shape{kHidden / 2, 2}, manager.device("cpu:0"))),
                InvalidArgument);
   EXPECT_THROW(session.read_variable("nope"), InvalidArgument);
 }
@@ -200,7 +201,8 @@ TEST_P(SessionOnDevice, SoftPlacementMovesAnOpWithoutAKernelToTheCpu) {
   const graph::Output x = graph::placeholder(g, "x", DType::f32, {3});
   const graph::Output negated = g.add("TestCpuOnlyNegate", {g.add("Relu", {x}, {}, "relu")}, {}, "negate");
   g.add("Scale", {negated}, {{"alpha", 2.0}}, "double");
-  const FeedMap feeds = {{"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
+  const FeedMap feeds = {
+      {"x", Tensor::from_vector<float>(std::vector<float>{-1, 2, 3}, Shape{3}, manager.device("cpu:0"))}};
   Session soft(g, {.default_device = GetParam(), .devices = &manager});
   EXPECT_EQ(soft.run(feeds, {"double"}).at(0).to_vector<float>(), (std::vector<float>{0, -4, -6}));
   const MemoryPlan plan = soft.plan({{"x", {DType::f32, {3}}}}, {"double"});
@@ -240,10 +242,8 @@ FetchRuns run_fetching_the_loss(device::DeviceManagerOptions options, const std:
   accelerator.memory().reset_peak();
   for (int step = 1; step <= 3; ++step) {
     const auto batch = make_batch(kRows, kIn, kClasses, static_cast<std::uint32_t>(step));
-    runs.losses.push_back(session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = step})
-                              .at(0)
-                              .to_vector<float>()
-                              .at(0));
+    runs.losses.push_back(
+        session.run(feeds_of(manager, batch), {mlp.loss}, mlp.updates, {.step = step}).at(0).to_vector<float>().at(0));
   }
   runs.measured_peak_requested = accelerator.memory().stats().peak_bytes_requested;
   // Two runs in flight: the first one's loss must not be overwritten by the second before it is read.
@@ -339,8 +339,7 @@ TEST_P(SessionOnDevice, FeedsAlreadyOnTheDeviceAreBoundInPlace) {
         feeds = {{"x", Tensor::from_vector<float>(batch.x, Shape{kRows, kIn}, accelerator)},
                  {"labels", Tensor::from_vector<std::int32_t>(batch.labels, Shape{kRows}, accelerator)}};
       }
-      runs.losses.push_back(
-          session.run(feeds, {mlp.loss}, mlp.updates, {.step = step}).at(0).to_vector<float>().at(0));
+      runs.losses.push_back(session.run(feeds, {mlp.loss}, mlp.updates, {.step = step}).at(0).to_vector<float>().at(0));
     }
     runs.session_peak = session.memory_stats(GetParam()).peak_bytes_requested;
     return runs;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several sessions on one device under quotas: one that exceeds its quota fails naming itself and its quota
 // while the others run on; a closed session's memory is available at once; sessions run concurrently
 // (this test is in the ThreadSanitizer pass). Every case runs on each accelerator backend present (sim, and
@@ -73,7 +74,8 @@ TEST_P(SharedDeviceSessions, AClosedSessionsMemoryIsAvailableAtOnce) {
   std::size_t peak = 0;
   {
     device::DeviceManager probe(testing::two_sim_devices(), testing::kNoEnv);
-    peak = Session(big.graph, {.devices = &probe}).plan(types, {big.loss}, big.updates).devices.at(0).planned_peak_bytes;
+    peak =
+        Session(big.graph, {.devices = &probe}).plan(types, {big.loss}, big.updates).devices.at(0).planned_peak_bytes;
   }
   // A budget that holds one session's step but not two; each session may take 1.2x what it needs.
   const std::size_t budget = memory::round_up(peak + peak / 2, kMiB);
@@ -96,8 +98,9 @@ TEST_P(SharedDeviceSessions, SessionsRunConcurrentlyOnOneDevice) {
   for (int session_index = 0; session_index < 4; ++session_index) {
     threads.emplace_back([&, session_index] {
       try {
-        Session session(mlp.graph, {.name = "s" + std::to_string(session_index),
-                                    .memory_quota_bytes = 8 * kMiB, .devices = &manager});
+        Session session(
+            mlp.graph,
+            {.name = "s" + std::to_string(session_index), .memory_quota_bytes = 8 * kMiB, .devices = &manager});
         for (int step = 1; step <= 20; ++step) {
           session.run(feeds_of(manager, static_cast<std::uint32_t>(step)), {mlp.loss}, mlp.updates, {.step = step});
         }

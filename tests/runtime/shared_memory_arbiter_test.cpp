@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SharedMemoryArbiter across real processes. Each child is this test binary re-executed through
 // /proc/self/exe with --gtest_filter=ChildRole.Run and its role in TP_ARBITER_* environment variables
 // (ChildRole.Run skips itself when TP_ARBITER_CHILD is unset, so a normal run is unaffected). Covered: two
@@ -114,8 +115,7 @@ class Child {
   void kill_now() { ::kill(pid_, SIGKILL); }
   int reap() {
     int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
     reaped_ = true;
     return status;
   }
@@ -145,8 +145,7 @@ TEST(ChildRole, Run) {
   }
   ASSERT_EQ(::write(report_fd, &granted, 1), 1);
   char byte = '\0';
-  while (::read(wait_fd, &byte, 1) > 0) {
-  }
+  while (::read(wait_fd, &byte, 1) > 0) {}
   // Returning destroys the arbiter, which unregisters the client: the normal-exit path.
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SharedMemoryArbiter within one process: the segment's checks (mode 0600 whatever the umask, owner, layout
 // version, budget, names), creation races and half-created segments, the slot limit, the destructor's
 // unregistration, a recycled pid (forged in the raw table), and QuotaAdaptors sharing a device through a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The static planner: liveness-based offsets within one arena, in-place sharing, and its invariants on random
 // schedules.
 #include "tensorpool/runtime/static_planner.hpp"

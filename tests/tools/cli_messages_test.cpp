@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CLI's messages for bad option values and commands (issue 18, item 13): each is one line with exit code
 // 2 that names the flag (or the word), repeats the value and says what is accepted, readably. Every case
 // fails at parse time, before any work, so the whole suite takes well under a second.

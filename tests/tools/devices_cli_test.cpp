@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // `tensorpool devices` end to end: runs the built binary (build/bin/tensorpool, found next to this test's build
 // folder, or $TP_CLI) under a controlled environment (every TP_* device and memory variable unset unless a
 // case sets it) and checks the table, the JSON and the exit codes for good and bad input.
 #include <gtest/gtest.h>
 
-#include "tools/support/cli_runner.hpp"
 #include <sys/wait.h>
+#include "tools/support/cli_runner.hpp"
 
 #include <algorithm>
 #include <array>
@@ -29,9 +30,9 @@ using tp::cli::testing::CliRun;
 // not depend on the machine's drivers), then `variables` ("NAME=value ...") set.
 CliRun run(const std::string& arguments, const std::string& variables = "") {
   return tp::cli::testing::run_cli(arguments,
-                               "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
-                               "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION TP_OPENCL_DEVICES=0 " +
-                                   variables);
+                                   "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
+                                   "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION TP_OPENCL_DEVICES=0 " +
+                                       variables);
 }
 
 int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
@@ -65,7 +66,7 @@ TEST_F(DevicesCli, JsonListsTheConfiguredDevicesWithTheProbesMemory) {
   }
   EXPECT_EQ(devices[0].at("kind"), "cpu");
   EXPECT_EQ(devices[0].at("staging"), "pageable");  // the cpu's memory is host memory: nothing to pin
-  EXPECT_EQ(devices[0].at("in_use_bytes"), 0);  // the probe allocates on accelerators only
+  EXPECT_EQ(devices[0].at("in_use_bytes"), 0);      // the probe allocates on accelerators only
   for (std::size_t i = 1; i < devices.size(); ++i) {
     const nlohmann::json& device = devices[i];
     EXPECT_EQ(device.at("kind"), "sim");
@@ -144,9 +145,9 @@ TEST_F(DevicesCli, PrintsATableWithOneRowPerDevice) {
   const CliRun result = run("devices --sim-devices 2 --sim-memory 1GiB --allocate 10MiB");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(lines(result.output), 4) << result.output;
-  for (const char* expected : {"name", "kind", "physical", "capacity", "limit", "in use", "reserved", "peak",
-                               "allocator", "policy", "streams", "cpu:0", "sim:0", "sim:1", "1.00 GiB", "bfc",
-                               "grow"}) {
+  for (const char* expected :
+       {"name", "kind", "physical", "capacity", "limit", "in use", "reserved", "peak", "allocator", "policy", "streams",
+        "cpu:0", "sim:0", "sim:1", "1.00 GiB", "bfc", "grow"}) {
     EXPECT_NE(result.output.find(expected), std::string::npos) << expected << " missing in\n" << result.output;
   }
 }
@@ -180,7 +181,6 @@ TEST_F(DevicesCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
     EXPECT_EQ(lines(result.output), 1) << c.arguments << "\n" << result.output;
   }
 }
-
 
 // With OpenCL devices (TP_OPENCL_DEVICES=2 over the first physical one), the JSON says what each driver reports.
 TEST_F(DevicesCli, JsonShowsWhatEachOpenClDriverReports) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool estimate and tensorpool profile as a user runs them: the estimate, made without allocating, equals
 // the peak measured over real training steps (requested bytes, and in-use bytes after the allocator's rounding)
 // for the Keras-example MLP at batch 32 and 128 on one and two sim devices; the files profile writes are
@@ -91,9 +92,9 @@ INSTANTIATE_TEST_SUITE_P(MlpBatchesAndDevices, EstimateEqualsMeasured,
 TEST_F(EstimateCli, TheEstimateNamesEveryKindAndShape) {
   const CliRun run = run_cli("estimate --devices sim:0 --strategy one --batch-size 32");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  for (const char* text : {"dense/kernel", "parameter", "float32[784,512]", "optimizer_state", "dense/kernel/adam_m",
-                           "weight_gradient", "activation_gradient", "activation", "step_arena", "train/arena",
-                           "planned peak on sim:0", "totals by kind"}) {
+  for (const char* text :
+       {"dense/kernel", "parameter", "float32[784,512]", "optimizer_state", "dense/kernel/adam_m", "weight_gradient",
+        "activation_gradient", "activation", "step_arena", "train/arena", "planned peak on sim:0", "totals by kind"}) {
     EXPECT_NE(run.output.find(text), std::string::npos) << text << " missing from\n" << run.output;
   }
 }
@@ -101,8 +102,8 @@ TEST_F(EstimateCli, TheEstimateNamesEveryKindAndShape) {
 // One vocabulary (issue 18): the step's gradients are activation_gradient or weight_gradient, never activation,
 // and the arena's split by kind, taken at its fullest planned step, fits in the arena.
 void expect_one_vocabulary(const nlohmann::json& estimate) {
-  const std::set<std::string> kinds = {"parameter",           "optimizer_state", "weight_gradient", "step_arena",
-                                       "activation",          "activation_gradient", "other"};
+  const std::set<std::string> kinds = {
+      "parameter", "optimizer_state", "weight_gradient", "step_arena", "activation", "activation_gradient", "other"};
   for (const nlohmann::json& row : estimate.at("tensors")) {
     const std::string name = row.at("name"), kind = row.at("kind");
     EXPECT_TRUE(kinds.contains(kind)) << name << ": " << kind;
@@ -197,8 +198,8 @@ TEST_F(EstimateCli, TrainWithProfileWritesTheReports) {
   const CliRun run =
       run_cli("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --profile '" + out.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  for (const char* file : {"snapshot.json", "trace.json", "trace-sim_0.csv", "trace-cpu_0.csv", "report.html",
-                           "summary.txt"}) {
+  for (const char* file :
+       {"snapshot.json", "trace.json", "trace-sim_0.csv", "trace-cpu_0.csv", "report.html", "summary.txt"}) {
     EXPECT_TRUE(fs::exists(out / file)) << file;
   }
   std::ifstream snapshot_file(out / "snapshot.json");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The main job's accuracy judged over seeds, not one run: `tensorpool train` with its defaults (the Keras
 // example: 784-512-10, Adam, 5 epochs, batch 32, mirrored over sim:0,sim:1) trains three times with seeds 1, 2
 // and 3, and the median test accuracy must reach the Keras example's 0.87. One seed's accuracy varies by more

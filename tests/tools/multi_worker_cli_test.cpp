@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `mpirun -np 2 tensorpool train --strategy multi_worker`: two processes of one sim device each end with the
 // weights of single-process mirrored training over two devices (same global batch and seed) within float
 // tolerance; a stalled worker (SIGSTOP) makes the other fail within the collective timeout naming its rank;
@@ -200,8 +201,8 @@ TEST_F(MultiWorkerCli, ZeroAcrossWorkersRefusesSeveralDevicesPerWorker) {
 
 // mpirun's MPMD form: rank 0 runs `rank0`, rank 1 runs `rank1` (each a tensorpool command line).
 CliRun run_two_workers(const std::string& rank0, const std::string& rank1) {
-  return run_cli(rank1, "mpirun --allow-run-as-root --oversubscribe -np 1 '" + cli_path().string() + "' " + rank0 +
-                            " : -np 1");
+  return run_cli(
+      rank1, "mpirun --allow-run-as-root --oversubscribe -np 1 '" + cli_path().string() + "' " + rank0 + " : -np 1");
 }
 
 // Workers started with different flags would run different programs, whose collectives mismatch inside MPI
@@ -216,9 +217,9 @@ TEST_F(MultiWorkerCli, WorkersStartedWithDifferentFlagsRefuseNamingTheRankAndThe
       << run.output;
   EXPECT_EQ(run.output.find("MPI_ERR"), std::string::npos) << run.output;
   // Paths and thread counts may differ per machine: those workers train.
-  const CliRun paths = run_two_workers(
-      common + " --epochs 1 --intra-op-threads 1 --summary-json " + (directory_ / "s.json").string(),
-      common + " --epochs 1 --intra-op-threads 2");
+  const CliRun paths =
+      run_two_workers(common + " --epochs 1 --intra-op-threads 1 --summary-json " + (directory_ / "s.json").string(),
+                      common + " --epochs 1 --intra-op-threads 2");
   EXPECT_EQ(paths.exit_code, 0) << paths.output;
 }
 

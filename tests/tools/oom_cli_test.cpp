@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Out of memory that explains: training driven into OOM on a small sim device reports the tensor being
 // allocated, the device's figures, the cause with its numbers, the largest live tensors with their kinds and
 // a concrete fix (a batch size that fits, decided by replaying the step through the device's allocator), writes
@@ -44,8 +45,7 @@ TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
   // The device's figures and the cause with its numbers.
   EXPECT_NE(text.find("limit 16.00 MiB, in use"), std::string::npos) << text;
   // The 36 MiB arena is larger than the whole 16 MiB limit: the cause says so, not "shortage" of what is left.
-  EXPECT_NE(text.find("Cause: the request alone (36.43 MiB) exceeds the limit (16.00 MiB)"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("Cause: the request alone (36.43 MiB) exceeds the limit (16.00 MiB)"), std::string::npos) << text;
   // The largest live tensors with their kinds.
   EXPECT_NE(text.find("Largest live allocations:"), std::string::npos) << text;
   EXPECT_NE(text.find("dense/kernel (Variable, float32[784,512], parameter)"), std::string::npos) << text;
@@ -92,8 +92,9 @@ TEST_F(OomCli, FragmentationPointsToTheExpandableAllocator) {
 
 TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessions) {
   // A first layer of 12.25 MiB on a 10 MiB device: the very first variable fails with nothing in use.
-  const CliRun run = run_cli("profile --devices sim:0 --strategy one --sim-memory 10MiB --hidden 4096,4096 "
-                             "--synthetic --steps 1");
+  const CliRun run = run_cli(
+      "profile --devices sim:0 --strategy one --sim-memory 10MiB --hidden 4096,4096 "
+      "--synthetic --steps 1");
   ASSERT_EQ(run.exit_code, 3) << run.output;
   EXPECT_NE(run.output.find("in use 0 B, reserved 0 B"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("fragmentation 0.0%"), std::string::npos) << run.output;
@@ -121,8 +122,9 @@ TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessio
   EXPECT_NE(huge.output.find("; the device has 1.00 GiB, so no batch size fits"), std::string::npos) << huge.output;
 
   // Mirrored replicas with the same shortage share one sentence instead of repeating it per device.
-  const CliRun mirrored = run_cli("profile --devices sim:0,sim:1 --strategy mirrored --sim-memory 10MiB "
-                                  "--hidden 4096,4096 --synthetic --steps 1");
+  const CliRun mirrored = run_cli(
+      "profile --devices sim:0,sim:1 --strategy mirrored --sim-memory 10MiB "
+      "--hidden 4096,4096 --synthetic --steps 1");
   ASSERT_EQ(mirrored.exit_code, 3) << mirrored.output;
   EXPECT_NE(mirrored.output.find("The parameters need 76.44 MiB (optimizer state 152.88 MiB) on sim:0, sim:1; each "
                                  "device has 10.00 MiB"),
@@ -191,9 +193,10 @@ TEST_F(OomCli, TrainWithProfileWritesTheReportsAtTheFailure) {
   }
   const fs::path out = fs::temp_directory_path() / ("tp_oom_cli_profile_" + std::to_string(::getpid()));
   fs::remove_all(out);
-  const CliRun run = run_cli("train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 --sim-memory 8MiB "
-                             "--batch-size 128 --profile '" +
-                             out.string() + "'");
+  const CliRun run = run_cli(
+      "train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 --sim-memory 8MiB "
+      "--batch-size 128 --profile '" +
+      out.string() + "'");
   EXPECT_EQ(run.exit_code, 3) << run.output;
   EXPECT_NE(run.output.find("out of memory on sim:0"), std::string::npos) << run.output;
   // The same run's advice follows the allocator's rounding (as AdviceFollowsTheAllocatorsRounding checks).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool on OpenCL devices (issue 19), as a user runs it: the main job, shortened to one epoch on the first
 // 2000 training examples, trains on opencl:0 and mirrored over opencl:0,opencl:1 (TP_OPENCL_DEVICES=2: PoCL's one
 // CPU device split in two), ZeRO included, to sim's test accuracy and loss within the float tolerance, with the
@@ -8,9 +9,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -36,8 +37,10 @@ constexpr double kAccuracyTolerance = 10.0 / 10000.0;
 
 // The tensorpool variables unset (the caller's must not matter), then `variables` set.
 CliRun run_clean(const std::string& arguments, const std::string& variables = "") {
-  return run_cli(arguments, "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
-                            "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION -u TP_OPENCL_DEVICES " + variables);
+  return run_cli(arguments,
+                 "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
+                 "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION -u TP_OPENCL_DEVICES " +
+                     variables);
 }
 
 // PoCL compiles each kernel on first use (CLBlast's GEMM for many seconds); one cache beside the test binaries,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `tensorpool train --strategy parameter_server`: in-process workers and `mpirun -np 3` (rank 0 serves) both
 // train and report the staleness of their updates; flags that do not apply are refused by name; a stalled
 // worker rank (SIGSTOP) makes the server fail within the timeout naming that rank. The Fashion-MNIST and MPI

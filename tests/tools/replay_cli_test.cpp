@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // `tensorpool replay` and `tensorpool trace generate` end to end: runs the built binary (build/bin/tensorpool,
 // found next to this test's build folder, or $TP_CLI) and checks exit codes and output for good and bad input.
 #include <gtest/gtest.h>
 
-#include "tools/support/cli_runner.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tools/support/cli_runner.hpp"
 
 #include <algorithm>
 #include <array>
@@ -62,15 +63,16 @@ int lines(const std::string& text) { return static_cast<int>(std::count(text.beg
 TEST_F(ReplayCli, PrintsAnAlignedTableWithEveryAllocatorAndThePlanner) {
   const CliRun result = run("replay --trace " + path("good.csv") + " --allocator all --find-min-capacity");
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  for (const char* expected : {"allocator", "median ns", "p99 ns", "peak live", "peak reserved", "reserved/live",
-                               "OOMs", "min capacity", "bfc ", "bfc-grow", "expandable", "system", "offline plan",
-                               "4.00 MiB"}) {
+  for (const char* expected :
+       {"allocator", "median ns", "p99 ns", "peak live", "peak reserved", "reserved/live", "OOMs", "min capacity",
+        "bfc ", "bfc-grow", "expandable", "system", "offline plan", "4.00 MiB"}) {
     EXPECT_NE(result.output.find(expected), std::string::npos) << expected << " missing in\n" << result.output;
   }
 }
 
 TEST_F(ReplayCli, JsonUsesSnakeCaseAndIntegerBytes) {
-  const CliRun result = run("replay --trace " + path("good.csv") + " --allocator bfc-grow --capacity 64MiB --json --repeat 2");
+  const CliRun result =
+      run("replay --trace " + path("good.csv") + " --allocator bfc-grow --capacity 64MiB --json --repeat 2");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const nlohmann::json json = nlohmann::json::parse(result.output);
   EXPECT_EQ(json["capacity_bytes"], 64u << 20);
@@ -124,12 +126,16 @@ TEST_F(ReplayCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
 TEST_F(ReplayCli, AnAllocationNoFreeingCouldServeExitsThreeNamingTheLine) {
   // 1000 TiB: within the simulated device's default capacity (twice the peak), beyond what the host can map.
   const std::string huge = std::to_string(1000ull << 40);
-  write("huge.csv", "Thread,Time,Action,Pointer,Size,Stream\n"
-                    "0,1,allocate,0x1000,64,0x0\n"
-                    "0,2,allocate,0x2000," + huge + ",0x0\n"
-                    "0,3,free,0x2000," + huge + ",0x0\n");
-  for (const std::string& options : {std::string(""), std::string(" --allocator system"),
-                                     std::string(" --capacity 1GiB --allocator bfc")}) {
+  write("huge.csv",
+        "Thread,Time,Action,Pointer,Size,Stream\n"
+        "0,1,allocate,0x1000,64,0x0\n"
+        "0,2,allocate,0x2000," +
+            huge +
+            ",0x0\n"
+            "0,3,free,0x2000," +
+            huge + ",0x0\n");
+  for (const std::string& options :
+       {std::string(""), std::string(" --allocator system"), std::string(" --capacity 1GiB --allocator bfc")}) {
     const CliRun result = run("replay --trace " + path("huge.csv") + options);
     EXPECT_EQ(result.exit_code, 3) << options << "\n" << result.output;
     EXPECT_NE(result.output.find("huge.csv:3"), std::string::npos) << options << "\n" << result.output;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTML memory report in a real browser: `tensorpool profile --out DIR` writes report.html, headless
 // Chromium (Debian `chromium`, installed by scripts/install-deps) loads it from the file with no network, and
 // the rendered DOM is checked against snapshot.json: one section per device, the summary figures, the peak

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool train as a user runs it: a short run on the real dataset prints the plan, the epoch lines, the
 // test accuracy and the memory summary and writes the summary JSON; a run killed with SIGKILL after its first
 // checkpoint resumes at that step when the same command runs again; bad flags exit 2 with one line.
 #include <gtest/gtest.h>
 
-#include "tools/support/cli_runner.hpp"
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tools/support/cli_runner.hpp"
 
 #include <algorithm>
 #include <array>
@@ -66,8 +67,9 @@ TEST_F(TrainCli, AShortRunPrintsThePlanTheEpochsAndTheMemorySummary) {
 
 TEST_F(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
   const fs::path checkpoints = directory_ / "checkpoints";
-  const std::string arguments = "train --epochs 3 --limit-train 3200 --strategy one --devices sim:0 --checkpoint-dir '" +
-                                checkpoints.string() + "'";
+  const std::string arguments =
+      "train --epochs 3 --limit-train 3200 --strategy one --devices sim:0 --checkpoint-dir '" + checkpoints.string() +
+      "'";
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
@@ -114,15 +116,16 @@ TEST_F(TrainCli, MixedPrecisionRunReportsTheSplitAndRejectsUnknownPolicies) {
   EXPECT_NEAR(static_cast<double>(activations[1]) / static_cast<double>(activations[0]), 0.5, 0.05);
   const CliRun bad = run_cli("train --precision float16");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("'float16' is not one of float32, mixed_float16, mixed_bfloat16"),
-            std::string::npos)
+  EXPECT_NE(bad.output.find("'float16' is not one of float32, mixed_float16, mixed_bfloat16"), std::string::npos)
       << bad.output;
 }
 
 // The tensorpool variables unset, then `variables` set: these cases must not depend on the caller's environment.
 CliRun run_clean(const std::string& arguments, const std::string& variables = "") {
-  return run_cli(arguments, "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
-                            "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION -u TP_OPENCL_DEVICES " + variables);
+  return run_cli(arguments,
+                 "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
+                 "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION -u TP_OPENCL_DEVICES " +
+                     variables);
 }
 
 std::string read_file(const fs::path& path) {
@@ -184,8 +187,10 @@ TEST_F(TrainCli, TheHistoryCsvOfAResumedRunHoldsEveryEpochOnce) {
 // meant all 60000); a negative count or more than the file holds is refused.
 TEST_F(TrainCli, LimitTrainKeepsExactlyThatManyExamples) {
   const fs::path summary = directory_ / "summary.json";
-  const CliRun run = run_clean("train --epochs 1 --limit-train 700 --batch-size 100 --strategy one --devices sim:0 "
-                               "--summary-json '" + summary.string() + "'");
+  const CliRun run = run_clean(
+      "train --epochs 1 --limit-train 700 --batch-size 100 --strategy one --devices sim:0 "
+      "--summary-json '" +
+      summary.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("Fashion-MNIST: 700 training"), std::string::npos) << run.output;
   std::ifstream in(summary);
@@ -206,8 +211,8 @@ TEST_F(TrainCli, DeviceListsAndBatchSizesAreCheckedBeforeTraining) {
   // TP_OPENCL_DEVICES=0: the list of existing devices is then the same with or without an OpenCL driver.
   const CliRun missing = run_clean("train --epochs 1 --limit-train 2000", "TP_SIM_DEVICES=1 TP_OPENCL_DEVICES=0");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
-  for (const char* expected : {"sim:1, which does not exist", "cpu:0, sim:0 (TP_SIM_DEVICES=1)",
-                               "TP_SIM_DEVICES=2", "--devices sim:0"}) {
+  for (const char* expected :
+       {"sim:1, which does not exist", "cpu:0, sim:0 (TP_SIM_DEVICES=1)", "TP_SIM_DEVICES=2", "--devices sim:0"}) {
     EXPECT_NE(missing.output.find(expected), std::string::npos) << expected << " in " << missing.output;
   }
   EXPECT_EQ(missing.output.find("memory config"), std::string::npos) << missing.output;
@@ -216,8 +221,8 @@ TEST_F(TrainCli, DeviceListsAndBatchSizesAreCheckedBeforeTraining) {
   const CliRun twice = run_clean("train --epochs 1 --limit-train 640 --devices sim:0,sim:0");
   EXPECT_EQ(twice.exit_code, 2) << twice.output;
   EXPECT_NE(twice.output.find("sim:0 twice"), std::string::npos) << twice.output;
-  for (const std::string& arguments : {std::string("--batch-size 100000000"),
-                                       std::string("--limit-train 640 --batch-size 641")}) {
+  for (const std::string& arguments :
+       {std::string("--batch-size 100000000"), std::string("--limit-train 640 --batch-size 641")}) {
     const CliRun huge = run_clean("train --epochs 1 " + arguments);
     EXPECT_EQ(huge.exit_code, 2) << arguments << ": " << huge.output;
     EXPECT_NE(huge.output.find("--batch-size"), std::string::npos) << huge.output;
@@ -231,9 +236,8 @@ TEST_F(TrainCli, DeviceListsAndBatchSizesAreCheckedBeforeTraining) {
 
 // Issue 18, item 4: --sim-memory applies when TP_SIM_DEVICES is set (it was ignored: this run trained in 1 GiB).
 TEST_F(TrainCli, SimMemoryFlagOverridesTheEnvironment) {
-  const CliRun run =
-      run_clean("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --sim-memory 2MiB",
-                "TP_SIM_DEVICES=1 TP_SIM_MEMORY=1GiB");
+  const CliRun run = run_clean("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --sim-memory 2MiB",
+                               "TP_SIM_DEVICES=1 TP_SIM_MEMORY=1GiB");
   EXPECT_EQ(run.exit_code, 3) << run.output;
 }
 
@@ -267,15 +271,14 @@ TEST_F(TrainCli, ThroughAPipeEachLineArrivesWhenPrinted) {
   ::waitpid(child, &status, 0);
   ::close(pipe_ends[0]);
   EXPECT_EQ(first_read.rfind("Fashion-MNIST: 60000 training", 0), 0u) << first_read;
-  EXPECT_EQ(first_read.find("Epoch 1/1"), std::string::npos) << "the first line came with the epoch's:\n"
-                                                              << first_read;
+  EXPECT_EQ(first_read.find("Epoch 1/1"), std::string::npos) << "the first line came with the epoch's:\n" << first_read;
   EXPECT_TRUE(WIFSIGNALED(status)) << "the run ended before the first line arrived";
 }
 
 TEST_F(TrainCli, BadFlagsExitWithCodeTwoAndOneLine) {
-  for (const std::string& arguments : {std::string("train --strategy ring"), std::string("train --devices sim:0,,sim:1"),
-                                       std::string("train --data /nonexistent --epochs 1"),
-                                       std::string("train --allocator tlsf")}) {
+  for (const std::string& arguments :
+       {std::string("train --strategy ring"), std::string("train --devices sim:0,,sim:1"),
+        std::string("train --data /nonexistent --epochs 1"), std::string("train --allocator tlsf")}) {
     const CliRun run = run_cli(arguments);
     EXPECT_EQ(run.exit_code, 2) << arguments << ": " << run.output;
     EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << arguments << ": " << run.output;

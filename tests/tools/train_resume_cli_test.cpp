@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `tensorpool train --checkpoint-dir DIR` run again after the job finished: nothing is left to train, and the
 // run says so instead of reporting "0 samples/s over N steps"; a run that resumes mid-job reports the speed of
 // the steps it trained. Skipped, saying why, without the Fashion-MNIST dataset.
@@ -23,8 +24,8 @@ TEST(TrainResumeCli, ARerunOfAFinishedJobSaysThereIsNothingToTrain) {
   const fs::path directory = fs::temp_directory_path() / ("tp_train_resume_" + std::to_string(::getpid()));
   fs::remove_all(directory);
   // 320 examples: 10 steps of batch 32 per epoch.
-  const std::string train = "train --strategy one --devices sim:0 --limit-train 320 --hidden 64 --checkpoint-dir " +
-                            directory.string();
+  const std::string train =
+      "train --strategy one --devices sim:0 --limit-train 320 --hidden 64 --checkpoint-dir " + directory.string();
   const CliRun first = run_cli(train + " --epochs 1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("samples/s over 10 steps\n"), std::string::npos) << first.output;

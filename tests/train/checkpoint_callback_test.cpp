@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CheckpointCallback (saves every N steps and at epoch ends through save_checkpoint) and CallbackList.
 
 #include "tensorpool/train/callbacks.hpp"
@@ -50,13 +51,12 @@ TEST(CheckpointCallbackTest, SavesEveryNStepsAndAtEachEpochEnd) {
   TemporaryDirectory directory("ckpt_callback");
   FakeRun run;
   std::vector<std::int64_t> captured_steps;
-  CheckpointCallback callback(
-      directory.path(),
-      [&] {
-        captured_steps.push_back(run.step);
-        return run.capture();
-      },
-      {.every_steps = 4, .checkpoint = {.keep = 10}});
+  CheckpointCallback callback(directory.path(),
+                              [&] {
+                                captured_steps.push_back(run.step);
+                                return run.capture();
+                              },
+                              {.every_steps = 4, .checkpoint = {.keep = 10}});
   run.run(callback, 2, 10);
   EXPECT_EQ(captured_steps, (std::vector<std::int64_t>{4, 8, 10, 12, 16, 20, 20}));
   EXPECT_EQ(callback.saves(), 7);

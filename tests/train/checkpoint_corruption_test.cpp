@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Damaged checkpoints: every kind of damage is refused with tp::DataError naming the file and the problem,
 // and load_latest_checkpoint then falls back to the previous checkpoint with one line on stderr, deleting
 // nothing.
@@ -135,7 +136,8 @@ TEST_F(CorruptionTest, WrongVersionEvenWithAValidCrc) {
 }
 
 TEST_F(CorruptionTest, LatestNamesAMissingFile) {
-  write_bytes(directory_ / "latest", {'c', 'h', 'e', 'c', 'k', 'p', 'o', 'i', 'n', 't', '-', '3', '.', 't', 'p', 'c', 'k'});
+  write_bytes(directory_ / "latest",
+              {'c', 'h', 'e', 'c', 'k', 'p', 'o', 'i', 'n', 't', '-', '3', '.', 't', 'p', 'c', 'k'});
   fs::remove(newest());
   expect_fallback("checkpoint-3.tpck", "does not exist");
 }
@@ -191,9 +193,8 @@ TEST(CheckpointStructureTest, MalformedFieldsBehindAValidCrcAreRefused) {
   CheckpointState state;
   state.tensors["w"] = testing::random_tensor(DType::f32, {2, 3}, 1);
   std::vector<std::uint8_t> good;
-  detail::encode_checkpoint(state, [&good](const std::uint8_t* data, std::size_t size) {
-    good.insert(good.end(), data, data + size);
-  });
+  detail::encode_checkpoint(
+      state, [&good](const std::uint8_t* data, std::size_t size) { good.insert(good.end(), data, data + size); });
   ASSERT_EQ(good.size(), detail::encoded_size(state));
   const std::size_t dtype_offset = 64 + 4 + 1;  // fixed header, name length, "w"
   const std::size_t rank_offset = dtype_offset + 1;
@@ -215,7 +216,7 @@ TEST(CheckpointStructureTest, MalformedFieldsBehindAValidCrcAreRefused) {
   EXPECT_NE(refused_with(rank_offset, 3).find("malformed"), std::string::npos);
   EXPECT_NE(refused_with(dim_offset + 7, 0x80).find("negative dim"), std::string::npos);
   EXPECT_NE(refused_with(byte_length_offset, 25).find("does not match its dims"), std::string::npos);
-  EXPECT_NE(refused_with(60, 2).find("crafted.tpck"), std::string::npos);  // tensor_count 2: runs out
+  EXPECT_NE(refused_with(60, 2).find("crafted.tpck"), std::string::npos);       // tensor_count 2: runs out
   EXPECT_NE(refused_with(60, 0).find("unexplained bytes"), std::string::npos);  // tensor_count 0: leftovers
 }
 

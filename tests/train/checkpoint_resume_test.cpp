@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resuming from a checkpoint directory: a checkpoint of another model is refused naming the file, the variable
 // and both shapes (fit() and the parameter-server run); a run whose checkpoint is already at the last epoch
 // trains nothing and says so in its result.
@@ -39,9 +40,9 @@ std::unique_ptr<Sequential> model(device::DeviceManager& manager, const Strategy
 class CheckpointResume : public ::testing::Test {
  protected:
   void SetUp() override {
-    directory_ = std::filesystem::temp_directory_path() /
-                 ("tp_checkpoint_resume_" + std::to_string(::getpid()) + "_" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    directory_ =
+        std::filesystem::temp_directory_path() / ("tp_checkpoint_resume_" + std::to_string(::getpid()) + "_" +
+                                                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(directory_);
   }
   void TearDown() override { std::filesystem::remove_all(directory_); }

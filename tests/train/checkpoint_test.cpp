@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint save/load: round trips, the `latest` pointer, retention, leftovers of crashed saves, and saves
 // that fail at each step of the protocol leaving the previous checkpoint loadable.
 
@@ -17,9 +18,9 @@ namespace tp::train {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::TemporaryDirectory;
 using testing::read_text;
 using testing::sample_state;
+using testing::TemporaryDirectory;
 
 std::set<std::string> file_names(const fs::path& directory) {
   std::set<std::string> names;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fit() on synthetic data: learning with validation and callbacks, and resuming after a crash from the latest
 // checkpoint at the same step with bitwise the same final weights as an uninterrupted run. Each case runs on
 // every accelerator backend present (sim, and opencl where an OpenCL device exists: two devices of the kind
@@ -32,8 +33,8 @@ data::Dataset synthetic(device::DeviceManager& manager, std::int64_t rows, std::
 
 std::unique_ptr<Sequential> model(device::DeviceManager& manager, const Strategy& strategy) {
   auto sequential = std::make_unique<Sequential>(
-      std::vector<std::int64_t>{kIn},
-      std::vector<Dense>{{.units = 32, .activation = Activation::relu}, {.units = kClasses, .activation = Activation::softmax}});
+      std::vector<std::int64_t>{kIn}, std::vector<Dense>{{.units = 32, .activation = Activation::relu},
+                                                         {.units = kClasses, .activation = Activation::softmax}});
   sequential->compile({.optimizer = Adam{.learning_rate = 0.01}}, strategy, {.devices = &manager});
   return sequential;
 }
@@ -104,14 +105,16 @@ TEST_P(FitOnDevice, ResumesAfterACrashAtTheSameStepWithTheSameWeights) {
     EXPECT_THROW(fit(*crashing, train, options), std::runtime_error);
   }
   auto resumed = model(manager, Strategy::one_device(on(0)));
-  const FitResult result = fit(*resumed, train, {.epochs = 3, .checkpoint_dir = directory, .checkpoint_every_steps = 5});
+  const FitResult result =
+      fit(*resumed, train, {.epochs = 3, .checkpoint_dir = directory, .checkpoint_every_steps = 5});
   EXPECT_EQ(result.resumed_from_step, 15);
   EXPECT_EQ(result.steps, 30);
   const auto expected = reference->variables();
   const auto actual = resumed->variables();
   ASSERT_EQ(expected.size(), actual.size());
   for (std::size_t index = 0; index < expected.size(); ++index) {
-    EXPECT_EQ(expected[index].second.to_vector<float>(), actual[index].second.to_vector<float>()) << expected[index].first;
+    EXPECT_EQ(expected[index].second.to_vector<float>(), actual[index].second.to_vector<float>())
+        << expected[index].first;
   }
   std::filesystem::remove_all(directory);
 }
@@ -134,9 +137,9 @@ Trained fit_with(device::DeviceManager& manager, const Strategy& strategy, std::
   const data::Dataset train = synthetic(manager, 320, 4, 32);
   const data::Dataset validation = synthetic(manager, 128, 5, 64);
   auto recorder = std::make_shared<BatchRecorder>();
-  const FitResult result = fit(*sequential, train,
-                               {.epochs = 2, .validation = &validation, .callbacks = {recorder},
-                                .steps_in_flight = steps_in_flight});
+  const FitResult result =
+      fit(*sequential, train,
+          {.epochs = 2, .validation = &validation, .callbacks = {recorder}, .steps_in_flight = steps_in_flight});
   return {recorder->seen, result.history, sequential->variables()};
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient buckets (Strategy::bucket_bytes): which gradients share an AllReduce (filled from the last
 // parameter back, a new bucket when the next gradient would overflow it, per gradient dtype), and that
 // bucketing changes no result: with two replicas every element's sum is a + b whatever the bucket, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CsvLogger and JsonHistoryLogger: content parsed back, flushed/replaced after every epoch, append for
 // resumed runs, and errors naming the path.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HostTensor <-> Tensor copies on every backend present: the CPU device, and the accelerators whose memory
 // the host cannot touch directly (sim, opencl), for every dtype, a scalar and empty tensors.
 

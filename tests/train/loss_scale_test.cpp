@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dynamic loss scaling's host-side state machine (Keras defaults: 2^15, x2 after 2000 finite steps, /2 and
 // skip on a non-finite step, never below 1), the fixed-scale mode, restore validation, and the dtype
 // policies' names and errors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mixed precision end to end on a small synthetic problem: where the graph puts the casts for each policy
 // (per model and per layer), a forced float16 overflow that skips the step and halves the scale (and Adam's
 // step not counting it), gradients that underflow float16 unless the loss is scaled, training that lowers the
@@ -213,8 +214,9 @@ TEST_P(MixedPrecisionOnDevice, LossScaledStepsAreNeverLaunchedAhead) {
     model.compile({.policy = DTypePolicy::mixed_float16(), .loss_scale = {.initial_scale = 0x1p40}},
                   Strategy::one_device(on(0)), {.name = "in_flight_" + std::to_string(in_flight), .devices = &manager});
     EXPECT_THROW(model.launch_train_step(data.x, data.labels, 1), InvalidArgument);
-    const data::Dataset train =
-        data::Dataset::from_tensors(data.x, data.labels).batch(data.x.shape().dim(0) / 4).stage_on(manager.device("cpu:0"));
+    const data::Dataset train = data::Dataset::from_tensors(data.x, data.labels)
+                                    .batch(data.x.shape().dim(0) / 4)
+                                    .stage_on(manager.device("cpu:0"));
     fit(model, train, {.epochs = 3, .steps_in_flight = in_flight});
     EXPECT_EQ(model.loss_scale_state()->skipped_steps + model.loss_scale_state()->good_steps, 12);
     kernels.push_back(model.session().read_variable("dense/kernel").to_vector<float>());
@@ -235,8 +237,7 @@ TEST_P(MixedPrecisionOnDevice, UnderflowingGradientsAreRescuedByLossScaling) {
     tiny.insert(tiny.end(), kInHere, 0x1p-24F * static_cast<float>(row + 1));
   const std::vector<std::int32_t> labels{0, 1, 2, 3};
   const auto kernel_gradient = [&](DTypePolicy policy, float scale) {
-    const ModelGraph model =
-        build_model_graph({.input_shape = {kInHere}, .layers = layers, .policy = policy}, {on(0)});
+    const ModelGraph model = build_model_graph({.input_shape = {kInHere}, .layers = layers, .policy = policy}, {on(0)});
     runtime::Session session(model.graph, {.name = std::string(policy.name()), .devices = &manager});
     const float inverse = 1.0F / kRowsHere;
     runtime::FeedMap feeds;

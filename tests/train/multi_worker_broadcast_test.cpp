@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Multi-worker training starts every worker from rank 0's variables (Sequential::broadcast_variables, called by
 // fit() before the first step), as Horovod's broadcast of the global variables: workers compiled with different
 // seeds end a fit with bitwise the same parameters, rank 0's starting point, not their own. Runs alone (a world

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Strategy::parameter_server in-process: one worker trains exactly as one device does; asynchronous workers
 // lower the loss; bounded staleness keeps every update within its proven bound and the workers within K + 1
 // steps of each other; without a bound a slow worker holds nobody back; a rerun resumes from the checkpoint;
@@ -139,8 +140,8 @@ TEST_P(ParameterServerOnDevice, TwoAsynchronousWorkersLowerTheLoss) {
   device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
   const data::Dataset train = synthetic(manager, 1024, 3);
   const data::Dataset test = synthetic(manager, 256, 99);
-  std::unique_ptr<Sequential> model = compiled(manager, Strategy::parameter_server({on(0), on(1)}, on(2)),
-                                               {.optimizer = Adam{.learning_rate = 0.01}});
+  std::unique_ptr<Sequential> model =
+      compiled(manager, Strategy::parameter_server({on(0), on(1)}, on(2)), {.optimizer = Adam{.learning_rate = 0.01}});
   const Evaluation before = evaluate(*model, test);
   const ParameterServerResult result = fit_parameter_server(*model, train, {.fit = {.epochs = 3}});
   const Evaluation after = evaluate(*model, test);

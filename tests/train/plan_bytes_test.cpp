@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // train::step_bytes: every planned tensor gets one kind from the graph (gradients are never activations), the
 // sums of sizes count each tensor once, and the split taken at the arena's fullest planned step lies between
 // the plan's liveness lower bound and the arena, on one device and mirrored (with its all-reduce bucket),
@@ -49,9 +50,9 @@ TEST_P(StepBytesOfThePlan, KindsAndTheSplitAtTheFullestStep) {
       }
       if (!tensor.in_place && tensor.planned_bytes > 0) sums += tensor.bytes;
     }
-    EXPECT_EQ(bytes.activation_bytes + bytes.activation_gradient_bytes + bytes.weight_gradient_bytes +
-                  bytes.other_bytes,
-              sums);
+    EXPECT_EQ(
+        bytes.activation_bytes + bytes.activation_gradient_bytes + bytes.weight_gradient_bytes + bytes.other_bytes,
+        sums);
     EXPECT_GT(bytes.weight_gradient_bytes, 0u);
     EXPECT_LE(bytes.live_bytes(), device.arena_bytes);
     EXPECT_GE(bytes.live_bytes(), device.lower_bound_bytes);

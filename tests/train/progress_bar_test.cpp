@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProgressBar output on a terminal (per-step bar rewritten with '\r', throttled, closed by the epoch line)
 // and elsewhere (one line per epoch).
 

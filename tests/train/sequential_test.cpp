@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Keras-like model on synthetic data: training lowers the loss on one device and mirrored over two;
 // mirrored replicas stay bitwise identical; mirrored matches one device within float tolerance; the plan is
 // known before the first step; bad inputs are rejected naming them. The device cases run on every

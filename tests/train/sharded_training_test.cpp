@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ZeRO (Strategy::shard): sharded optimizer state (ZeRO-1) and gradients (ZeRO-2) train like the unsharded
 // mirrored strategy (within float tolerance), keep the replicas' parameters bitwise identical, hold 1/R of
 // the optimizer state per device, checkpoint every shard, and refuse a strategy that cannot shard. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Subcommand registration: each add_*_command attaches one subcommand (its options and callback) to the app.
 #include <CLI/CLI.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool devices [--json] [--sim-devices N] [--sim-memory BYTES] [--allocate BYTES]
 // Lists the devices the DeviceManager builds from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
 // TP_OPENCL_DEVICES, TP_VISIBLE_DEVICES and the memory overrides), with each one's memory figures; --json
@@ -91,8 +92,8 @@ std::vector<std::shared_ptr<Buffer>> probe(device::DeviceManager& manager, std::
 }
 
 void print_table(const std::vector<device::DeviceInfo>& devices) {
-  const std::vector<std::string> header{"name",     "kind",     "physical", "capacity",  "limit",  "in use",
-                                        "reserved", "peak",     "allocator", "policy",   "streams"};
+  const std::vector<std::string> header{"name",     "kind", "physical",  "capacity", "limit",  "in use",
+                                        "reserved", "peak", "allocator", "policy",   "streams"};
   std::vector<std::vector<std::string>> rows;
   for (const device::DeviceInfo& info : devices) {
     rows.push_back({info.name, info.kind, info.physical, format_bytes(info.capacity_bytes),
@@ -149,9 +150,10 @@ void print_json(const std::vector<device::DeviceInfo>& devices) {
           {"global_memory_bytes", opencl.global_memory_bytes},
           {"max_allocation_bytes", opencl.max_allocation_bytes},
           {"compute_units", opencl.compute_units},
-          {"svm", {{"coarse_grain_buffer", opencl.svm_coarse_grain_buffer},
-                   {"fine_grain_buffer", opencl.svm_fine_grain_buffer},
-                   {"fine_grain_system", opencl.svm_fine_grain_system}}},
+          {"svm",
+           {{"coarse_grain_buffer", opencl.svm_coarse_grain_buffer},
+            {"fine_grain_buffer", opencl.svm_fine_grain_buffer},
+            {"fine_grain_system", opencl.svm_fine_grain_system}}},
           {"fp64", opencl.fp64},
       };
     }
@@ -183,14 +185,17 @@ void add_devices_command(CLI::App& app) {
       "List the devices (cpu, simulated and OpenCL accelerators after visible-device filtering) and their memory");
   auto arguments = std::make_shared<DevicesArguments>();
   command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");
-  command->add_option("--sim-devices", arguments->sim_devices,
-                      "number of simulated accelerators, 0 to 64 (overrides TP_SIM_DEVICES)")
+  command
+      ->add_option("--sim-devices", arguments->sim_devices,
+                   "number of simulated accelerators, 0 to 64 (overrides TP_SIM_DEVICES)")
       ->type_name("N");
-  command->add_option("--sim-memory", arguments->sim_memory,
-                      "memory of each simulated accelerator, e.g. 1GiB (overrides TP_SIM_MEMORY)")
+  command
+      ->add_option("--sim-memory", arguments->sim_memory,
+                   "memory of each simulated accelerator, e.g. 1GiB (overrides TP_SIM_MEMORY)")
       ->type_name("BYTES");
-  command->add_option("--allocate", arguments->allocate,
-                      "probe: allocate this many bytes on each accelerator before printing, e.g. 10MiB")
+  command
+      ->add_option("--allocate", arguments->allocate,
+                   "probe: allocate this many bytes on each accelerator before printing, e.g. 10MiB")
       ->type_name("BYTES");
   command->callback([arguments] { run_devices(*arguments); });
 }

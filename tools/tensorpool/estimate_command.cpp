@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool estimate [model flags] [--json]: the per-tensor memory of one training step of the Keras-example
 // MLP, per device, from the static plan, before anything runs. Nothing is allocated on the devices (checked:
 // the command fails if their allocation counters moved). Under mpirun with --strategy multi_worker every worker

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool: the command-line tool. Each subcommand lives in its own file and registers itself here.
 #include <CLI/CLI.hpp>
 #include <exception>

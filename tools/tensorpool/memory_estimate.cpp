@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "memory_estimate.hpp"
 
 #include <fmt/format.h>
@@ -47,19 +48,19 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
     if (device == nullptr) {
       TP_THROW(InvalidArgument, "estimate", "the plan uses ", device_plan.device, ", which is not in --devices");
     }
-    DeviceEstimate entry{.device = device_plan.device,
-                         .variable_bytes = device_plan.variable_bytes,
-                         .arena_bytes = device_plan.arena_bytes,
-                         .lower_bound_bytes = device_plan.lower_bound_bytes,
-                         .planned_peak_bytes = device_plan.planned_peak_bytes,
-                         .planned_peak_allocated_bytes = 0,
-                         .shared_bytes = device_plan.shared_bytes,
-                         .shared_memory = device->shared_memory() != nullptr ? device->shared_memory()->config().device
-                                                                             : std::string(),
-                         .limit_bytes = device->memory().limit_bytes(),
-                         .fits = true,
-                         .bytes_by_kind = {},
-                         .step = {}};
+    DeviceEstimate entry{
+        .device = device_plan.device,
+        .variable_bytes = device_plan.variable_bytes,
+        .arena_bytes = device_plan.arena_bytes,
+        .lower_bound_bytes = device_plan.lower_bound_bytes,
+        .planned_peak_bytes = device_plan.planned_peak_bytes,
+        .planned_peak_allocated_bytes = 0,
+        .shared_bytes = device_plan.shared_bytes,
+        .shared_memory = device->shared_memory() != nullptr ? device->shared_memory()->config().device : std::string(),
+        .limit_bytes = device->memory().limit_bytes(),
+        .fits = true,
+        .bytes_by_kind = {},
+        .step = {}};
     // The allocator's rounding is its own business (BFC hands a chunk below twice the request out whole), so
     // replay the step's allocations, in the session's order, on a scratch stack of the device's configuration:
     // the same allocator over simulated memory (reserved lazily by the OS, never touched).
@@ -111,8 +112,8 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
                              device_plan.arena_bytes,
                              replay(device_plan.arena_bytes)});
     const memory::MemoryStats replayed = scratch->stats();
-    entry.planned_peak_allocated_bytes = std::max(
-        source_rounds ? source_in_use : replayed.peak_bytes_in_use + overflow, entry.planned_peak_bytes);
+    entry.planned_peak_allocated_bytes =
+        std::max(source_rounds ? source_in_use : replayed.peak_bytes_in_use + overflow, entry.planned_peak_bytes);
     for (const auto& [ptr, bytes] : held) scratch->deallocate(ptr, bytes);
     entry.step = model.step_bytes(plan, entry.device);
     for (std::size_t index = 0; index < plan.tensors.size(); ++index) {
@@ -125,8 +126,8 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
       }
       const std::string kind(train::to_string(entry.step.kinds[index]));
       if (tensor.fed_in_place) {  // the caller's batch on the device, read in place: no bytes of the plan
-        estimate.rows.push_back({entry.device, tensor.name, kind, tensor.op, tensor.dtype, "fed in place",
-                                 tensor.shape, tensor.bytes, 0});
+        estimate.rows.push_back(
+            {entry.device, tensor.name, kind, tensor.op, tensor.dtype, "fed in place", tensor.shape, tensor.bytes, 0});
         continue;
       }
       entry.bytes_by_kind[kind] += tensor.bytes;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The per-tensor memory estimate of a training step, from the static plan (Session::plan): nothing is
 // allocated on the devices. Each tensor with its kind (parameter, optimizer_state, weight_gradient for
@@ -66,7 +67,7 @@ using ConfigChange = std::function<void(memory::MemoryConfig&)>;
 
 struct EstimateOptions {
   std::string arena_name = "train/arena";  // the tag of the session's arena ("<session name>/arena")
-  ConfigChange change{};                    // when set, alters the replayed configuration (not the devices')
+  ConfigChange change{};                   // when set, alters the replayed configuration (not the devices')
 };
 
 // `plan` is `model`'s (its graph tells the step's tensors apart); `devices` gives each planned device's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "memory_summary.hpp"
 
 #include <fmt/format.h>
@@ -39,8 +40,7 @@ nlohmann::json memory_summary(device::DeviceManager& manager, const std::vector<
         if (!arena && live.tag.kind == memory::AllocationKind::parameter) parameter_bytes += live.bytes;
         if (!arena && live.tag.kind == memory::AllocationKind::optimizer_state) optimizer_state_bytes += live.bytes;
         largest.push_back({live.tag.name, arena ? "" : live.tag.dtype + shape_text(live.tag.shape),
-                           std::string(memory::to_string(live.tag.kind)),
-                           live.bytes});
+                           std::string(memory::to_string(live.tag.kind)), live.bytes});
       }
     }
     const train::StepBytes split = model.step_bytes(plan, name);

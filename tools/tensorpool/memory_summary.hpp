@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // train's "Memory summary": per device, what was measured (peak in use, reserved, fragmentation), what was
 // planned, the live variables by kind, the step's planned bytes by kind and the largest tensors; printed to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "model_setup.hpp"
 
 #include <fmt/format.h>
@@ -9,11 +10,11 @@
 #include <optional>
 #include <thread>
 
+#include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
-#include "option_checks.hpp"
 
 namespace tp::cli {
 namespace {
@@ -35,9 +36,10 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->check(one_of({"bfc", "expandable", "system"}));
   command.add_option("--allow-growth", arguments.allow_growth, "grow device memory on demand (true) or preallocate")
       ->capture_default_str();
-  command.add_option("--sim-memory", arguments.sim_memory,
-                     "memory of each sim device, e.g. 1GiB; overrides TP_SIM_MEMORY (default: TP_SIM_MEMORY, "
-                     "else 1GiB)")
+  command
+      .add_option("--sim-memory", arguments.sim_memory,
+                  "memory of each sim device, e.g. 1GiB; overrides TP_SIM_MEMORY (default: TP_SIM_MEMORY, "
+                  "else 1GiB)")
       ->type_name("BYTES");
   command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")
       ->capture_default_str()
@@ -64,7 +66,9 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
                   "and the rest of the backward pass, may overlap); 0 or 1: in schedule order")
       ->capture_default_str()
       ->check(whole_number(0, kMaxThreads));
-  command.add_option("--intra-op-threads", arguments.intra_op_threads, "threads of each CPU kernel (GEMM blocks, element-wise chunks); 0: cores / devices")
+  command
+      .add_option("--intra-op-threads", arguments.intra_op_threads,
+                  "threads of each CPU kernel (GEMM blocks, element-wise chunks); 0: cores / devices")
       ->capture_default_str()
       ->check(whole_number(0, kMaxThreads));
   command
@@ -88,8 +92,8 @@ std::vector<std::string> ModelSetup::used_devices() const {
 
 device::Device& ModelSetup::batch_device() const {
   const std::vector<std::string> used = used_devices();
-  const bool one_process = strategy.kind != train::Strategy::Kind::parameter_server &&
-                           strategy.kind != train::Strategy::Kind::multi_worker;
+  const bool one_process =
+      strategy.kind != train::Strategy::Kind::parameter_server && strategy.kind != train::Strategy::Kind::multi_worker;
   if (used.size() == 1 && one_process && manager->device(used.front()).shared_memory() != nullptr) {
     return manager->device(used.front());
   }
@@ -194,9 +198,10 @@ std::string missing_opencl_fix(const device::DeviceId& id) {
   const int wanted = id.index + 1;
   const std::string split = physical == 1 ? fmt::format("split it into {} logical opencl devices", wanted)
                                           : fmt::format("spread {} logical opencl devices over them", wanted);
-  return fmt::format("the OpenCL driver reports {} device{}; set TP_OPENCL_DEVICES={} to {} (each with its own "
-                     "queues and an even share of the memory)",
-                     physical, physical == 1 ? "" : "s", wanted, split);
+  return fmt::format(
+      "the OpenCL driver reports {} device{}; set TP_OPENCL_DEVICES={} to {} (each with its own "
+      "queues and an even share of the memory)",
+      physical, physical == 1 ? "" : "s", wanted, split);
 }
 
 // Each device the run uses must exist; the error names the missing one, the devices this process has, and
@@ -222,8 +227,9 @@ void check_devices_exist(const device::DeviceManager& manager, const ModelSetup&
     const char* const count_env = std::getenv(count_variable);
     std::string fix;
     if (id.kind == device::DeviceKind::cuda) {
-      fix = "this build has no CUDA backend; use simulated devices (e.g. --devices sim:0,sim:1), opencl devices or "
-            "cpu:0";
+      fix =
+          "this build has no CUDA backend; use simulated devices (e.g. --devices sim:0,sim:1), opencl devices or "
+          "cpu:0";
     } else if (accelerator && std::getenv("TP_VISIBLE_DEVICES") != nullptr) {
       fix = fmt::format("TP_VISIBLE_DEVICES='{}' hides it; add it there or unset TP_VISIBLE_DEVICES",
                         std::getenv("TP_VISIBLE_DEVICES"));
@@ -232,9 +238,10 @@ void check_devices_exist(const device::DeviceManager& manager, const ModelSetup&
                         id.index + 1);
     } else if (id.kind == device::DeviceKind::opencl && count_env != nullptr &&
                !device::opencl_physical_devices().empty()) {
-      fix = fmt::format("TP_OPENCL_DEVICES={} leaves it out; set TP_OPENCL_DEVICES={} (or unset it for one opencl "
-                        "device per device the OpenCL driver reports)",
-                        count_env, id.index + 1);
+      fix = fmt::format(
+          "TP_OPENCL_DEVICES={} leaves it out; set TP_OPENCL_DEVICES={} (or unset it for one opencl "
+          "device per device the OpenCL driver reports)",
+          count_env, id.index + 1);
     } else if (id.kind == device::DeviceKind::opencl) {
       fix = missing_opencl_fix(id);
     } else {
@@ -242,8 +249,8 @@ void check_devices_exist(const device::DeviceManager& manager, const ModelSetup&
     }
     if (accelerator) {
       const std::string same_kind = listed_of(id.kind);
-      fix += same_kind.empty() ? std::string(", or use --devices cpu:0")
-                               : fmt::format(", or use --devices {}", same_kind);
+      fix +=
+          same_kind.empty() ? std::string(", or use --devices cpu:0") : fmt::format(", or use --devices {}", same_kind);
     }
     const bool listed_in_devices = std::find(setup.names.begin(), setup.names.end(), name) != setup.names.end();
     TP_THROW(InvalidArgument, command, listed_in_devices ? "--devices" : "--ps-device", " names ", id.str(),

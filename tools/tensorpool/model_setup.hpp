@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What `tensorpool train`, `estimate` and `profile` share: the model flags (devices, strategy, batch size,
 // allocator, growth, sim memory, all-reduce, shard, hidden widths, precision, seed, BLAS threads), the devices

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "oom_advice.hpp"
 
 #include <fmt/format.h>
@@ -22,9 +23,9 @@ std::string allocator_text(const memory::MemoryConfig& config) {
 std::string peaks_text(const MemoryEstimate& estimate) {
   std::string peaks;
   for (const DeviceEstimate& device : estimate.devices) {
-    peaks += fmt::format("{}{} of {} on {}", peaks.empty() ? "" : ", ",
-                         format_bytes(device.planned_peak_allocated_bytes), format_bytes(device.limit_bytes),
-                         device.device);
+    peaks +=
+        fmt::format("{}{} of {} on {}", peaks.empty() ? "" : ", ", format_bytes(device.planned_peak_allocated_bytes),
+                    format_bytes(device.limit_bytes), device.device);
   }
   return peaks;
 }
@@ -42,14 +43,12 @@ std::vector<Alternative> alternatives(const memory::MemoryConfig& config) {
   using memory::GrowthPolicy;
   std::vector<Alternative> candidates;
   if (config.allocator != AllocatorKind::expandable) {
-    candidates.push_back({"--allocator expandable", [](memory::MemoryConfig& c) {
-                            c.allocator = AllocatorKind::expandable;
-                          }});
+    candidates.push_back(
+        {"--allocator expandable", [](memory::MemoryConfig& c) { c.allocator = AllocatorKind::expandable; }});
   }
   if (config.allocator == AllocatorKind::bfc) {
     const bool growing = config.policy == GrowthPolicy::grow;
-    candidates.push_back({growing ? "--allow-growth false" : "--allow-growth true",
-                          [growing](memory::MemoryConfig& c) {
+    candidates.push_back({growing ? "--allow-growth false" : "--allow-growth true", [growing](memory::MemoryConfig& c) {
                             c.policy = growing ? GrowthPolicy::preallocate : GrowthPolicy::grow;
                           }});
   } else {
@@ -154,8 +153,7 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
         advice += fmt::format(
             "--batch-size {} fits: its allocations, replayed through the {} allocator, peak at {} (check it "
             "with `tensorpool estimate --batch-size {}`). ",
-            batch, allocator, peaks_text(estimate_memory(model.plan(batch, batches_on), model, devices, batch)),
-            batch);
+            batch, allocator, peaks_text(estimate_memory(model.plan(batch, batches_on), model, devices, batch)), batch);
       } else {
         advice += fmt::format("not even --batch-size 1 fits with the {} allocator (peak after rounding {}). ",
                               allocator, peaks_text(estimate_memory(model.plan(1, batches_on), model, devices, 1)));

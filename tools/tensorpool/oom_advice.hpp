@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The concrete fix for an out-of-memory error during training, from what the CLI knows about the workload.
 // "Fits" is decided the way the device decides it: the plan's allocations (variables, then the step's arena)
@@ -10,9 +11,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <string_view>
 #include "memory_estimate.hpp"
 #include "tensorpool/device/device.hpp"
-#include <string_view>
 
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/train/sequential.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checks of option values at parse time, with messages a user can act on: each names the flag (CLI11 puts
 // "--flag: " in front of a check's message), repeats the value given and says what is accepted, with numbers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "output_paths.hpp"
 
 #include <fcntl.h>

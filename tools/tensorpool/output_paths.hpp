@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checks, before a run does any work, that it can write its outputs where the flags say: a run that trains
 // for minutes and then fails to save its results loses them. Nothing is created or changed by a check: a

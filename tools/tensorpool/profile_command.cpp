@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool profile [model flags] [--steps N] [--out DIR] [--synthetic | --data DIR] [--json]: N training
 // steps of the Keras-example MLP under the memory profiler. Prints each device's summary table with the
 // planned peak next to the measured one and writes snapshot.json, trace.json, trace-DEVICE.csv, report.html and
@@ -18,7 +19,6 @@
 #include "oom_advice.hpp"
 #include "output_paths.hpp"
 #include "profile_output.hpp"
-#include "training_examples.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
@@ -26,6 +26,7 @@
 #include "tensorpool/profile/exporters.hpp"
 #include "tensorpool/train/host_tensor.hpp"
 #include "tensorpool/train/parameter_server.hpp"
+#include "training_examples.hpp"
 
 namespace tp::cli {
 namespace {
@@ -148,8 +149,7 @@ void run_profile(const ProfileArguments& arguments) {
   // The parameter-server strategy keeps its variables on --ps-device, beside the workers' devices.
   const std::vector<std::string> names = setup.used_devices();
   const std::vector<device::Device*> run_devices = named_devices(*setup.manager, names);
-  std::unique_ptr<profile::MemoryProfiler> profiler =
-      start_profiler(*setup.manager, names, true, arguments.max_events);
+  std::unique_ptr<profile::MemoryProfiler> profiler = start_profiler(*setup.manager, names, true, arguments.max_events);
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
   const bool parameter_server = setup.strategy.kind == train::Strategy::Kind::parameter_server;
   // Batches live where `train` assembles them (ModelSetup::batch_device), so the profile measures its steps.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The memory profiler as the CLI uses it (train --profile DIR, profile --out DIR): started over the run's
 // devices and cpu:0 (host staging of feeds and fetches lives there), and, at the end, its snapshot written as

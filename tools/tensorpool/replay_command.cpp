@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
 //                   [--find-min-capacity] [--repeat N]
 // Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
@@ -52,14 +53,16 @@ std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text) {
   for (const memory::ReplayAllocator allocator : memory::all_replay_allocators()) {
     if (text == memory::to_string(allocator)) return {allocator};
   }
-  TP_THROW(InvalidArgument, "replay", "--allocator '", text, "' is unknown; use bfc, bfc-grow, expandable, system or all");
+  TP_THROW(InvalidArgument, "replay", "--allocator '", text,
+           "' is unknown; use bfc, bfc-grow, expandable, system or all");
 }
 
 std::size_t parse_repeat(const std::string& text) {
   std::size_t repeat = 0;
   const auto [ptr, error] = std::from_chars(text.data(), text.data() + text.size(), repeat);
   if (error != std::errc{} || ptr != text.data() + text.size() || repeat == 0 || repeat > kMaxRepeat) {
-    TP_THROW(InvalidArgument, "replay", "--repeat '", text, "' is not a count; write an integer from 1 to ", kMaxRepeat);
+    TP_THROW(InvalidArgument, "replay", "--repeat '", text, "' is not a count; write an integer from 1 to ",
+             kMaxRepeat);
   }
   return repeat;
 }
@@ -83,7 +86,8 @@ std::size_t resolve_capacity(const ReplayArguments& arguments, const memory::Tra
 
 memory::Trace load_trace(const std::string& path) {
   if (path.empty()) {
-    TP_THROW(InvalidArgument, "replay", "--trace FILE is required; pass a trace CSV such as bench/traces/data/training.csv");
+    TP_THROW(InvalidArgument, "replay",
+             "--trace FILE is required; pass a trace CSV such as bench/traces/data/training.csv");
   }
   if (std::filesystem::is_directory(path)) {
     TP_THROW(InvalidArgument, "replay", "--trace '", path, "' is a directory; pass one trace CSV file");
@@ -107,12 +111,14 @@ void check_replayable(const memory::Trace& trace, memory::ReplayAllocator alloca
       report.suggestion = fmt::format("pass --capacity {} or more (or leave --capacity out: twice the peak live)",
                                       format_bytes(needed));
     } else if (default_capacity) {  // twice the peak: more than any allocator's rounding of one allocation
-      report.suggestion = "the host cannot back it (a simulated device maps its memory from the host); check the "
-                          "trace's Size column, or replay on a host with more memory";
+      report.suggestion =
+          "the host cannot back it (a simulated device maps its memory from the host); check the "
+          "trace's Size column, or replay on a host with more memory";
     } else {
-      report.suggestion = "an empty device of this --capacity refuses it too (the allocator's rounding, e.g. the "
-                          "expandable arena's 2 MiB granules, or a host that cannot back it): raise --capacity, "
-                          "or leave it out";
+      report.suggestion =
+          "an empty device of this --capacity refuses it too (the allocator's rounding, e.g. the "
+          "expandable arena's 2 MiB granules, or a host that cannot back it): raise --capacity, "
+          "or leave it out";
     }
   };
   try {
@@ -122,8 +128,8 @@ void check_replayable(const memory::Trace& trace, memory::ReplayAllocator alloca
     error.amend(name);
     throw;
   } catch (const std::bad_alloc&) {
-    OutOfMemoryReport report = OutOfMemoryReport::for_request(std::string(memory::to_string(allocator)), size, size,
-                                                              {}, capacity, 0, 0);
+    OutOfMemoryReport report =
+        OutOfMemoryReport::for_request(std::string(memory::to_string(allocator)), size, size, {}, capacity, 0, 0);
     name(report);
     throw OutOfMemoryError(std::move(report));
   }
@@ -133,24 +139,29 @@ std::string ratio(double value) { return fmt::format("{:.3f}", value); }
 
 void print_table(const ReplayArguments& arguments, const memory::Trace& trace, std::size_t capacity, std::size_t repeat,
                  const std::vector<AllocatorReport>& reports, const memory::OfflinePlan& plan) {
-  std::vector<std::string> header{"allocator", "ops", "median ns", "p99 ns", "peak live", "peak reserved",
-                                  "reserved/live", "OOMs"};
+  std::vector<std::string> header{"allocator", "ops",           "median ns",     "p99 ns",
+                                  "peak live", "peak reserved", "reserved/live", "OOMs"};
   if (arguments.find_min_capacity) header.emplace_back("min capacity");
   std::vector<std::vector<std::string>> rows;
   for (const AllocatorReport& report : reports) {
     const memory::ReplayResult& result = report.result;
-    std::vector<std::string> row{std::string(memory::to_string(report.allocator)), std::to_string(result.ops),
-                                 std::to_string(result.median_pair_ns), std::to_string(result.p99_pair_ns),
-                                 format_bytes(result.peak_live_bytes), format_bytes(result.peak_reserved_bytes),
-                                 ratio(result.reserved_to_live), std::to_string(result.oom_count)};
+    std::vector<std::string> row{std::string(memory::to_string(report.allocator)),
+                                 std::to_string(result.ops),
+                                 std::to_string(result.median_pair_ns),
+                                 std::to_string(result.p99_pair_ns),
+                                 format_bytes(result.peak_live_bytes),
+                                 format_bytes(result.peak_reserved_bytes),
+                                 ratio(result.reserved_to_live),
+                                 std::to_string(result.oom_count)};
     if (report.min_capacity) row.push_back(format_bytes(report.min_capacity->capacity_bytes));
     rows.push_back(std::move(row));
   }
   const double plan_ratio = plan.lower_bound_bytes == 0
                                 ? 0.0
                                 : static_cast<double>(plan.heap_bytes) / static_cast<double>(plan.lower_bound_bytes);
-  std::vector<std::string> plan_row{"offline plan", "-", "-", "-", format_bytes(plan.lower_bound_bytes),
-                                    format_bytes(plan.heap_bytes), ratio(plan_ratio), "-"};
+  std::vector<std::string> plan_row{
+      "offline plan",    "-", "-", "-", format_bytes(plan.lower_bound_bytes), format_bytes(plan.heap_bytes),
+      ratio(plan_ratio), "-"};
   if (arguments.find_min_capacity) plan_row.push_back(format_bytes(plan.heap_bytes));
   rows.push_back(std::move(plan_row));
 
@@ -178,9 +189,10 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
                            format_bytes(capacity), repeat, repeat == 1 ? "" : "s");
   print_row(header);
   for (const auto& row : rows) print_row(row);
-  std::cout << fmt::format("\noffline plan ({}): heap of a planner that sees the whole trace; peak live is the "
-                           "lower bound\n",
-                           plan.strategy);
+  std::cout << fmt::format(
+      "\noffline plan ({}): heap of a planner that sees the whole trace; peak live is the "
+      "lower bound\n",
+      plan.strategy);
   const bool has_bfc = std::any_of(reports.begin(), reports.end(), [](const AllocatorReport& report) {
     return report.allocator == memory::ReplayAllocator::bfc;
   });
@@ -258,7 +270,8 @@ void run_replay(const ReplayArguments& arguments) {
 
 void add_replay_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "replay", "Replay an allocation trace on a simulated device with each allocator and compare latency and footprint");
+      "replay",
+      "Replay an allocation trace on a simulated device with each allocator and compare latency and footprint");
   auto arguments = std::make_shared<ReplayArguments>();
   command->add_option("--trace", arguments->trace, "trace CSV (Thread,Time,Action,Pointer,Size,Stream)");
   std::vector<std::string> allocators;
@@ -275,7 +288,6 @@ void add_replay_command(CLI::App& app) {
                     "binary-search the smallest capacity each allocator replays without OOM");
   command->add_option("--repeat", arguments->repeat, "replays per allocator; latencies are pooled (default: 1)");
   command->callback([arguments] { run_replay(*arguments); });
-
 }
 
 }  // namespace tp::cli

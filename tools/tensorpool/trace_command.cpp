@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool trace generate --kind random|training|varying_shape|all --output PATH [--seed N]
 // One kind writes one file (PATH, or PATH/KIND.csv when PATH is a directory); --kind all writes KIND.csv for
 // each kind into the directory PATH, created if missing, and refuses a PATH that is a file or is named like

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tensorpool train: the main job. Defaults reproduce the Keras example (Fashion-MNIST, Dense 512 relu,
 // Dense 10 softmax, Adam, sparse categorical cross-entropy, accuracy, 5 epochs, batch 32) on two sim devices
 // with the mirrored strategy, and end with a per-device memory summary.
@@ -18,12 +19,10 @@
 #include "commands.hpp"
 #include "memory_summary.hpp"
 #include "model_setup.hpp"
-#include "option_checks.hpp"
 #include "oom_advice.hpp"
+#include "option_checks.hpp"
 #include "output_paths.hpp"
 #include "profile_output.hpp"
-#include "training_examples.hpp"
-#include "worker_launch.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
@@ -37,6 +36,8 @@
 #include "tensorpool/train/parameter_server.hpp"
 #include "tensorpool/train/progress_bar.hpp"
 #include "tensorpool/train/sequential.hpp"
+#include "training_examples.hpp"
+#include "worker_launch.hpp"
 
 namespace tp::cli {
 namespace {
@@ -50,7 +51,7 @@ struct TrainArguments {
   std::string history_csv;
   std::int64_t limit_train = 0;
   std::int64_t steps_in_flight = 2;  // FitOptions::steps_in_flight: the host launches a step ahead
-  std::string profile_dir;  // --profile: memory profiler reports written there (docs/profiling.md)
+  std::string profile_dir;           // --profile: memory profiler reports written there (docs/profiling.md)
 };
 
 std::string parameter_server_line(const train::Strategy& strategy, bool across_processes, int ranks) {
@@ -199,14 +200,15 @@ void run_train(const TrainArguments& arguments) {
   const double samples_per_second =
       result.train_seconds > 0 ? static_cast<double>(result.train_samples) / result.train_seconds : 0.0;
   // The speed of the steps trained now; a rerun of a finished job trains none and says why instead.
-  std::string speed = fmt::format("{:.0f} samples/s over {} steps", samples_per_second,
-                                  result.steps - result.resumed_from_step);
+  std::string speed =
+      fmt::format("{:.0f} samples/s over {} steps", samples_per_second, result.steps - result.resumed_from_step);
   if (result.resumed_from_step > 0) speed += fmt::format(" (resumed at step {})", result.resumed_from_step);
   if (result.train_samples == 0 && result.first_epoch >= arguments.epochs) {
     speed = result.resumed_from_step > 0
-                ? fmt::format("nothing to train: the checkpoint in {} is at epoch {} of {} (step {}); raise --epochs "
-                              "to train on, or give another --checkpoint-dir to start afresh",
-                              arguments.checkpoint_dir, result.first_epoch, arguments.epochs, result.resumed_from_step)
+                ? fmt::format(
+                      "nothing to train: the checkpoint in {} is at epoch {} of {} (step {}); raise --epochs "
+                      "to train on, or give another --checkpoint-dir to start afresh",
+                      arguments.checkpoint_dir, result.first_epoch, arguments.epochs, result.resumed_from_step)
                 : fmt::format("nothing to train with --epochs {}", arguments.epochs);
   }
   std::cout << fmt::format("\nTest accuracy {:.4f}, test loss {:.4f}; {}\n", evaluation.accuracy, evaluation.loss,
@@ -247,7 +249,9 @@ void add_train_command(CLI::App& app) {
   auto arguments = std::make_shared<TrainArguments>();
   CLI::App* command = app.add_subcommand("train", "train the Keras-example MLP on Fashion-MNIST (the main job)");
   add_model_options(*command, arguments->model);
-  command->add_option("--epochs", arguments->epochs, "epochs")->capture_default_str()->check(whole_number<std::int64_t>(0));
+  command->add_option("--epochs", arguments->epochs, "epochs")
+      ->capture_default_str()
+      ->check(whole_number<std::int64_t>(0));
   command->add_option("--data", arguments->data, "directory of the Fashion-MNIST IDX files")->capture_default_str();
   command->add_option("--checkpoint-dir", arguments->checkpoint_dir, "save checkpoints there and resume from them");
   command->add_option("--summary-json", arguments->summary_json, "write the run's summary as JSON");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "training_examples.hpp"
 
 #include "tensorpool/core/error.hpp"
@@ -22,15 +23,13 @@ void validate_limit_train(std::int64_t limit) {
   }
 }
 
-void limit_training_examples(data::FashionMnist& mnist, std::int64_t limit,
-                             const std::string& directory) {
+void limit_training_examples(data::FashionMnist& mnist, std::int64_t limit, const std::string& directory) {
   validate_limit_train(limit);
   if (limit == 0) return;
   const std::int64_t available = mnist.train_images.dims[0];
   if (limit > available) {
     TP_THROW(InvalidArgument, "train", "--limit-train ", limit, " is more than the ", available,
-             " training examples in ", directory, "; give at most ", available,
-             ", or 0 to train on all of them");
+             " training examples in ", directory, "; give at most ", available, ", or 0 to train on all of them");
   }
   keep_first_rows(mnist.train_images, limit);
   keep_first_rows(mnist.train_labels, limit);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "worker_launch.hpp"
 
 #include <optional>
@@ -17,8 +18,8 @@ void check_launch(const ModelArguments& arguments, const train::Strategy& strate
              "train --strategy multi_worker --devices sim:0', or use --strategy mirrored for several devices in "
              "one process");
   }
-  const bool one_process = strategy.kind == train::Strategy::Kind::one ||
-                           strategy.kind == train::Strategy::Kind::mirrored;
+  const bool one_process =
+      strategy.kind == train::Strategy::Kind::one || strategy.kind == train::Strategy::Kind::mirrored;
   if (one_process && ranks && *ranks > 1) {
     TP_THROW(InvalidArgument, "train", "--strategy ", arguments.strategy, " was started as one of ", *ranks,
              " mpirun processes: each would train the whole job alone and all would write into one "
@@ -45,8 +46,8 @@ std::vector<distribute::JobSetting> shared_model_settings(const ModelArguments& 
                         .shown = arguments.devices + " (" + std::to_string(strategy.devices.size()) +
                                  (strategy.devices.size() == 1 ? " device)" : " devices)")});
     settings.push_back({.name = "--shard", .value = arguments.shard, .shown = {}});
-    settings.push_back({.name = "--bucket-size", .value = std::to_string(strategy.bucket_bytes),
-                        .shown = arguments.bucket_size});
+    settings.push_back(
+        {.name = "--bucket-size", .value = std::to_string(strategy.bucket_bytes), .shown = arguments.bucket_size});
   }
   return settings;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How `tensorpool train` checks the way it was launched: the strategies that span processes (multi_worker, and
 // parameter_server with a rank per worker) need mpirun and ranks started with the same flags; the others are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Buffer: one allocation on one device, shared (through std::shared_ptr) by every tensor and view over it and
 // by every stream task that touches it. Its destructor is the only place its memory goes back: to the
@@ -42,8 +43,8 @@ class Buffer {
 
  private:
   friend class device::Device;
-  Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes,
-         memory::AllocationTag tag, std::shared_ptr<memory::MemoryResource> through, bool shared) noexcept;
+  Buffer(device::Device& device, void* data, std::size_t bytes, std::size_t allocated_bytes, memory::AllocationTag tag,
+         std::shared_ptr<memory::MemoryResource> through, bool shared) noexcept;
 
   device::Device& device_;
   void* const data_;  // null iff bytes_ == 0

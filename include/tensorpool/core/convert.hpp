@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host-side element conversions that the input pipeline runs on host batches (no device, no stream).
 

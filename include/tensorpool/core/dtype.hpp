@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Element types of tensors. Every DType has a fixed size in bytes, a canonical name ("float32") used in
 // reports and traces, and a short name ("f32") accepted by parse_dtype alongside the canonical one.

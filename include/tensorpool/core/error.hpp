@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One error policy for all of tensorpool: typed exceptions, thrown through TP_THROW, which prefixes the
 // message with "[component]" and appends the throwing site (file:line). User input is validated with these;
@@ -50,6 +51,5 @@ std::string concat(const Parts&... parts) {
 }  // namespace tp
 
 // TP_THROW(tp::InvalidArgument, "memory", "alignment ", value, " is not a power of two")
-#define TP_THROW(ErrorType, component, ...)                                                             \
-  throw ErrorType(::tp::detail::format_error((component), ::tp::detail::concat(__VA_ARGS__), __FILE__, \
-                                             __LINE__))
+#define TP_THROW(ErrorType, component, ...) \
+  throw ErrorType(::tp::detail::format_error((component), ::tp::detail::concat(__VA_ARGS__), __FILE__, __LINE__))

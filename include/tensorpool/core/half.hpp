@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Bit-level conversions between float32 and the two 16-bit float formats, with no hardware intrinsics:
 //   float16  (IEEE 754 binary16): 1 sign, 5 exponent (bias 15), 10 mantissa bits; max finite 65504.

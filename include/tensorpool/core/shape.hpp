@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The extents of a tensor. A Shape always holds non-negative dims (the constructors reject negative ones,
 // naming the dim); rank 0 is a scalar with one element. Element and byte counts are overflow-checked.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tensor: a shape and dtype over a byte range of one shared Buffer on one device. Views (reshape, slice
 // along axis 0) share the buffer; the buffer's memory goes back once the last tensor, view or pending stream
@@ -51,7 +52,7 @@ class Tensor {
   // Throws tp::InvalidArgument naming the shape when values.size() != shape.num_elements().
   template <typename T>
   static Tensor from_vector(std::span<const T> values, const Shape& shape, device::Device& device,
-                           const TensorTag& tag = {}, device::Stream* stream = nullptr);
+                            const TensorTag& tag = {}, device::Stream* stream = nullptr);
 
   // A view of `shape` and `dtype` over `buffer` from `offset_bytes` (the executor's planned tensors inside
   // one arena). Throws tp::InvalidArgument naming the range when it does not fit in the buffer.
@@ -112,8 +113,8 @@ class Tensor {
 };
 
 template <typename T>
-Tensor Tensor::from_vector(std::span<const T> values, const Shape& shape, device::Device& device,
-                           const TensorTag& tag, device::Stream* stream) {
+Tensor Tensor::from_vector(std::span<const T> values, const Shape& shape, device::Device& device, const TensorTag& tag,
+                           device::Stream* stream) {
   check_element_count(values.size(), shape);
   return from_host(values.data(), shape, dtype_of<T>(), device, tag, stream);
 }

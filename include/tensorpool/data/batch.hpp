@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Batch and BatchIterator: one epoch of a Dataset, batch by batch.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Dataset: N in-memory examples (features and an int32 label each) and the pipeline that turns them into
 // batches: shard -> shuffle -> map -> batch -> prefetch.
@@ -60,7 +61,7 @@ struct PipelineSettings {
   std::vector<ExampleMap> maps{};
   std::int64_t num_shards = 1;
   std::int64_t shard_index = 0;
-  std::int64_t prefetch_depth = 0;  // 0: batches are assembled in next()
+  std::int64_t prefetch_depth = 0;           // 0: batches are assembled in next()
   device::Device* staging_device = nullptr;  // null: cpu:0 of DeviceManager::instance()
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ExampleMap: a per-example transformation of a Dataset's float32 features, applied while a batch is
 // assembled (so the dataset keeps its compact source, e.g. 1 byte per pixel, and only batches are float32).

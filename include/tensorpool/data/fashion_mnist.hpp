@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fashion-MNIST (Zalando): 70,000 28x28 grey-scale images of clothing in 10 classes, as four IDX files.
 //

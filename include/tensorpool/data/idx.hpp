@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // IDX files: the array format of MNIST and Fashion-MNIST (http://yann.lecun.com/exdb/mnist/), raw or
 // gzip-compressed.
@@ -41,17 +42,29 @@ std::optional<IdxType> idx_type_from_code(std::uint8_t code) noexcept;
 template <typename T>
 constexpr IdxType idx_type_of() = delete;
 template <>
-constexpr IdxType idx_type_of<std::uint8_t>() { return IdxType::u8; }
+constexpr IdxType idx_type_of<std::uint8_t>() {
+  return IdxType::u8;
+}
 template <>
-constexpr IdxType idx_type_of<std::int8_t>() { return IdxType::i8; }
+constexpr IdxType idx_type_of<std::int8_t>() {
+  return IdxType::i8;
+}
 template <>
-constexpr IdxType idx_type_of<std::int16_t>() { return IdxType::i16; }
+constexpr IdxType idx_type_of<std::int16_t>() {
+  return IdxType::i16;
+}
 template <>
-constexpr IdxType idx_type_of<std::int32_t>() { return IdxType::i32; }
+constexpr IdxType idx_type_of<std::int32_t>() {
+  return IdxType::i32;
+}
 template <>
-constexpr IdxType idx_type_of<float>() { return IdxType::f32; }
+constexpr IdxType idx_type_of<float>() {
+  return IdxType::f32;
+}
 template <>
-constexpr IdxType idx_type_of<double>() { return IdxType::f64; }
+constexpr IdxType idx_type_of<double>() {
+  return IdxType::f64;
+}
 
 // A host array read from (or to be written to) an IDX file.
 // Invariant (checked by validate()): 1 <= dims.size() <= 4, every dim > 0, and
@@ -91,7 +104,7 @@ struct IdxExpectation {
   std::optional<IdxType> type{};
   std::optional<std::size_t> ndims{};
   std::string file_kind = "an IDX file";  // with its article: "an image file", "a label file"
-  std::string items = "items";         // what the first dimension counts: "images", "labels"
+  std::string items = "items";            // what the first dimension counts: "images", "labels"
 };
 
 // Reads the whole file. Throws tp::DataError naming the file (as given) for a missing or unreadable file and

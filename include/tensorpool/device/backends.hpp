@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The backends' factories (each implemented in its folder under src/backend/). The DeviceManager builds
 // devices only through these.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Device: one place tensors live and kernels run, with its own memory stack (built from a MemoryConfig) and
 // one or more Streams. Backends (src/backend/<kind>) derive from it and supply the streams and the copy
@@ -211,7 +212,7 @@ class Device {
   const std::size_t capacity_bytes_;
   const DeviceOptions options_;
   std::unique_ptr<memory::MemoryStack> memory_;
-  std::vector<std::unique_ptr<Stream>> streams_;  // set once by the backend's constructor
+  std::vector<std::unique_ptr<Stream>> streams_;        // set once by the backend's constructor
   std::shared_ptr<memory::MemoryStack> shared_memory_;  // set at most once by the backend's constructor
   std::string shared_description_;
   std::atomic<std::size_t> live_buffers_{0};

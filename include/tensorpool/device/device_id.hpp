@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // DeviceId: a device's kind and ordinal, written "cpu:0", "sim:1", "opencl:0", "cuda:0". Ordinals are dense
 // per kind in the order the DeviceManager lists devices (after visible-device reordering and logical splits).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // DeviceManager: the process's devices. It is configured first (simulated devices, visible devices, logical
 // splits, per-device memory configs) and materialises the devices on first use (devices(), device(), info());
@@ -58,18 +59,18 @@ struct LogicalDeviceConfig {
 
 // A device's figures for `tensorpool devices` and reports.
 struct DeviceInfo {
-  std::string name;           // "sim:0"
-  std::string kind;           // "sim"
-  std::string physical;       // "sim:1"
+  std::string name;      // "sim:0"
+  std::string kind;      // "sim"
+  std::string physical;  // "sim:1"
   std::size_t capacity_bytes = 0;
   std::size_t limit_bytes = 0;
   std::size_t in_use_bytes = 0;
   std::size_t reserved_bytes = 0;
   std::size_t peak_in_use_bytes = 0;
-  std::string allocator;      // "bfc"
-  std::string policy;         // "grow" | "preallocate"
+  std::string allocator;  // "bfc"
+  std::string policy;     // "grow" | "preallocate"
   std::size_t streams = 0;
-  std::string staging;        // Device::staging_kind(): "mlock" | "CL_MEM_ALLOC_HOST_PTR" | "pageable"
+  std::string staging;                     // Device::staging_kind(): "mlock" | "CL_MEM_ALLOC_HOST_PTR" | "pageable"
   std::optional<OpenClProperties> opencl;  // the OpenCL device behind an opencl device
 };
 
@@ -128,7 +129,7 @@ class DeviceManager {
 
  private:
   void check_not_initialised(std::string_view what) const;  // requires mutex_
-  void materialise();  // requires mutex_
+  void materialise();                                       // requires mutex_
 
   mutable std::mutex mutex_;  // guards everything below
   DeviceManagerOptions options_;

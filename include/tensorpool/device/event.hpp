@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Event: a point in one stream's order (as a CUDA event). It completes once its stream has run everything
 // enqueued before the record. Copies of an Event share one state; a default-constructed Event is complete.

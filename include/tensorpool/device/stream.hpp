@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Stream: an ordered queue of work on one device (as a CUDA stream). Tasks run one at a time in enqueue
 // order; work on different streams may run concurrently. Cross-stream order comes only from events
@@ -100,7 +101,7 @@ class Stream {
   Device& device_;
   const std::size_t index_;
   mutable std::mutex error_mutex_;
-  std::exception_ptr error_;  // guarded by error_mutex_; the first unreported task error
+  std::exception_ptr error_;            // guarded by error_mutex_; the first unreported task error
   std::atomic<bool> has_error_{false};  // error_ != nullptr, readable without the lock
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Communicator: collectives between replicas, one tensor per participant, each on its own device. In-process
 // transports (between local devices): "ring" (reduce-scatter then all-gather, each device sending 2(R-1)/R of

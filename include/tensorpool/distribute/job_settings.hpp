@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What every rank of a multi-process job must agree on before the first collective: the settings that shape
 // the graph, the data and its order, the schedule and the collectives. Ranks started with different ones run

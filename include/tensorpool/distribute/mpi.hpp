@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Multi-process collectives over MPI (Open MPI: Debian libopenmpi-dev, launched with mpirun). A worker is one
 // process with its local devices; the MPI communicator composes hierarchically: the worker's devices reduce

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Point-to-point messages of parameter-server training across the processes of an mpirun job: rank 0 is the
 // server, ranks 1..N-1 its workers. A worker sends requests (pull, push of its gradients, done) to rank 0; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Typed reads of a node's attributes. A missing attribute without a default, or one holding another type,
 // throws tp::InvalidArgument naming the node, the attribute, the expected type and (when present) the type

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reverse-mode automatic differentiation on the graph IR: adds the nodes that compute dy/dx for each x.
 //

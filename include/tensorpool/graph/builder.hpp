@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shorthands for the nodes every model graph starts from. Each is one Graph::add of a built-in op.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Graph: the IR a model builds and a Session runs. Nodes are op applications; each node has typed outputs
 // (edges are `Output`s: output `index` of node `node`), data inputs, control inputs (nodes that must run
@@ -39,7 +40,7 @@ struct TensorType {
   std::vector<std::int64_t> dims;
 
   bool fully_defined() const;
-  Shape shape() const;  // throws tp::InvalidArgument when a dim is unknown
+  Shape shape() const;            // throws tp::InvalidArgument when a dim is unknown
   std::string to_string() const;  // "float32[-1,784]"
   friend bool operator==(const TensorType&, const TensorType&) = default;
 };
@@ -53,14 +54,14 @@ using Attributes = std::map<std::string, AttrValue, std::less<>>;
 
 struct Node {
   NodeId id = -1;
-  std::string name;                  // unique, e.g. "dense/MatMul"
-  std::string op;                    // registered op name, e.g. "MatMul"
+  std::string name;  // unique, e.g. "dense/MatMul"
+  std::string op;    // registered op name, e.g. "MatMul"
   std::vector<Output> inputs;
   std::vector<NodeId> control_inputs;
   Attributes attributes;
-  std::vector<TensorType> outputs;   // inferred when the node is added
-  std::string device;                // requested device ("sim:1"), empty: the placer decides
-  std::string colocation_group;      // nodes of one group are placed together, empty: none
+  std::vector<TensorType> outputs;  // inferred when the node is added
+  std::string device;               // requested device ("sim:1"), empty: the placer decides
+  std::string colocation_group;     // nodes of one group are placed together, empty: none
 };
 
 class Graph {

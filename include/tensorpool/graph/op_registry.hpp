@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The op registry: for each op, its arity, type inference, kernels per backend and gradient function. Ops
 // register once at start-up (built-in ones in src/graph/ops/); lookups are thread-safe after that.
@@ -46,9 +47,7 @@ struct GradientContext {
   // gradient of an unwanted input (returning nullopt for it); autodiff ignores what it returns for one.
   std::vector<bool> wanted_inputs{};
 
-  bool wants(int input) const {
-    return wanted_inputs.empty() || wanted_inputs[static_cast<std::size_t>(input)];
-  }
+  bool wants(int input) const { return wanted_inputs.empty() || wanted_inputs[static_cast<std::size_t>(input)]; }
   const TensorType& input_type(int input) const { return graph.type_of(node.inputs[static_cast<std::size_t>(input)]); }
   // Adds a gradient node named "gradients/<node.name>/<op>" (made unique), placed like the forward node (same
   // `device` and `colocation_group`: gradients are colocated with their forward ops). Returns its output 0.

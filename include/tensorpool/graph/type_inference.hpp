@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Specialising a graph for concrete feeds. At build time a placeholder may leave dims unknown (-1, usually the
 // batch); a Session knows the fed shapes before it plans memory, and re-runs every op's inference with them.

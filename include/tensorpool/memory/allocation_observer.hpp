@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // AllocationObserver: the hook the profiler attaches to a TrackingAdaptor to see every allocation and free
 // as it happens. Kept minimal on purpose: a pointer, its requested size and, on allocate, its tag.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What an allocation is for. Callers (tensors, the executor, the replay tool) attach a tag to each
 // allocation; adaptors pass it up the stack unchanged and the TrackingAdaptor stores it, so profiles and
@@ -27,12 +28,12 @@ enum class AllocationKind : std::uint8_t {
 std::string_view to_string(AllocationKind kind) noexcept;
 
 struct AllocationTag {
-  std::string name{};                // tensor name, e.g. "dense/kernel"
-  std::string op{};                  // op that produced it, e.g. "MatMul"
-  std::vector<std::int64_t> shape{}; // logical shape; empty for untyped buffers
-  std::string dtype{};               // "float32", ...; empty for untyped buffers
+  std::string name{};                 // tensor name, e.g. "dense/kernel"
+  std::string op{};                   // op that produced it, e.g. "MatMul"
+  std::vector<std::int64_t> shape{};  // logical shape; empty for untyped buffers
+  std::string dtype{};                // "float32", ...; empty for untyped buffers
   AllocationKind kind = AllocationKind::unknown;
-  std::int64_t step = -1;            // training step, -1 outside a step
+  std::int64_t step = -1;  // training step, -1 outside a step
 
   bool empty() const noexcept { return name.empty() && op.empty() && kind == AllocationKind::unknown; }
   // "dense/kernel (MatMul, float32[784,512], parameter, step 3)"; "<untagged>" when empty.

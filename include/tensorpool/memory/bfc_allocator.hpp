@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // BfcAllocator: TensorFlow's best-fit-with-coalescing allocator, sub-allocating regions obtained from a
 // source MemoryResource.
@@ -58,10 +59,10 @@ namespace tp::memory {
 enum class GrowthPolicy { preallocate, grow };
 
 struct BfcOptions {
-  std::size_t limit_bytes = 0;                          // hard wall on reserved bytes (sum of regions); > 0
+  std::size_t limit_bytes = 0;  // hard wall on reserved bytes (sum of regions); > 0
   GrowthPolicy growth = GrowthPolicy::grow;
-  bool garbage_collection = true;                       // on failure, free wholly-free regions and retry
-  std::size_t split_threshold = std::size_t{128} << 20; // split also when leftover >= this
+  bool garbage_collection = true;                        // on failure, free wholly-free regions and retry
+  std::size_t split_threshold = std::size_t{128} << 20;  // split also when leftover >= this
   std::size_t initial_region_bytes = std::size_t{2} << 20;
   // grow: regions stop doubling at this size (a larger request still gets a region that holds it), so the
   // reserved footprint exceeds the live peak by at most about one region instead of up to 2x.
@@ -112,8 +113,8 @@ class BfcAllocator final : public MemoryResource {
 
   struct Chunk {
     char* ptr = nullptr;
-    std::size_t size = 0;       // multiple of kGranularity
-    std::size_t requested = 0;  // caller's bytes while in use
+    std::size_t size = 0;              // multiple of kGranularity
+    std::size_t requested = 0;         // caller's bytes while in use
     ChunkHandle prev = kInvalidChunk;  // address neighbours within the region (next: free list when unused)
     ChunkHandle next = kInvalidChunk;
     std::uint8_t bin = kNoBin;  // bin index while free, kNoBin while in use or unused
@@ -167,15 +168,15 @@ class BfcAllocator final : public MemoryResource {
   [[noreturn]] void abort_bad_free(const void* ptr, std::size_t bytes, const char* why) const noexcept;
   std::size_t largest_free_chunk() const noexcept;
   [[noreturn]] void throw_out_of_memory(std::size_t bytes, std::size_t rounded, const AllocationTag& tag);
-  std::string check_region(const Region& region, std::size_t& free_chunks, std::size_t& in_use,
-                           std::size_t& requested, std::size_t& chunk_count) const;
+  std::string check_region(const Region& region, std::size_t& free_chunks, std::size_t& in_use, std::size_t& requested,
+                           std::size_t& chunk_count) const;
   std::string check_bins(std::size_t free_chunks) const;
 
   // Immutable after construction.
   std::unique_ptr<MemoryResource> owned_source_;  // null when the source is borrowed
   MemoryResource& source_;
   const BfcOptions options_;
-  const std::size_t limit_;  // options_.limit_bytes rounded down to kGranularity
+  const std::size_t limit_;       // options_.limit_bytes rounded down to kGranularity
   const std::size_t region_cap_;  // grow: regions double up to this; preallocate: limit_
 
   // Guarded by mutex_: everything below (chunks, free-chunk list, regions, bins, growth size, stats).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ExpandableArena: a sub-allocator over one large virtual range whose physical backing follows the live
 // blocks granule by granule (after PyTorch's expandable segments). A growing request never fails for lack
@@ -113,7 +114,7 @@ class ExpandableArena final : public MemoryResource {
   struct Block {
     std::size_t offset = 0;
     std::size_t size = 0;
-    std::size_t requested = 0;  // 0 when free
+    std::size_t requested = 0;   // 0 when free
     std::uint32_t prev = kNone;  // address-order neighbours
     std::uint32_t next = kNone;
     std::uint32_t left = kNone;  // free-index links, while free
@@ -128,14 +129,14 @@ class ExpandableArena final : public MemoryResource {
     std::uint32_t older = kNone;  // LRU links, while cached
     std::uint32_t newer = kNone;
     bool committed = false;
-    bool cached = false;          // committed with no users: on the LRU list
+    bool cached = false;  // committed with no users: on the LRU list
   };
   struct Placement {
-    std::uint32_t block = kNone;  // free block to carve, or kNone to grow the extent
-    std::size_t offset = 0;       // where the new block starts
-    std::size_t new_granules = 0; // uncommitted granules it touches (commits it needs)
+    std::uint32_t block = kNone;     // free block to carve, or kNone to grow the extent
+    std::size_t offset = 0;          // where the new block starts
+    std::size_t new_granules = 0;    // uncommitted granules it touches (commits it needs)
     std::size_t fresh_granules = 0;  // granules it touches that no in-use block touches (cached or not)
-    bool valid = false;           // false when the reserved range has no room
+    bool valid = false;              // false when the reserved range has no room
     // Fewer fresh granules, then fewer commits; a valid placement beats an invalid one.
     bool better_than(const Placement& other) const noexcept;
   };
@@ -150,8 +151,7 @@ class ExpandableArena final : public MemoryResource {
     return roots;
   }
 
-  ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualMemory> owned, ArenaOptions options,
-                  std::string name);
+  ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualMemory> owned, ArenaOptions options, std::string name);
 
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
@@ -199,7 +199,7 @@ class ExpandableArena final : public MemoryResource {
   // Gives a block in the index a new key, moving it only when it passes its neighbour in the order.
   void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
   static std::uint32_t treap_priority(std::uint32_t index) noexcept;
-  static std::size_t bin_of(std::size_t size) noexcept;  // floor(log2(size / 256)), capped
+  static std::size_t bin_of(std::size_t size) noexcept;              // floor(log2(size / 256)), capped
   std::uint32_t first_in_bin_after(std::size_t bin) const noexcept;  // smallest block of a later bin
   std::uint32_t last_in_bin_before(std::size_t bin) const noexcept;  // largest block of an earlier bin
   std::uint32_t tree_next(std::uint32_t index) const noexcept;       // in order, within the block's bin
@@ -240,18 +240,18 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t last_block_ = kNone;   // block ending at extent_; always in use (a free tail is cut off)
   std::size_t extent_ = 0;
   std::array<std::uint32_t, kBins> bin_roots_ = filled_roots();  // each bin's treap root
-  std::uint64_t nonempty_bins_ = 0;                               // bit i: bin i holds a block
+  std::uint64_t nonempty_bins_ = 0;                              // bit i: bin i holds a block
   std::size_t free_count_ = 0;
   std::vector<std::uint32_t> block_at_;  // offset / 256 -> in-use block starting there, else kNone
-  std::size_t slots_in_use_ = 0;          // entries of block_at_ that are not kNone
+  std::size_t slots_in_use_ = 0;         // entries of block_at_ that are not kNone
   std::size_t in_use_count_ = 0;
-  std::vector<Granule> granules_;                            // covers the largest extent so far
-  std::vector<std::uint32_t> decommit_scratch_;              // empty; capacity >= granules_.size()
-  std::uint32_t lru_oldest_ = kNone;                         // cached granules, least recently freed first
+  std::vector<Granule> granules_;                // covers the largest extent so far
+  std::vector<std::uint32_t> decommit_scratch_;  // empty; capacity >= granules_.size()
+  std::uint32_t lru_oldest_ = kNone;             // cached granules, least recently freed first
   std::uint32_t lru_newest_ = kNone;
   std::size_t cached_count_ = 0;
   std::size_t committed_granules_ = 0;
-  std::size_t high_water_granules_ = 0;                      // most committed since creation / reset_peak
+  std::size_t high_water_granules_ = 0;  // most committed since creation / reset_peak
   MemoryStats stats_;
 };
 

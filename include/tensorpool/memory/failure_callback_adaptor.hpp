@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // FailureCallbackAdaptor: gives the caller a chance to free memory (drop caches, release a plan's arena)
 // when the upstream runs out. On tp::OutOfMemoryError it calls callback(bytes); when the callback returns

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // HostResource: a source of ordinary host memory (posix_memalign / free).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // HostVirtualMemory: VirtualMemory over the host's page tables.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // LimitingAdaptor: a hard wall on the bytes outstanding through it, each request counted as the upstream
 // really hands it out (rounded up to upstream().allocation_granularity(), e.g. a page for a device that maps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // LoggingAdaptor: writes one trace CSV line (see trace.hpp) per allocate, free and allocate failure that
 // passes through it, so a run can be replayed later against other allocators (`tensorpool replay`).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MemoryConfig: how a device's memory stack is built (see memory_stack.hpp), after TensorFlow's GPU
 // options: preallocate the budget up front (the default) or grow on demand (allow_growth); a budget given as
@@ -27,21 +28,21 @@ std::string_view to_string(AllocatorKind kind) noexcept;
 struct MemoryConfig {
   static constexpr std::size_t kDefaultSplitThreshold = 128 * kMiB;
 
-  std::string device = "host";                      // names the stack in reports and OOM errors
+  std::string device = "host";  // names the stack in reports and OOM errors
   // preallocate: BFC takes the whole budget as one region at first use (TensorFlow's default); the
   // expandable arena keeps freed pages committed up to the budget until trim(). grow: BFC grows region by
   // region (allow_growth); the arena gives freed pages back beyond a few MiB. system ignores it.
   GrowthPolicy policy = GrowthPolicy::preallocate;
-  std::optional<double> fraction;                   // budget as a fraction of the source's capacity, (0, 1]
-  std::optional<std::size_t> limit_bytes;           // budget in bytes; exclusive with fraction
+  std::optional<double> fraction;          // budget as a fraction of the source's capacity, (0, 1]
+  std::optional<std::size_t> limit_bytes;  // budget in bytes; exclusive with fraction
   AllocatorKind allocator = AllocatorKind::bfc;
-  bool garbage_collection = true;                   // BFC: free wholly free regions and retry before an OOM
-  std::optional<std::size_t> split_threshold;       // BFC: split also when the leftover is >= this;
-                                                    // kDefaultSplitThreshold when unset
-  std::optional<double> split_fraction;             // BFC: split threshold = split_fraction x budget, in (0, 1]
-                                                    // (TensorFlow's fragmentation_fraction); exclusive with
-                                                    // split_threshold
-  bool tracking = true;                             // per-allocation records (TrackingAdaptor) for profiles/OOMs
+  bool garbage_collection = true;              // BFC: free wholly free regions and retry before an OOM
+  std::optional<std::size_t> split_threshold;  // BFC: split also when the leftover is >= this;
+                                               // kDefaultSplitThreshold when unset
+  std::optional<double> split_fraction;        // BFC: split threshold = split_fraction x budget, in (0, 1]
+                                               // (TensorFlow's fragmentation_fraction); exclusive with
+                                               // split_threshold
+  bool tracking = true;                        // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Allocations of these kinds (by their tag) come from the device's shared (host-visible) memory when it
   // has one (Device::shared_memory(): fine-grained SVM on opencl), so host code and kernels both touch them
   // without copies; on a device without shared memory they come from this stack as usual (the device's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MemoryResource: the one interface every source, allocator and adaptor implements.
 //
@@ -31,8 +32,7 @@ class MemoryResource {
 
   // Throws tp::InvalidArgument for bytes == 0, an alignment that is not a power of two or exceeds
   // max_alignment(), or a size that overflows when rounded; tp::OutOfMemoryError when memory runs out.
-  void* allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment,
-                 const AllocationTag& tag = {});
+  void* allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment, const AllocationTag& tag = {});
   // ptr == nullptr is a no-op. `bytes` must be the size passed to allocate.
   void deallocate(void* ptr, std::size_t bytes) noexcept;
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MemoryStack: one device's composed memory, built from a MemoryConfig by make_memory_stack():
 //
@@ -91,8 +92,8 @@ std::unique_ptr<MemoryStack> make_memory_stack(const MemoryConfig& config, std::
 // Builds a stack over one object that is both a MemoryResource and a VirtualMemory (SimDeviceMemory, a
 // CUDA device): it serves every allocator kind, and its VirtualMemory::capacity() bounds the budget.
 template <typename Device>
-  requires std::derived_from<Device, MemoryResource> && std::derived_from<Device, VirtualMemory>
-std::unique_ptr<MemoryStack> make_memory_stack(const MemoryConfig& config, std::unique_ptr<Device> device) {
+requires std::derived_from<Device, MemoryResource> && std::derived_from<Device, VirtualMemory>
+    std::unique_ptr<MemoryStack> make_memory_stack(const MemoryConfig& config, std::unique_ptr<Device> device) {
   VirtualMemory* virtual_memory = device.get();
   const std::optional<std::size_t> capacity = device != nullptr ? virtual_memory->capacity() : std::nullopt;
   return detail::build_memory_stack(config, std::move(device), nullptr, virtual_memory, capacity);

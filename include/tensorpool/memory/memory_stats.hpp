@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Counters every memory stack reports. Each layer fills what it owns and takes the rest from its upstream:
 // allocators own reserved/free-block/upstream counters, the StatisticsAdaptor owns in-use/requested/allocs.
@@ -9,19 +10,19 @@
 namespace tp::memory {
 
 struct MemoryStats {
-  std::size_t bytes_in_use = 0;         // handed out to callers, after rounding
+  std::size_t bytes_in_use = 0;  // handed out to callers, after rounding
   std::size_t peak_bytes_in_use = 0;
-  std::size_t bytes_reserved = 0;       // obtained from the source (regions, committed pages)
+  std::size_t bytes_reserved = 0;  // obtained from the source (regions, committed pages)
   std::size_t peak_bytes_reserved = 0;
-  std::size_t bytes_requested = 0;      // currently outstanding, as asked by callers (before rounding)
+  std::size_t bytes_requested = 0;  // currently outstanding, as asked by callers (before rounding)
   std::size_t peak_bytes_requested = 0;
-  std::uint64_t num_allocs = 0;         // successful allocations since creation
+  std::uint64_t num_allocs = 0;  // successful allocations since creation
   std::uint64_t num_frees = 0;
-  std::size_t largest_alloc = 0;        // largest single request served
-  std::size_t largest_free_block = 0;   // largest request that could be served without touching the source
-  std::uint64_t num_ooms = 0;           // requests that ended in OutOfMemoryError
-  std::uint64_t num_retries = 0;        // requests served only after freeing caches / garbage collection
-  std::uint64_t upstream_allocs = 0;    // calls into the source (regions, page commits)
+  std::size_t largest_alloc = 0;       // largest single request served
+  std::size_t largest_free_block = 0;  // largest request that could be served without touching the source
+  std::uint64_t num_ooms = 0;          // requests that ended in OutOfMemoryError
+  std::uint64_t num_retries = 0;       // requests served only after freeing caches / garbage collection
+  std::uint64_t upstream_allocs = 0;   // calls into the source (regions, page commits)
   std::uint64_t upstream_frees = 0;
   std::optional<std::size_t> bytes_limit;  // hard wall of this stack, if any
 
@@ -57,9 +58,7 @@ struct MemoryStats {
   }
 
   // Reserved but not in use.
-  std::size_t free_bytes() const noexcept {
-    return bytes_reserved > bytes_in_use ? bytes_reserved - bytes_in_use : 0;
-  }
+  std::size_t free_bytes() const noexcept { return bytes_reserved > bytes_in_use ? bytes_reserved - bytes_in_use : 0; }
   // 1 - largest_free_block / free_bytes: 0 when the free memory is one block (or there is none), near 1
   // when it is shattered into slivers.
   double fragmentation() const noexcept {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Offline planner: given every buffer's size and live interval up front (a whole trace, or a graph's
 // schedule), assign each an offset in one heap so that buffers live at the same time never overlap in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tp::OutOfMemoryError: thrown when a memory stack cannot serve a request. It is a std::bad_alloc, so code
 // that handles allocation failure generically still works, and it carries a structured report that the
@@ -21,19 +22,19 @@ struct LiveAllocation {
 };
 
 struct OutOfMemoryReport {
-  std::string device;                       // "sim:0"; empty when the stack has no device
-  std::string allocator;                    // resource that refused, e.g. "bfc"
-  std::size_t requested_bytes = 0;          // as asked by the caller
-  std::size_t rounded_bytes = 0;            // after the allocator's rounding
-  memory::AllocationTag request_tag;        // what the failed request was for
-  std::optional<std::size_t> limit_bytes;   // hard wall, if any
+  std::string device;                      // "sim:0"; empty when the stack has no device
+  std::string allocator;                   // resource that refused, e.g. "bfc"
+  std::size_t requested_bytes = 0;         // as asked by the caller
+  std::size_t rounded_bytes = 0;           // after the allocator's rounding
+  memory::AllocationTag request_tag;       // what the failed request was for
+  std::optional<std::size_t> limit_bytes;  // hard wall, if any
   std::size_t in_use_bytes = 0;
   std::size_t reserved_bytes = 0;
-  std::size_t largest_free_block = 0;       // largest block servable without growing
-  std::vector<LiveAllocation> largest_live; // biggest outstanding allocations, largest first
-  std::string detail;                       // extra words from the refusing layer (e.g. the OS error)
-  std::string suggestion;                   // the concrete fix, from a layer that knows the workload (e.g. a
-                                            // batch size that fits according to the static plan); may be empty
+  std::size_t largest_free_block = 0;        // largest block servable without growing
+  std::vector<LiveAllocation> largest_live;  // biggest outstanding allocations, largest first
+  std::string detail;                        // extra words from the refusing layer (e.g. the OS error)
+  std::string suggestion;                    // the concrete fix, from a layer that knows the workload (e.g. a
+                                             // batch size that fits according to the static plan); may be empty
 
   // What every refusing layer fills: who refused, the request, and its counters at that moment.
   static OutOfMemoryReport for_request(std::string allocator, std::size_t requested, std::size_t rounded,

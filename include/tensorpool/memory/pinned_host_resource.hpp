@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // PinnedHostResource: page-locked host memory, the staging buffers of host<->device copies.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Replays an allocation trace (trace.hpp) on a MemoryResource and measures it, as RMM's replay benchmark
 // does: one std::thread per thread of the trace, up to kMaxReplayThreads (beyond that, trace thread k runs
@@ -31,16 +32,16 @@ namespace tp::memory {
 inline constexpr std::size_t kMaxReplayThreads = 64;
 
 struct ReplayResult {
-  std::size_t ops = 0;                   // allocate and deallocate calls made for the trace's events
-  std::size_t allocations = 0;           // allocations served
-  std::size_t oom_count = 0;             // allocations refused with std::bad_alloc
-  std::size_t skipped_frees = 0;         // frees of allocations that had been refused
-  std::vector<std::uint64_t> pair_ns;    // per served allocation: its allocate + deallocate time, in order
-  std::uint64_t median_pair_ns = 0;      // median of pair_ns (0 when empty)
-  std::uint64_t p99_pair_ns = 0;         // 99th percentile (nearest rank) of pair_ns
-  std::size_t peak_live_bytes = 0;       // the trace's lower bound: max sum of live requested sizes
-  std::size_t peak_reserved_bytes = 0;   // the resource's stats().peak_bytes_reserved over the replay
-  double reserved_to_live = 0.0;         // peak_reserved / peak_live (0 when nothing is live)
+  std::size_t ops = 0;                       // allocate and deallocate calls made for the trace's events
+  std::size_t allocations = 0;               // allocations served
+  std::size_t oom_count = 0;                 // allocations refused with std::bad_alloc
+  std::size_t skipped_frees = 0;             // frees of allocations that had been refused
+  std::vector<std::uint64_t> pair_ns;        // per served allocation: its allocate + deallocate time, in order
+  std::uint64_t median_pair_ns = 0;          // median of pair_ns (0 when empty)
+  std::uint64_t p99_pair_ns = 0;             // 99th percentile (nearest rank) of pair_ns
+  std::size_t peak_live_bytes = 0;           // the trace's lower bound: max sum of live requested sizes
+  std::size_t peak_reserved_bytes = 0;       // the resource's stats().peak_bytes_reserved over the replay
+  double reserved_to_live = 0.0;             // peak_reserved / peak_live (0 when nothing is live)
   std::size_t largest_oom_event = kNoEvent;  // trace index of the largest refused allocation (the earliest of
                                              // equal sizes; Trace::line names it), kNoEvent without OOMs
   std::size_t largest_oom_bytes = 0;         // its size
@@ -73,8 +74,8 @@ std::unique_ptr<MemoryStack> make_replay_stack(ReplayAllocator allocator, std::s
 using ResourceFactory = std::function<std::unique_ptr<MemoryResource>(std::size_t capacity_bytes)>;
 
 struct MinCapacityOptions {
-  double relative_tolerance = 0.01;       // stop when the bracket is within this fraction of the capacity...
-  std::size_t absolute_tolerance = 256 * kKiB;  // ...or within this many bytes, whichever is larger
+  double relative_tolerance = 0.01;              // stop when the bracket is within this fraction of the capacity...
+  std::size_t absolute_tolerance = 256 * kKiB;   // ...or within this many bytes, whichever is larger
   std::size_t max_capacity_bytes = 1024 * kGiB;  // give up (tp::InvalidArgument) above this
 };
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ResourceAdaptor: the base of the one-concern wrappers (limiting, statistics, tracking, failure callback).
 // It holds the upstream, owned through a std::unique_ptr or borrowed through a reference, and forwards

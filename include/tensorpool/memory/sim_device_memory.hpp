@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // SimDeviceMemory: the physical memory of a simulated accelerator: `capacity_bytes` obtained from the OS,
 // never more. It is both
@@ -65,8 +66,8 @@ class SimDeviceMemory final : public MemoryResource, public VirtualMemory {
 
   const std::size_t capacity_;
   const std::size_t page_size_;
-  HostVirtualMemory pages_;                // uncapped: this class does the counting
-  std::atomic<std::size_t> used_{0};       // allocations + committed, <= capacity_
+  HostVirtualMemory pages_;           // uncapped: this class does the counting
+  std::atomic<std::size_t> used_{0};  // allocations + committed, <= capacity_
   std::atomic<std::size_t> peak_used_{0};
   std::atomic<std::size_t> committed_{0};  // VirtualMemory side only
   mutable std::mutex mutex_;               // guards stats_ (the allocation side)

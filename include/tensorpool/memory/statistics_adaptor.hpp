@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // StatisticsAdaptor: owns the caller-facing counters of a stack. It counts what callers asked for
 // (bytes_requested and its peak, num_allocs, num_frees, largest_alloc) and every tp::OutOfMemoryError that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Allocation traces: the RMM-compatible CSV that the LoggingAdaptor writes and that the replay tool, the
 // trace generators and the offline planner read.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Synthetic allocation traces, deterministic for a given seed on every platform (own PRNG, no std::
 // distributions), for tests, the replay benchmark and `tensorpool trace generate`:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // TrackingAdaptor: records every outstanding allocation (pointer -> requested bytes, AllocationTag, time,
 // thread, sequence number), so profiles and out-of-memory reports can name the tensors that hold memory.
@@ -28,11 +29,11 @@ namespace tp::memory {
 
 struct TrackedAllocation {
   void* ptr = nullptr;
-  std::size_t bytes = 0;         // as requested by the caller
+  std::size_t bytes = 0;  // as requested by the caller
   AllocationTag tag;
-  std::int64_t time_ns = 0;      // std::chrono::steady_clock time of the allocation, in nanoseconds
-  std::thread::id thread;        // thread that allocated
-  std::uint64_t sequence = 0;    // 0 for the first allocation through this adaptor, then 1, 2, ...
+  std::int64_t time_ns = 0;    // std::chrono::steady_clock time of the allocation, in nanoseconds
+  std::thread::id thread;      // thread that allocated
+  std::uint64_t sequence = 0;  // 0 for the first allocation through this adaptor, then 1, 2, ...
 };
 
 class TrackingAdaptor final : public ResourceAdaptor {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // VirtualMemory: a physical-memory source that can back a reserved address range page by page, the way
 // CUDA's VMM (cuMemAddressReserve + cuMemMap) or mmap(PROT_NONE) + mprotect do. The ExpandableArena is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Broadcasts that undo a reduction (the gradients of sums, means and per-row scalings). Floating dtypes f32
 // and f64; every tensor on one device.
@@ -15,8 +16,8 @@ enum class BroadcastMode {
 
 // out has x's shape with one axis inserted at `axis` (in [-rank(out), rank(out)), negative from the end); each
 // slice of out along that axis is x (divided by the axis length for `mean`).
-void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out, BroadcastMode mode = BroadcastMode::copy,
-                         const OpContext& context = {});
+void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out,
+                         BroadcastMode mode = BroadcastMode::copy, const OpContext& context = {});
 // The same, allocating out with `size` elements along the inserted axis.
 Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size, BroadcastMode mode = BroadcastMode::copy,
                       const OpContext& context = {});

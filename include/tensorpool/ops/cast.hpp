@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Conversion between any two dtypes, with the kernel's documented semantics (round to nearest even into
 // f16/bf16; float to integer truncates toward zero and saturates, NaN -> 0; to bool: x != 0).

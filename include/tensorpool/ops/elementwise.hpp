@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Elementwise arithmetic on floating tensors (f32, f64). Binary ops take y of x's shape, of x's last dimension
 // (broadcast over rows, as a bias), or a scalar (shape []); anything else names both shapes in the error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // all_finite: a float32 scalar [] that is 1 when every element of x (float32 or float64, any shape) is finite
 // and 0 when one is Inf or NaN. Dynamic loss scaling gates the optimizer update on it (sgd_update_if,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Filling tensors: constants, and counter-based random numbers (Philox4x32-10): element i depends only on
 // (seed, offset + i), so results do not depend on how the work is split. Floating dtypes f32 and f64.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The seam between the ops and the backends. An op validates its arguments on the calling thread (naming
 // the op), then calls the kernel that its device's backend registered here. A kernel puts its work on

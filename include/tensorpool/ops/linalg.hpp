@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Matrix products through the BLAS (OpenBLAS sgemm/dgemm): out[m,n] = op(a) x op(b), op = optional transpose.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Metrics computed on the device, so that only a scalar comes back to the host.
 

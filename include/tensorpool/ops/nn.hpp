@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The neural-network ops of the MLP path: bias add, relu, softmax, log-softmax and the fused, numerically
 // stable sparse softmax cross-entropy (from logits) or categorical cross-entropy from probabilities (clipped

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How a tensor op runs: on which stream, and how its output allocation is tagged.
 //

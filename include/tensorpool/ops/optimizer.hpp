@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // In-place optimizer updates with Keras semantics and defaults (see backend/cpu/kernels/optimizer.hpp for the
 // formulas). All tensors share one shape, dtype (f32 or f64) and device, except that a float32 parameter may

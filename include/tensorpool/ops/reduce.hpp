@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reductions over one axis (the result drops it): sum and mean (accumulated in double), max, and argmax (i64,
 // first index on ties). Max and argmax over an empty axis are errors; mean over one is NaN.

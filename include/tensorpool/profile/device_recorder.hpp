@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // DeviceRecorder: the profiler's observer on one device's memory stack (an AllocationObserver of its
 // TrackingAdaptor). It keeps, per allocation and free, a fixed-size MemoryEvent in a bounded ring (the oldest

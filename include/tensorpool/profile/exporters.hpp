@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Exporters of a MemorySnapshot: each a pure function of the snapshot (docs/profiling.md describes every
 // format and its schema).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MemoryEvent: one allocation, free or refused allocation on a device, as the profiler records it into its
 // bounded ring (device_recorder.hpp). Fixed-size and string-free so that recording stays cheap: the tag is an

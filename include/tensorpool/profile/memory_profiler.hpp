@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The memory profiler's front: a MemoryProfiler records every allocation and free of the devices it is given
 // (off by default: nothing is recorded until one exists), and the query API works on any device, recorded or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MemorySnapshot: everything the profiler knows about the devices' memory at one moment: per device the
 // allocator's segments with their blocks (offset, size, state, the tag of the tensor in it), every live
@@ -77,7 +78,7 @@ struct OpHighWater {
 };
 
 struct DeviceSnapshot {
-  std::string device{};     // "sim:0"; a device's shared memory: its stack's name, "opencl:0/shared"
+  std::string device{};  // "sim:0"; a device's shared memory: its stack's name, "opencl:0/shared"
   // Set on the entry of a device's shared (host-visible) memory (Device::shared_memory()), which follows the
   // device's own entry: the device's name. Empty for device memory.
   std::string shared_of{};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ArbiterClient: one registration with a MemoryArbiter, owned. The constructor registers, the destructor
 // unregisters (which returns everything the client still holds to the budget at once), so a session that

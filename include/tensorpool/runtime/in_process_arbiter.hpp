@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // InProcessArbiter: a MemoryArbiter for the sessions of one process, kept in ordinary memory under one mutex.
 //

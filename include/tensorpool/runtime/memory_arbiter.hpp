@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MemoryArbiter: one device's memory budget shared by several clients (sessions in one process, or processes
 // on one machine). Each client registers with a quota; the arbiter grants reservations so that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What Session::plan() reports before a step runs: per device, the planned peak (persistent variables plus the
 // step's arena) next to the liveness lower bound, the per-tensor layout of the arena, and the fetched results
@@ -42,7 +43,7 @@ struct DevicePlan {
   // Fetched results a run allocates from the device's shared memory (as requested), apart from the device
   // memory: not in planned_peak_bytes. 0 on devices without shared memory.
   std::size_t shared_bytes = 0;
-  std::string strategy;                // the placement order that won, e.g. "size/best-fit"
+  std::string strategy;  // the placement order that won, e.g. "size/best-fit"
 };
 
 struct MemoryPlan {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // PendingRun: a Session run whose work is launched on the devices' streams but not yet waited for
 // (Session::run_async). It holds what that work still reads: the fed tensors (read in place by the feed

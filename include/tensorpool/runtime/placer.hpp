@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The placer: which device runs each node. Rules, in order:
 //   1. Colocation: nodes that share a colocation_group, and a stateful op with the Variables it updates,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // QuotaAdaptor: one client's (session's) view of a device's memory stack shared through a MemoryArbiter.
 // Every allocation goes to the upstream first (only it knows the rounded size), then is reserved with the

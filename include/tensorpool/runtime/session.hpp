@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Session: runs a Graph on devices. run(feeds, fetches, targets) prunes the graph to what the fetches and
 // targets need, specialises its types for the feeds, places nodes (placer.hpp), inserts copies between

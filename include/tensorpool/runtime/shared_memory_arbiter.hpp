@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // SharedMemoryArbiter: a MemoryArbiter whose table lives in a POSIX shared-memory segment, so that several
 // processes on one machine share one device budget. Every process opens the same segment name with the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Static memory planner: before a step runs, give every intermediate tensor of one device an offset in one
 // arena so that tensors live at the same time never overlap, as XLA's heap simulator does. Liveness comes from

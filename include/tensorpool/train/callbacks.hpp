@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Callbacks: hooks a training loop calls at fixed points, as in Keras. The loop calls, in order:
 //   on_train_begin, then per epoch: on_epoch_begin, on_batch_end after each optimizer step, on_epoch_end

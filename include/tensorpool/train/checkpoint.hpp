@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checkpoints: a training run's tensors (variables, optimizer slots), step, epoch, position in the epoch,
 // RNG seed and free-form metadata, saved durably into a directory and restored after a crash.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Mixed precision policies, as Keras's `DTypePolicy`: where a layer keeps its variables and in which dtype it
 // computes.

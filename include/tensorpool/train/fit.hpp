@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // fit() and evaluate(): the training loop of a compiled Sequential over a batched Dataset, as Keras's.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // History loggers: one row or object per epoch, written as each epoch ends, so a crashed run keeps what it
 // did. Both take an `append` option for a resumed run.
@@ -10,8 +11,8 @@
 //             rename) after each epoch, so a reader never sees half of it.
 // Epochs are the 0-based indices the training loop reports (as Keras's CSVLogger writes them).
 
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -50,7 +51,7 @@ class CsvLogger final : public Callback {
   const std::filesystem::path path_;
   const CsvLoggerOptions options_;
   std::optional<std::int64_t> first_epoch_;  // TrainInfo::initial_epoch; unset before on_train_begin
-  std::ofstream file_;  // open between on_train_begin and on_train_end
+  std::ofstream file_;                       // open between on_train_begin and on_train_end
 };
 
 struct JsonHistoryLoggerOptions {

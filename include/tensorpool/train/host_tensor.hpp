@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // HostTensor: a tensor's dtype, dims and raw bytes in ordinary host memory, detached from any device. It is
 // what checkpoints store and what a restore copies back onto a device.

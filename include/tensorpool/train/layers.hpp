@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Keras-like building blocks: Dense layers with an activation, optimizers with Keras defaults, losses.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Dynamic loss scaling for float16 training, with Keras's defaults (LossScaleOptimizer).
 //

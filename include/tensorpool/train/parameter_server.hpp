@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Asynchronous parameter-server training (Strategy::parameter_server), as TensorFlow's ParameterServerStrategy
 // and classic asynchronous SGD.

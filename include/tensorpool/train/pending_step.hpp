@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // PendingStep: a training step launched on the model's devices but not yet waited for
 // (Sequential::launch_train_step), so that the host prepares and launches the next step while the devices

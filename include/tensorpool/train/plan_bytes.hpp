@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where a training step's planned arena goes on one device, by what each tensor is:
 //   activations:           per-example forward values (the build-time graph gives them an unknown batch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Sequential: a Keras-like model. Layers are added, compile() fixes the optimizer, loss and strategy and
 // builds the training graph (model_graph), and a Session (with the static memory planner) runs it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Distribution strategies: where a model's replicas run and how their gradients meet.
 //   one:      OneDeviceStrategy: one replica on one device.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cpu backend: host memory under the device's budget, inline streams (kernels run in the calling thread,
 // in stream order), host code may touch the memory directly. Staging is pageable: a host-to-host copy gains
 // nothing from pinning.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/cpu_kernel_table.hpp"
 
 #include "backend/cpu/ops/op_kernels.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The CPU backend's kernels for the tensor ops (tensorpool/ops/kernel_table.hpp). Each entry dispatches on
 // dtype and enqueues one task on the stream that runs a kernel of backend/cpu/kernels/ on the tensors' host

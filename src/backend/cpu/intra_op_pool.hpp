@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Intra-op parallelism of the CPU kernels: one op's work split over several threads, the GEMMs' blocks
 // (kernels/gemm.cpp) and the element-wise loops alike. `set_intra_op_threads(n)` sets it process-wide, as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The CPU kernels' settings of one cpu or sim device: device::KernelOptions, given when the device is made
 // (DeviceOptions::kernels) and later through Device::configure_kernels (a Session applies its options to the

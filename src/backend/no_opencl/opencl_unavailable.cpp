@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The OpenCL backend's entry points in a build without it (TP_BACKEND_OPENCL off, or OpenCL or CLBlast not
 // found at configure time): no opencl devices, and a reason that says how to get them.
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OpenClContext: one physical OpenCL device in use by this process: its cl_context and its compiled programs.
 // The logical devices on that physical device (a split, or TP_OPENCL_DEVICES) share it, so their buffers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/opencl/opencl_device.hpp"
 
 #include <cstdio>
@@ -98,8 +99,10 @@ DeviceSpan OpenClDevice::span(const Buffer& buffer, std::size_t offset, std::siz
   const auto* owner = dynamic_cast<const OpenClDevice*>(&buffer.device());
   if (owner == nullptr || &owner->context() != context_.get()) {
     TP_THROW(DeviceError, "opencl", name(), " cannot reach memory of ", buffer.device().name(), " (",
-             buffer.tag().describe(), "): only buffers of opencl devices on the same OpenCL device share a"
-             " context; copy the tensor to ", name(), " first");
+             buffer.tag().describe(),
+             "): only buffers of opencl devices on the same OpenCL device share a"
+             " context; copy the tensor to ",
+             name(), " first");
   }
   const char* const address = static_cast<const char*>(unchecked_address(buffer));
   if (address == nullptr) return {};
@@ -157,12 +160,12 @@ void OpenClDevice::enqueue_to_host(device::Stream& stream, const std::shared_ptr
 void OpenClDevice::enqueue_from_host(device::Stream& stream, const void* host, const std::shared_ptr<Buffer>& dst,
                                      std::size_t dst_offset, std::size_t bytes, std::shared_ptr<void> host_owner) {
   // Non-blocking: `owner` (the staging block) is a capture, kept until the write has run.
-  opencl_stream(stream).enqueue_commands([this, index = stream.index(), host, dst, dst_offset, bytes,
-                                          owner = std::move(host_owner)] {
-    const DeviceSpan to = span(*dst, dst_offset, bytes);
-    check(clEnqueueWriteBuffer(queues_[index], to.buffer, CL_FALSE, to.offset, bytes, host, 0, nullptr, nullptr),
-          "clEnqueueWriteBuffer");
-  });
+  opencl_stream(stream).enqueue_commands(
+      [this, index = stream.index(), host, dst, dst_offset, bytes, owner = std::move(host_owner)] {
+        const DeviceSpan to = span(*dst, dst_offset, bytes);
+        check(clEnqueueWriteBuffer(queues_[index], to.buffer, CL_FALSE, to.offset, bytes, host, 0, nullptr, nullptr),
+              "clEnqueueWriteBuffer");
+      });
 }
 
 void OpenClDevice::enqueue_within(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
@@ -217,9 +220,12 @@ namespace tp::device {
 std::unique_ptr<Device> make_opencl_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                                            const memory::MemoryConfig& config, const DeviceOptions& options) {
   if (config.allocator == memory::AllocatorKind::expandable) {
-    TP_THROW(InvalidArgument, "opencl", id.str(), ": MemoryConfig::allocator = expandable is not available on"
+    TP_THROW(InvalidArgument, "opencl", id.str(),
+             ": MemoryConfig::allocator = expandable is not available on"
              " opencl devices: OpenCL cannot map physical pages into a reserved address range; use allocator = bfc"
-             " or system for ", id.str(), " (TP_ALLOCATOR=expandable alone leaves opencl devices on their configured"
+             " or system for ",
+             id.str(),
+             " (TP_ALLOCATOR=expandable alone leaves opencl devices on their configured"
              " allocator)");
   }
   ops::kernels::register_kernels(DeviceKind::opencl, backend::opencl::opencl_kernel_table());

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OpenClDevice: a device on one OpenCL device (physical, or a logical share of one). Its memory stack sits on
 // an OpenClDeviceMemory; each of its streams is an OpenClStream (opencl_stream.hpp) over the in-order command
@@ -35,8 +36,8 @@
 #include "backend/opencl/opencl_context.hpp"
 #include "backend/opencl/opencl_launch.hpp"
 #include "backend/opencl/opencl_memory.hpp"
-#include "backend/opencl/opencl_stream.hpp"
 #include "backend/opencl/opencl_staging_memory.hpp"
+#include "backend/opencl/opencl_stream.hpp"
 #include "device/staging_pool.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/device/device.hpp"
@@ -50,7 +51,8 @@ class OpenClDevice final : public device::Device {
   OpenClDevice(device::DeviceId id, device::DeviceId physical_id, std::size_t capacity_bytes,
                std::unique_ptr<memory::MemoryStack> memory, OpenClDeviceMemory& source,
                std::shared_ptr<OpenClContext> context, const device::DeviceOptions& options,
-               std::shared_ptr<memory::MemoryStack> shared = nullptr, const OpenClDeviceMemory* shared_source = nullptr);
+               std::shared_ptr<memory::MemoryStack> shared = nullptr,
+               const OpenClDeviceMemory* shared_source = nullptr);
   ~OpenClDevice() override;
 
   bool host_accessible() const noexcept override { return false; }
@@ -92,9 +94,9 @@ class OpenClDevice final : public device::Device {
 
   // Immutable after construction.
   const std::shared_ptr<OpenClContext> context_;
-  OpenClDeviceMemory& source_;              // owned by memory()
-  const OpenClDeviceMemory* shared_source_;  // owned by shared_memory(); null without shared memory
-  std::vector<cl_command_queue> queues_;    // one per stream, same index
+  OpenClDeviceMemory& source_;                // owned by memory()
+  const OpenClDeviceMemory* shared_source_;   // owned by shared_memory(); null without shared memory
+  std::vector<cl_command_queue> queues_;      // one per stream, same index
   cl_command_queue service_queue_ = nullptr;  // poison fills
   // One 4-byte buffer per stream, same index: backend overhead like the queues, never in the memory stack, so a
   // step's tracked memory is exactly its plan.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // check() and error_name(): every OpenCL status code as a name, and a failed call as a tp::DeviceError.
 #include <string>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the OpenCL kernel launchers (opencl_kernels_*.cpp) share: kernel names by dtype, argument setting, the
 // float64 requirement, and 1-D launches. Every function here runs inside a launch (opencl_launch.hpp), on the

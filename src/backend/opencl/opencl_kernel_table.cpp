@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/opencl/opencl_kernel_table.hpp"
 
 #include "backend/opencl/opencl_kernels.hpp"

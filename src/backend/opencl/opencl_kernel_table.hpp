@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The OpenCL backend's kernel table: every entry of ops::kernels::KernelTable, on kernels/*.cl and CLBlast. The
 // device factory registers it for DeviceKind::opencl.

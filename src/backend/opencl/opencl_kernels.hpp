@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The OpenCL backend's kernels, one launcher per entry of ops::kernels::KernelTable (opencl_kernel_table.cpp
 // registers them). Each launcher enqueues on `stream` (a stream of an opencl device) a launch that sets the
@@ -13,20 +14,20 @@
 
 namespace tp::backend::opencl::kernels {
 
-using ops::kernels::AddScaledArgs;
-using ops::kernels::AxisExtent;
-using ops::kernels::BinaryBroadcast;
-using ops::kernels::Distribution;
 using ops::kernels::AdamArgs;
+using ops::kernels::AddScaledArgs;
 using ops::kernels::AllFiniteArgs;
 using ops::kernels::ArgMaxArgs;
+using ops::kernels::AxisExtent;
 using ops::kernels::BiasAddArgs;
 using ops::kernels::BiasAddGradArgs;
 using ops::kernels::BinaryArgs;
+using ops::kernels::BinaryBroadcast;
 using ops::kernels::BroadcastAxisArgs;
 using ops::kernels::CastArgs;
 using ops::kernels::CorrectCountArgs;
 using ops::kernels::CrossEntropyArgs;
+using ops::kernels::Distribution;
 using ops::kernels::FillArgs;
 using ops::kernels::MatmulArgs;
 using ops::kernels::RandomArgs;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise launchers on kernels/elementwise.cl: arithmetic, scale, add_scaled and the peers' sum, the
 // broadcasts, activations and bias, casts, all-finite and fill. Semantics: the CPU kernels named beside each.
 #include <algorithm>
@@ -20,14 +21,10 @@ constexpr std::size_t kPeerSumInputs = 8;
 
 cl_uint arithmetic_code(ops::Arithmetic op) {
   switch (op) {
-    case ops::Arithmetic::add:
-      return 0;
-    case ops::Arithmetic::sub:
-      return 1;
-    case ops::Arithmetic::mul:
-      return 2;
-    case ops::Arithmetic::div:
-      return 3;
+    case ops::Arithmetic::add: return 0;
+    case ops::Arithmetic::sub: return 1;
+    case ops::Arithmetic::mul: return 2;
+    case ops::Arithmetic::div: return 3;
   }
   TP_THROW(InvalidArgument, kComponent, "binary: op ", static_cast<int>(op), " is not an ops::Arithmetic");
 }
@@ -100,10 +97,10 @@ void sum_across_peers(device::Stream& stream, const SumAcrossPeersArgs& args) {
   const Tensor& first = args.outputs.at(0);
   Tensor accumulator;
   if (args.inputs.size() > kPeerSumInputs && first.num_elements() > 0) {
-    accumulator = Tensor::empty(first.shape(), first.dtype(), stream.device(),
-                                TensorTag{.name = "sum_across_peers accumulator",
-                                          .kind = memory::AllocationKind::temporary,
-                                          .op = "SumAcrossPeers"});
+    accumulator = Tensor::empty(
+        first.shape(), first.dtype(), stream.device(),
+        TensorTag{
+            .name = "sum_across_peers accumulator", .kind = memory::AllocationKind::temporary, .op = "SumAcrossPeers"});
   }
   enqueue(stream, [args, accumulator](LaunchContext& context) {
     const Tensor& output = args.outputs.at(0);
@@ -267,11 +264,7 @@ void relu_grad(device::Stream& stream, const ReluGradArgs& args) {
     const cl_ulong n = elements(args.x);
     if (n == 0) return;
     cl_kernel kernel = context.kernel(kProgram, kernel_name("relu_grad", args.x.dtype()));
-    KernelArguments(kernel)
-        .span(context.span(args.dy))
-        .span(context.span(args.x))
-        .span(context.span(args.dx))
-        .value(n);
+    KernelArguments(kernel).span(context.span(args.dy)).span(context.span(args.x)).span(context.span(args.dx)).value(n);
     launch_items(context, kernel, n);
   });
 }

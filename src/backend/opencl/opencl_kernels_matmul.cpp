@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MatMul: float32 and float64 through CLBlast's GEMM (row-major, transposes by flag, buffer offsets in
 // elements); float16 and bfloat16 through kernels/matmul.cl, which follows the CPU's matmul_half (operands
 // widened to float32 as they are read, products summed in float32, the result rounded once to the 16-bit
@@ -23,13 +24,13 @@ void check_clblast(CLBlastStatusCode status, std::string_view routine) {
   if (status == CLBlastSuccess) return;
   const auto code = static_cast<cl_int>(status);
   if (code > -1000) check(code, routine);
-  TP_THROW(DeviceError, kComponent, routine, " failed: CLBlast status ", code,
-           code == CLBlastInsufficientMemoryA || code == CLBlastInsufficientMemoryB ||
-                   code == CLBlastInsufficientMemoryC
-               ? " (a matrix's buffer is smaller than its offset and size)"
-           : code == CLBlastNoDoublePrecision ? " (the device has no float64)"
-           : code == CLBlastInvalidLocalMemUsage ? " (not enough local memory on this device)"
-                                                 : " (see CLBlast's clblast_c.h)");
+  TP_THROW(
+      DeviceError, kComponent, routine, " failed: CLBlast status ", code,
+      code == CLBlastInsufficientMemoryA || code == CLBlastInsufficientMemoryB || code == CLBlastInsufficientMemoryC
+          ? " (a matrix's buffer is smaller than its offset and size)"
+      : code == CLBlastNoDoublePrecision    ? " (the device has no float64)"
+      : code == CLBlastInvalidLocalMemUsage ? " (not enough local memory on this device)"
+                                            : " (see CLBlast's clblast_c.h)");
 }
 
 // A matrix operand's position in its buffer, in elements of `element_bytes`.

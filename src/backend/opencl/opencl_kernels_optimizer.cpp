@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SGD and Adam on kernels/optimizer.cl, with the hyperparameters rounded to T and Adam's alpha computed in
 // double exactly as backend/cpu/kernels/optimizer.cpp computes them. The apply flag stays on the device: the
 // kernel reads it when it runs.
@@ -80,8 +81,8 @@ void adam(device::Stream& stream, const AdamArgs& args) {
       }
       if (n == 0) return;
       const auto t = static_cast<double>(args.step);
-      const double correction = std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)) /
-                                (1.0 - std::pow(static_cast<double>(beta1), t));
+      const double correction =
+          std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)) / (1.0 - std::pow(static_cast<double>(beta1), t));
       const auto alpha = static_cast<T>(static_cast<double>(lr) * correction);
       KernelArguments(kernel)
           .span(args.apply.defined() ? context.span(args.apply) : param)  // unused without a flag

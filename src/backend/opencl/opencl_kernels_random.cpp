@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seeded initialisers on kernels/random.cl (Philox4x32-10, keyed as backend/cpu/kernels/random.hpp), with
 // the CPU kernels' argument checks and glorot_uniform's limit computed as the CPU computes it.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Row and axis launchers on kernels/rows.cl: softmax, sparse cross-entropy, the correct count and the
 // reductions over the middle axis. Semantics: backend/cpu/kernels/softmax.hpp, cross_entropy.hpp,
 // metrics.hpp and reduce.hpp.
@@ -41,8 +42,8 @@ void check_labels(LaunchContext& context, std::string_view op, const Tensor& lab
       .span(first_bad);
   launch_items(context, kernel, static_cast<std::uint64_t>(rows));
   cl_uint row = none;
-  check(clEnqueueReadBuffer(context.queue(), first_bad.buffer, CL_TRUE, first_bad.offset, sizeof(row), &row, 0,
-                            nullptr, nullptr),
+  check(clEnqueueReadBuffer(context.queue(), first_bad.buffer, CL_TRUE, first_bad.offset, sizeof(row), &row, 0, nullptr,
+                            nullptr),
         "clEnqueueReadBuffer (label check)");
   if (row == none) return;
   std::int64_t label = 0;
@@ -57,8 +58,8 @@ void check_labels(LaunchContext& context, std::string_view op, const Tensor& lab
           "clEnqueueReadBuffer (bad label)");
     label = narrow;
   }
-  TP_THROW(InvalidArgument, kComponent, op, ": row ", row, " has label ", label,
-           ", outside the valid class range [0, ", cols, ") for ", cols, " classes");
+  TP_THROW(InvalidArgument, kComponent, op, ": row ", row, " has label ", label, ", outside the valid class range [0, ",
+           cols, ") for ", cols, " classes");
 }
 
 // Max and argmax have no identity over an empty axis (reduce.hpp).
@@ -97,8 +98,8 @@ void cross_entropy(device::Stream& stream, const CrossEntropyArgs& args) {
     check_classes("cross_entropy", rows, cols);
     check_labels(context, "cross_entropy", args.labels, rows, cols);
     if (rows == 0) return;
-    const char* base = args.kind == ops::CrossEntropyInput::logits ? "cross_entropy_logits"
-                                                                   : "cross_entropy_probabilities";
+    const char* base =
+        args.kind == ops::CrossEntropyInput::logits ? "cross_entropy_logits" : "cross_entropy_probabilities";
     cl_kernel kernel = context.kernel(kProgram, kernel_name(base, args.input.dtype()));
     const bool has_gradient = args.gradient.defined();
     const DeviceSpan loss = context.span(args.loss);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the OpenCL kernels (opencl_kernels*.cpp, kernels/*.cl) need from the OpenCL device: the buffer and
 // byte offset behind a tensor, the compiled kernels of this device, and a way to put commands on a stream's

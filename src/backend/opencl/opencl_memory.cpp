@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/opencl/opencl_memory.hpp"
 
 #include <sys/mman.h>
@@ -65,8 +66,9 @@ OpenClDeviceMemory::Region OpenClDeviceMemory::create_region(std::size_t rounded
     region.base_bytes = rounded + alignment;
     region.base = mmap(nullptr, region.base_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (region.base == MAP_FAILED) {
-      throw_out_of_memory(requested, rounded, tag, "reserving " + format_bytes(region.base_bytes) +
-                                                       " of host address space for device addresses failed");
+      throw_out_of_memory(
+          requested, rounded, tag,
+          "reserving " + format_bytes(region.base_bytes) + " of host address space for device addresses failed");
     }
     region.buffer = clCreateBuffer(context_->context(), CL_MEM_READ_WRITE, region.base_bytes, nullptr, &status);
   }
@@ -99,8 +101,8 @@ void* OpenClDeviceMemory::do_allocate(std::size_t bytes, std::size_t alignment, 
   const std::size_t largest = context_->properties().max_allocation_bytes;
   if (largest != 0 && rounded + alignment > largest) {
     throw_out_of_memory(bytes, rounded, tag,
-                        "one OpenCL buffer holds at most " + format_bytes(largest) +
-                            " on " + context_->properties().name + " (CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
+                        "one OpenCL buffer holds at most " + format_bytes(largest) + " on " +
+                            context_->properties().name + " (CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
   }
   std::size_t used = used_.load(std::memory_order_relaxed);
   do {

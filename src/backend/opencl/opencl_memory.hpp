@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OpenClDeviceMemory: the source of an opencl device's memory stack. Each allocation is one region of device
 // memory with a host-side address our allocators (BFC, system) sub-allocate and pass around as pointers,
@@ -86,7 +87,7 @@ class OpenClDeviceMemory final : public memory::MemoryResource {
   const std::shared_ptr<OpenClContext> context_;
   const std::size_t capacity_;
   const RegionKind kind_;
-  std::atomic<std::size_t> used_{0};  // rounded bytes of live regions, <= capacity_
+  std::atomic<std::size_t> used_{0};         // rounded bytes of live regions, <= capacity_
   mutable std::shared_mutex regions_mutex_;  // guards regions_
   std::map<const char*, Region> regions_;    // keyed by the aligned address handed out
   mutable std::mutex stats_mutex_;           // guards stats_

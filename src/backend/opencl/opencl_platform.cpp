@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Discovery: the ICD loader's platforms and devices, asked once per process; and the shared context of each
 // physical device with its program cache.
 #include <algorithm>
@@ -74,9 +75,9 @@ Discovery discover() {
   cl_uint platform_count = 0;
   const cl_int status = clGetPlatformIDs(0, nullptr, &platform_count);
   if (status != CL_SUCCESS || platform_count == 0) {
-    discovery.reason = "the OpenCL ICD loader reports no platform (clGetPlatformIDs: " +
-                       std::string(error_name(status)) +
-                       "); install a driver, e.g. apt-get install pocl-opencl-icd for the CPU";
+    discovery.reason =
+        "the OpenCL ICD loader reports no platform (clGetPlatformIDs: " + std::string(error_name(status)) +
+        "); install a driver, e.g. apt-get install pocl-opencl-icd for the CPU";
     return discovery;
   }
   std::vector<cl_platform_id> platforms(platform_count);
@@ -138,8 +139,8 @@ cl_program build_program(cl_context context, cl_device_id device, std::string_vi
   }
   clReleaseProgram(program);
   TP_THROW(DeviceError, "opencl", "clBuildProgram failed for program '", name, "' on ",
-           device_string(device, CL_DEVICE_NAME), " with options '", options, "': ", error_name(status), " (",
-           status, "); build log:\n", log.empty() ? std::string("(empty)") : log);
+           device_string(device, CL_DEVICE_NAME), " with options '", options, "': ", error_name(status), " (", status,
+           "); build log:\n", log.empty() ? std::string("(empty)") : log);
 }
 
 std::shared_ptr<OpenClContext> OpenClContext::acquire(int index) {
@@ -180,11 +181,12 @@ cl_program OpenClContext::program(std::string_view name) {
   const auto& sources = program_sources();
   const auto source = sources.find(name);
   if (source == sources.end()) {
-    TP_THROW(DeviceError, "opencl", "no OpenCL program '", name, "' is embedded (src/backend/opencl/kernels/",
-             name, ".cl); the programs are: ", join_names(sources));
+    TP_THROW(DeviceError, "opencl", "no OpenCL program '", name, "' is embedded (src/backend/opencl/kernels/", name,
+             ".cl); the programs are: ", join_names(sources));
   }
   const auto prelude = sources.find("prelude");
-  if (prelude == sources.end()) TP_THROW(DeviceError, "opencl", "the OpenCL prelude (kernels/prelude.cl) is not embedded");
+  if (prelude == sources.end())
+    TP_THROW(DeviceError, "opencl", "the OpenCL prelude (kernels/prelude.cl) is not embedded");
   cl_program built = build_program(context_, device_, name, name == "prelude" ? std::string_view() : prelude->second,
                                    source->second, build_options_);
   programs_.emplace(std::string(name), built);
@@ -204,9 +206,7 @@ cl_program OpenClContext::program(std::string_view name) {
 #endif
 #endif
 #ifdef TP_OPENCL_LEAK_SUPPRESSIONS
-extern "C" const char* __lsan_default_suppressions() {
-  return "leak:libpocl.so\nleak:libLLVM\nleak:libOpenCL.so\n";
-}
+extern "C" const char* __lsan_default_suppressions() { return "leak:libpocl.so\nleak:libLLVM\nleak:libOpenCL.so\n"; }
 #endif
 
 namespace tp::device {

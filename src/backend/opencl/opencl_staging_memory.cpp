@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/opencl/opencl_staging_memory.hpp"
 
 #include <cstdint>
@@ -57,8 +58,8 @@ OpenClStagingMemory::OpenClStagingMemory(std::shared_ptr<OpenClContext> context,
   if (context_ == nullptr) TP_THROW(InvalidArgument, "opencl", this->name(), ": no OpenCL context given");
   cl_int status = CL_SUCCESS;
   queue_ = clCreateCommandQueueWithProperties(context_->context(), context_->device(), nullptr, &status);
-  check(status, "clCreateCommandQueueWithProperties(" + this->name() + " mapping queue, " +
-                    context_->properties().name + ")");
+  check(status,
+        "clCreateCommandQueueWithProperties(" + this->name() + " mapping queue, " + context_->properties().name + ")");
 }
 
 OpenClStagingMemory::~OpenClStagingMemory() {
@@ -91,11 +92,11 @@ void* OpenClStagingMemory::do_allocate(std::size_t bytes, std::size_t alignment,
                         "one OpenCL buffer holds at most " + format_bytes(largest) + " on " + device +
                             " (CL_DEVICE_MAX_MEM_ALLOC_SIZE); stage smaller copies");
   }
-  const std::string call_suffix = "(CL_MEM_ALLOC_HOST_PTR, " + format_bytes(buffer_bytes) + ", " + name() + " on " +
-                                  device + ")";
+  const std::string call_suffix =
+      "(CL_MEM_ALLOC_HOST_PTR, " + format_bytes(buffer_bytes) + ", " + name() + " on " + device + ")";
   cl_int status = CL_SUCCESS;
-  cl_mem buffer = clCreateBuffer(context_->context(), CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, buffer_bytes,
-                                 nullptr, &status);
+  cl_mem buffer =
+      clCreateBuffer(context_->context(), CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, buffer_bytes, nullptr, &status);
   if (status != CL_SUCCESS) {
     if (is_out_of_memory(status)) {
       throw_out_of_memory(bytes, rounded, tag,
@@ -115,8 +116,7 @@ void* OpenClStagingMemory::do_allocate(std::size_t bytes, std::size_t alignment,
     }
     check(status == CL_SUCCESS ? CL_MAP_FAILURE : status, "clEnqueueMapBuffer" + call_suffix);
   }
-  char* const address =
-      reinterpret_cast<char*>(memory::round_up(reinterpret_cast<std::uintptr_t>(mapped), alignment));
+  char* const address = reinterpret_cast<char*>(memory::round_up(reinterpret_cast<std::uintptr_t>(mapped), alignment));
   try {
     table_->insert(address, {buffer, mapped, rounded});
   } catch (...) {  // no memory for the table's node

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OpenClStagingMemory: the upstream of an opencl device's StagingPool, host memory the OpenCL driver pins.
 //

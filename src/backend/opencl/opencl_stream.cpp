@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/opencl/opencl_stream.hpp"
 
 #include <algorithm>
@@ -73,7 +74,7 @@ OpenClStream::~OpenClStream() {
     stopping_ = true;
   }
   work_available_.notify_all();
-  worker_.join();  // runs every item already enqueued
+  worker_.join();     // runs every item already enqueued
   completer_.join();  // retires every entry the worker handed over
 }
 
@@ -140,7 +141,7 @@ void OpenClStream::serve() {
 void OpenClStream::run_item(Item& item) {
   switch (item.kind) {
     case ItemKind::host:
-      wait_for_outstanding_below(1);  // every earlier command has completed and released its captures
+      wait_for_outstanding_below(1);        // every earlier command has completed and released its captures
       run(item.task, /*propagate=*/false);  // skipped inside behind a kept error (Stream::enqueue's wrapper)
       completed_.add_one();
       return;

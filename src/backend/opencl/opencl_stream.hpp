@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OpenClStream: a stream of an opencl device, served by one in-order command queue, a worker thread that
 // enqueues on it and a completer thread that retires what the queue has run.
@@ -69,13 +70,13 @@ class OpenClStream final : public device::Stream {
   // What the host enqueued, waiting for the worker.
   struct Item {
     ItemKind kind = ItemKind::host;
-    Task task;             // host: the task; commands: the command task
-    device::Event event;   // record: the event to complete; wait: the event to wait for
+    Task task;            // host: the task; commands: the command task
+    device::Event event;  // record: the event to complete; wait: the event to wait for
   };
   // What the worker put on the queue, waiting for the completer.
   struct Entry {
-    cl_event event = nullptr;  // the marker or barrier (owned); null: nothing to wait for on the device
-    Task captures;             // destroyed once `event` has completed
+    cl_event event = nullptr;                // the marker or barrier (owned); null: nothing to wait for on the device
+    Task captures;                           // destroyed once `event` has completed
     std::optional<device::Event> completes;  // completed after the captures went
   };
 
@@ -101,7 +102,7 @@ class OpenClStream final : public device::Stream {
   const cl_command_queue queue_;
   const std::size_t max_in_flight_;
 
-  mutable std::mutex mutex_;  // guards everything below up to the threads (enqueued_'s writes)
+  mutable std::mutex mutex_;                   // guards everything below up to the threads (enqueued_'s writes)
   std::condition_variable work_available_;     // worker: items_ non-empty or stopping_
   std::condition_variable entries_available_;  // completer: entries_ non-empty or worker_done_
   std::condition_variable room_available_;     // worker: outstanding_ went down
@@ -111,7 +112,7 @@ class OpenClStream final : public device::Stream {
   // sleeps (poll_before_sleeping).
   std::atomic<std::uint64_t> enqueued_{0};
   device::CompletionCount completed_;  // items done (host tasks run, entries retired); its own lock
-  std::size_t outstanding_ = 0;  // entries handed over and not yet retired (the one being retired included)
+  std::size_t outstanding_ = 0;        // entries handed over and not yet retired (the one being retired included)
   std::size_t peak_outstanding_ = 0;
   bool stopping_ = false;     // the destructor runs: the worker ends once items_ is empty
   bool worker_done_ = false;  // the worker ended: the completer ends once entries_ is empty

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sim backend: an accelerator simulated on the CPU. Its memory is a SimDeviceMemory of fixed capacity
 // (a hard wall, like a GPU's), reached only by kernels and copies running on its streams, each served by a
 // worker thread; copies are staged through pinned host memory, as a GPU's DMA engine needs. Its kernels are
@@ -15,8 +16,8 @@ namespace {
 // CpuKernelSettings comes first: options it refuses throw before any stream exists.
 class SimDevice final : public backend::cpu::CpuKernelSettings, public HostAddressableDevice {
  public:
-  SimDevice(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
-            std::unique_ptr<memory::MemoryStack> memory, const DeviceOptions& options)
+  SimDevice(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
+            const DeviceOptions& options)
       : CpuKernelSettings(options.kernels, id.str()),
         HostAddressableDevice(id, physical_id, capacity_bytes, std::move(memory), options, /*pinned_staging=*/true) {
     create_streams<WorkerStream>(options.num_streams);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport (see tensorpool/distribute/mpi.hpp). Cross-worker work runs inside a task on the first
 // local tensor's stream 0, so it starts only once the local reduction it follows has run and later work on
 // that stream sees its result: the data is staged into pinned host memory, reduced between the workers over
@@ -72,16 +73,11 @@ void stage_sum(const std::byte* local, const std::byte* addend, std::byte* sum, 
 void stage_sum(DType dtype, const std::byte* local, const std::byte* addend, std::byte* sum, std::byte* device_copy,
                std::int64_t count) {
   switch (dtype) {
-    case DType::f32:
-      return stage_sum<float>(local, addend, sum, device_copy, count);
-    case DType::f64:
-      return stage_sum<double>(local, addend, sum, device_copy, count);
-    case DType::f16:
-      return stage_sum<Half>(local, addend, sum, device_copy, count);
-    case DType::bf16:
-      return stage_sum<BFloat16>(local, addend, sum, device_copy, count);
-    default:
-      TP_THROW(InvalidArgument, "distribute", "mpi: cannot sum ", name_of(dtype));
+    case DType::f32: return stage_sum<float>(local, addend, sum, device_copy, count);
+    case DType::f64: return stage_sum<double>(local, addend, sum, device_copy, count);
+    case DType::f16: return stage_sum<Half>(local, addend, sum, device_copy, count);
+    case DType::bf16: return stage_sum<BFloat16>(local, addend, sum, device_copy, count);
+    default: TP_THROW(InvalidArgument, "distribute", "mpi: cannot sum ", name_of(dtype));
   }
 }
 
@@ -97,13 +93,10 @@ MPI_Op sum_op_16bit() {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::f64:
-      return MPI_DOUBLE;
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
     case DType::f16:
-    case DType::bf16:
-      return MPI_UINT16_T;
+    case DType::bf16: return MPI_UINT16_T;
     default:
       TP_THROW(InvalidArgument, "distribute", "mpi: collectives take float32, float64, float16 or bfloat16, not ",
                name_of(dtype));

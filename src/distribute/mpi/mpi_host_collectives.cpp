@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host-side collectives of tensorpool/distribute/mpi.hpp: mpi_all_gather (host bytes from every rank, in
 // rank order) and mpi_broadcast (one rank's bytes to every rank). The sizes are compared first, so ranks that
 // disagree (different models or flags) get an error naming the sizes instead of a truncated or overrun buffer.

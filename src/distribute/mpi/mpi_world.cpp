@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "distribute/mpi/mpi_world.hpp"
 
 #include <mpi.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The process's MPI state shared by the MPI collectives: one lock around every MPI call (the library needs
 // only MPI_THREAD_SERIALIZED), a collective sequence number every rank advances alike, and the arrival check.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport of parameter-server training (tensorpool/distribute/parameter_transport.hpp). Every MPI call
 // is made under mpi_mutex (MPI_THREAD_SERIALIZED) and every wait polls a non-blocking request against its
 // deadline, answering liveness probes meanwhile.

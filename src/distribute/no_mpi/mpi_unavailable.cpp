@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built without MPI: the multi-process collectives say what is missing instead of failing obscurely.
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/mpi.hpp"

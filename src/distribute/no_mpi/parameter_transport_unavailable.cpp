@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built without MPI: the parameter-server messages say what is missing (parameter_server_job() is false unless
 // mpirun launched the process, and then it throws the same advice).
 #include "tensorpool/core/error.hpp"

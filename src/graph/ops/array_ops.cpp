@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ops that move or repeat elements: Reshape [shape], Broadcast(dy, like) [axis, mean] (re-inserts an axis a
 // reduction removed, taking its size from `like`) and ScaleRows(x [rows, cols], s [rows]).
 
@@ -36,7 +37,8 @@ std::vector<TensorType> infer_reshape(const InferenceContext& context) {
     }
     dims[*unknown] = elements / known_product;
   } else if (known_product != elements) {
-    TP_GRAPH_FAIL(context.node, "x ", x, " has ", elements, " elements but shape ", requested, " holds ", known_product);
+    TP_GRAPH_FAIL(context.node, "x ", x, " has ", elements, " elements but shape ", requested, " holds ",
+                  known_product);
   }
   return {TensorType{x.dtype, dims}};
 }
@@ -79,8 +81,8 @@ std::vector<TensorType> infer_broadcast(const InferenceContext& context) {
 }
 
 void broadcast_kernel(KernelContext& context) {
-  const auto mode = attribute_bool(context.node, "mean", false) ? tp::ops::BroadcastMode::mean
-                                                                : tp::ops::BroadcastMode::copy;
+  const auto mode =
+      attribute_bool(context.node, "mean", false) ? tp::ops::BroadcastMode::mean : tp::ops::BroadcastMode::copy;
   tp::ops::broadcast_axis_into(context.inputs[0], attribute_int(context.node, "axis"), context.outputs[0], mode,
                                op_context(context));
 }
@@ -102,7 +104,8 @@ std::vector<TensorType> infer_scale_rows(const InferenceContext& context) {
   TensorType out = input(context, 0);
   const std::int64_t rows = input(context, 1).dims[0];
   if (!dims_agree(out.dims[0], rows)) {
-    TP_GRAPH_FAIL(context.node, "x ", out, " and s ", input(context, 1), ": ", out.dims[0], " rows but ", rows, " scales");
+    TP_GRAPH_FAIL(context.node, "x ", out, " and s ", input(context, 1), ": ", out.dims[0], " rows but ", rows,
+                  " scales");
   }
   out.dims[0] = merge_dim(out.dims[0], rows);
   return {out};

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sources: Placeholder (fed per run), Variable (the session's persistent tensor) and Fill (a constant). The
 // executor binds the first two itself, so their kernel maps are empty.
 
@@ -13,8 +14,9 @@ std::vector<std::int64_t> shape_attribute(const Node& node, bool allow_unknown) 
   std::vector<std::int64_t> dims = attribute_ints(node, "shape");
   for (std::size_t index = 0; index < dims.size(); ++index) {
     if (dims[index] < (allow_unknown ? -1 : 0)) {
-      TP_GRAPH_FAIL(node, "shape ", to_string(AttrValue(dims)), " has dim ", index, " = ", dims[index],
-           allow_unknown ? "; dims must be >= 0, or -1 for unknown" : "; the shape must be fully defined (dims >= 0)");
+      TP_GRAPH_FAIL(
+          node, "shape ", to_string(AttrValue(dims)), " has dim ", index, " = ", dims[index],
+          allow_unknown ? "; dims must be >= 0, or -1 for unknown" : "; the shape must be fully defined (dims >= 0)");
     }
   }
   return dims;
@@ -45,8 +47,7 @@ void fill_kernel(KernelContext& context) {
 
 void register_io_ops(OpRegistry& registry) {
   registry.add(OpDef{.name = "Placeholder", .num_inputs = 0, .num_outputs = 1, .infer = infer_placeholder});
-  registry.add(
-      OpDef{.name = "Variable", .num_inputs = 0, .num_outputs = 1, .infer = infer_variable, .stateful = true});
+  registry.add(OpDef{.name = "Variable", .num_inputs = 0, .num_outputs = 1, .infer = infer_variable, .stateful = true});
   // A constant: it has no inputs, so there is nothing to differentiate (an empty list of input gradients).
   registry.add(OpDef{.name = "Fill",
                      .num_inputs = 0,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MatMul(a, b) [transpose_a, transpose_b]: out[m, n] = op(a) x op(b).
 
 #include "graph/ops/op_support.hpp"
@@ -21,8 +22,8 @@ std::vector<TensorType> infer_matmul(const InferenceContext& context) {
   const std::int64_t k_of_b = b.dims[transpose_b ? 1 : 0];
   const std::int64_t n = b.dims[transpose_b ? 0 : 1];
   if (!dims_agree(k, k_of_b)) {
-    TP_GRAPH_FAIL(context.node, "a ", a, transpose_a ? " (transposed)" : "", " and b ", b, transpose_b ? " (transposed)" : "",
-         ": inner dimensions ", k, " and ", k_of_b, " differ");
+    TP_GRAPH_FAIL(context.node, "a ", a, transpose_a ? " (transposed)" : "", " and b ", b,
+                  transpose_b ? " (transposed)" : "", ": inner dimensions ", k, " and ", k_of_b, " differ");
   }
   return {TensorType{a.dtype, {m, n}}};
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Elementwise arithmetic: Add, Sub, Mul, Div (x, y) with the tensor ops' broadcasts (y of x's shape, of x's
 // last dimension, or a scalar []), Scale [alpha], Cast [dtype] and AddN (a, b), which autodiff uses to sum
 // gradient contributions.
@@ -33,7 +34,7 @@ std::vector<TensorType> infer_binary(const InferenceContext& context) {
     return {out};
   }
   TP_GRAPH_FAIL(context.node, "x ", x, " and y ", y,
-       " do not broadcast; y must have x's shape, x's last dimension, or be a scalar []");
+                " do not broadcast; y must have x's shape, x's last dimension, or be a scalar []");
 }
 
 tp::ops::Arithmetic arithmetic_of(const Node& node) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The neural-network ops of the MLP path and their gradient ops: BiasAdd, BiasAddGrad, Relu, ReluGrad,
 // Softmax, LogSoftmax and SparseSoftmaxCrossEntropy.
 
@@ -19,7 +20,7 @@ std::vector<TensorType> infer_bias_add(const InferenceContext& context) {
   const std::int64_t bias_size = input(context, 1).dims[0];
   if (!dims_agree(out.dims[1], bias_size)) {
     TP_GRAPH_FAIL(context.node, "x ", out, " and bias ", input(context, 1), ": bias size ", bias_size,
-         " differs from x's column count ", out.dims[1]);
+                  " differs from x's column count ", out.dims[1]);
   }
   out.dims[1] = merge_dim(out.dims[1], bias_size);
   return {out};
@@ -110,7 +111,7 @@ std::vector<TensorType> infer_cross_entropy(const InferenceContext& context) {
   const std::int64_t label_rows = input(context, 1).dims[0];
   if (!dims_agree(logits.dims[0], label_rows)) {
     TP_GRAPH_FAIL(context.node, "input ", logits, " and labels ", input(context, 1), ": ", logits.dims[0], " rows but ",
-         label_rows, " labels");
+                  label_rows, " labels");
   }
   const std::int64_t rows = merge_dim(logits.dims[0], label_rows);
   return {TensorType{logits.dtype, {rows}}, TensorType{logits.dtype, {rows, logits.dims[1]}}};
@@ -174,18 +175,16 @@ void register_nn_ops(OpRegistry& registry) {
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_softmax,
-                     .kernels = every_backend([](KernelContext& c) {
-                       tp::ops::softmax_into(c.inputs[0], c.outputs[0], op_context(c));
-                     }),
+                     .kernels = every_backend(
+                         [](KernelContext& c) { tp::ops::softmax_into(c.inputs[0], c.outputs[0], op_context(c)); }),
                      .gradient = softmax_gradient,
                      .may_reuse_input = true});
   registry.add(OpDef{.name = "LogSoftmax",
                      .num_inputs = 1,
                      .num_outputs = 1,
                      .infer = infer_softmax,
-                     .kernels = every_backend([](KernelContext& c) {
-                       tp::ops::log_softmax_into(c.inputs[0], c.outputs[0], op_context(c));
-                     }),
+                     .kernels = every_backend(
+                         [](KernelContext& c) { tp::ops::log_softmax_into(c.inputs[0], c.outputs[0], op_context(c)); }),
                      .gradient = log_softmax_gradient,
                      .may_reuse_input = true});
   registry.add(OpDef{.name = "SparseSoftmaxCrossEntropy",

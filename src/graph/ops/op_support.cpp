@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "graph/ops/op_support.hpp"
 
 #include <cmath>
@@ -24,7 +25,8 @@ void require_float(const InferenceContext& context, int index, std::string_view 
 void require_float_or_half(const InferenceContext& context, int index, std::string_view role) {
   const TensorType& type = input(context, index);
   if (!is_floating(type.dtype)) {
-    TP_GRAPH_FAIL(context.node, role, " is ", type, "; this op takes float32 or float64, or float16 / bfloat16 (insert a Cast)");
+    TP_GRAPH_FAIL(context.node, role, " is ", type,
+                  "; this op takes float32 or float64, or float16 / bfloat16 (insert a Cast)");
   }
 }
 
@@ -55,13 +57,13 @@ std::vector<std::int64_t> merge_shapes(const InferenceContext& context, int firs
   const TensorType& b = input(context, second);
   if (a.dims.size() != b.dims.size()) {
     TP_GRAPH_FAIL(context.node, first_role, " ", a, " and ", second_role, " ", b, " must have one shape (ranks ",
-         a.dims.size(), " and ", b.dims.size(), " differ)");
+                  a.dims.size(), " and ", b.dims.size(), " differ)");
   }
   std::vector<std::int64_t> merged(a.dims.size());
   for (std::size_t dim = 0; dim < a.dims.size(); ++dim) {
     if (!dims_agree(a.dims[dim], b.dims[dim])) {
-      TP_GRAPH_FAIL(context.node, first_role, " ", a, " and ", second_role, " ", b, " must have one shape (dim ", dim, ": ",
-           a.dims[dim], " and ", b.dims[dim], " differ)");
+      TP_GRAPH_FAIL(context.node, first_role, " ", a, " and ", second_role, " ", b, " must have one shape (dim ", dim,
+                    ": ", a.dims[dim], " and ", b.dims[dim], " differ)");
     }
     merged[dim] = merge_dim(a.dims[dim], b.dims[dim]);
   }
@@ -72,15 +74,16 @@ std::int64_t normalize_axis(const InferenceContext& context, int index, std::str
   const TensorType& type = input(context, index);
   const auto rank = static_cast<std::int64_t>(type.dims.size());
   if (axis < -rank || axis >= rank) {
-    TP_GRAPH_FAIL(context.node, "axis ", axis, " is out of range for ", role, " ", type, " (valid axes are ", -rank, "..",
-         rank - 1, ")");
+    TP_GRAPH_FAIL(context.node, "axis ", axis, " is out of range for ", role, " ", type, " (valid axes are ", -rank,
+                  "..", rank - 1, ")");
   }
   return axis < 0 ? axis + rank : axis;
 }
 
 double non_negative_attribute(const Node& node, std::string_view name, double default_value) {
   const double value = attribute_float(node, name, default_value);
-  if (!(std::isfinite(value) && value >= 0)) TP_GRAPH_FAIL(node, "attribute '", name, "' = ", value, " must be finite and >= 0");
+  if (!(std::isfinite(value) && value >= 0))
+    TP_GRAPH_FAIL(node, "attribute '", name, "' = ", value, " must be finite and >= 0");
   return value;
 }
 

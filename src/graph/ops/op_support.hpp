@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the built-in op definitions share: inference checks that name the node and the offending input
 // ("MatMul 'dense/MatMul': a float32[3] must have rank 2"), kernels registered for every backend alike (they
@@ -24,13 +25,13 @@ using Kernel = std::function<void(KernelContext&)>;
 using Kernels = std::map<device::DeviceKind, Kernel>;
 
 // Registration of the built-in families, one source file each; OpRegistry::global() calls them once.
-void register_io_ops(OpRegistry& registry);      // Placeholder, Variable, Fill
-void register_linalg_ops(OpRegistry& registry);  // MatMul
-void register_nn_ops(OpRegistry& registry);      // BiasAdd(Grad), Relu(Grad), (Log)Softmax, cross-entropy
-void register_math_ops(OpRegistry& registry);    // Add, Sub, Mul, Div, Scale, Cast, AddN
-void register_array_ops(OpRegistry& registry);   // Reshape, Broadcast, ScaleRows
-void register_reduce_ops(OpRegistry& registry);  // Sum, Mean, Max, ArgMax, CorrectCount
-void register_state_ops(OpRegistry& registry);   // ApplySgd, ApplyAdam
+void register_io_ops(OpRegistry& registry);          // Placeholder, Variable, Fill
+void register_linalg_ops(OpRegistry& registry);      // MatMul
+void register_nn_ops(OpRegistry& registry);          // BiasAdd(Grad), Relu(Grad), (Log)Softmax, cross-entropy
+void register_math_ops(OpRegistry& registry);        // Add, Sub, Mul, Div, Scale, Cast, AddN
+void register_array_ops(OpRegistry& registry);       // Reshape, Broadcast, ScaleRows
+void register_reduce_ops(OpRegistry& registry);      // Sum, Mean, Max, ArgMax, CorrectCount
+void register_state_ops(OpRegistry& registry);       // ApplySgd, ApplyAdam
 void register_collective_ops(OpRegistry& registry);  // AllReduce (src/distribute/all_reduce_op.cpp)
 
 // The same kernel for every DeviceKind: the tensor ops it calls dispatch on the tensors' device to the kernels

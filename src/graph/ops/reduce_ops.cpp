@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over one axis [axis, required; negative counts from the end]: Sum, Mean, Max (the result drops
 // the axis), ArgMax (-> int64), the accuracy metric CorrectCount(predictions, labels) -> float32 [], and
 // AllFinite(x) [range: optional {begin, end} of x's flat elements] -> float32 [] (1: no Inf or NaN in x, or in

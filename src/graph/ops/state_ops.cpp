@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimizer updates: ApplySgd(var, grad, velocity) and ApplyAdam(var, grad, m, v) update their inputs in
 // place (var and the slots are the session's persistent tensors) and have no outputs. Hyperparameters are
 // attributes with Keras's defaults; Adam's bias-correction step is KernelContext::step (1-based).

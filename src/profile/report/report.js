@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory report viewer. Reads the snapshot JSON embedded in the page (schema: docs/profiling.md) and
 // renders, per device: the summary table, the memory timeline stacked by kind with the peak marked, the peak
 // breakdown (sortable), fragmentation over time, the allocator's segment map at the peak and the per-op

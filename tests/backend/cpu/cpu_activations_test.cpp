@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // relu, relu_grad, bias_add and bias_add_grad against float64 references. relu and its gradient select
 // values, so they must match exactly; bias_add is one rounded addition (exact against a float64 sum rounded
 // to T); bias_add_grad sums in double and rounds once, so it must be within 1 ulp of T of the exact sum

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reduction-gradient kernels (broadcast_axis, scale_rows) and the correct_count metric against float64
 // references on random inputs, with their edge cases: empty sizes, aliasing, ties and NaN, bad labels.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cast between all tp::DType pairs: special values (NaN, +-inf, +-0, saturation bounds, 65504 / 65520 for
 // float16), every table entry on small integers, and the single-rounding guarantee for sources wider than
 // float going to float16 / bfloat16 (checked against a reference that rounds the exact value in double
@@ -24,7 +25,7 @@ using tp::backend::cpu::cast;
 using tp_test::expect_invalid;
 
 constexpr DType kAll[] = {DType::f32, DType::f16, DType::bf16, DType::f64,
-                          DType::i32, DType::i64, DType::u8,  DType::boolean};
+                          DType::i32, DType::i64, DType::u8,   DType::boolean};
 
 // Casts `source` (of dtype From, stored as C++ type S) to dtype To, stored as D.
 template <typename D, typename S>
@@ -38,17 +39,30 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TEST(Cast, FloatToIntegerTruncatesSaturatesAndMapsNaNToZero) {
-  const std::vector<double> source{kNaN, kInf, -kInf, 2.9, -2.9, -0.0, 1e10, -1e10, 255.9, 256.0, -0.5,
-                                   -1.0, 9223372036854775808.0, -9223372036854775808.0, 9223372036854774784.0};
+  const std::vector<double> source{kNaN,
+                                   kInf,
+                                   -kInf,
+                                   2.9,
+                                   -2.9,
+                                   -0.0,
+                                   1e10,
+                                   -1e10,
+                                   255.9,
+                                   256.0,
+                                   -0.5,
+                                   -1.0,
+                                   9223372036854775808.0,
+                                   -9223372036854775808.0,
+                                   9223372036854774784.0};
   using I32 = std::int32_t;
   using I64 = std::int64_t;
   constexpr I32 i32_max = std::numeric_limits<I32>::max();
   constexpr I32 i32_min = std::numeric_limits<I32>::min();
   constexpr I64 i64_max = std::numeric_limits<I64>::max();
   constexpr I64 i64_min = std::numeric_limits<I64>::min();
-  EXPECT_EQ(cast_all<I32>(source, DType::f64, DType::i32),
-            (std::vector<I32>{0, i32_max, i32_min, 2, -2, 0, i32_max, i32_min, 255, 256, 0, -1, i32_max, i32_min,
-                              i32_max}));
+  EXPECT_EQ(
+      cast_all<I32>(source, DType::f64, DType::i32),
+      (std::vector<I32>{0, i32_max, i32_min, 2, -2, 0, i32_max, i32_min, 255, 256, 0, -1, i32_max, i32_min, i32_max}));
   EXPECT_EQ(cast_all<I64>(source, DType::f64, DType::i64),
             (std::vector<I64>{0, i64_max, i64_min, 2, -2, 0, 10000000000, -10000000000, 255, 256, 0, -1, i64_max,
                               i64_min, 9223372036854774784}));
@@ -65,8 +79,8 @@ TEST(Cast, FloatToIntegerTruncatesSaturatesAndMapsNaNToZero) {
 }
 
 TEST(Cast, IntegerToIntegerSaturates) {
-  const std::vector<std::int64_t> wide{std::numeric_limits<std::int64_t>::max(),
-                                       std::numeric_limits<std::int64_t>::min(), -1, 256, 255, 0, 70000};
+  const std::vector<std::int64_t> wide{
+      std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min(), -1, 256, 255, 0, 70000};
   EXPECT_EQ(cast_all<std::int32_t>(wide, DType::i64, DType::i32),
             (std::vector<std::int32_t>{std::numeric_limits<std::int32_t>::max(),
                                        std::numeric_limits<std::int32_t>::min(), -1, 256, 255, 0, 70000}));
@@ -82,8 +96,7 @@ TEST(Cast, IntegerToIntegerSaturates) {
 
 TEST(Cast, BoolSemantics) {
   const std::vector<double> source{kNaN, 0.0, -0.0, 0.5, -kInf, 1e-300};
-  EXPECT_EQ(cast_all<std::uint8_t>(source, DType::f64, DType::boolean),
-            (std::vector<std::uint8_t>{1, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(cast_all<std::uint8_t>(source, DType::f64, DType::boolean), (std::vector<std::uint8_t>{1, 0, 0, 1, 1, 1}));
   const std::vector<tp::Half> halves{tp::Half::from_bits(0x7E00), tp::Half::from_bits(0x8000),
                                      tp::Half::from_bits(0x0001)};
   EXPECT_EQ(cast_all<std::uint8_t>(halves, DType::f16, DType::boolean), (std::vector<std::uint8_t>{1, 0, 1}));
@@ -101,8 +114,16 @@ TEST(Cast, BoolSemantics) {
 
 TEST(Cast, Float16BoundsAndSpecials) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> source{65504.0F, 65519.99F, 65520.0F, -65520.0F, std::numeric_limits<float>::infinity(),
-                                  -0.0F,    0.0F,      nan,      5.960464477539063e-8F /* 2^-24 */, 1e-9F};
+  const std::vector<float> source{65504.0F,
+                                  65519.99F,
+                                  65520.0F,
+                                  -65520.0F,
+                                  std::numeric_limits<float>::infinity(),
+                                  -0.0F,
+                                  0.0F,
+                                  nan,
+                                  5.960464477539063e-8F /* 2^-24 */,
+                                  1e-9F};
   const std::vector<tp::Half> halves = cast_all<tp::Half>(source, DType::f32, DType::f16);
   const std::vector<std::uint16_t> expected{0x7BFF, 0x7BFF, 0x7C00, 0xFC00, 0x7C00, 0x8000, 0x0000, 0, 0x0001, 0};
   for (std::size_t i = 0; i < source.size(); ++i) {
@@ -203,7 +224,11 @@ TEST(Cast, WideSourcesRoundOnceToSixteenBits) {
       1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),  // just above a float16 tie: via float it would tie
       1 + std::ldexp(1.0, -11),                         // an exact tie: to even (1.0)
       1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40),   // just above a bfloat16 tie
-      65519.999999999, 65520.0, std::ldexp(1.0, -25) + std::ldexp(1.0, -60), 1e300, -1e-300};
+      65519.999999999,
+      65520.0,
+      std::ldexp(1.0, -25) + std::ldexp(1.0, -60),
+      1e300,
+      -1e-300};
   std::uniform_int_distribution<int> exponent(-30, 17);
   std::uniform_real_distribution<double> mantissa(1.0, 2.0);
   for (int i = 0; i < 20000; ++i) {
@@ -234,8 +259,12 @@ TEST(Cast, Int64ToBFloat16RoundsOnce) {
   std::mt19937_64 rng(seed);
   std::vector<std::int64_t> source{(1 << 24) + (1 << 16) + 1,  // above a bfloat16 tie, a float tie below it
                                    (1 << 24) + (1 << 16),      // an exact tie: to even
-                                   std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min(),
-                                   65519, 65520, -70000, 0};
+                                   std::numeric_limits<std::int64_t>::max(),
+                                   std::numeric_limits<std::int64_t>::min(),
+                                   65519,
+                                   65520,
+                                   -70000,
+                                   0};
   for (int i = 0; i < 20000; ++i) {
     const int width = 1 + i % 63;
     const auto value = static_cast<std::int64_t>(rng() >> (64 - width));
@@ -281,8 +310,7 @@ TEST(Cast, RejectsBadDTypesSizesAndNullPointers) {
   std::vector<double> buffer(4, 1.0);
   expect_invalid([&] { cast(buffer.data(), static_cast<DType>(42), buffer.data(), DType::f64, 1); },
                  {"[cpu]", "cast", "src_dtype = 42"});
-  expect_invalid([&] { cast(buffer.data(), DType::f64, buffer.data(), static_cast<DType>(8), 1); },
-                 {"dst_dtype = 8"});
+  expect_invalid([&] { cast(buffer.data(), DType::f64, buffer.data(), static_cast<DType>(8), 1); }, {"dst_dtype = 8"});
   expect_invalid([&] { cast(buffer.data(), DType::f64, buffer.data(), DType::f64, -1); }, {"n = -1"});
   expect_invalid([&] { cast(nullptr, DType::f64, buffer.data(), DType::f32, 2); }, {"src is null"});
   cast(nullptr, DType::f64, nullptr, DType::boolean, 0);
@@ -310,4 +338,3 @@ TEST(Cast, U8ToF32DividedIsTheScalarDivisionForEveryByteAndPosition) {
 }
 
 }  // namespace
-

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sparse categorical cross-entropy against float64 references, for float/double logits and int32/int64
 // labels. Losses and gradients are computed per row in double and rounded once, so they must be within
 // 4 ulps of T of the reference (plus 1e-15 absolute for gradients near 0, and 4 ulps of the largest logit
@@ -107,8 +108,7 @@ TEST(CrossEntropy, LogitsGradientMatchesCentralDifferences) {
     logits[i] = saved + step;
     sparse_softmax_cross_entropy<double, std::int64_t>(logits.data(), labels.data(), plus.data(), nullptr, rows, cols);
     logits[i] = saved - step;
-    sparse_softmax_cross_entropy<double, std::int64_t>(logits.data(), labels.data(), minus.data(), nullptr, rows,
-                                                       cols);
+    sparse_softmax_cross_entropy<double, std::int64_t>(logits.data(), labels.data(), minus.data(), nullptr, rows, cols);
     logits[i] = saved;
     EXPECT_NEAR(grad[i], (plus[row] - minus[row]) / (2 * step), 1e-7) << "logit " << i;
   }
@@ -138,10 +138,8 @@ TYPED_TEST(CrossEntropyTest, FromProbabilitiesMatchesReferenceAndClips) {
                                           std::log(sum2) - std::log(1 - e), std::log(sum3) - std::log(at_eps)};
   tp_test::expect_all_near(loss, expected_loss, tolerance, 0);
   // Entries outside the clip range (0 and 1 here) get no gradient.
-  const std::vector<double> expected_grad{1 / sum0, 1 / sum0 - 1 / half, 1 / sum0,
-                                          1 / sum1, 1 / sum1, 0,
-                                          0,        0,        0,
-                                          1 / sum3 - 1 / at_eps, 1 / sum3, 1 / sum3};
+  const std::vector<double> expected_grad{1 / sum0, 1 / sum0 - 1 / half,   1 / sum0, 1 / sum1, 1 / sum1, 0, 0, 0,
+                                          0,        1 / sum3 - 1 / at_eps, 1 / sum3, 1 / sum3};
   tp_test::expect_all_near(grad, expected_grad, tolerance, 0);
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Elementwise kernels against float64 references. For +, -, *, / a float64 result rounded once to float is
 // the correctly rounded float result (53 >= 2 * 24 + 2 bits), and for double the reference is the same
 // operation, so binary ops must match exactly. scale and add_scaled round twice in T (the product, then the
@@ -156,8 +157,7 @@ TEST(Elementwise, RejectsNegativeSizesNullPointersAndBadOps) {
                  {"binary_row_broadcast", "row is null", "4 elements"});
   expect_invalid([&] { tp::backend::cpu::binary_scalar<double>(BinaryOp::add, data, 1.0, data, -1); }, {"n = -1"});
   expect_invalid([&] { tp::backend::cpu::add_scaled<double>(nullptr, 2.0, data, 1); }, {"add_scaled", "y is null"});
-  expect_invalid([&] { tp::backend::cpu::binary<double>(static_cast<BinaryOp>(9), data, data, data, 1); },
-                 {"op = 9"});
+  expect_invalid([&] { tp::backend::cpu::binary<double>(static_cast<BinaryOp>(9), data, data, data, 1); }, {"op = 9"});
   const std::int64_t big = std::int64_t{1} << 40;
   expect_invalid([&] { tp::backend::cpu::binary_row_broadcast<double>(BinaryOp::add, data, data, data, big, big); },
                  {"overflow"});

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // matmul against a float64 triple loop, for every transpose combination and shapes with 1, odd and empty
 // extents. Tolerance: an element of C is a k-term dot product, whose rounding error grows like sqrt(k) in
 // practice (k in the worst case); we allow (abs + rel * magnitude) * sqrt(max(k, 1)), where magnitude is

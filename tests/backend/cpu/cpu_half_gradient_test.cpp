@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernels that carry 16-bit weight gradients from the backward pass to the float32 master weights:
 // the collectives' reduction (add_scaled_half), the loss-scaling check (all_finite on float16 / bfloat16) and
 // the updates that widen and unscale a gradient as they read it (scaled_optimizer.hpp).

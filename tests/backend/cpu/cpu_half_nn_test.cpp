@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The half-precision MLP kernels (float16 and bfloat16 storage, float32 arithmetic) against float64
 // references computed from the same 16-bit inputs, and the fast conversions they use against the bit-exact
 // core ones.

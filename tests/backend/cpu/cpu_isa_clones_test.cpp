@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The element-wise kernels marked TP_ISA_CLONES run the widest clone this CPU supports (AVX-512 or AVX2 on
 // current x86-64). Every clone must round exactly as the plain scalar formula does, or replicas on machines
 // with different instruction sets would drift apart: these tests compare bit for bit against the formulas

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU kernels' settings are per device (device::KernelOptions): two devices configured with different
 // GEMM libraries each compute their matmuls with their own, a Session applies its options to its devices
 // only, and a refused value names the option and the choices and changes nothing.
@@ -88,10 +89,9 @@ TEST_F(KernelSettings, DeviceOptionsGiveEveryDeviceItsLibraryFromTheStart) {
 
 TEST_F(KernelSettings, ASessionConfiguresItsDevicesAndCpu0Only) {
   device::DeviceManager manager(two_sim_devices(), kNoEnv);
-  const runtime::Session session(graph::Graph(), {.visible_devices = {"sim:0"},
-                                                  .intra_op_threads = 3,
-                                                  .gemm_library = "onednn",
-                                                  .devices = &manager});
+  const runtime::Session session(
+      graph::Graph(),
+      {.visible_devices = {"sim:0"}, .intra_op_threads = 3, .gemm_library = "onednn", .devices = &manager});
   EXPECT_EQ(gemm_library_of(manager.device("sim:0")), GemmLibrary::onednn);
   EXPECT_EQ(gemm_library_of(manager.device("cpu:0")), GemmLibrary::onednn);  // fetches and soft placement land here
   EXPECT_EQ(gemm_library_of(manager.device("sim:1")), GemmLibrary::openblas);

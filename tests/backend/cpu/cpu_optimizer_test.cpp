@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SGD and Adam updates against double reference implementations of the Keras formulas, over three steps.
 // The kernels do elementwise arithmetic in T, so float results are compared with rel 1e-5 / abs 1e-7 (the
 // update is ~lr = 1e-3 in size and each step adds a few float roundings), double ones with rel 1e-12 /
@@ -102,8 +103,8 @@ TYPED_TEST(OptimizerTest, SgdVariantsMatchReference) {
     for (bool nesterov : {false, true}) {
       for (bool with_velocity : {false, true}) {
         if (!with_velocity && momentum != 0) continue;
-        SCOPED_TRACE(::testing::Message() << "momentum=" << momentum << " nesterov=" << nesterov
-                                          << " velocity=" << with_velocity);
+        SCOPED_TRACE(::testing::Message()
+                     << "momentum=" << momentum << " nesterov=" << nesterov << " velocity=" << with_velocity);
         std::vector<T> param = tp_test::random_vector<T>(rng, n);
         std::vector<T> velocity(param.size(), T{0});
         std::vector<double> ref_param = tp_test::widen(param);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Initialisers: exact determinism (same seed -> same bytes; one call over [0, n) equals two calls split at
 // any k with offset k; results independent of n), and distribution checks on 2^17 samples with bounds of
 // about 6 standard errors, so a correct generator fails them with probability far below 1e-6 while a wrong

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reductions over [outer, axis, inner] against float64 references. Sums accumulate in double and round once,
 // so a float result must be within 1 float ulp of the exact sum (the double accumulation error, at most
 // axis * 2^-53 * sum|x|, is far below that); double results are allowed axis * 2^-52 * sum|x|. max and
@@ -107,9 +108,9 @@ TYPED_TEST(ReduceTest, NaNWinsAndInfinitiesAreOrdinary) {
   const T nan = std::numeric_limits<T>::quiet_NaN();
   const T inf = std::numeric_limits<T>::infinity();
   // Columns (inner = 4) of a [1, 4, 4] tensor: NaN in the middle; NaN first; all -inf; +inf then NaN.
-  const std::vector<T> x{T{1}, nan,  -inf, T{0},   //
-                         nan,  T{5}, -inf, inf,    //
-                         T{9}, T{7}, -inf, T{2},   //
+  const std::vector<T> x{T{1}, nan,  -inf, T{0},  //
+                         nan,  T{5}, -inf, inf,   //
+                         T{9}, T{7}, -inf, T{2},  //
                          nan,  T{8}, -inf, nan};
   std::vector<T> y(4);
   std::vector<std::int64_t> arg(4);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // softmax and log_softmax against a float64 reference (the same max-shifted formula in double). The kernels
 // compute each row in double and round once, so the tolerance is 2 ulps of T relative to the value, plus
 // 1e-15 absolute for double (the reference's own exp/log rounding). Rows must sum to 1 within
@@ -90,8 +91,8 @@ TYPED_TEST(SoftmaxTest, HugeLogitsAndMinusInfinityAreStable) {
   tp::backend::cpu::log_softmax(x.data(), log_y.data(), 3, 4);
   const double log_z = std::log(z);
   const double log_half = std::log(0.5);
-  const std::vector<double> log_expected{-log_z, -log_z, -1 - log_z, -2e4 - log_z, -INFINITY, log_half, -INFINITY,
-                                         log_half, -INFINITY, -INFINITY, 0, -INFINITY};
+  const std::vector<double> log_expected{-log_z,    -log_z,   -1 - log_z, -2e4 - log_z, -INFINITY, log_half,
+                                         -INFINITY, log_half, -INFINITY,  -INFINITY,    0,         -INFINITY};
   tp_test::expect_all_near(log_y, log_expected, 4 * tp_test::epsilon_of<T>(), 0);
 }
 

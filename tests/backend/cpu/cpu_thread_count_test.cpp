@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Results do not depend on the intra-op thread count: every kernel that splits its work over the pool
 // (GEMM blocks of rows or columns, element-wise chunks, reduction blocks, softmax rows) gives bitwise the
 // same output with 2, 3 or 4 threads as with 1. Sizes are chosen so that every kernel really splits.
@@ -67,8 +68,8 @@ TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
           const std::vector<float> a = tp_test::random_vector<float>(rng, shape.m * shape.k);
           const std::vector<float> b = tp_test::random_vector<float>(rng, shape.k * shape.n);
           expect_same_bits<float>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<float>& c) {
-            matmul<float>(transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F,
-                          c.data(), library);
+            matmul<float>(transpose_a, transpose_b, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F, c.data(),
+                          library);
           });
         }
       }

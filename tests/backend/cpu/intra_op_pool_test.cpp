@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The intra-op pool: parallel_for covers its range exactly once in grain-aligned chunks, whatever the thread
 // count; helpers really take chunks, under the caller's floating-point environment; nested and concurrent
 // callers run inline instead of waiting; bad thread counts are refused.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared helpers of the CPU kernel tests: seeded random inputs (the seed is printed on failure through
 // SCOPED_TRACE and can be overridden with TP_TEST_SEED), float64 comparisons with per-type tolerances, and
@@ -58,8 +59,8 @@ void expect_all_near(const std::vector<T>& actual, const std::vector<double>& ex
                         : (value == expected[i] ||
                            std::fabs(value - expected[i]) <= abs_tolerance + rel_tolerance * std::fabs(expected[i]));
     if (!ok && reported++ < 5) {
-      ADD_FAILURE() << "element " << i << ": got " << value << ", expected " << expected[i] << " (rel "
-                    << rel_tolerance << ", abs " << abs_tolerance << ")";
+      ADD_FAILURE() << "element " << i << ": got " << value << ", expected " << expected[i] << " (rel " << rel_tolerance
+                    << ", abs " << abs_tolerance << ")";
     }
   }
   EXPECT_EQ(reported, 0) << "mismatching elements";

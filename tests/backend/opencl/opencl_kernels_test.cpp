@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The OpenCL kernels where the cross-backend suite does not look closely: bit-level agreement with the CPU
 // kernels (Philox streams, casts at rounding and saturation edges, 16-bit add_scaled), matmul transposes
 // (CLBlast's and the 16-bit kernels'), that a 16-bit matmul allocates no device memory, the peers' sum with more
@@ -57,14 +58,10 @@ bool same_element(const std::vector<std::uint8_t>& left, const std::vector<std::
     case DType::f32:
       return std::isnan(std::bit_cast<float>(static_cast<std::uint32_t>(bits_a))) &&
              std::isnan(std::bit_cast<float>(static_cast<std::uint32_t>(bits_b)));
-    case DType::f64:
-      return std::isnan(std::bit_cast<double>(bits_a)) && std::isnan(std::bit_cast<double>(bits_b));
-    case DType::f16:
-      return (bits_a & 0x7FFF) > 0x7C00 && (bits_b & 0x7FFF) > 0x7C00;
-    case DType::bf16:
-      return (bits_a & 0x7FFF) > 0x7F80 && (bits_b & 0x7FFF) > 0x7F80;
-    default:
-      return false;
+    case DType::f64: return std::isnan(std::bit_cast<double>(bits_a)) && std::isnan(std::bit_cast<double>(bits_b));
+    case DType::f16: return (bits_a & 0x7FFF) > 0x7C00 && (bits_b & 0x7FFF) > 0x7C00;
+    case DType::bf16: return (bits_a & 0x7FFF) > 0x7F80 && (bits_b & 0x7FFF) > 0x7F80;
+    default: return false;
   }
 }
 
@@ -157,24 +154,66 @@ TEST_F(OpenClKernelsTest, PhiloxStreamsMatchTheCpu) {
 TEST_F(OpenClKernelsTest, CastsMatchTheCpuAtRoundingAndSaturationEdges) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> floats = {
-      0.0F, -0.0F, 1.0F, -2.5F, 2.5F, 0.5F, -0.5F, 255.9F, 256.0F, -1.0F, 65504.0F, 65519.0F, 65520.0F, 1e5F,
-      std::bit_cast<float>(0x3F808000U),  // bfloat16 tie, even below: rounds down
-      std::bit_cast<float>(0x3F818000U),  // bfloat16 tie, odd below: rounds up
-      std::bit_cast<float>(0x3F801000U),  // float16 tie (1 + 2^-11): rounds down
-      std::bit_cast<float>(0x3F803000U),  // float16 tie (1 + 3 * 2^-11): rounds up
-      std::ldexp(1.0F, -24), std::ldexp(1.0F, -25), 3 * std::ldexp(1.0F, -26), std::ldexp(1.0F, -14) * 0.75F,
-      3e9F, -3e9F, 1e19F, -1e19F, 9.3e18F, nan, -nan, inf, -inf,
-      std::numeric_limits<float>::max(), std::bit_cast<float>(0x7F7FFFFFU), std::bit_cast<float>(0xFF800001U)};
+  const std::vector<float> floats = {0.0F,
+                                     -0.0F,
+                                     1.0F,
+                                     -2.5F,
+                                     2.5F,
+                                     0.5F,
+                                     -0.5F,
+                                     255.9F,
+                                     256.0F,
+                                     -1.0F,
+                                     65504.0F,
+                                     65519.0F,
+                                     65520.0F,
+                                     1e5F,
+                                     std::bit_cast<float>(0x3F808000U),  // bfloat16 tie, even below: rounds down
+                                     std::bit_cast<float>(0x3F818000U),  // bfloat16 tie, odd below: rounds up
+                                     std::bit_cast<float>(0x3F801000U),  // float16 tie (1 + 2^-11): rounds down
+                                     std::bit_cast<float>(0x3F803000U),  // float16 tie (1 + 3 * 2^-11): rounds up
+                                     std::ldexp(1.0F, -24),
+                                     std::ldexp(1.0F, -25),
+                                     3 * std::ldexp(1.0F, -26),
+                                     std::ldexp(1.0F, -14) * 0.75F,
+                                     3e9F,
+                                     -3e9F,
+                                     1e19F,
+                                     -1e19F,
+                                     9.3e18F,
+                                     nan,
+                                     -nan,
+                                     inf,
+                                     -inf,
+                                     std::numeric_limits<float>::max(),
+                                     std::bit_cast<float>(0x7F7FFFFFU),
+                                     std::bit_cast<float>(0xFF800001U)};
   const std::vector<double> doubles = {
       1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40),  // above a float16 tie only beyond float's precision
       1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -45),   // the same for bfloat16
-      -(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)), 1e300, -1e300, 1e-300, 3.4028235677973366e38,
-      std::numeric_limits<double>::quiet_NaN(), 2147483647.5, -2147483648.9, 1e19, -0.0, 255.5, 0.1};
-  const std::vector<std::int64_t> longs = {0, 1, -1, (std::int64_t{1} << 53) + 1, (std::int64_t{1} << 24) + 1,
+      -(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)),
+      1e300,
+      -1e300,
+      1e-300,
+      3.4028235677973366e38,
+      std::numeric_limits<double>::quiet_NaN(),
+      2147483647.5,
+      -2147483648.9,
+      1e19,
+      -0.0,
+      255.5,
+      0.1};
+  const std::vector<std::int64_t> longs = {0,
+                                           1,
+                                           -1,
+                                           (std::int64_t{1} << 53) + 1,
+                                           (std::int64_t{1} << 24) + 1,
                                            (std::int64_t{1} << 11) + 1 + (std::int64_t{1} << 40),
                                            std::numeric_limits<std::int64_t>::min(),
-                                           std::numeric_limits<std::int64_t>::max(), 4294967296LL, -300, 300};
+                                           std::numeric_limits<std::int64_t>::max(),
+                                           4294967296LL,
+                                           -300,
+                                           300};
   const std::vector<std::int32_t> ints = {0, 1, -1, 16777217, 2147483647, -2147483647 - 1, 255, 256, -3, 65520};
   const std::vector<std::uint8_t> bytes = {0, 1, 2, 127, 128, 255};
 
@@ -197,8 +236,8 @@ TEST_F(OpenClKernelsTest, CastsMatchTheCpuAtRoundingAndSaturationEdges) {
   add(bytes, DType::boolean);  // raw bytes 2..255 are true
   // 16-bit sources: the float values rounded by the CPU, then the same bits on both devices.
   for (const DType half : {DType::f16, DType::bf16}) {
-    const Tensor rounded = ops::cast(make(floats, Shape{static_cast<std::int64_t>(floats.size())}, DType::f32, *cpu_),
-                                     half);
+    const Tensor rounded =
+        ops::cast(make(floats, Shape{static_cast<std::int64_t>(floats.size())}, DType::f32, *cpu_), half);
     const std::vector<std::uint8_t> bits = bytes_of(rounded);
     sources.push_back({half, Tensor::from_host(bits.data(), rounded.shape(), half, *cpu_),
                        Tensor::from_host(bits.data(), rounded.shape(), half, *gpu_)});
@@ -273,8 +312,8 @@ TEST_F(OpenClKernelsTest, MatmulTransposesMatchTheCpu) {
           const double tolerance = dtype == DType::bf16 ? 1e-2 : dtype == DType::f16 ? 1e-3 : 1e-5;
           expect_near_values(expected, actual, tolerance,
                              "matmul " + std::string(name_of(dtype)) + " " + std::to_string(size.m) + "x" +
-                                 std::to_string(size.n) + "x" + std::to_string(size.k) +
-                                 (transpose_a ? " aT" : "") + (transpose_b ? " bT" : ""));
+                                 std::to_string(size.n) + "x" + std::to_string(size.k) + (transpose_a ? " aT" : "") +
+                                 (transpose_b ? " bT" : ""));
         }
       }
     }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The parameters of the backend conformance suites: one device per backend present in this process
 // (cpu:0, sim:0, opencl:0, ...), discovered through the process's DeviceManager, so a new backend's devices

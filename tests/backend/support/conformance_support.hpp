@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the backend conformance suite compares with: one tolerance table per dtype (the same for every
 // backend), host encodings of every dtype that do not go through our kernels or tp::Half (so a float16 or
@@ -41,8 +42,7 @@ struct Tolerance {
 
 inline Tolerance tolerance_of(DType dtype) {
   switch (dtype) {
-    case DType::f64:
-      return {1e-12, 1e-13};
+    case DType::f64: return {1e-12, 1e-13};
     case DType::f32:  // ~100 ulps: accumulation in another order, OpenCL's few-ulp exp / log / divide
       return {1e-5, 1e-6};
     case DType::f16:  // one rounding is at most 2^-11 relative
@@ -137,9 +137,7 @@ inline void encode_element(long double value, DType dtype, unsigned char* out) {
       return;
     }
     case DType::u8:
-    case DType::boolean:
-      *out = static_cast<unsigned char>(value);
-      return;
+    case DType::boolean: *out = static_cast<unsigned char>(value); return;
   }
 }
 
@@ -173,8 +171,7 @@ inline long double decode_element(const unsigned char* bytes, DType dtype) {
       return static_cast<long double>(element);
     }
     case DType::u8:
-    case DType::boolean:
-      return *bytes;
+    case DType::boolean: return *bytes;
   }
   return 0;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Float64 (and long double) references computed on the host from the ops' documented semantics, never by
 // our kernels: the Philox-4x32-10 streams of the initialisers (ops/init.hpp, with the bit layout that
@@ -107,23 +108,17 @@ inline long double reference_cast(long double value, DType to) {
     return std::clamp(std::trunc(value), low, high);
   };
   switch (to) {
-    case DType::boolean:
-      return value != 0 ? 1 : 0;
-    case DType::u8:
-      return saturate(0, 255);
+    case DType::boolean: return value != 0 ? 1 : 0;
+    case DType::u8: return saturate(0, 255);
     case DType::i32:
       return saturate(std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max());
     case DType::i64:
       return saturate(static_cast<long double>(std::numeric_limits<std::int64_t>::min()),
                       static_cast<long double>(std::numeric_limits<std::int64_t>::max()));
-    case DType::f32:
-      return static_cast<float>(value);
-    case DType::f64:
-      return static_cast<double>(value);
-    case DType::f16:
-      return value_of_format(round_to_format(value, kFloat16), kFloat16);
-    case DType::bf16:
-      return value_of_format(round_to_format(value, kBFloat16), kBFloat16);
+    case DType::f32: return static_cast<float>(value);
+    case DType::f64: return static_cast<double>(value);
+    case DType::f16: return value_of_format(round_to_format(value, kFloat16), kFloat16);
+    case DType::bf16: return value_of_format(round_to_format(value, kBFloat16), kBFloat16);
   }
   return 0;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for the data tests: a temporary directory removed at the end of each test, raw file bytes, the
 // message of the tp::DataError an action throws, a small cpu device for batches, and a synthetic dataset.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for device tests: devices built directly through the backends' factories (no DeviceManager), the
 // backends present in this build and on this machine (for suites parameterised over them), a latch a task
@@ -46,12 +47,9 @@ inline std::vector<Backend> queued_backends() {
 
 inline const char* backend_label(Backend backend) {
   switch (backend) {
-    case Backend::cpu:
-      return "cpu";
-    case Backend::sim:
-      return "sim";
-    case Backend::opencl:
-      return "opencl";
+    case Backend::cpu: return "cpu";
+    case Backend::sim: return "sim";
+    case Backend::opencl: return "opencl";
   }
   return "unknown";
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for the graph tests: host values that become tensors of any dtype, a tiny direct executor (every
 // node in order on one device, outputs from Tensor::empty, placeholders and variables bound from a map), and
@@ -85,8 +86,7 @@ inline Tensor to_tensor(const HostValue& value, device::Device& device) {
       for (double element : value.values) elements.push_back(static_cast<std::int64_t>(element));
       return Tensor::from_vector<std::int64_t>(elements, shape, device);
     }
-    default:
-      return Tensor::from_vector<double>(value.values, shape, device);
+    default: return Tensor::from_vector<double>(value.values, shape, device);
   }
 }
 
@@ -109,8 +109,7 @@ inline std::vector<double> to_doubles(const Tensor& tensor) {
       const std::vector<std::int64_t> values = tensor.to_vector<std::int64_t>();
       return {values.begin(), values.end()};
     }
-    default:
-      return tensor.to_vector<double>();
+    default: return tensor.to_vector<double>();
   }
 }
 
@@ -184,10 +183,10 @@ inline std::vector<std::vector<double>> run_on_cpu_and_sim(const Graph& graph,
       const std::vector<double>& expected = results[0][index];
       std::vector<double> scale;
       for (const double value : expected) scale.push_back(1.0 + std::fabs(value));
-      backend::testing::expect_close(std::string(device::testing::backend_label(backend)) + " vs cpu, fetch " +
-                                         std::to_string(index),
-                                     fetch(run, fetches[index]), expected,
-                                     backend::testing::tolerance_of(graph.type_of(fetches[index]).dtype), &scale);
+      backend::testing::expect_close(
+          std::string(device::testing::backend_label(backend)) + " vs cpu, fetch " + std::to_string(index),
+          fetch(run, fetches[index]), expected, backend::testing::tolerance_of(graph.type_of(fetches[index]).dtype),
+          &scale);
     }
   }
   return results[0];

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocates through an installed tensorpool's memory stack and prints its stats.
 #include <cstdio>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Test-only helpers shared by the BFC allocator suites: a source that can be told to refuse, option
 // builders and inspection shortcuts.

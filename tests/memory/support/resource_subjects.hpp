@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Every memory resource and stack tensorpool ships, each built small enough for tests, as "subjects" that the
 // typed conformance and concurrency suites instantiate. Adding a resource here runs every shared test on it.
@@ -26,10 +27,10 @@ namespace tp::memory::testing {
 inline constexpr std::size_t kSubjectCapacity = 64 * kMiB;
 
 struct Subject {
-  std::shared_ptr<void> keep_alive;       // outlives `resource` (e.g. a log stream)
+  std::shared_ptr<void> keep_alive;  // outlives `resource` (e.g. a log stream)
   std::unique_ptr<MemoryResource> resource;
-  std::optional<std::size_t> capacity;    // a request of more than this must fail with OutOfMemoryError
-  bool reports_reserved = true;           // stats().bytes_reserved is meaningful
+  std::optional<std::size_t> capacity;  // a request of more than this must fail with OutOfMemoryError
+  bool reports_reserved = true;         // stats().bytes_reserved is meaningful
 };
 
 inline BfcOptions bfc_options(GrowthPolicy growth) {

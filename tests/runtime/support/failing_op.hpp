@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // "TestFailOnNegative": an op (kernels for every device kind) that copies its one-element float input, and
 // whose task throws tp::InvalidArgument ("negative input") on the device's stream when the input is negative:

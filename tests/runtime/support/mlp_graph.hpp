@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small MLP training graph (x -> Dense relu -> Dense -> sparse softmax cross-entropy -> mean, Adam updates)
 // and a device manager with two sim devices, for the session tests.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Runs the built `tensorpool` binary (bin/ next to the test's own directory, or $TP_CLI) through a shell and
 // captures its exit code and combined output, for the CLI tests.

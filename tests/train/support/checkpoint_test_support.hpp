@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for the checkpoint and callback tests: a temporary directory removed with the fixture, sample
 // checkpoint states covering every dtype (empty tensors and a scalar included), and raw file edits.

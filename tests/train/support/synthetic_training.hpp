@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The synthetic classification problem the training tests share (runtime::testing::make_batch: the label is
 // the largest of the first `classes` features) as cpu:0 batches, and a loop of train steps over it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/activations.hpp"
 
 #include "backend/cpu/intra_op_pool.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Elementwise activations and their gradients on contiguous buffers.
 //

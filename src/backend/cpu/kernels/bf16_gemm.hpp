@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // bfloat16 GEMM on the CPU's own bfloat16 instructions, through oneDNN's matmul primitive (Debian libdnnl):
 // A and B stay bfloat16, products are accumulated in float32, C is rounded once to bfloat16 (the contract of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The bias of a dense layer, on a row-major [rows, cols] activation:
 //   bias_add:      y[r, c]  = x[r, c] + bias[c]     (y may alias x; bias must not overlap y)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/broadcast.hpp"
 
 #include <algorithm>
@@ -46,7 +47,7 @@ void scale_rows(const T* x, const T* s, T* y, std::int64_t rows, std::int64_t co
   }
 }
 
-#define TP_CPU_BROADCAST_DEFINE(T)                                                               \
+#define TP_CPU_BROADCAST_DEFINE(T)                                                            \
   template void broadcast_axis<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, T); \
   template void scale_rows<T>(const T*, const T*, T*, std::int64_t, std::int64_t);
 TP_CPU_BROADCAST_DEFINE(float)

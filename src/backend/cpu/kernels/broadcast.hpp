@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Row- and axis-wise broadcasts on contiguous row-major buffers, the building blocks of reduction gradients:
 //
@@ -18,7 +19,7 @@ void broadcast_axis(const T* x, T* y, std::int64_t outer, std::int64_t axis, std
 template <typename T>
 void scale_rows(const T* x, const T* s, T* y, std::int64_t rows, std::int64_t cols);
 
-#define TP_CPU_BROADCAST_DECLARE(T)                                                                     \
+#define TP_CPU_BROADCAST_DECLARE(T)                                                                  \
   extern template void broadcast_axis<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t, T); \
   extern template void scale_rows<T>(const T*, const T*, T*, std::int64_t, std::int64_t);
 TP_CPU_BROADCAST_DECLARE(float)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/cast.hpp"
 
 #include <array>
@@ -25,16 +26,42 @@ struct BoolByte {
 };
 
 // The C++ type each DType is stored as; the sizes below are tp::size_of's.
-template <DType D> struct StorageOf;
-template <> struct StorageOf<DType::f32> { using type = float; };
-template <> struct StorageOf<DType::f16> { using type = Half; };
-template <> struct StorageOf<DType::bf16> { using type = BFloat16; };
-template <> struct StorageOf<DType::f64> { using type = double; };
-template <> struct StorageOf<DType::i32> { using type = std::int32_t; };
-template <> struct StorageOf<DType::i64> { using type = std::int64_t; };
-template <> struct StorageOf<DType::u8> { using type = std::uint8_t; };
-template <> struct StorageOf<DType::boolean> { using type = BoolByte; };
-template <DType D> using Storage = typename StorageOf<D>::type;
+template <DType D>
+struct StorageOf;
+template <>
+struct StorageOf<DType::f32> {
+  using type = float;
+};
+template <>
+struct StorageOf<DType::f16> {
+  using type = Half;
+};
+template <>
+struct StorageOf<DType::bf16> {
+  using type = BFloat16;
+};
+template <>
+struct StorageOf<DType::f64> {
+  using type = double;
+};
+template <>
+struct StorageOf<DType::i32> {
+  using type = std::int32_t;
+};
+template <>
+struct StorageOf<DType::i64> {
+  using type = std::int64_t;
+};
+template <>
+struct StorageOf<DType::u8> {
+  using type = std::uint8_t;
+};
+template <>
+struct StorageOf<DType::boolean> {
+  using type = BoolByte;
+};
+template <DType D>
+using Storage = typename StorageOf<D>::type;
 static_assert(sizeof(Storage<DType::f16>) == 2 && sizeof(Storage<DType::bf16>) == 2 &&
               sizeof(Storage<DType::boolean>) == 1 && sizeof(Storage<DType::f32>) == 4 &&
               sizeof(Storage<DType::f64>) == 8);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Element type conversion between every pair of tp::DType (f32, f16, bf16, f64, i32, i64, u8, bool),
 // dispatched through an 8 x 8 table of template instantiations. Each conversion rounds exactly once and never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Argument checks shared by the CPU kernels. A raw kernel sees only pointers and sizes, so it checks only
 // what those can tell: sizes are non-negative, element counts fit in int64, and a pointer is null only when

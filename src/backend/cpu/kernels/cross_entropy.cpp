@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/cross_entropy.hpp"
 
 #include <algorithm>
@@ -76,11 +77,10 @@ void sparse_categorical_cross_entropy_from_probs(const T* probs, const Label* la
   }
 }
 
-#define TP_CPU_CROSS_ENTROPY_INSTANTIATE(T, Label)                                                        \
-  template void sparse_softmax_cross_entropy<T, Label>(const T*, const Label*, T*, T*, std::int64_t,        \
-                                                       std::int64_t);                                       \
-  template void sparse_categorical_cross_entropy_from_probs<T, Label>(const T*, const Label*, T*, T*,       \
-                                                                      std::int64_t, std::int64_t);
+#define TP_CPU_CROSS_ENTROPY_INSTANTIATE(T, Label)                                                                  \
+  template void sparse_softmax_cross_entropy<T, Label>(const T*, const Label*, T*, T*, std::int64_t, std::int64_t); \
+  template void sparse_categorical_cross_entropy_from_probs<T, Label>(const T*, const Label*, T*, T*, std::int64_t, \
+                                                                      std::int64_t);
 TP_CPU_CROSS_ENTROPY_INSTANTIATE(float, std::int32_t)
 TP_CPU_CROSS_ENTROPY_INSTANTIATE(float, std::int64_t)
 TP_CPU_CROSS_ENTROPY_INSTANTIATE(double, std::int32_t)

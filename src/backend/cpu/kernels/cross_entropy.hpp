@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-row sparse categorical cross-entropy of a row-major [rows, cols] batch with one integer class label per
 // row (int32 or int64). Losses are per row; the caller reduces them (e.g. the mean over the batch) and scales
@@ -33,9 +34,9 @@ template <typename T, typename Label>
 void sparse_categorical_cross_entropy_from_probs(const T* probs, const Label* labels, T* loss, T* dprobs,
                                                  std::int64_t rows, std::int64_t cols);
 
-#define TP_CPU_CROSS_ENTROPY_DECLARE(T, Label)                                                              \
-  extern template void sparse_softmax_cross_entropy<T, Label>(const T*, const Label*, T*, T*, std::int64_t, \
-                                                              std::int64_t);                                \
+#define TP_CPU_CROSS_ENTROPY_DECLARE(T, Label)                                                               \
+  extern template void sparse_softmax_cross_entropy<T, Label>(const T*, const Label*, T*, T*, std::int64_t,  \
+                                                              std::int64_t);                                 \
   extern template void sparse_categorical_cross_entropy_from_probs<T, Label>(const T*, const Label*, T*, T*, \
                                                                              std::int64_t, std::int64_t);
 TP_CPU_CROSS_ENTROPY_DECLARE(float, std::int32_t)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/elementwise.hpp"
 
 #include <utility>
@@ -12,19 +13,27 @@ namespace {
 
 struct Add {
   template <typename T>
-  T operator()(T left, T right) const { return left + right; }
+  T operator()(T left, T right) const {
+    return left + right;
+  }
 };
 struct Sub {
   template <typename T>
-  T operator()(T left, T right) const { return left - right; }
+  T operator()(T left, T right) const {
+    return left - right;
+  }
 };
 struct Mul {
   template <typename T>
-  T operator()(T left, T right) const { return left * right; }
+  T operator()(T left, T right) const {
+    return left * right;
+  }
 };
 struct Div {
   template <typename T>
-  T operator()(T left, T right) const { return left / right; }
+  T operator()(T left, T right) const {
+    return left / right;
+  }
 };
 
 // The one place a BinaryOp becomes a functor: calls `body(functor)`, so each loop is compiled per operation.
@@ -45,8 +54,7 @@ TP_ISA_CLONES void binary_loop(Op apply, const T* x, const T* y, T* z, std::int6
 }
 
 template <typename T, typename Op>
-TP_ISA_CLONES void row_broadcast_loop(Op apply, const T* x, const T* row, T* z, std::int64_t rows,
-                                      std::int64_t cols) {
+TP_ISA_CLONES void row_broadcast_loop(Op apply, const T* x, const T* row, T* z, std::int64_t rows, std::int64_t cols) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* x_row = x + r * cols;
     T* z_row = z + r * cols;
@@ -125,11 +133,11 @@ void add_scaled(T* y, T alpha, const T* x, std::int64_t n) {
   });
 }
 
-#define TP_CPU_ELEMENTWISE_INSTANTIATE(T)                                                          \
-  template void binary<T>(BinaryOp, const T*, const T*, T*, std::int64_t);                          \
+#define TP_CPU_ELEMENTWISE_INSTANTIATE(T)                                                              \
+  template void binary<T>(BinaryOp, const T*, const T*, T*, std::int64_t);                             \
   template void binary_row_broadcast<T>(BinaryOp, const T*, const T*, T*, std::int64_t, std::int64_t); \
-  template void binary_scalar<T>(BinaryOp, const T*, T, T*, std::int64_t);                          \
-  template void scale<T>(const T*, T, T*, std::int64_t);                                            \
+  template void binary_scalar<T>(BinaryOp, const T*, T, T*, std::int64_t);                             \
+  template void scale<T>(const T*, T, T*, std::int64_t);                                               \
   template void add_scaled<T>(T*, T, const T*, std::int64_t);
 TP_CPU_ELEMENTWISE_INSTANTIATE(float)
 TP_CPU_ELEMENTWISE_INSTANTIATE(double)

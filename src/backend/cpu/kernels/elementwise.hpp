@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Elementwise arithmetic on contiguous buffers. One generic implementation per broadcast form, templated on
 // the operation; the BinaryOp enum picks the operation once per call, outside the element loop.
@@ -34,19 +35,27 @@ void add_scaled(T* y, T alpha, const T* x, std::int64_t n);
 
 // Named same-length forms.
 template <typename T>
-void add(const T* x, const T* y, T* z, std::int64_t n) { binary(BinaryOp::add, x, y, z, n); }
+void add(const T* x, const T* y, T* z, std::int64_t n) {
+  binary(BinaryOp::add, x, y, z, n);
+}
 template <typename T>
-void sub(const T* x, const T* y, T* z, std::int64_t n) { binary(BinaryOp::sub, x, y, z, n); }
+void sub(const T* x, const T* y, T* z, std::int64_t n) {
+  binary(BinaryOp::sub, x, y, z, n);
+}
 template <typename T>
-void mul(const T* x, const T* y, T* z, std::int64_t n) { binary(BinaryOp::mul, x, y, z, n); }
+void mul(const T* x, const T* y, T* z, std::int64_t n) {
+  binary(BinaryOp::mul, x, y, z, n);
+}
 template <typename T>
-void div(const T* x, const T* y, T* z, std::int64_t n) { binary(BinaryOp::div, x, y, z, n); }
+void div(const T* x, const T* y, T* z, std::int64_t n) {
+  binary(BinaryOp::div, x, y, z, n);
+}
 
-#define TP_CPU_ELEMENTWISE_DECLARE(T)                                                                    \
-  extern template void binary<T>(BinaryOp, const T*, const T*, T*, std::int64_t);                         \
+#define TP_CPU_ELEMENTWISE_DECLARE(T)                                                                         \
+  extern template void binary<T>(BinaryOp, const T*, const T*, T*, std::int64_t);                             \
   extern template void binary_row_broadcast<T>(BinaryOp, const T*, const T*, T*, std::int64_t, std::int64_t); \
-  extern template void binary_scalar<T>(BinaryOp, const T*, T, T*, std::int64_t);                         \
-  extern template void scale<T>(const T*, T, T*, std::int64_t);                                           \
+  extern template void binary_scalar<T>(BinaryOp, const T*, T, T*, std::int64_t);                             \
+  extern template void scale<T>(const T*, T, T*, std::int64_t);                                               \
   extern template void add_scaled<T>(T*, T, const T*, std::int64_t);
 TP_CPU_ELEMENTWISE_DECLARE(float)
 TP_CPU_ELEMENTWISE_DECLARE(double)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // all_finite: true when none of x[0..n) (float, double, float16 or bfloat16) is Inf or NaN (n == 0: true). Loss scaling
 // asks it of every gradient to decide whether a step's update may run (a float16 overflow shows up as Inf, or NaN after

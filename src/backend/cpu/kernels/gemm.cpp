@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/gemm.hpp"
 
 #include <cblas.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <limits>
@@ -20,8 +21,8 @@ constexpr std::string_view kKernel = "matmul";
 void check_blas_size(std::string_view name, std::int64_t value) {
   detail::check_size(kKernel, name, value);
   if (value > std::numeric_limits<int>::max()) {
-    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": ", name, " = ", value,
-             " exceeds the BLAS limit of ", std::numeric_limits<int>::max());
+    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": ", name, " = ", value, " exceeds the BLAS limit of ",
+             std::numeric_limits<int>::max());
   }
 }
 
@@ -63,8 +64,8 @@ struct Operands {
   void onednn_sgemm(std::int64_t m, std::int64_t n, std::int64_t k) const {
     omp_set_num_threads(1);
     const dnnl_status_t status =
-        dnnl_sgemm(transpose_a == Transpose::yes ? 'T' : 'N', transpose_b == Transpose::yes ? 'T' : 'N', m, n, k,
-                   alpha, a, lda, b, ldb, beta, c, ldc);
+        dnnl_sgemm(transpose_a == Transpose::yes ? 'T' : 'N', transpose_b == Transpose::yes ? 'T' : 'N', m, n, k, alpha,
+                   a, lda, b, ldb, beta, c, ldc);
     if (status != dnnl_success) {
       TP_THROW(DeviceError, detail::kComponent, kKernel, ": oneDNN's dnnl_sgemm failed (status ",
                static_cast<int>(status), ") on ", m, " x ", n, " x ", k);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Dense matrix multiply on the CPU through a BLAS library; no hand-written loop. float64 always goes to
 // OpenBLAS (cblas_dgemm); float32 to the caller's GemmLibrary (a device's setting, kernel_settings.hpp):
@@ -33,8 +34,8 @@ template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
             const T* a, const T* b, T beta, T* c, GemmLibrary library = GemmLibrary::openblas);
 
-extern template void matmul<float>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, float,
-                                   const float*, const float*, float, float*, GemmLibrary);
+extern template void matmul<float>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, float, const float*,
+                                   const float*, float, float*, GemmLibrary);
 extern template void matmul<double>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, double,
                                     const double*, const double*, double, double*, GemmLibrary);
 

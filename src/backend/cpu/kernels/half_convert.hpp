@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fast element conversions between float32 and the 16-bit float formats for the half-precision kernels and
 // the Cast kernel, bit for bit equal to core/half.hpp (round to nearest, ties to even; NaN stays NaN; Inf

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The MLP path's kernels on 16-bit floats (H = tp::Half or tp::BFloat16), for mixed precision.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/metrics.hpp"
 
 #include <cmath>
@@ -18,8 +19,8 @@ std::int64_t correct_count(const T* predictions, const Label* labels, std::int64
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto label = static_cast<std::int64_t>(labels[r]);
     if (label < 0 || label >= cols) {
-      TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": label ", label, " of row ", r,
-               " is outside [0, ", cols, ")");
+      TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": label ", label, " of row ", r, " is outside [0, ", cols,
+               ")");
     }
   }
   std::int64_t correct = 0;

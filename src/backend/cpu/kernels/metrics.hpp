@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Classification metrics on a row-major [rows, cols] batch of scores (logits or probabilities) with one
 // integer class label per row (int32 or int64).

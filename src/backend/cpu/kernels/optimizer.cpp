@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/optimizer.hpp"
 
 #include <cmath>
@@ -33,9 +34,8 @@ TP_ISA_CLONES void sgd_loop(T* param, const T* grad, T* velocity, std::int64_t n
 
 // The four arrays never overlap (distinct tensors); saying so lets the compiler vectorise the loop.
 template <typename T>
-TP_ISA_CLONES void adam_loop(T* __restrict__ param, const T* __restrict__ grad, T* __restrict__ m,
-                             T* __restrict__ v, std::int64_t n, T alpha, T one_minus_beta1, T one_minus_beta2,
-                             T epsilon) {
+TP_ISA_CLONES void adam_loop(T* __restrict__ param, const T* __restrict__ grad, T* __restrict__ m, T* __restrict__ v,
+                             std::int64_t n, T alpha, T one_minus_beta1, T one_minus_beta2, T epsilon) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T g = grad[i];
     const T m_i = m[i] + (g - m[i]) * one_minus_beta1;

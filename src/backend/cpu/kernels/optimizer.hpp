@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // In-place optimizer updates of one parameter buffer, with Keras semantics (Keras 2.11+ / Keras 3).
 //
@@ -36,9 +37,9 @@ void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T be
 
 extern template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 extern template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
-extern template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float,
-                                        float, std::int64_t);
-extern template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double,
-                                         double, double, std::int64_t);
+extern template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
+                                        std::int64_t);
+extern template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double, double,
+                                         double, std::int64_t);
 
 }  // namespace tp::backend::cpu

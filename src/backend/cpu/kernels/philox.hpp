@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Philox4x32 (Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011), the
 // counter-based generator behind TensorFlow's and JAX's stateless random ops. It is a keyed bijection of a

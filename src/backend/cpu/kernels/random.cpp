@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/random.hpp"
 
 #include <algorithm>
@@ -29,8 +30,8 @@ class BlockSource {
   const PhiloxCounter& block_of(std::uint64_t index) {
     const std::uint64_t block = index / per_block_;
     if (!valid_ || block != block_) {
-      words_ = philox4x32({static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), stream_, 0},
-                          key_);
+      words_ =
+          philox4x32({static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), stream_, 0}, key_);
       block_ = block;
       valid_ = true;
     }
@@ -131,10 +132,10 @@ void glorot_uniform(T* y, std::int64_t fan_in, std::int64_t fan_out, std::uint64
   uniform(y, n, static_cast<T>(-limit), static_cast<T>(limit), seed, 0);
 }
 
-#define TP_CPU_RANDOM_INSTANTIATE(T)                                                  \
-  template void fill<T>(T*, std::int64_t, T);                                         \
-  template void uniform<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);     \
-  template void normal<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);      \
+#define TP_CPU_RANDOM_INSTANTIATE(T)                                              \
+  template void fill<T>(T*, std::int64_t, T);                                     \
+  template void uniform<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t); \
+  template void normal<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);  \
   template void glorot_uniform<T>(T*, std::int64_t, std::int64_t, std::uint64_t);
 TP_CPU_RANDOM_INSTANTIATE(float)
 TP_CPU_RANDOM_INSTANTIATE(double)

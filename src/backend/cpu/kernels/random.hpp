@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Initialisers: constant fill and counter-based random numbers from Philox4x32-10 (philox.hpp).
 //
@@ -36,10 +37,10 @@ void normal(T* y, std::int64_t n, T mean, T stddev, std::uint64_t seed, std::uin
 template <typename T>
 void glorot_uniform(T* y, std::int64_t fan_in, std::int64_t fan_out, std::uint64_t seed);
 
-#define TP_CPU_RANDOM_DECLARE(T)                                                                 \
-  extern template void fill<T>(T*, std::int64_t, T);                                             \
-  extern template void uniform<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);         \
-  extern template void normal<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);          \
+#define TP_CPU_RANDOM_DECLARE(T)                                                         \
+  extern template void fill<T>(T*, std::int64_t, T);                                     \
+  extern template void uniform<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t); \
+  extern template void normal<T>(T*, std::int64_t, T, T, std::uint64_t, std::uint64_t);  \
   extern template void glorot_uniform<T>(T*, std::int64_t, std::int64_t, std::uint64_t);
 TP_CPU_RANDOM_DECLARE(float)
 TP_CPU_RANDOM_DECLARE(double)

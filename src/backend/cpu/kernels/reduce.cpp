@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/reduce.hpp"
 
 #include <algorithm>
@@ -32,8 +33,8 @@ bool check_view(std::string_view kernel, const T* x, const Out* y, View view, bo
   const std::int64_t out_count = detail::checked_product(kernel, view.outer, view.inner);
   const std::int64_t in_count = detail::checked_product(kernel, out_count, view.axis);
   if (needs_elements && view.axis == 0) {
-    TP_THROW(InvalidArgument, detail::kComponent, kernel, ": cannot reduce an empty axis (axis length ",
-             view.axis, "); there is no identity");
+    TP_THROW(InvalidArgument, detail::kComponent, kernel, ": cannot reduce an empty axis (axis length ", view.axis,
+             "); there is no identity");
   }
   detail::check_pointer(kernel, "x", x, in_count);
   detail::check_pointer(kernel, "y", y, out_count);
@@ -137,10 +138,10 @@ void argmax(const T* x, std::int64_t* y, std::int64_t outer, std::int64_t axis, 
   });
 }
 
-#define TP_CPU_REDUCE_INSTANTIATE(T)                                                             \
-  template void reduce_sum<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);           \
-  template void reduce_mean<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);          \
-  template void reduce_max<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);           \
+#define TP_CPU_REDUCE_INSTANTIATE(T)                                                    \
+  template void reduce_sum<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);  \
+  template void reduce_mean<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t); \
+  template void reduce_max<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);  \
   template void argmax<T>(const T*, std::int64_t*, std::int64_t, std::int64_t, std::int64_t);
 TP_CPU_REDUCE_INSTANTIATE(float)
 TP_CPU_REDUCE_INSTANTIATE(double)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reductions over one axis of a contiguous row-major tensor viewed as [outer, axis, inner]: element
 // (o, a, i) is x[(o * axis + a) * inner + i], and the output is [outer, inner] (y[o * inner + i]). Any
@@ -32,10 +33,10 @@ void reduce_max(const T* x, T* y, std::int64_t outer, std::int64_t axis, std::in
 template <typename T>
 void argmax(const T* x, std::int64_t* y, std::int64_t outer, std::int64_t axis, std::int64_t inner);
 
-#define TP_CPU_REDUCE_DECLARE(T)                                                                        \
-  extern template void reduce_sum<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);           \
-  extern template void reduce_mean<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);          \
-  extern template void reduce_max<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);           \
+#define TP_CPU_REDUCE_DECLARE(T)                                                               \
+  extern template void reduce_sum<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);  \
+  extern template void reduce_mean<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t); \
+  extern template void reduce_max<T>(const T*, T*, std::int64_t, std::int64_t, std::int64_t);  \
   extern template void argmax<T>(const T*, std::int64_t*, std::int64_t, std::int64_t, std::int64_t);
 TP_CPU_REDUCE_DECLARE(float)
 TP_CPU_REDUCE_DECLARE(double)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The optimizer updates of optimizer.hpp (parameters and slots of type T, float or double) on a gradient
 // stored as G (T itself, or tp::Half / tp::BFloat16 for float parameters) and multiplied by `grad_scale` first: mixed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Row-wise softmax and log-softmax of a row-major [rows, cols] matrix, numerically stable: each row is
 // shifted by its maximum before exponentiating, so huge logits (1e4) cannot overflow, and -inf entries

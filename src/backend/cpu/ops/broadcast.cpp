@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BroadcastAxis and ScaleRows on backend/cpu/kernels/broadcast.hpp (float32, float64).
 #include "backend/cpu/kernels/broadcast.hpp"
 #include "backend/cpu/ops/dispatch.hpp"

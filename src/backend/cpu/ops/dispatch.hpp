@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Dtype dispatch for the CPU kernel table's entries: the op checked the dtype, the entry picks the kernel's
 // template instance from it.

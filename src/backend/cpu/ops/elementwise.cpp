@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Binary arithmetic, Scale and AddScaled on the CPU kernels of backend/cpu/kernels/elementwise.hpp (float32,
 // float64) and half_nn.hpp (AddScaled of float16 / bfloat16, summed in float32).
 #include "backend/cpu/kernels/elementwise.hpp"
@@ -12,14 +13,10 @@ namespace {
 
 BinaryOp kernel_op(ops::Arithmetic op) {
   switch (op) {
-    case ops::Arithmetic::add:
-      return BinaryOp::add;
-    case ops::Arithmetic::sub:
-      return BinaryOp::sub;
-    case ops::Arithmetic::mul:
-      return BinaryOp::mul;
-    case ops::Arithmetic::div:
-      return BinaryOp::div;
+    case ops::Arithmetic::add: return BinaryOp::add;
+    case ops::Arithmetic::sub: return BinaryOp::sub;
+    case ops::Arithmetic::mul: return BinaryOp::mul;
+    case ops::Arithmetic::div: return BinaryOp::div;
   }
   return BinaryOp::add;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AllFinite on backend/cpu/kernels/finite.hpp (float32, float64, float16, bfloat16).
 #include "backend/cpu/kernels/finite.hpp"
 #include "backend/cpu/ops/dispatch.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fill and the seeded initialisers on backend/cpu/kernels/random.hpp (float32, float64).
 #include "backend/cpu/kernels/random.hpp"
 #include "backend/cpu/ops/dispatch.hpp"

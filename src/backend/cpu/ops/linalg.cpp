@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MatMul on backend/cpu/kernels/gemm.hpp (float32, float64) and half_nn.hpp (float16 / bfloat16, converted
 // to float32 around the float32 GEMM and stored back), with the GEMM library of the stream's device.
 #include "backend/cpu/kernel_settings.hpp"
@@ -23,8 +24,7 @@ void matmul(device::Stream& stream, const ops::kernels::MatmulArgs& args) {
   }
   dispatch_floating(args.a.dtype(), [&]<typename T>(T) {
     stream.enqueue([a = args.a, b = args.b, out = args.out, transpose_a, transpose_b, m, n, k, library] {
-      cpu::matmul<T>(transpose_a, transpose_b, m, n, k, T{1}, a.data<T>(), b.data<T>(), T{0}, out.data<T>(),
-                     library);
+      cpu::matmul<T>(transpose_a, transpose_b, m, n, k, T{1}, a.data<T>(), b.data<T>(), T{0}, out.data<T>(), library);
     });
   });
 }

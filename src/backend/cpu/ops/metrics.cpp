@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CorrectCount on backend/cpu/kernels/metrics.hpp (predictions float32 / float64, labels int32 / int64).
 #include "backend/cpu/kernels/metrics.hpp"
 #include "backend/cpu/ops/dispatch.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BiasAdd(Grad), Relu(Grad), (Log)Softmax and sparse cross-entropy on the kernels of backend/cpu/kernels/
 // (float32, float64; the MLP path's BiasAdd(Grad) and Relu(Grad) also float16 / bfloat16 through half_nn.hpp).
 #include "backend/cpu/kernels/activations.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The entries of the CPU kernel table (cpu_kernel_table.hpp), one source file per op family in this folder.
 // Each takes the arguments the op validated (ops/kernel_table.hpp states them) and enqueues its work on

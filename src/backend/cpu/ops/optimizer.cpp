@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SgdUpdate and AdamUpdate on backend/cpu/kernels/optimizer.hpp, and on scaled_optimizer.hpp when the update
 // is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
 #include <type_traits>

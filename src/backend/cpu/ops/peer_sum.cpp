@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SumAcrossPeers (ops/peer_sum.hpp): one task on the stream of outputs[0]'s device that reads every input and
 // writes every output in place, a peer device's tensors under a PeerAccessScope of that device.
 #include <algorithm>
@@ -59,9 +60,8 @@ void sum_across_peers(device::Stream& stream, const ops::kernels::SumAcrossPeers
   }
   dispatch_floating(first.dtype(), [&]<typename T>(T) {
     stream.enqueue([targets = args.outputs, sources = args.inputs, n] {
-      sum_blocks<T>(addresses<T>(targets), addresses<T>(sources), n, [](T* sum, const T* addend, std::int64_t count) {
-        cpu::add_scaled<T>(sum, T{1}, addend, count);
-      });
+      sum_blocks<T>(addresses<T>(targets), addresses<T>(sources), n,
+                    [](T* sum, const T* addend, std::int64_t count) { cpu::add_scaled<T>(sum, T{1}, addend, count); });
     });
   });
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sum, Mean, Max and ArgMax over one axis on backend/cpu/kernels/reduce.hpp (float32, float64).
 #include "backend/cpu/kernels/reduce.hpp"
 #include "backend/cpu/ops/dispatch.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise kernels of the OpenCL backend (OpenCL C 1.2): arithmetic, scaling, the collectives' sums,
 // broadcasts, activations, bias, dtype casts and the all-finite check. The semantics are the CPU kernels'
 // (src/backend/cpu/kernels/): the launchers in opencl_kernels_elementwise.cpp name the CPU function each

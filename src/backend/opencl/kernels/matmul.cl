@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The 16-bit matrix product of the OpenCL backend (OpenCL C 1.2): C[m, n] = op(A) op(B) with A, B and C in
 // float16 or bfloat16 (float32 and float64 go through CLBlast, opencl_kernels_matmul.cpp). The semantics are
 // the CPU's matmul_half (backend/cpu/kernels/half_nn.cpp): operands widened exactly to float32, products summed

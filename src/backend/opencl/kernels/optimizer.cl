@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // In-place optimizer updates (OpenCL C 1.2) with the Keras semantics of backend/cpu/kernels/optimizer.hpp and
 // scaled_optimizer.hpp: parameters and slots of T (f32, f64), the gradient of T or, for f32 parameters, float16 /
 // bfloat16 widened exactly as it is read.

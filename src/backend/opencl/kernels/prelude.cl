@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The prelude every program of the OpenCL backend is compiled with (the device's program cache puts it in
 // front of each kernels/<program>.cl): the float64 switch, the no-contraction rule, tensor addressing and the
 // bfloat16 conversions, defined once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Counter-based random numbers for the initialisers (OpenCL C 1.2): Philox4x32-10 keyed and laid out exactly as
 // backend/cpu/kernels/philox.hpp and random.hpp define, so a seed gives the same values on every backend (bit
 // for bit where the arithmetic is exact; within float tolerance where a device's log / sin / cos differ).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Row and axis kernels of the OpenCL backend (OpenCL C 1.2): softmax and log-softmax, sparse cross-entropy
 // (from logits and from probabilities), the correct-prediction count, and reductions (sum, mean, max, argmax)
 // over the middle axis of an [outer, axis, inner] view. The semantics are the CPU kernels'

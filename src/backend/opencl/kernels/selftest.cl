@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernels the backend's own tests launch (tests/backend/opencl): they exercise enqueue(), kernel() and
 // span() without depending on the op kernels.
 

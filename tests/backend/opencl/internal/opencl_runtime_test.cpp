@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The OpenCL backend's internals (src/backend/opencl): error names, the memory source's two region kinds
 // (SVM regions whose cl_mem aliases the SVM memory, and plain buffers behind reserved addresses), launches
 // through enqueue() and LaunchContext::kernel(), stream order and stream-ordered reuse with real commands,
@@ -25,10 +26,10 @@
 #include "backend/opencl/opencl_memory.hpp"
 #include "backend/opencl/opencl_stream.hpp"
 #include "tensorpool/core/error.hpp"
-#include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/core/tensor.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::backend::opencl {
 namespace {
@@ -177,8 +178,7 @@ TEST_F(OpenClRuntime, AnSvmRegionAndItsBufferAreTheSameMemory) {
   void* ptr = source.allocate(kMiB);
   const DeviceSpan span = source.find(static_cast<char*>(ptr) + 4096, 1024);
   cl_int status = CL_SUCCESS;
-  cl_command_queue queue =
-      clCreateCommandQueueWithProperties(context->context(), context->device(), nullptr, &status);
+  cl_command_queue queue = clCreateCommandQueueWithProperties(context->context(), context->device(), nullptr, &status);
   check(status, "clCreateCommandQueueWithProperties");
   std::vector<std::uint8_t> written(1024);
   std::iota(written.begin(), written.end(), std::uint8_t{7});
@@ -186,9 +186,9 @@ TEST_F(OpenClRuntime, AnSvmRegionAndItsBufferAreTheSameMemory) {
                              nullptr),
         "clEnqueueWriteBuffer");
   std::vector<std::uint8_t> read(written.size());
-  check(clEnqueueSVMMemcpy(queue, CL_TRUE, read.data(), static_cast<char*>(ptr) + 4096, read.size(), 0, nullptr,
-                           nullptr),
-        "clEnqueueSVMMemcpy");
+  check(
+      clEnqueueSVMMemcpy(queue, CL_TRUE, read.data(), static_cast<char*>(ptr) + 4096, read.size(), 0, nullptr, nullptr),
+      "clEnqueueSVMMemcpy");
   EXPECT_EQ(read, written);
   const std::vector<std::uint8_t> through_svm(1024, 0x5C);
   check(clEnqueueSVMMemcpy(queue, CL_TRUE, static_cast<char*>(ptr) + 4096, through_svm.data(), through_svm.size(), 0,
@@ -354,8 +354,8 @@ TEST_F(OpenClRuntime, ALaunchErrorIsKeptByTheStreamAndReportedAtSynchronize) {
 TEST_F(OpenClRuntime, AProgramThatDoesNotBuildShowsItsBuildLog) {
   auto context = OpenClContext::acquire(0);
   const std::string text = message_of([&] {
-    build_program(context->context(), context->device(), "broken", {}, "__kernel void f(__global float* x) { x[0] = y; }",
-                  context->build_options());
+    build_program(context->context(), context->device(), "broken", {},
+                  "__kernel void f(__global float* x) { x[0] = y; }", context->build_options());
   });
   EXPECT_NE(text.find("clBuildProgram failed for program 'broken'"), std::string::npos) << text;
   EXPECT_NE(text.find("CL_BUILD_PROGRAM_FAILURE"), std::string::npos) << text;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared (unified) memory on opencl devices: Device::shared_memory() is a stack of its own over fine-grained
 // buffer SVM, its buffers are host-visible (Buffer::data() works from host code) and reach kernels through
 // their cl_mem, reads to the host take no staged copy, the bytes are reported apart from the device memory
@@ -137,7 +138,8 @@ TEST_F(OpenClSharedMemory, SharedBytesAreReportedApart) {
 // MemoryConfig::shared_kinds sends the tensors of the listed kinds to shared memory, and only those.
 TEST_F(OpenClSharedMemory, MemoryConfigSelectsSharedKinds) {
   auto device = make({memory::AllocationKind::staging});
-  const Tensor staged = Tensor::empty(Shape{8}, DType::f32, *device, {.name = "in", .kind = memory::AllocationKind::staging});
+  const Tensor staged =
+      Tensor::empty(Shape{8}, DType::f32, *device, {.name = "in", .kind = memory::AllocationKind::staging});
   const Tensor activation =
       Tensor::empty(Shape{8}, DType::f32, *device, {.name = "act", .kind = memory::AllocationKind::activation});
   EXPECT_TRUE(staged.buffer()->host_visible());
@@ -157,8 +159,8 @@ TEST_F(OpenClSharedMemory, DatasetBatchesAreAssembledInSharedMemory) {
   memory::MemoryConfig host_config;
   host_config.device = "cpu:0";
   host_config.limit_bytes = 256 * kMiB;
-  auto host = device::make_cpu_device({device::DeviceKind::cpu, 0}, {device::DeviceKind::cpu, 0}, 256 * kMiB,
-                                      host_config, {});
+  auto host =
+      device::make_cpu_device({device::DeviceKind::cpu, 0}, {device::DeviceKind::cpu, 0}, 256 * kMiB, host_config, {});
   constexpr std::int64_t kExamples = 512, kPixels = 784, kBatch = 128;
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(kExamples * kPixels));
   for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
@@ -371,9 +373,9 @@ TEST_F(OpenClSharedMemory, SessionBindsAFedSharedBatchInPlace) {
     };
     Result result;
     const runtime::FeedTypes types = {{"x", {DType::f32, {kRows, kIn}}}, {"labels", {DType::i32, {kRows}}}};
-    result.plan = session.plan(types, {mlp.loss}, mlp.updates,
-                               in_place ? runtime::FeedDevices{{"x", "opencl:0"}, {"labels", "opencl:0"}}
-                                        : runtime::FeedDevices{});
+    result.plan = session.plan(
+        types, {mlp.loss}, mlp.updates,
+        in_place ? runtime::FeedDevices{{"x", "opencl:0"}, {"labels", "opencl:0"}} : runtime::FeedDevices{});
     opencl.memory().reset_peak();
     for (int step = 1; step <= kSteps; ++step) {
       const runtime::testing::Batch batch =

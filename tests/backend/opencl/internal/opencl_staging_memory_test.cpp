@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Staging on opencl devices: OpenClStagingMemory hands out mapped CL_MEM_ALLOC_HOST_PTR buffers (the flags
 // are the driver's answer, not ours), aligned, host-writable, and releases every buffer it created (counted by
 // the driver's destructor callbacks); an opencl device's StagingPool stages through them, copies host ->
