@@ -13,6 +13,8 @@
 #include "tensorpool/data/idx.hpp"
 #include "tensorpool/device/device_manager.hpp"
 
+namespace {
+
 // Fails the example (exit 1) when a figure the docs state is not what the code gives.
 void expect(bool holds, const char* what) {
   if (!holds) {
@@ -32,7 +34,7 @@ void idx_files() {
   using namespace tp::data;
   const auto path = directory / "t10k-labels-idx1-ubyte.gz";
   try {
-    read_idx(path, {.type = IdxType::u8, .ndims = 3, .file_kind = "an image file", .items = "images"});
+    (void)read_idx(path, {.type = IdxType::u8, .ndims = 3, .file_kind = "an image file", .items = "images"});
     // labels passed instead: "bad magic 0x00000801 for an image file: expected 0x00000803 (u8, 3 dimensions),
     //                         the file holds u8 with 1 dimension"
     expect(false, "a DataError for labels read as images");
@@ -60,6 +62,8 @@ void pipeline() {
     }
   }
 }
+
+}  // namespace
 
 int main() {
   idx_files();

@@ -15,6 +15,8 @@
 #include "tensorpool/runtime/pending_run.hpp"
 #include "tensorpool/runtime/session.hpp"
 
+namespace {
+
 struct Model {
   tp::graph::Graph graph;
   std::vector<std::string> update_nodes;  // run as targets: the optimizer's updates
@@ -81,6 +83,8 @@ void steps_in_flight(const tp::graph::Graph& graph, const std::vector<std::strin
   }
   record(previous.wait());
 }
+
+}  // namespace
 
 int main() {
   tp::device::DeviceManager::instance().set_sim_devices(1, tp::kGiB);  // the session runs on sim:0

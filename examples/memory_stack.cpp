@@ -5,6 +5,8 @@
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 
+namespace {
+
 // docs/memory.md: a stack that grows on demand up to half of a 1 GiB device, and the resource interface.
 void growing_stack() {
   tp::memory::MemoryConfig config;
@@ -25,6 +27,8 @@ void growing_stack() {
   std::printf("in use %zu B, peak %zu B, trimmed %zu B\n", stats.bytes_in_use, stats.peak_bytes_in_use, returned);
   stack->deallocate(p, 784 * 512 * 4);
 }
+
+}  // namespace
 
 int main() {
   tp::memory::MemoryConfig config;  // TF-like defaults: BFC, preallocate

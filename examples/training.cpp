@@ -12,6 +12,8 @@
 #include "tensorpool/train/sequential.hpp"
 using namespace tp::train;
 
+namespace {
+
 void train_mlp() {
   auto mnist = tp::data::load_fashion_mnist();
   auto train = tp::data::Dataset::from_arrays(mnist.train_images, mnist.train_labels)
@@ -43,6 +45,8 @@ void train_mixed_float16() {
   std::printf("mixed_float16: loss %.4f after %lld steps\n", result.history.epochs.back().loss,
               static_cast<long long>(result.steps));
 }
+
+}  // namespace
 
 int main() {
   tp::device::DeviceManager& manager = tp::device::DeviceManager::instance();

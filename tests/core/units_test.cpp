@@ -18,7 +18,7 @@ TEST(Units, ParsesPlainAndSuffixedSizes) {
 TEST(Units, RejectsGarbageNamingTheInput) {
   for (const char* bad : {"", "-1", "12XB", "abc", "1.2.3G", "99999999999999999999", "1e3"}) {
     try {
-      tp::parse_bytes(bad, "--capacity");
+      (void)tp::parse_bytes(bad, "--capacity");
       FAIL() << "accepted '" << bad << "'";
     } catch (const tp::InvalidArgument& error) {
       EXPECT_NE(std::string(error.what()).find("--capacity"), std::string::npos) << error.what();

@@ -22,7 +22,7 @@ class IdxCorruptionTest : public ::testing::Test {
   std::string message_for(const std::string& name, const std::vector<std::uint8_t>& bytes,
                           const IdxExpectation& expect = {}) {
     testing::write_bytes(dir_ / name, bytes);
-    return testing::data_error_message([&] { read_idx(dir_ / name, expect); });
+    return testing::data_error_message([&] { (void)read_idx(dir_ / name, expect); });
   }
   // The bytes of `array` written by write_idx (raw or gzip).
   std::vector<std::uint8_t> file_of(const IdxArray& array, IdxCompression compression = IdxCompression::none) {
@@ -165,13 +165,13 @@ TEST_F(IdxCorruptionTest, GzipCorruptDeflateData) {
 }
 
 TEST_F(IdxCorruptionTest, MissingFile) {
-  const std::string message = testing::data_error_message([&] { read_idx(dir_ / "absent-images.gz"); });
+  const std::string message = testing::data_error_message([&] { (void)read_idx(dir_ / "absent-images.gz"); });
   EXPECT_MENTIONS(message, (dir_ / "absent-images.gz").string() + ": cannot open: No such file or directory");
 }
 
 TEST_F(IdxCorruptionTest, Directory) {
   std::filesystem::create_directory(dir_ / "folder");
-  EXPECT_MENTIONS(testing::data_error_message([&] { read_idx(dir_ / "folder"); }), "folder: is a directory");
+  EXPECT_MENTIONS(testing::data_error_message([&] { (void)read_idx(dir_ / "folder"); }), "folder: is a directory");
 }
 
 TEST_F(IdxCorruptionTest, WrongKindOfFile) {

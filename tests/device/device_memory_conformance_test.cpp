@@ -100,7 +100,7 @@ TEST_P(DeviceMemoryConformance, StatsBudgetOutOfMemoryReportResetPeakAndTrim) {
   // Past the budget (well inside the device's capacity): a real shortage, with the device, the tag and the
   // largest live tensor in the report.
   try {
-    device.allocate(15 * kMiB, tag("too_big", AllocationKind::gradient));
+    (void)device.allocate(15 * kMiB, tag("too_big", AllocationKind::gradient));
     ADD_FAILURE() << "allocated past the budget";
   } catch (const OutOfMemoryError& error) {
     const OutOfMemoryReport& report = error.report();
@@ -117,7 +117,10 @@ TEST_P(DeviceMemoryConformance, StatsBudgetOutOfMemoryReportResetPeakAndTrim) {
   EXPECT_EQ(stack.stats().num_ooms, 1u);
 
   // Still usable after the OOM, and every buffer still holds its bytes.
-  device.allocate(kMiB, tag("after"));
+  {
+    const auto after = device.allocate(kMiB, tag("after"));
+    EXPECT_EQ(after->bytes(), kMiB);
+  }
   device.synchronize();
   for (std::size_t i = 0; i < held.size(); ++i) {
     EXPECT_EQ(read(held[i]), std::vector<unsigned char>(held[i]->bytes(), static_cast<unsigned char>(i + 1)))

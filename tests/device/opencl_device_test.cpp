@@ -70,7 +70,7 @@ TEST(OpenClDeviceId, ParsesAndPrintsTheOpenClKind) {
   EXPECT_EQ(parse_device_id(" opencl "), (DeviceId{DeviceKind::opencl, 0}));
   EXPECT_EQ((DeviceId{DeviceKind::opencl, 2}).str(), "opencl:2");
   try {
-    parse_device_id("gpu:0");
+    (void)parse_device_id("gpu:0");
     FAIL() << "gpu:0 parsed";
   } catch (const InvalidArgument& error) {
     EXPECT_NE(std::string(error.what()).find("cpu, sim, opencl or cuda"), std::string::npos) << error.what();
@@ -174,7 +174,7 @@ TEST_F(OpenClDeviceTest, ARequestOverTheBudgetThrowsTheOutOfMemoryReport) {
   auto device = make(memory::AllocatorKind::bfc, 16 * kMiB);
   auto held = device->allocate(10 * kMiB, {.name = "held"});
   try {
-    device->allocate(10 * kMiB, {.name = "too_big"});
+    (void)device->allocate(10 * kMiB, {.name = "too_big"});
     FAIL() << "no OutOfMemoryError";
   } catch (const OutOfMemoryError& error) {
     EXPECT_EQ(error.report().device, "opencl:0");
@@ -195,7 +195,7 @@ TEST_F(OpenClDeviceTest, ARegionLargerThanOneOpenClBufferIsRefusedAsOutOfMemory)
   memory::MemoryConfig config = config_of(memory::AllocatorKind::system, largest * 2);
   auto device = make_opencl_device({DeviceKind::opencl, 0}, {DeviceKind::opencl, 0}, largest * 2, config, {});
   try {
-    device->allocate(largest + kMiB, {.name = "huge"});
+    (void)device->allocate(largest + kMiB, {.name = "huge"});
     FAIL() << "a buffer beyond CL_DEVICE_MAX_MEM_ALLOC_SIZE was served";
   } catch (const OutOfMemoryError& error) {
     EXPECT_NE(std::string(error.what()).find("CL_DEVICE_MAX_MEM_ALLOC_SIZE"), std::string::npos) << error.what();

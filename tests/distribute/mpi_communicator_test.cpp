@@ -14,6 +14,7 @@
 // Open MPI's plugins (dlopened, unloaded by MPI_Finalize) keep allocations by design; LeakSanitizer sees them
 // only as "<unknown module>", which no suppression can name, so leak checking is off in this binary (address
 // errors are still caught; our own code's leaks are checked by every other test binary).
+extern "C" const char* __asan_default_options();
 extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
 
 namespace tp::distribute {

@@ -14,6 +14,7 @@
 #include "tensorpool/distribute/mpi.hpp"
 
 // Open MPI's plugins keep allocations by design (see mpi_communicator_test): leak checking is off here.
+extern "C" const char* __asan_default_options();
 extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
 
 namespace tp::distribute {

@@ -124,7 +124,7 @@ TEST(LimitingAdaptor, RefusesPastTheLimitWithAFullReport) {
   void* b = limiting.allocate(400, 256, tag("b"));  // exactly at the limit
   EXPECT_EQ(limiting.outstanding_bytes(), 1000u);
   try {
-    limiting.allocate(1, 256, tag("c", AllocationKind::gradient));
+    (void)limiting.allocate(1, 256, tag("c", AllocationKind::gradient));
     FAIL() << "allocated past the limit";
   } catch (const OutOfMemoryError& error) {
     const tp::OutOfMemoryReport& report = error.report();
@@ -153,7 +153,7 @@ TEST(LimitingAdaptor, KeepsTheTighterLimitAndUndoesAFailedUpstreamRequest) {
   tp::memory::LimitingAdaptor limiting(std::move(owned), 1 << 20);
   EXPECT_EQ(limiting.stats().bytes_limit, 1u << 20);  // the scripted upstream reports none
   upstream.fail_next = 1;
-  EXPECT_THROW(limiting.allocate(100), OutOfMemoryError);
+  EXPECT_THROW((void)limiting.allocate(100), OutOfMemoryError);
   EXPECT_EQ(limiting.outstanding_bytes(), 0u);
   EXPECT_EQ(limiting.stats().num_ooms, 1u) << "the upstream's OOM, counted once (by the upstream)";
   void* ptr = limiting.allocate(100);
@@ -223,14 +223,14 @@ TEST(StatisticsAdaptor, OwnsCallerCountersAndTakesTheRestFromUpstream) {
 TEST(StatisticsAdaptor, CountsOomsPassingThroughAndRethrows) {
   ScriptedResource upstream(1024);
   tp::memory::StatisticsAdaptor statistics(upstream);
-  EXPECT_THROW(statistics.allocate(4096, 256, tag("big")), OutOfMemoryError);
+  EXPECT_THROW((void)statistics.allocate(4096, 256, tag("big")), OutOfMemoryError);
   upstream.fail_next = 1;
-  EXPECT_THROW(statistics.allocate(16), std::bad_alloc);
+  EXPECT_THROW((void)statistics.allocate(16), std::bad_alloc);
   const MemoryStats stats = statistics.stats();
   EXPECT_EQ(stats.num_ooms, 2u);
   EXPECT_EQ(stats.num_allocs, 0u);
   EXPECT_EQ(stats.bytes_requested, 0u);
-  EXPECT_THROW(statistics.allocate(0), tp::InvalidArgument);
+  EXPECT_THROW((void)statistics.allocate(0), tp::InvalidArgument);
   EXPECT_EQ(statistics.stats().num_ooms, 2u) << "an invalid request is not an OOM";
 }
 
@@ -307,7 +307,7 @@ TEST(TrackingAdaptor, AmendsOomReportWithLargestLiveTags) {
     held.push_back(tracking.allocate(static_cast<std::size_t>(100 + i), 256, tag("tensor_" + std::to_string(i))));
   }
   try {
-    tracking.allocate(256 * 10, 256, tag("too_big"));
+    (void)tracking.allocate(256 * 10, 256, tag("too_big"));
     FAIL() << "expected an OOM";
   } catch (const OutOfMemoryError& error) {
     const tp::OutOfMemoryReport& report = error.report();
@@ -335,7 +335,7 @@ TEST(TrackingAdaptor, ObserversSeeEveryAllocationAndFreeInOrder) {
   void* a = tracking.allocate(10, 256, tag("x"));
   tracking.deallocate(a, 10);
   upstream.fail_next = 1;
-  EXPECT_THROW(tracking.allocate(20, 256, tag("failed")), OutOfMemoryError);
+  EXPECT_THROW((void)tracking.allocate(20, 256, tag("failed")), OutOfMemoryError);
   tracking.remove_observer(observer);
   void* b = tracking.allocate(30, 256, tag("unseen"));
   tracking.deallocate(b, 30);
@@ -386,7 +386,7 @@ TEST(FailureCallbackAdaptor, RethrowsWhenTheCallbackGivesUp) {
     return false;
   });
   upstream.fail_next = 1;
-  EXPECT_THROW(adaptor.allocate(64), OutOfMemoryError);
+  EXPECT_THROW((void)adaptor.allocate(64), OutOfMemoryError);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(adaptor.stats().num_retries, 5u);
 }
@@ -402,7 +402,7 @@ TEST(FailureCallbackAdaptor, BoundsTheRetries) {
       },
       2);
   try {
-    adaptor.allocate(4096);
+    (void)adaptor.allocate(4096);
     FAIL() << "expected an OOM";
   } catch (const OutOfMemoryError& error) {
     EXPECT_NE(std::string(error.what()).find("freed memory 2 time(s)"), std::string::npos) << error.what();
@@ -442,7 +442,7 @@ TEST(Adaptors, ComposeOwningTheirUpstreams) {
 
   void* a = statistics.allocate(3000, 256, tag("weights", AllocationKind::parameter));
   try {
-    statistics.allocate(2000, 256, tag("activations"));
+    (void)statistics.allocate(2000, 256, tag("activations"));
     FAIL() << "expected the limit to refuse";
   } catch (const OutOfMemoryError& error) {
     EXPECT_EQ(error.report().allocator, "limiting");

@@ -53,7 +53,7 @@ TEST(BfcAllocator, WithoutGarbageCollectionTheSameRequestFails) {
   BfcAllocator bfc(source, options);
   bfc.deallocate(bfc.allocate(2 * kMiBytes), 2 * kMiBytes);
   bfc.deallocate(bfc.allocate(4 * kMiBytes), 4 * kMiBytes);
-  EXPECT_THROW(bfc.allocate(7 * kMiBytes), OutOfMemoryError);
+  EXPECT_THROW((void)bfc.allocate(7 * kMiBytes), OutOfMemoryError);
   const MemoryStats stats = bfc.stats();
   EXPECT_EQ(stats.num_retries, 0u);
   EXPECT_EQ(stats.num_ooms, 1u);
@@ -70,7 +70,7 @@ TEST(BfcAllocator, OutOfMemoryReportsAndStaysUsable) {
   AllocationTag tag;
   tag.name = "huge/activation";
   try {
-    bfc.allocate(3 * kMiBytes + 1, 256, tag);
+    (void)bfc.allocate(3 * kMiBytes + 1, 256, tag);
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& error) {
     const OutOfMemoryReport& report = error.report();
@@ -99,8 +99,8 @@ TEST(BfcAllocator, OutOfMemoryReportsAndStaysUsable) {
 TEST(BfcAllocator, RequestAboveTheLimitFailsCleanly) {
   TestSource source;
   BfcAllocator bfc(source, grow_options(4 * kMiBytes));
-  EXPECT_THROW(bfc.allocate(4 * kMiBytes + 1), OutOfMemoryError);
-  EXPECT_THROW(bfc.allocate(kMaxAllocationBytes), OutOfMemoryError);
+  EXPECT_THROW((void)bfc.allocate(4 * kMiBytes + 1), OutOfMemoryError);
+  EXPECT_THROW((void)bfc.allocate(kMaxAllocationBytes), OutOfMemoryError);
   EXPECT_EQ(bfc.stats().num_ooms, 2u);
   EXPECT_EQ(bfc.stats().bytes_reserved, 0u);
   void* ptr = bfc.allocate(4 * kMiBytes);

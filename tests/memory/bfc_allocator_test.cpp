@@ -82,8 +82,8 @@ TEST(BfcAllocator, HonoursAlignmentUpTo256) {
     EXPECT_EQ(address(ptr) % 256, 0u);
     bfc.deallocate(ptr, 3 + alignment);
   }
-  EXPECT_THROW(bfc.allocate(64, 512), InvalidArgument);
-  EXPECT_THROW(bfc.allocate(0), InvalidArgument);
+  EXPECT_THROW((void)bfc.allocate(64, 512), InvalidArgument);
+  EXPECT_THROW((void)bfc.allocate(0), InvalidArgument);
   EXPECT_CONSISTENT(bfc);
 }
 
@@ -296,7 +296,7 @@ TEST(BfcAllocator, GrowNeverPassesTheLimit) {
   void* c = bfc.allocate(3 * kMiBytes);  // next would be 8 MiB; only 4 MiB left under the limit
   EXPECT_EQ(source.attempts(), (std::vector<std::size_t>{2 * kMiBytes, 4 * kMiBytes, 4 * kMiBytes}));
   EXPECT_EQ(bfc.stats().bytes_reserved, 10 * kMiBytes);
-  EXPECT_THROW(bfc.allocate(2 * kMiBytes), OutOfMemoryError);
+  EXPECT_THROW((void)bfc.allocate(2 * kMiBytes), OutOfMemoryError);
   bfc.deallocate(a, 2 * kMiBytes);
   bfc.deallocate(b, 4 * kMiBytes);
   bfc.deallocate(c, 3 * kMiBytes);
@@ -333,7 +333,7 @@ TEST(BfcAllocator, GrowBacksOffDownToTheRequest) {
   EXPECT_EQ(region_sizes(bfc).size(), 2u);
   EXPECT_EQ(bfc.stats().bytes_reserved, 3 * kMiBytes);
   EXPECT_EQ(source.attempts().back(), kMiBytes);
-  EXPECT_THROW(bfc.allocate(256), OutOfMemoryError);  // source exhausted
+  EXPECT_THROW((void)bfc.allocate(256), OutOfMemoryError);  // source exhausted
   EXPECT_CONSISTENT(bfc);
   bfc.deallocate(a, 2 * kMiBytes);
   bfc.deallocate(b, kMiBytes);

@@ -106,7 +106,7 @@ class EveryStack : public ::testing::TestWithParam<std::tuple<AllocatorKind, Gro
 
     // A request past the budget: a real shortage, reported with the device, the tag and the largest tensors.
     try {
-      stack.allocate(15 * kMiB, 256, tag("too_big", AllocationKind::gradient));
+      (void)stack.allocate(15 * kMiB, 256, tag("too_big", AllocationKind::gradient));
       ADD_FAILURE() << "allocated past the budget";
     } catch (const OutOfMemoryError& error) {
       const tp::OutOfMemoryReport& report = error.report();
@@ -257,7 +257,7 @@ TEST(MemoryStack, FragmentationAndShortageReadDifferently) {
   for (int i = 0; i < 8; ++i) blocks.push_back(stack->allocate(kMiB, 256, tag("block" + std::to_string(i))));
   for (int i = 0; i < 8; i += 2) stack->deallocate(blocks[static_cast<std::size_t>(i)], kMiB);  // 4 x 1 MiB holes
   try {
-    stack->allocate(2 * kMiB, 256, tag("wide"));
+    (void)stack->allocate(2 * kMiB, 256, tag("wide"));
     FAIL() << "a 2 MiB block fit in 1 MiB holes";
   } catch (const OutOfMemoryError& error) {
     EXPECT_TRUE(error.report().is_fragmentation()) << error.what();
@@ -267,7 +267,7 @@ TEST(MemoryStack, FragmentationAndShortageReadDifferently) {
     EXPECT_NE(text.find("on sim:3"), std::string::npos) << text;
   }
   try {
-    stack->allocate(5 * kMiB, 256, tag("huge"));
+    (void)stack->allocate(5 * kMiB, 256, tag("huge"));
     FAIL() << "5 MiB fit in 4 MiB free";
   } catch (const OutOfMemoryError& error) {
     EXPECT_FALSE(error.report().is_fragmentation()) << error.what();

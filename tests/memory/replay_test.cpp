@@ -244,7 +244,7 @@ TEST(ReplayAllocator, ParsesNamesAndRejectsOthers) {
   for (const ReplayAllocator allocator : tp::memory::all_replay_allocators()) {
     EXPECT_EQ(tp::memory::parse_replay_allocator(tp::memory::to_string(allocator)), allocator);
   }
-  EXPECT_THROW(tp::memory::parse_replay_allocator("tlsf"), tp::InvalidArgument);
+  EXPECT_THROW((void)tp::memory::parse_replay_allocator("tlsf"), tp::InvalidArgument);
   EXPECT_EQ(tp::memory::replay_memory_config(ReplayAllocator::bfc_grow).policy, tp::memory::GrowthPolicy::grow);
   EXPECT_EQ(tp::memory::replay_memory_config(ReplayAllocator::expandable).allocator,
             tp::memory::AllocatorKind::expandable);

@@ -14,6 +14,7 @@
 #include "train/support/synthetic_training.hpp"
 
 // Open MPI's plugins keep allocations by design (see mpi_communicator_test).
+extern "C" const char* __asan_default_options();
 extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
 
 namespace tp::train {

@@ -120,7 +120,8 @@ TEST(ProgressBarTest, NotATerminalWritesOneLinePerEpochOnly) {
   bar.on_train_begin({.epochs = 2, .batches_per_epoch = 1875});
   for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
     bar.on_epoch_begin(epoch);
-    for (std::int64_t batch = 0; batch < 1875; ++batch) bar.on_batch_end(batch_logs(batch, 1875, 0.005 * batch));
+    for (std::int64_t batch = 0; batch < 1875; ++batch)
+      bar.on_batch_end(batch_logs(batch, 1875, 0.005 * static_cast<double>(batch)));
     bar.on_epoch_end(epoch_logs(epoch, epoch == 1));
   }
   EXPECT_EQ(out.str(),

@@ -25,16 +25,16 @@ class Buffer {
 
   device::Device& device() const noexcept { return device_; }
   // Bytes asked for (what per-tensor accounting sums to the allocator's bytes_requested).
-  std::size_t bytes() const noexcept { return bytes_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
   // Bytes the allocator set aside for it (its chunk after rounding).
-  std::size_t allocated_bytes() const noexcept { return allocated_bytes_; }
+  [[nodiscard]] std::size_t allocated_bytes() const noexcept { return allocated_bytes_; }
   const memory::AllocationTag& tag() const noexcept { return tag_; }
 
   // Whether host code may read and write the memory directly: the device is host_accessible(), or the
   // buffer came from the device's shared (host-visible) memory (Device::allocate_shared, fine-grained SVM on
   // opencl). Host-visible memory is still ordered by its streams: host code touches it only while no
   // enqueued work uses it (after an event or a synchronize).
-  bool host_visible() const noexcept;
+  [[nodiscard]] bool host_visible() const noexcept;
 
   // The device address. Unless host_visible(), only a task running on one of the device's streams may touch
   // it; anywhere else this throws tp::DeviceError naming the device and the fix (copy to the host), so host

@@ -16,11 +16,11 @@
 
 namespace tp {
 
-std::uint16_t float_to_half_bits(float value);
-float half_bits_to_float(std::uint16_t bits);
+[[nodiscard]] std::uint16_t float_to_half_bits(float value);
+[[nodiscard]] float half_bits_to_float(std::uint16_t bits);
 
-std::uint16_t float_to_bfloat16_bits(float value);
-float bfloat16_bits_to_float(std::uint16_t bits);
+[[nodiscard]] std::uint16_t float_to_bfloat16_bits(float value);
+[[nodiscard]] float bfloat16_bits_to_float(std::uint16_t bits);
 
 // A float16 value as stored in tensors: just the bits, converted only when asked.
 struct Half {

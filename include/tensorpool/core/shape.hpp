@@ -24,14 +24,14 @@ class Shape {
   const std::vector<std::int64_t>& dims() const noexcept { return dims_; }
 
   // Throws tp::InvalidArgument naming the index and the shape unless 0 <= index < rank().
-  std::int64_t dim(std::int64_t index) const;
+  [[nodiscard]] std::int64_t dim(std::int64_t index) const;
 
   // Product of the dims (1 for a scalar, 0 if any dim is 0). Throws tp::InvalidArgument naming the shape
   // if the product does not fit in int64.
-  std::int64_t num_elements() const;
+  [[nodiscard]] std::int64_t num_elements() const;
 
   // "[784,512]"; a scalar is "[]".
-  std::string to_string() const;
+  [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const Shape&, const Shape&) = default;
 
@@ -43,6 +43,6 @@ std::ostream& operator<<(std::ostream& stream, const Shape& shape);
 
 // num_elements() x size_of(dtype). Throws tp::InvalidArgument naming the shape and dtype if either the
 // element count or the byte count overflows.
-std::size_t byte_size(const Shape& shape, DType dtype);
+[[nodiscard]] std::size_t byte_size(const Shape& shape, DType dtype);
 
 }  // namespace tp

@@ -44,19 +44,20 @@ class Tensor {
   Tensor() = default;  // undefined (defined() is false)
 
   // An uninitialised tensor on `device`, its allocation tagged with `tag`, shape and dtype.
-  static Tensor empty(const Shape& shape, DType dtype, device::Device& device, const TensorTag& tag = {});
+  [[nodiscard]] static Tensor empty(const Shape& shape, DType dtype, device::Device& device, const TensorTag& tag = {});
   // A tensor holding `bytes_of(shape, dtype)` bytes copied from host memory `data`, enqueued on `stream`
   // (default: the device's stream 0); `data` may be reused as soon as this returns.
-  static Tensor from_host(const void* data, const Shape& shape, DType dtype, device::Device& device,
-                          const TensorTag& tag = {}, device::Stream* stream = nullptr);
+  [[nodiscard]] static Tensor from_host(const void* data, const Shape& shape, DType dtype, device::Device& device,
+                                        const TensorTag& tag = {}, device::Stream* stream = nullptr);
   // Throws tp::InvalidArgument naming the shape when values.size() != shape.num_elements().
   template <typename T>
-  static Tensor from_vector(std::span<const T> values, const Shape& shape, device::Device& device,
-                            const TensorTag& tag = {}, device::Stream* stream = nullptr);
+  [[nodiscard]] static Tensor from_vector(std::span<const T> values, const Shape& shape, device::Device& device,
+                                          const TensorTag& tag = {}, device::Stream* stream = nullptr);
 
   // A view of `shape` and `dtype` over `buffer` from `offset_bytes` (the executor's planned tensors inside
   // one arena). Throws tp::InvalidArgument naming the range when it does not fit in the buffer.
-  static Tensor from_buffer(std::shared_ptr<Buffer> buffer, std::size_t offset_bytes, const Shape& shape, DType dtype);
+  [[nodiscard]] static Tensor from_buffer(std::shared_ptr<Buffer> buffer, std::size_t offset_bytes, const Shape& shape,
+                                          DType dtype);
 
   bool defined() const noexcept { return buffer_ != nullptr; }
   const Shape& shape() const noexcept { return shape_; }
@@ -64,16 +65,16 @@ class Tensor {
   // Throws tp::InvalidArgument when the tensor is undefined (as do all accessors below).
   device::Device& device() const;
   std::int64_t num_elements() const { return shape_.num_elements(); }
-  std::size_t nbytes() const { return byte_size(shape_, dtype_); }
-  std::size_t allocated_bytes() const;
+  [[nodiscard]] std::size_t nbytes() const { return byte_size(shape_, dtype_); }
+  [[nodiscard]] std::size_t allocated_bytes() const;
   std::size_t offset_bytes() const noexcept { return offset_bytes_; }
   const std::shared_ptr<Buffer>& buffer() const noexcept { return buffer_; }
   const std::string& name() const;
 
   // Same elements, new shape; throws tp::InvalidArgument naming both shapes when the counts differ.
-  Tensor reshape(const Shape& shape) const;
+  [[nodiscard]] Tensor reshape(const Shape& shape) const;
   // Rows [begin, end) along axis 0; throws tp::InvalidArgument naming the range and the shape.
-  Tensor slice(std::int64_t begin, std::int64_t end) const;
+  [[nodiscard]] Tensor slice(std::int64_t begin, std::int64_t end) const;
 
   // The first element's address (see the header comment for who may touch it).
   void* data() const;
@@ -88,7 +89,7 @@ class Tensor {
   // returns once they are there.
   void copy_to_host(void* dst, device::Stream* stream = nullptr) const;
   template <typename T>
-  std::vector<T> to_vector(device::Stream* stream = nullptr) const {
+  [[nodiscard]] std::vector<T> to_vector(device::Stream* stream = nullptr) const {
     static_assert(!std::is_same_v<T, bool>, "std::vector<bool> packs bits: read a boolean tensor as std::uint8_t");
     check_element_type(dtype_of<T>());
     std::vector<T> values(static_cast<std::size_t>(num_elements()));
@@ -97,8 +98,8 @@ class Tensor {
   }
   // A copy on `target` (stream order on both sides; defaults are each device's stream 0), tagged `tag` (or
   // this tensor's tag when the name is empty).
-  Tensor to(device::Device& target, const TensorTag& tag = {}, device::Stream* source_stream = nullptr,
-            device::Stream* target_stream = nullptr) const;
+  [[nodiscard]] Tensor to(device::Device& target, const TensorTag& tag = {}, device::Stream* source_stream = nullptr,
+                          device::Stream* target_stream = nullptr) const;
 
  private:
   Tensor(std::shared_ptr<Buffer> buffer, Shape shape, DType dtype, std::size_t offset_bytes)

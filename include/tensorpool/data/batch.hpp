@@ -46,13 +46,13 @@ class BatchIterator {
   // The next batch, or nullopt after the last one of the epoch (for this shard).
   std::optional<Batch> next();
 
-  std::int64_t epoch() const noexcept;
+  [[nodiscard]] std::int64_t epoch() const noexcept;
   // The index of the batch next() returns next (starts at the start_batch the iterator was made with).
-  std::int64_t next_index() const noexcept;
+  [[nodiscard]] std::int64_t next_index() const noexcept;
   // One past the last batch index: the dataset's batches_per_epoch().
-  std::int64_t end_index() const noexcept;
+  [[nodiscard]] std::int64_t end_index() const noexcept;
   // Batches assembled and waiting (always 0 without prefetch); at most the prefetch depth.
-  std::size_t ready() const;
+  [[nodiscard]] std::size_t ready() const;
 
  private:
   std::unique_ptr<detail::IteratorState> state_;

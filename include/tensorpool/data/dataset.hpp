@@ -70,44 +70,44 @@ class Dataset {
   // features: N examples (its first dimension), u8 or any other IDX type (converted to float32); labels: 1-D
   // of N integers (u8, i8, i16, i32). Throws tp::InvalidArgument naming the problem (an invalid array, float
   // labels, counts that differ).
-  static Dataset from_arrays(IdxArray features, IdxArray labels);
+  [[nodiscard]] static Dataset from_arrays(IdxArray features, IdxArray labels);
   // The same from tensors: features u8 or f32 of rank >= 1, labels i32 or u8 of rank 1 (copied to the host).
-  static Dataset from_tensors(const Tensor& features, const Tensor& labels);
+  [[nodiscard]] static Dataset from_tensors(const Tensor& features, const Tensor& labels);
 
   // Shuffles each epoch with `seed` (see Epoch order).
-  Dataset shuffle(std::uint64_t seed) const;
+  [[nodiscard]] Dataset shuffle(std::uint64_t seed) const;
   // Batches of `size` (> 0) examples; the last one smaller unless drop_remainder drops it.
-  Dataset batch(std::int64_t size, bool drop_remainder = false) const;
+  [[nodiscard]] Dataset batch(std::int64_t size, bool drop_remainder = false) const;
   // Adds a map (see example_map.hpp); normalize() adds ExampleMap::normalize().
-  Dataset map(ExampleMap map) const;
-  Dataset normalize() const { return map(ExampleMap::normalize()); }
+  [[nodiscard]] Dataset map(ExampleMap map) const;
+  [[nodiscard]] Dataset normalize() const { return map(ExampleMap::normalize()); }
   // Keeps shard `index` of `num_shards` (0 <= index < num_shards); see Sharding.
-  Dataset shard(std::int64_t num_shards, std::int64_t index) const;
+  [[nodiscard]] Dataset shard(std::int64_t num_shards, std::int64_t index) const;
   // Assembles up to `depth` (>= 0) batches ahead on a background thread.
-  Dataset prefetch(std::int64_t depth) const;
+  [[nodiscard]] Dataset prefetch(std::int64_t depth) const;
   // Where batches live; throws tp::InvalidArgument unless device.host_accessible() or it has shared memory.
-  Dataset stage_on(device::Device& device) const;
+  [[nodiscard]] Dataset stage_on(device::Device& device) const;
 
   // Examples in the whole dataset (all shards).
-  std::int64_t size() const noexcept;
+  [[nodiscard]] std::int64_t size() const noexcept;
   // Examples of this shard in each epoch.
-  std::int64_t shard_size() const noexcept;
-  std::int64_t batches_per_epoch() const noexcept;
+  [[nodiscard]] std::int64_t shard_size() const noexcept;
+  [[nodiscard]] std::int64_t batches_per_epoch() const noexcept;
   // The smallest batches_per_epoch() over all num_shards shards.
-  std::int64_t common_batches_per_epoch() const noexcept;
+  [[nodiscard]] std::int64_t common_batches_per_epoch() const noexcept;
   // The dims of one example's features ([28, 28]); a batch's features are [size, dims...].
   const std::vector<std::int64_t>& example_dims() const noexcept;
   const PipelineSettings& settings() const noexcept { return settings_; }
 
   // This shard's example indexes for `epoch` (>= 0), in visiting order.
-  std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
+  [[nodiscard]] std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
   // Iterates epoch `epoch` (>= 0) from batch `start_batch` (0..batches_per_epoch(); the end gives an empty
   // iteration). Throws tp::InvalidArgument naming the value otherwise.
-  BatchIterator epoch(std::int64_t epoch, std::int64_t start_batch = 0) const;
+  [[nodiscard]] BatchIterator epoch(std::int64_t epoch, std::int64_t start_batch = 0) const;
 
   // Whether staging memory is page-locked (false after the fallback to pageable memory).
-  bool pinned_staging() const noexcept;
-  memory::MemoryStats staging_stats() const;
+  [[nodiscard]] bool pinned_staging() const noexcept;
+  [[nodiscard]] memory::MemoryStats staging_stats() const;
 
  private:
   Dataset(std::shared_ptr<const detail::DatasetStorage> storage, std::shared_ptr<detail::BatchStaging> staging);

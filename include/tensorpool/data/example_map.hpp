@@ -19,13 +19,13 @@ class ExampleMap {
   using Function = std::function<void(std::span<float> features)>;
 
   // x / 255: u8 pixels (0..255) to [0, 1].
-  static ExampleMap normalize();
+  [[nodiscard]] static ExampleMap normalize();
   // x / divisor; throws tp::InvalidArgument unless divisor is finite and non-zero.
-  static ExampleMap divide_by(float divisor);
+  [[nodiscard]] static ExampleMap divide_by(float divisor);
   // `function` rewrites one example's features in place. It runs on the prefetch thread when the dataset
   // prefetches, and concurrently when several iterators run at once, so it must be thread-safe; an exception
   // it throws reaches the consumer's BatchIterator::next(). Throws tp::InvalidArgument for an empty function.
-  static ExampleMap custom(std::string name, Function function);
+  [[nodiscard]] static ExampleMap custom(std::string name, Function function);
 
   // "normalize", "divide_by(10)", or the custom name.
   const std::string& name() const noexcept { return name_; }

@@ -33,11 +33,11 @@ namespace tp::data {
 enum class IdxType : std::uint8_t { u8 = 0x08, i8 = 0x09, i16 = 0x0B, i32 = 0x0C, f32 = 0x0D, f64 = 0x0E };
 
 // 1, 1, 2, 4, 4, 8.
-std::size_t size_of(IdxType type) noexcept;
+[[nodiscard]] std::size_t size_of(IdxType type) noexcept;
 // "u8", "i8", "i16", "i32", "f32", "f64".
 std::string_view to_string(IdxType type) noexcept;
 // The IdxType whose type byte is `code`; nullopt for any other byte.
-std::optional<IdxType> idx_type_from_code(std::uint8_t code) noexcept;
+[[nodiscard]] std::optional<IdxType> idx_type_from_code(std::uint8_t code) noexcept;
 
 template <typename T>
 constexpr IdxType idx_type_of() = delete;
@@ -84,7 +84,7 @@ struct IdxArray {
     return array;
   }
 
-  std::int64_t num_elements() const noexcept;
+  [[nodiscard]] std::int64_t num_elements() const noexcept;
   // The elements as T; throws tp::InvalidArgument naming both types when T is not the array's type.
   template <typename T>
   std::span<const T> values() const {
@@ -109,7 +109,7 @@ struct IdxExpectation {
 
 // Reads the whole file. Throws tp::DataError naming the file (as given) for a missing or unreadable file and
 // for every format problem listed at the top of this header.
-IdxArray read_idx(const std::filesystem::path& path, const IdxExpectation& expect = {});
+[[nodiscard]] IdxArray read_idx(const std::filesystem::path& path, const IdxExpectation& expect = {});
 
 enum class IdxCompression { none, gzip };
 

@@ -85,18 +85,18 @@ class Device {
   // The physical device this one is carved from (differs after visible-device reordering or a split).
   const DeviceId& physical_id() const noexcept { return physical_id_; }
   // Bytes of the physical memory behind this device (for a logical device: its share).
-  std::size_t capacity_bytes() const noexcept { return capacity_bytes_; }
+  [[nodiscard]] std::size_t capacity_bytes() const noexcept { return capacity_bytes_; }
   memory::MemoryStack& memory() const noexcept { return *memory_; }
   bool poison_freed() const noexcept { return options_.poison_freed; }
   // Whether host code may read and write this device's memory directly (cpu); otherwise only copies and
   // kernels running on its streams may (sim, cuda).
-  virtual bool host_accessible() const noexcept = 0;
+  [[nodiscard]] virtual bool host_accessible() const noexcept = 0;
   // What the host memory staging this device's copies is: "mlock" (page-locked host pages), the backend's
   // own pinned memory ("CL_MEM_ALLOC_HOST_PTR" on opencl devices), or "pageable" (unpinned: a device that
   // asked for none, or whose pinned memory was refused; copies stay correct).
-  virtual std::string staging_kind() const = 0;
+  [[nodiscard]] virtual std::string staging_kind() const = 0;
 
-  std::size_t num_streams() const noexcept { return streams_.size(); }
+  [[nodiscard]] std::size_t num_streams() const noexcept { return streams_.size(); }
   // Throws tp::InvalidArgument naming the index and the count when out of range.
   Stream& stream(std::size_t index = 0) const;
   // Waits for every stream; rethrows the first task error any of them kept.
@@ -109,8 +109,8 @@ class Device {
   // the buffer is allocated from it and returned to it, and holds it until then.
   // Without `through`, a tag whose kind memory().config().shared_kinds lists goes to shared_memory() when the
   // device has one (as allocate_shared).
-  std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {},
-                                   std::shared_ptr<memory::MemoryResource> through = nullptr);
+  [[nodiscard]] std::shared_ptr<Buffer> allocate(std::size_t bytes, const memory::AllocationTag& tag = {},
+                                                 std::shared_ptr<memory::MemoryResource> through = nullptr);
 
   // Shared (unified) memory: a second memory stack, reported apart from memory(), whose buffers host code and
   // this device's kernels both touch without copies (Buffer::host_visible()): fine-grained buffer SVM on
@@ -120,11 +120,11 @@ class Device {
   // A host-visible buffer of `bytes`: from shared_memory() when the device has one, else from memory() on a
   // host_accessible() device. On a device with neither, the buffer comes from memory() and is not
   // host-visible (the caller checks Buffer::host_visible(); shared_memory_note() says why).
-  std::shared_ptr<Buffer> allocate_shared(std::size_t bytes, const memory::AllocationTag& tag = {});
+  [[nodiscard]] std::shared_ptr<Buffer> allocate_shared(std::size_t bytes, const memory::AllocationTag& tag = {});
   // One line on where this device's shared allocations go: "opencl:0/shared (fine-grained SVM): ..." or
   // "sim:0 has no shared memory: shared allocations come from its device memory".
-  std::string shared_memory_note() const;
-  std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::string shared_memory_note() const;
+  [[nodiscard]] std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
 
   // Applies `options` to the kernels launched on this device from now on (work already enqueued keeps the
   // settings it was launched with). Throws tp::InvalidArgument naming the device, the field and the accepted
@@ -150,8 +150,8 @@ class Device {
   // Behind a kept stream error the copy is skipped while the event still completes: check the stream.
   // A host-visible `src` (shared memory) is not copied: the returned bytes alias it (holding the buffer) and
   // hold the value once `ready` has completed, until later work on the buffer writes it.
-  HostReadback read_to_host_async(Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
-                                  std::size_t bytes);
+  [[nodiscard]] HostReadback read_to_host_async(Stream& stream, const std::shared_ptr<Buffer>& src,
+                                                std::size_t src_offset, std::size_t bytes);
 
  protected:
   Device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
@@ -250,7 +250,7 @@ std::vector<Event> copy_concurrently(std::span<const CopyRequest> copies);
 
 // Whether work on `to`'s streams may read and write `from`'s memory directly (peer access: sim devices of one
 // process).
-bool peer_accessible(const Device& from, const Device& to) noexcept;
+[[nodiscard]] bool peer_accessible(const Device& from, const Device& to) noexcept;
 
 // Inside a task of a stream of device D, lets the code touch (read and write) the memory of `peer`
 // (Buffer::data) when peer_accessible(peer, D), for the scope's lifetime on this thread: a kernel that reads a

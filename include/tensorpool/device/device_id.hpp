@@ -28,6 +28,6 @@ struct DeviceId {
 
 // Parses "kind:index" ("sim:1"); a bare kind means index 0 ("cpu" -> cpu:0). Surrounding spaces are ignored.
 // Throws tp::InvalidArgument naming `what`, the text and the accepted forms.
-DeviceId parse_device_id(std::string_view text, std::string_view what = "device");
+[[nodiscard]] DeviceId parse_device_id(std::string_view text, std::string_view what = "device");
 
 }  // namespace tp::device

@@ -120,12 +120,12 @@ class DeviceManager {
   // Throws tp::InvalidArgument naming the id and the devices that exist.
   Device& device(DeviceId id);
   Device& device(std::string_view name) { return device(parse_device_id(name)); }
-  std::vector<DeviceInfo> info();
-  bool initialised() const;
+  [[nodiscard]] std::vector<DeviceInfo> info();
+  [[nodiscard]] bool initialised() const;
   // The ids of the devices the current configuration gives (the built ones once initialised), in the order
   // of devices(), without building any: callers check a device exists before configuring it. Throws what
   // materialising would for a bad visible list or split.
-  std::vector<DeviceId> planned_devices() const;
+  [[nodiscard]] std::vector<DeviceId> planned_devices() const;
 
  private:
   void check_not_initialised(std::string_view what) const;  // requires mutex_

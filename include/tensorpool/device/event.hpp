@@ -19,7 +19,7 @@ class Event {
   Event() = default;
 
   // True once complete. Never blocks.
-  bool query() const;
+  [[nodiscard]] bool query() const;
   // Blocks the calling thread until complete.
   void synchronize() const;
 

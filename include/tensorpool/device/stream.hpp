@@ -50,17 +50,17 @@ class Stream {
   // Enqueues `task` behind everything enqueued before.
   void enqueue(Task task);
   // An event that completes once everything enqueued so far has run.
-  Event record() { return do_record(); }
+  [[nodiscard]] Event record() { return do_record(); }
   // Work enqueued after this call starts only once `event` has completed.
   void wait(const Event& event);
   // Blocks until everything enqueued so far has run; rethrows the first error a task raised since the last
   // synchronize().
   void synchronize();
   // True when no enqueued work is pending (never blocks).
-  bool idle() const { return do_idle(); }
+  [[nodiscard]] bool idle() const { return do_idle(); }
   // True while a task error is kept: later kernels and copies are skipped until synchronize() reports it.
   // Never blocks.
-  bool failed() const noexcept { return has_error_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool failed() const noexcept { return has_error_.load(std::memory_order_acquire); }
 
   // The stream whose task the calling thread is running, or null on a plain host thread. Host code that
   // touches device memory outside a task is a bug that Tensor::data() reports through this.

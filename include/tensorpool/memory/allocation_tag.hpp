@@ -37,7 +37,7 @@ struct AllocationTag {
 
   bool empty() const noexcept { return name.empty() && op.empty() && kind == AllocationKind::unknown; }
   // "dense/kernel (MatMul, float32[784,512], parameter, step 3)"; "<untagged>" when empty.
-  std::string describe() const;
+  [[nodiscard]] std::string describe() const;
 };
 
 }  // namespace tp::memory

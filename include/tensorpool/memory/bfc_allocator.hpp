@@ -95,16 +95,16 @@ class BfcAllocator final : public MemoryResource {
     std::vector<ChunkInfo> chunks;  // in address order
   };
   // Regions in address order with their chunks.
-  std::vector<RegionInfo> regions() const;
+  [[nodiscard]] std::vector<RegionInfo> regions() const;
   // Empty string when all invariants above hold, else a description of the first violation. O(reserved / 256).
-  std::string check_invariants() const;
+  [[nodiscard]] std::string check_invariants() const;
 
   const BfcOptions& options() const noexcept { return options_; }
   std::size_t max_alignment() const noexcept override { return kGranularity; }
   std::size_t allocation_granularity() const noexcept override { return kGranularity; }
 
   // Bin that holds a free chunk of `bytes` (>= kGranularity): floor(log2(bytes / 256)), capped at 20.
-  static int bin_for_size(std::size_t bytes) noexcept;
+  [[nodiscard]] static int bin_for_size(std::size_t bytes) noexcept;
 
  private:
   using ChunkHandle = std::uint32_t;

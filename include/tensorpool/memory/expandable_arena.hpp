@@ -99,14 +99,14 @@ class ExpandableArena final : public MemoryResource {
     bool in_use = false;
   };
   // Address-ordered, covering [0, extent).
-  std::vector<BlockInfo> blocks() const;
-  std::size_t committed_bytes() const;
-  std::size_t reserved_range_bytes() const noexcept { return range_bytes_; }
+  [[nodiscard]] std::vector<BlockInfo> blocks() const;
+  [[nodiscard]] std::size_t committed_bytes() const;
+  [[nodiscard]] std::size_t reserved_range_bytes() const noexcept { return range_bytes_; }
   // Address of offset 0 of the reserved range (blocks()' offsets are relative to it); fixed for life.
   std::uintptr_t base_address() const noexcept { return reinterpret_cast<std::uintptr_t>(base_); }
   const ArenaOptions& options() const noexcept { return options_; }
   // "" when every invariant holds, otherwise a description of the first violation.
-  std::string check_invariants() const;
+  [[nodiscard]] std::string check_invariants() const;
 
   static constexpr std::size_t kBlockAlignment = kDefaultAlignment;
 

@@ -36,7 +36,7 @@ class HostVirtualMemory final : public VirtualMemory {
   std::size_t committed_bytes() const noexcept override { return committed_.load(std::memory_order_relaxed); }
   std::size_t peak_committed_bytes() const noexcept { return peak_committed_.load(std::memory_order_relaxed); }
 
-  void* reserve(std::size_t bytes) override;
+  [[nodiscard]] void* reserve(std::size_t bytes) override;
   void unreserve(void* base, std::size_t bytes) noexcept override;
   void commit(void* ptr, std::size_t bytes) override;
   void decommit(void* ptr, std::size_t bytes) noexcept override;

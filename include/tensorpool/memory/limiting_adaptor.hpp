@@ -27,8 +27,8 @@ class LimitingAdaptor final : public ResourceAdaptor {
   LimitingAdaptor(std::unique_ptr<MemoryResource> upstream, std::size_t limit_bytes, std::string name = "limiting");
   LimitingAdaptor(MemoryResource& upstream, std::size_t limit_bytes, std::string name = "limiting");
 
-  std::size_t limit_bytes() const noexcept { return limit_bytes_; }
-  std::size_t outstanding_bytes() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t limit_bytes() const noexcept { return limit_bytes_; }
+  [[nodiscard]] std::size_t outstanding_bytes() const noexcept { return outstanding_.load(std::memory_order_relaxed); }
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;

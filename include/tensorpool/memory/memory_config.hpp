@@ -62,7 +62,7 @@ struct MemoryConfig {
 // Bytes the stack may hold: limit_bytes when set, else fraction x capacity, else the whole capacity.
 // Validates the config first. Throws tp::InvalidArgument when the budget cannot be known (no limit_bytes and
 // no capacity), exceeds the capacity, or comes out below 256 bytes.
-std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::size_t> capacity);
+[[nodiscard]] std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::size_t> capacity);
 
 using GetEnv = std::function<const char*(const char*)>;
 
@@ -73,6 +73,6 @@ using GetEnv = std::function<const char*(const char*)>;
 //                                                          override wins over the budget set in code)
 // Surrounding spaces are ignored. An empty or malformed value throws tp::InvalidArgument naming the
 // variable, its value and the accepted values. `get_env` is injectable for tests.
-MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);
+[[nodiscard]] MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);
 
 }  // namespace tp::memory

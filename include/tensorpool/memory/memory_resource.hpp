@@ -32,26 +32,27 @@ class MemoryResource {
 
   // Throws tp::InvalidArgument for bytes == 0, an alignment that is not a power of two or exceeds
   // max_alignment(), or a size that overflows when rounded; tp::OutOfMemoryError when memory runs out.
-  void* allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment, const AllocationTag& tag = {});
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment,
+                               const AllocationTag& tag = {});
   // ptr == nullptr is a no-op. `bytes` must be the size passed to allocate.
   void deallocate(void* ptr, std::size_t bytes) noexcept;
 
   // Returns cached free memory to the source; the number of bytes given back.
   std::size_t trim() { return do_trim(); }
-  MemoryStats stats() const { return do_stats(); }
+  [[nodiscard]] MemoryStats stats() const { return do_stats(); }
   // Peaks restart from the current values (in use, reserved, requested).
   void reset_peak() { do_reset_peak(); }
   // What the allocator really set aside for a live allocation of `bytes` at `ptr` (its chunk or block after
   // rounding; `bytes` where the resource does not round). Per-tensor accounting reports it next to `bytes`.
-  std::size_t allocated_size(const void* ptr, std::size_t bytes) const noexcept {
+  [[nodiscard]] std::size_t allocated_size(const void* ptr, std::size_t bytes) const noexcept {
     return do_allocated_size(ptr, bytes);
   }
 
-  const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
   // Largest alignment allocate() honours.
-  virtual std::size_t max_alignment() const noexcept { return kDefaultAlignment; }
+  [[nodiscard]] virtual std::size_t max_alignment() const noexcept { return kDefaultAlignment; }
   // Requests are served in whole units of this many bytes: a request of n takes n rounded up to it.
-  virtual std::size_t allocation_granularity() const noexcept { return 1; }
+  [[nodiscard]] virtual std::size_t allocation_granularity() const noexcept { return 1; }
 
  private:
   virtual void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) = 0;
@@ -68,10 +69,12 @@ class MemoryResource {
 inline constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 56;
 
 // Rounds `value` up to a multiple of `multiple` (a power of two). Caller guarantees no overflow.
-constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
+[[nodiscard]] constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
   return (value + multiple - 1) & ~(multiple - 1);
 }
 
-constexpr bool is_power_of_two(std::size_t value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
+[[nodiscard]] constexpr bool is_power_of_two(std::size_t value) noexcept {
+  return value != 0 && (value & (value - 1)) == 0;
+}
 
 }  // namespace tp::memory

@@ -46,7 +46,7 @@ class MemoryStack final : public MemoryResource {
   MemoryResource& resource() noexcept { return *this; }
   const MemoryConfig& config() const noexcept { return config_; }
   // The budget in bytes the allocator enforces.
-  std::size_t limit_bytes() const noexcept { return limit_bytes_; }
+  [[nodiscard]] std::size_t limit_bytes() const noexcept { return limit_bytes_; }
   // Live-allocation records; null when config().tracking is false.
   TrackingAdaptor* tracking() const noexcept { return tracking_; }
   // The allocator layer (BfcAllocator, ExpandableArena, or the LimitingAdaptor of `system`), for tests and
@@ -85,9 +85,10 @@ class MemoryStack final : public MemoryResource {
 // (needed for a fraction, or when limit_bytes is unset); when absent, virtual_memory->capacity() is used.
 // Throws tp::InvalidArgument for a config that fails validate(), a missing source for the chosen allocator,
 // or a budget that cannot be derived or does not fit the capacity.
-std::unique_ptr<MemoryStack> make_memory_stack(const MemoryConfig& config, std::unique_ptr<MemoryResource> source,
-                                               std::unique_ptr<VirtualMemory> virtual_memory = nullptr,
-                                               std::optional<std::size_t> source_capacity = std::nullopt);
+[[nodiscard]] std::unique_ptr<MemoryStack> make_memory_stack(const MemoryConfig& config,
+                                                             std::unique_ptr<MemoryResource> source,
+                                                             std::unique_ptr<VirtualMemory> virtual_memory = nullptr,
+                                                             std::optional<std::size_t> source_capacity = std::nullopt);
 
 // Builds a stack over one object that is both a MemoryResource and a VirtualMemory (SimDeviceMemory, a
 // CUDA device): it serves every allocator kind, and its VirtualMemory::capacity() bounds the budget.
@@ -102,13 +103,14 @@ requires std::derived_from<Device, MemoryResource> && std::derived_from<Device, 
 // Host memory: HostResource for bfc/system, HostVirtualMemory for expandable. The host has no hard capacity,
 // so the config must set limit_bytes, or fraction (of host_physical_memory_bytes()); tp::InvalidArgument
 // otherwise.
-std::unique_ptr<MemoryStack> make_host_memory_stack(const MemoryConfig& config);
+[[nodiscard]] std::unique_ptr<MemoryStack> make_host_memory_stack(const MemoryConfig& config);
 
 // A simulated device of `capacity_bytes` (SimDeviceMemory named config.device) under the configured stack;
 // for the replay tool, benchmarks and tests.
-std::unique_ptr<MemoryStack> make_sim_device_memory_stack(const MemoryConfig& config, std::size_t capacity_bytes);
+[[nodiscard]] std::unique_ptr<MemoryStack> make_sim_device_memory_stack(const MemoryConfig& config,
+                                                                        std::size_t capacity_bytes);
 
 // Physical RAM of this machine (sysconf), in bytes; 0 when unknown.
-std::size_t host_physical_memory_bytes() noexcept;
+[[nodiscard]] std::size_t host_physical_memory_bytes() noexcept;
 
 }  // namespace tp::memory

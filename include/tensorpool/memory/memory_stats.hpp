@@ -58,10 +58,12 @@ struct MemoryStats {
   }
 
   // Reserved but not in use.
-  std::size_t free_bytes() const noexcept { return bytes_reserved > bytes_in_use ? bytes_reserved - bytes_in_use : 0; }
+  [[nodiscard]] std::size_t free_bytes() const noexcept {
+    return bytes_reserved > bytes_in_use ? bytes_reserved - bytes_in_use : 0;
+  }
   // 1 - largest_free_block / free_bytes: 0 when the free memory is one block (or there is none), near 1
   // when it is shattered into slivers.
-  double fragmentation() const noexcept {
+  [[nodiscard]] double fragmentation() const noexcept {
     const std::size_t free = free_bytes();
     if (free == 0) return 0.0;
     const std::size_t largest = largest_free_block < free ? largest_free_block : free;

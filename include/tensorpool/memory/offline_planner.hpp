@@ -38,14 +38,14 @@ struct OfflinePlan {
 
 // One interval per allocation of the trace: [allocate index, free index), or to trace.size() when the
 // trace never frees it. In the order of the allocations.
-std::vector<LiveInterval> live_intervals(const Trace& trace);
+[[nodiscard]] std::vector<LiveInterval> live_intervals(const Trace& trace);
 
 // Max over time of the sum of bytes of live intervals (an interval ending at t and one starting at t do not
 // overlap).
-std::size_t live_bytes_lower_bound(std::span<const LiveInterval> intervals);
+[[nodiscard]] std::size_t live_bytes_lower_bound(std::span<const LiveInterval> intervals);
 
 // Throws tp::InvalidArgument for an interval with end <= start.
-OfflinePlan plan_offsets(std::span<const LiveInterval> intervals);
-OfflinePlan plan_offline(const Trace& trace);
+[[nodiscard]] OfflinePlan plan_offsets(std::span<const LiveInterval> intervals);
+[[nodiscard]] OfflinePlan plan_offline(const Trace& trace);
 
 }  // namespace tp::memory

@@ -37,22 +37,22 @@ struct OutOfMemoryReport {
                                              // batch size that fits according to the static plan); may be empty
 
   // What every refusing layer fills: who refused, the request, and its counters at that moment.
-  static OutOfMemoryReport for_request(std::string allocator, std::size_t requested, std::size_t rounded,
-                                       const memory::AllocationTag& tag, std::optional<std::size_t> limit,
-                                       std::size_t in_use, std::size_t reserved);
+  [[nodiscard]] static OutOfMemoryReport for_request(std::string allocator, std::size_t requested, std::size_t rounded,
+                                                     const memory::AllocationTag& tag, std::optional<std::size_t> limit,
+                                                     std::size_t in_use, std::size_t reserved);
 
   // Bytes that could still hold data: limit - in use, or reserved - in use without a limit.
-  std::size_t free_bytes() const noexcept;
+  [[nodiscard]] std::size_t free_bytes() const noexcept;
   // The part of free_bytes() the allocator has reserved: the only part that can be in pieces.
-  std::size_t reserved_free_bytes() const noexcept;
+  [[nodiscard]] std::size_t reserved_free_bytes() const noexcept;
   // 1 - largest_free_block / reserved_free_bytes(); 0 when nothing reserved is free (nothing reserved, or
   // all of it in use), so an allocator that has reserved nothing never reads as fragmented.
-  double fragmentation() const noexcept;
+  [[nodiscard]] double fragmentation() const noexcept;
   // True when enough memory is free in total but no single block is large enough, and some of the free
   // memory is reserved (in pieces the allocator holds).
-  bool is_fragmentation() const noexcept;
+  [[nodiscard]] bool is_fragmentation() const noexcept;
   // True when the request alone (after rounding) is larger than the limit: nothing freed would make it fit.
-  bool exceeds_limit() const noexcept;
+  [[nodiscard]] bool exceeds_limit() const noexcept;
 };
 
 class OutOfMemoryError : public std::bad_alloc {
@@ -68,7 +68,7 @@ class OutOfMemoryError : public std::bad_alloc {
   }
   const char* what() const noexcept override { return message_.c_str(); }
 
-  static std::string render(const OutOfMemoryReport& report);
+  [[nodiscard]] static std::string render(const OutOfMemoryReport& report);
 
  private:
   OutOfMemoryReport report_;

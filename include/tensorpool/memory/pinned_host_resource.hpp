@@ -28,9 +28,9 @@ class PinnedHostResource final : public MemoryResource {
 
   // The text of the DeviceError thrown when mlock fails (a seam for tests: root cannot be made to fail).
   // `memlock_limit` is the soft RLIMIT_MEMLOCK in bytes, nullopt when unlimited.
-  static std::string describe_lock_failure(const std::string& resource_name, int error_number,
-                                           std::size_t requested_bytes, std::size_t mapped_bytes,
-                                           std::optional<std::size_t> memlock_limit);
+  [[nodiscard]] static std::string describe_lock_failure(const std::string& resource_name, int error_number,
+                                                         std::size_t requested_bytes, std::size_t mapped_bytes,
+                                                         std::optional<std::size_t> memlock_limit);
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;

@@ -49,11 +49,12 @@ struct ReplayResult {
 
 // Resets the resource's peaks first, so peak_reserved_bytes covers this replay only. `alignment` is passed
 // to every allocate.
-ReplayResult replay(const Trace& trace, MemoryResource& resource, std::size_t alignment = kDefaultAlignment);
+[[nodiscard]] ReplayResult replay(const Trace& trace, MemoryResource& resource,
+                                  std::size_t alignment = kDefaultAlignment);
 
 // Median and p99 (nearest rank) of pair_ns over several results (e.g. --repeat), the largest refused
 // allocation of all, other fields from the last result.
-ReplayResult merge_replays(const std::vector<ReplayResult>& results);
+[[nodiscard]] ReplayResult merge_replays(const std::vector<ReplayResult>& results);
 
 // The allocators `tensorpool replay` compares, each over a SimDeviceMemory of a given capacity:
 //   bfc = BfcAllocator preallocating the whole capacity; bfc_grow = BfcAllocator growing region by region;
@@ -63,12 +64,12 @@ enum class ReplayAllocator : std::uint8_t { bfc, bfc_grow, expandable, system };
 // "bfc", "bfc-grow", "expandable", "system".
 std::string_view to_string(ReplayAllocator allocator) noexcept;
 // Throws tp::InvalidArgument naming the text and listing the accepted names.
-ReplayAllocator parse_replay_allocator(std::string_view name);
-std::vector<ReplayAllocator> all_replay_allocators();
+[[nodiscard]] ReplayAllocator parse_replay_allocator(std::string_view name);
+[[nodiscard]] std::vector<ReplayAllocator> all_replay_allocators();
 // Device "sim:0", the allocator and policy above, no tracking (the replay measures the allocator), the
 // whole capacity as the budget.
-MemoryConfig replay_memory_config(ReplayAllocator allocator);
-std::unique_ptr<MemoryStack> make_replay_stack(ReplayAllocator allocator, std::size_t capacity_bytes);
+[[nodiscard]] MemoryConfig replay_memory_config(ReplayAllocator allocator);
+[[nodiscard]] std::unique_ptr<MemoryStack> make_replay_stack(ReplayAllocator allocator, std::size_t capacity_bytes);
 
 // Builds a fresh resource of a given capacity for each probe of find_min_capacity.
 using ResourceFactory = std::function<std::unique_ptr<MemoryResource>(std::size_t capacity_bytes)>;
@@ -89,9 +90,9 @@ struct MinCapacityResult {
 // the trace's peak live bytes (no smaller capacity can work), doubles to find a working upper bound, then
 // bisects until capacity_bytes - failing_bytes is within the tolerance. A trace that allocates nothing
 // returns all zeros.
-MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& factory,
-                                    const MinCapacityOptions& options = {});
-MinCapacityResult find_min_capacity(const Trace& trace, ReplayAllocator allocator,
-                                    const MinCapacityOptions& options = {});
+[[nodiscard]] MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& factory,
+                                                  const MinCapacityOptions& options = {});
+[[nodiscard]] MinCapacityResult find_min_capacity(const Trace& trace, ReplayAllocator allocator,
+                                                  const MinCapacityOptions& options = {});
 
 }  // namespace tp::memory

@@ -38,14 +38,14 @@ class SimDeviceMemory final : public MemoryResource, public VirtualMemory {
 
   // Always engaged: the device's capacity in bytes.
   std::optional<std::size_t> capacity() const noexcept override { return capacity_; }
-  std::size_t capacity_bytes() const noexcept { return capacity_; }
+  [[nodiscard]] std::size_t capacity_bytes() const noexcept { return capacity_; }
   // Allocated (page-rounded) plus committed bytes: what counts against the capacity.
-  std::size_t used_bytes() const noexcept { return used_.load(std::memory_order_relaxed); }
-  std::size_t available_bytes() const noexcept;
+  [[nodiscard]] std::size_t used_bytes() const noexcept { return used_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t available_bytes() const noexcept;
 
   std::size_t granularity() const noexcept override { return kGranularity; }
   std::size_t committed_bytes() const noexcept override { return committed_.load(std::memory_order_relaxed); }
-  void* reserve(std::size_t bytes) override;
+  [[nodiscard]] void* reserve(std::size_t bytes) override;
   void unreserve(void* base, std::size_t bytes) noexcept override;
   void commit(void* ptr, std::size_t bytes) override;
   void decommit(void* ptr, std::size_t bytes) noexcept override;

@@ -94,12 +94,12 @@ class Trace {
 // header, a wrong column count, a bad number, thread, pointer or action, a zero size, a free of a pointer
 // that is not live (unknown or double free), a free whose size differs from the allocation's, and an
 // allocation of a pointer that is still live. Blank lines are skipped; a trailing '\r' is ignored.
-Trace read_trace(std::istream& input, std::string_view source_name);
+[[nodiscard]] Trace read_trace(std::istream& input, std::string_view source_name);
 // Opens `path` and reads it; tp::DataError when it cannot be opened.
-Trace read_trace_file(const std::filesystem::path& path);
+[[nodiscard]] Trace read_trace_file(const std::filesystem::path& path);
 
 // One CSV line without the newline, e.g. "0,1520,allocate,0x7f0000000000,4096,0x0".
-std::string format_trace_line(const TraceEvent& event);
+[[nodiscard]] std::string format_trace_line(const TraceEvent& event);
 // Header, then one line per event.
 void write_trace(std::ostream& output, const Trace& trace);
 // Throws tp::DataError when the file cannot be written.

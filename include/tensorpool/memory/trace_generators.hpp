@@ -62,13 +62,13 @@ struct VaryingShapeTraceOptions {
   std::size_t max_tokens = 1024;  // batch * sequence is redrawn until it fits
 };
 
-Trace generate_random_trace(const RandomTraceOptions& options = {});
-Trace generate_training_trace(const TrainingTraceOptions& options = {});
-Trace generate_varying_shape_trace(const VaryingShapeTraceOptions& options = {});
+[[nodiscard]] Trace generate_random_trace(const RandomTraceOptions& options = {});
+[[nodiscard]] Trace generate_training_trace(const TrainingTraceOptions& options = {});
+[[nodiscard]] Trace generate_varying_shape_trace(const VaryingShapeTraceOptions& options = {});
 
 // The bundled trace kinds by name: "random", "training", "varying_shape", each with default options and the
 // given seed. Throws tp::InvalidArgument for another name, listing these.
-Trace generate_trace(std::string_view kind, std::uint64_t seed = 1);
-std::vector<std::string> trace_kinds();
+[[nodiscard]] Trace generate_trace(std::string_view kind, std::uint64_t seed = 1);
+[[nodiscard]] std::vector<std::string> trace_kinds();
 
 }  // namespace tp::memory

@@ -44,10 +44,10 @@ class TrackingAdaptor final : public ResourceAdaptor {
   explicit TrackingAdaptor(MemoryResource& upstream, std::string name = "tracking");
 
   // Outstanding allocations in allocation order (by sequence).
-  std::vector<TrackedAllocation> live_allocations() const;
+  [[nodiscard]] std::vector<TrackedAllocation> live_allocations() const;
   // The n largest outstanding allocations, largest first (ties: older first).
-  std::vector<TrackedAllocation> largest_live(std::size_t n) const;
-  std::size_t live_count() const;
+  [[nodiscard]] std::vector<TrackedAllocation> largest_live(std::size_t n) const;
+  [[nodiscard]] std::size_t live_count() const;
 
   // The observer must stay alive until removed or until this adaptor is destroyed. Adding one twice is a
   // no-op; removing one that is not registered is a no-op.

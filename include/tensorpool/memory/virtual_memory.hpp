@@ -14,15 +14,15 @@ class VirtualMemory {
  public:
   virtual ~VirtualMemory() = default;
 
-  virtual const std::string& name() const noexcept = 0;
+  [[nodiscard]] virtual const std::string& name() const noexcept = 0;
   // Commit/decommit unit; reserve sizes and commit offsets are multiples of it.
-  virtual std::size_t granularity() const noexcept = 0;
+  [[nodiscard]] virtual std::size_t granularity() const noexcept = 0;
   // Hard wall on committed bytes, if any.
-  virtual std::optional<std::size_t> capacity() const noexcept = 0;
-  virtual std::size_t committed_bytes() const noexcept = 0;
+  [[nodiscard]] virtual std::optional<std::size_t> capacity() const noexcept = 0;
+  [[nodiscard]] virtual std::size_t committed_bytes() const noexcept = 0;
 
   // Address space only: nothing is committed. Throws tp::DeviceError when the OS refuses.
-  virtual void* reserve(std::size_t bytes) = 0;
+  [[nodiscard]] virtual void* reserve(std::size_t bytes) = 0;
   virtual void unreserve(void* base, std::size_t bytes) noexcept = 0;
   // Backs [ptr, ptr + bytes) with memory. Throws tp::OutOfMemoryError when the capacity would be exceeded
   // or the OS refuses; nothing is committed then.

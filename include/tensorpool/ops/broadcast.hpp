@@ -19,11 +19,11 @@ enum class BroadcastMode {
 void broadcast_axis_into(const Tensor& x, std::int64_t axis, const Tensor& out,
                          BroadcastMode mode = BroadcastMode::copy, const OpContext& context = {});
 // The same, allocating out with `size` elements along the inserted axis.
-Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size, BroadcastMode mode = BroadcastMode::copy,
-                      const OpContext& context = {});
+[[nodiscard]] Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size,
+                                    BroadcastMode mode = BroadcastMode::copy, const OpContext& context = {});
 
 // out[r, c] = x[r, c] * s[r] for x [rows, cols] and s [rows] (out may be x).
 void scale_rows_into(const Tensor& x, const Tensor& s, const Tensor& out, const OpContext& context = {});
-Tensor scale_rows(const Tensor& x, const Tensor& s, const OpContext& context = {});
+[[nodiscard]] Tensor scale_rows(const Tensor& x, const Tensor& s, const OpContext& context = {});
 
 }  // namespace tp::ops

@@ -8,6 +8,6 @@
 namespace tp::ops {
 
 void cast_into(const Tensor& x, const Tensor& out, const OpContext& context = {});
-Tensor cast(const Tensor& x, DType dtype, const OpContext& context = {});
+[[nodiscard]] Tensor cast(const Tensor& x, DType dtype, const OpContext& context = {});
 
 }  // namespace tp::ops

@@ -10,23 +10,23 @@ namespace tp::ops {
 enum class Arithmetic { add, sub, mul, div };
 
 void binary_into(Arithmetic op, const Tensor& x, const Tensor& y, const Tensor& out, const OpContext& context = {});
-Tensor binary(Arithmetic op, const Tensor& x, const Tensor& y, const OpContext& context = {});
-inline Tensor add(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+[[nodiscard]] Tensor binary(Arithmetic op, const Tensor& x, const Tensor& y, const OpContext& context = {});
+[[nodiscard]] inline Tensor add(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
   return binary(Arithmetic::add, x, y, context);
 }
-inline Tensor sub(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+[[nodiscard]] inline Tensor sub(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
   return binary(Arithmetic::sub, x, y, context);
 }
-inline Tensor mul(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+[[nodiscard]] inline Tensor mul(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
   return binary(Arithmetic::mul, x, y, context);
 }
-inline Tensor div(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
+[[nodiscard]] inline Tensor div(const Tensor& x, const Tensor& y, const OpContext& context = {}) {
   return binary(Arithmetic::div, x, y, context);
 }
 
 // out = alpha * x.
 void scale_into(const Tensor& x, double alpha, const Tensor& out, const OpContext& context = {});
-Tensor scale(const Tensor& x, double alpha, const OpContext& context = {});
+[[nodiscard]] Tensor scale(const Tensor& x, double alpha, const OpContext& context = {});
 // y += alpha * x, in place. float16 / bfloat16 too (the collectives reduce 16-bit gradients): each sum is
 // computed in float32 and rounded once.
 void add_scaled(const Tensor& y, double alpha, const Tensor& x, const OpContext& context = {});

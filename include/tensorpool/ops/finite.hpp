@@ -9,6 +9,6 @@
 namespace tp::ops {
 
 void all_finite_into(const Tensor& x, const Tensor& out, const OpContext& context = {});
-Tensor all_finite(const Tensor& x, const OpContext& context = {});
+[[nodiscard]] Tensor all_finite(const Tensor& x, const OpContext& context = {});
 
 }  // namespace tp::ops

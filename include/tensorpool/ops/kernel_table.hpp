@@ -187,6 +187,6 @@ struct KernelTable {
 // call it from their device factory; registering the same table again is a no-op, another one replaces it.
 void register_kernels(device::DeviceKind kind, const KernelTable& table) noexcept;
 // The table registered for `kind`, or null.
-const KernelTable* kernels_for(device::DeviceKind kind) noexcept;
+[[nodiscard]] const KernelTable* kernels_for(device::DeviceKind kind) noexcept;
 
 }  // namespace tp::ops::kernels

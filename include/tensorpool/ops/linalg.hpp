@@ -14,6 +14,7 @@ struct MatmulOptions {
 // a and b: rank-2 tensors of one floating dtype (f32 or f64) on one device; inner dimensions must agree.
 void matmul_into(const Tensor& a, const Tensor& b, const Tensor& out, MatmulOptions options = {},
                  const OpContext& context = {});
-Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {}, const OpContext& context = {});
+[[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions options = {},
+                            const OpContext& context = {});
 
 }  // namespace tp::ops

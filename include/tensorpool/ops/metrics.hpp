@@ -11,6 +11,6 @@ namespace tp::ops {
 // row and value, reported at the next synchronization.
 void correct_count_into(const Tensor& predictions, const Tensor& labels, const Tensor& out,
                         const OpContext& context = {});
-Tensor correct_count(const Tensor& predictions, const Tensor& labels, const OpContext& context = {});
+[[nodiscard]] Tensor correct_count(const Tensor& predictions, const Tensor& labels, const OpContext& context = {});
 
 }  // namespace tp::ops

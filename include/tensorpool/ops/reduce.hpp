@@ -14,17 +14,17 @@ enum class Reduction { sum, mean, max };
 // `axis` in [-rank, rank); negative counts from the end.
 void reduce_into(const Tensor& x, std::int64_t axis, Reduction reduction, const Tensor& out,
                  const OpContext& context = {});
-Tensor reduce(const Tensor& x, std::int64_t axis, Reduction reduction, const OpContext& context = {});
-inline Tensor reduce_sum(const Tensor& x, std::int64_t axis, const OpContext& context = {}) {
+[[nodiscard]] Tensor reduce(const Tensor& x, std::int64_t axis, Reduction reduction, const OpContext& context = {});
+[[nodiscard]] inline Tensor reduce_sum(const Tensor& x, std::int64_t axis, const OpContext& context = {}) {
   return reduce(x, axis, Reduction::sum, context);
 }
-inline Tensor reduce_mean(const Tensor& x, std::int64_t axis, const OpContext& context = {}) {
+[[nodiscard]] inline Tensor reduce_mean(const Tensor& x, std::int64_t axis, const OpContext& context = {}) {
   return reduce(x, axis, Reduction::mean, context);
 }
-inline Tensor reduce_max(const Tensor& x, std::int64_t axis, const OpContext& context = {}) {
+[[nodiscard]] inline Tensor reduce_max(const Tensor& x, std::int64_t axis, const OpContext& context = {}) {
   return reduce(x, axis, Reduction::max, context);
 }
 void argmax_into(const Tensor& x, std::int64_t axis, const Tensor& out, const OpContext& context = {});
-Tensor argmax(const Tensor& x, std::int64_t axis, const OpContext& context = {});
+[[nodiscard]] Tensor argmax(const Tensor& x, std::int64_t axis, const OpContext& context = {});
 
 }  // namespace tp::ops

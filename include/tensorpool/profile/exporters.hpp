@@ -19,13 +19,14 @@
 
 namespace tp::profile {
 
-std::string snapshot_json(const MemorySnapshot& snapshot, int indent = -1);
-std::string chrome_trace_json(const MemorySnapshot& snapshot);
+[[nodiscard]] std::string snapshot_json(const MemorySnapshot& snapshot, int indent = -1);
+[[nodiscard]] std::string chrome_trace_json(const MemorySnapshot& snapshot);
 // Only `device`'s events (what replaying reproduces that device's peak from), or every recorded device's in
 // time order (replayed on one device, their sum). Thread = the event's thread id.
-memory::Trace recorded_trace(const MemorySnapshot& snapshot, const std::optional<std::string>& device = std::nullopt);
-std::string html_report(const MemorySnapshot& snapshot);
-std::string summary_table(const DeviceSnapshot& device);
+[[nodiscard]] memory::Trace recorded_trace(const MemorySnapshot& snapshot,
+                                           const std::optional<std::string>& device = std::nullopt);
+[[nodiscard]] std::string html_report(const MemorySnapshot& snapshot);
+[[nodiscard]] std::string summary_table(const DeviceSnapshot& device);
 
 // Writes `text` to `path` (tp::DataError naming the path when it cannot).
 void write_text_file(const std::filesystem::path& path, const std::string& text);

@@ -60,7 +60,7 @@ class MemoryProfiler {
 
   // Every recorded device, with its events, peak breakdown and high-water marks; each followed by its shared
   // memory's entry when it has one.
-  MemorySnapshot snapshot(std::string reason = "requested") const;
+  [[nodiscard]] MemorySnapshot snapshot(std::string reason = "requested") const;
   // The planned peak a snapshot reports next to the measured one (from Session::plan, set by the caller).
   void set_planned_peak(const std::string& device, std::size_t bytes);
   const std::vector<device::Device*>& devices() const noexcept { return devices_; }
@@ -76,7 +76,7 @@ class MemoryProfiler {
   std::vector<std::unique_ptr<Attachment>> attachments_;
 };
 
-MemoryInfo memory_info(device::Device& device);
+[[nodiscard]] MemoryInfo memory_info(device::Device& device);
 // The device's peaks (stack and recorder: breakdown, high-water marks; its shared memory's too) restart from
 // the current values.
 void reset_memory_stats(device::Device& device);
@@ -84,16 +84,17 @@ void reset_memory_stats(device::Device& device);
 // total allocated, total freed (totals of bytes need a recorder; without one they are counts or "-").
 // Followed by one line on the device's shared memory (Device::shared_memory_note()) and, when it has one,
 // its bytes in use, peak and reserved, counted apart from the table.
-std::string memory_summary(device::Device& device);
+[[nodiscard]] std::string memory_summary(device::Device& device);
 // Each device's segments, blocks and live tensors; the recorded parts for devices a profiler records. A device
 // with shared memory is followed by that memory's entry.
-MemorySnapshot memory_snapshot(const std::vector<device::Device*>& devices, std::string reason = "requested");
+[[nodiscard]] MemorySnapshot memory_snapshot(const std::vector<device::Device*>& devices,
+                                             std::string reason = "requested");
 
 // The stack's part of a device snapshot (figures, segments with blocks, live tensors from the tracking
 // adaptor when no recorder filled them). Used by the functions above.
-DeviceSnapshot snapshot_device(device::Device& device, const DeviceRecorder* recorder);
+[[nodiscard]] DeviceSnapshot snapshot_device(device::Device& device, const DeviceRecorder* recorder);
 // The same for the device's shared memory (`recorder` records that stack, or is null); shared_of is set.
 // Requires device.shared_memory() != nullptr.
-DeviceSnapshot snapshot_shared_memory(device::Device& device, const DeviceRecorder* recorder);
+[[nodiscard]] DeviceSnapshot snapshot_shared_memory(device::Device& device, const DeviceRecorder* recorder);
 
 }  // namespace tp::profile

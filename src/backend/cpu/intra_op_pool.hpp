@@ -43,7 +43,7 @@ inline constexpr int kMaxIntraOpThreads = 1024;
 // KernelOptions::intra_op_threads sets it (kernel_settings.hpp). Throws tp::InvalidArgument for threads
 // outside [1, kMaxIntraOpThreads].
 void set_intra_op_threads(int threads);
-int intra_op_threads() noexcept;
+[[nodiscard]] int intra_op_threads() noexcept;
 
 namespace detail {
 using ChunkFunction = void (*)(const void* body, std::int64_t begin, std::int64_t end);

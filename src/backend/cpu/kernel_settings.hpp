@@ -38,6 +38,6 @@ class CpuKernelSettings {
 };
 
 // The float32 GEMM library of a device's kernels: its setting on a cpu or sim device, OpenBLAS on any other.
-GemmLibrary gemm_library_of(const device::Device& device) noexcept;
+[[nodiscard]] GemmLibrary gemm_library_of(const device::Device& device) noexcept;
 
 }  // namespace tp::backend::cpu

@@ -24,15 +24,15 @@ const std::map<std::string_view, std::string_view>& program_sources();
 
 // Builds `prelude` (kernels/prelude.cl, or empty) followed by `source` for `device` with `options`. A failed
 // build throws tp::DeviceError naming the program, the device, the code and the compiler's build log.
-cl_program build_program(cl_context context, cl_device_id device, std::string_view name, std::string_view prelude,
-                         std::string_view source, const std::string& options);
+[[nodiscard]] cl_program build_program(cl_context context, cl_device_id device, std::string_view name,
+                                       std::string_view prelude, std::string_view source, const std::string& options);
 
 class OpenClContext {
  public:
   // The context of physical device `index` (of device::opencl_physical_devices()), created on first use and
   // shared while any holder keeps it. Throws tp::DeviceError when the index does not exist or the driver
   // refuses the context.
-  static std::shared_ptr<OpenClContext> acquire(int index);
+  [[nodiscard]] static std::shared_ptr<OpenClContext> acquire(int index);
   ~OpenClContext();
   OpenClContext(const OpenClContext&) = delete;
   OpenClContext& operator=(const OpenClContext&) = delete;

@@ -63,7 +63,7 @@ class OpenClDevice final : public device::Device {
   cl_command_queue queue(std::size_t index) const { return queues_.at(index); }
   // The buffer and offset of `bytes` at `offset` in `buffer` (of this device, or of an opencl device of the
   // same context). Throws tp::DeviceError for a buffer of another kind of device or another context.
-  DeviceSpan span(const Buffer& buffer, std::size_t offset, std::size_t bytes) const;
+  [[nodiscard]] DeviceSpan span(const Buffer& buffer, std::size_t offset, std::size_t bytes) const;
   // Stream `index`'s status word (LaunchContext::status_word): 4 bytes outside the memory stack.
   DeviceSpan status_word(std::size_t index) const { return {status_words_.at(index), 0}; }
   // Stream `index`'s own kernel `name` of program `program`; only that stream's worker may call it.

@@ -22,7 +22,7 @@ inline constexpr std::string_view kComponent = "opencl";
 std::string_view dtype_suffix(DType dtype) noexcept;
 
 // `base` + "_" + dtype_suffix(dtype): "relu_f16".
-std::string kernel_name(std::string_view base, DType dtype);
+[[nodiscard]] std::string kernel_name(std::string_view base, DType dtype);
 
 // Throws tp::DeviceError naming `op` when `dtype` is float64 and the device has no cl_khr_fp64 (its programs
 // then have no float64 kernels).
@@ -36,6 +36,7 @@ class KernelArguments {
 
   template <typename T>
   KernelArguments& value(const T& argument) {
+    // NOLINTNEXTLINE(bugprone-sizeof-expression): T may be a handle (cl_mem), passed by value as OpenCL wants
     set(sizeof(T), &argument);
     return *this;
   }
@@ -52,7 +53,7 @@ class KernelArguments {
 
 // The work-group size the launchers use for `kernel` on the queue's device: at most 256, within what the
 // device allows for the kernel.
-std::size_t work_group_size(LaunchContext& context, cl_kernel kernel);
+[[nodiscard]] std::size_t work_group_size(LaunchContext& context, cl_kernel kernel);
 
 // Enqueues `kernel` over `items` work-items, rounded up to whole work-groups (each kernel returns for ids past
 // its element count). Enqueues nothing for 0 items.

@@ -61,9 +61,9 @@ class OpenClDeviceMemory final : public memory::MemoryResource {
   const OpenClContext& context() const noexcept { return *context_; }
   // The buffer holding device address `ptr` and ptr's offset in it; `bytes` from ptr must lie in the same
   // region. Throws tp::DeviceError when no live region holds them.
-  DeviceSpan find(const void* ptr, std::size_t bytes) const;
+  [[nodiscard]] DeviceSpan find(const void* ptr, std::size_t bytes) const;
   // As find(), or nullopt when no live region holds them.
-  std::optional<DeviceSpan> lookup(const void* ptr, std::size_t bytes) const;
+  [[nodiscard]] std::optional<DeviceSpan> lookup(const void* ptr, std::size_t bytes) const;
 
  private:
   struct Region {

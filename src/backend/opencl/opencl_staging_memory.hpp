@@ -50,11 +50,11 @@ class StagingBufferTable {
   // Removes and returns the entry handed out at `host`; nullopt when there is none.
   std::optional<Entry> erase(const void* host) noexcept;
   // Removes and returns any one entry; nullopt when the table is empty.
-  std::optional<Entry> take_any() noexcept;
+  [[nodiscard]] std::optional<Entry> take_any() noexcept;
   // The staging buffer holding host bytes [host, host + bytes) and host's offset in it; nullopt when no live
   // staging buffer holds them all.
-  std::optional<DeviceSpan> lookup(const void* host, std::size_t bytes) const;
-  std::size_t size() const;
+  [[nodiscard]] std::optional<DeviceSpan> lookup(const void* host, std::size_t bytes) const;
+  [[nodiscard]] std::size_t size() const;
 
  private:
   mutable std::shared_mutex mutex_;       // guards entries_

@@ -121,7 +121,9 @@ TYPED_TEST(CrossEntropyTest, FromProbabilitiesMatchesReferenceAndClips) {
   // Row 0: an ordinary distribution. Row 1: p[label] = 0 clips to eps. Row 2: p[label] = 1 clips to 1 - eps.
   // Row 3: p[label] exactly at eps (inside the clip range, gradient passes).
   const auto eps = static_cast<T>(kProbabilityEpsilon);
-  const std::vector<T> probs{T{0.2}, T{0.5}, T{0.3}, T{0.6}, T{0.4}, T{0}, T{0}, T{1}, T{0}, eps, T{0.5}, T{0.5}};
+  // The probabilities are T's nearest values to these decimals (float rounds them).
+  const auto t = [](double value) { return static_cast<T>(value); };
+  const std::vector<T> probs{t(0.2), T{0.5}, t(0.3), t(0.6), t(0.4), T{0}, T{0}, T{1}, T{0}, eps, T{0.5}, T{0.5}};
   const std::vector<Label> labels{1, 2, 1, 0};
   std::vector<T> loss(4);
   std::vector<T> grad(probs.size(), T{-1});
@@ -130,8 +132,8 @@ TYPED_TEST(CrossEntropyTest, FromProbabilitiesMatchesReferenceAndClips) {
   const double e = kProbabilityEpsilon;
   const auto half = static_cast<double>(T{0.5});
   const auto at_eps = static_cast<double>(eps);
-  const double sum0 = static_cast<double>(T{0.2}) + half + static_cast<double>(T{0.3});
-  const double sum1 = static_cast<double>(T{0.6}) + static_cast<double>(T{0.4}) + e;
+  const double sum0 = static_cast<double>(t(0.2)) + half + static_cast<double>(t(0.3));
+  const double sum1 = static_cast<double>(t(0.6)) + static_cast<double>(t(0.4)) + e;
   const double sum2 = e + (1 - e) + e;
   const double sum3 = at_eps + half + half;
   const std::vector<double> expected_loss{std::log(sum0) - std::log(half), std::log(sum1) - std::log(e),

@@ -254,12 +254,12 @@ TEST_F(OpenClRuntime, RegionsAreFoundByAddressAndAlignedForTheAllocators) {
     EXPECT_EQ(start.buffer, middle.buffer);
     EXPECT_EQ(middle.offset, start.offset + 1000);
     EXPECT_NE(source.find(second, kMiB).buffer, start.buffer);
-    EXPECT_THROW(source.find(first + 3 * kMiB - 4, 8), DeviceError);  // runs past the region
+    EXPECT_THROW((void)source.find(first + 3 * kMiB - 4, 8), DeviceError);  // runs past the region
     // The capacity is a hard wall.
-    EXPECT_THROW(source.allocate(5 * kMiB), OutOfMemoryError);
+    EXPECT_THROW((void)source.allocate(5 * kMiB), OutOfMemoryError);
     EXPECT_EQ(source.stats().num_ooms, 1u);
     source.deallocate(first, 3 * kMiB);
-    EXPECT_THROW(source.find(first, 1), DeviceError);  // freed
+    EXPECT_THROW((void)source.find(first, 1), DeviceError);  // freed
     source.deallocate(second, kMiB);
     EXPECT_EQ(source.stats().bytes_in_use, 0u);
   }
@@ -354,8 +354,8 @@ TEST_F(OpenClRuntime, ALaunchErrorIsKeptByTheStreamAndReportedAtSynchronize) {
 TEST_F(OpenClRuntime, AProgramThatDoesNotBuildShowsItsBuildLog) {
   auto context = OpenClContext::acquire(0);
   const std::string text = message_of([&] {
-    build_program(context->context(), context->device(), "broken", {},
-                  "__kernel void f(__global float* x) { x[0] = y; }", context->build_options());
+    (void)build_program(context->context(), context->device(), "broken", {},
+                        "__kernel void f(__global float* x) { x[0] = y; }", context->build_options());
   });
   EXPECT_NE(text.find("clBuildProgram failed for program 'broken'"), std::string::npos) << text;
   EXPECT_NE(text.find("CL_BUILD_PROGRAM_FAILURE"), std::string::npos) << text;
