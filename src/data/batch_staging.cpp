@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "data/batch_staging.hpp"
 
-#include <cstdio>
-
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/memory/host_resource.hpp"
@@ -48,8 +47,7 @@ std::shared_ptr<memory::MemoryStack> BatchStaging::stack() const {
 void BatchStaging::fall_back_to_pageable(const std::string& why) {
   std::lock_guard lock(mutex_);
   if (!pinned_.load(std::memory_order_relaxed)) return;
-  std::fprintf(stderr, "[data] %s: pinned staging memory refused (%s); staging batches in pageable memory\n",
-               name_.c_str(), why.c_str());
+  TP_LOG(warning, "data", name_, ": pinned staging memory refused (", why, "); staging batches in pageable memory");
   stack_ =
       memory::make_memory_stack(staging_config(name_), std::make_unique<memory::HostResource>(name_ + "/pageable"));
   pinned_.store(false, std::memory_order_relaxed);

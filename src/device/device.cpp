@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/device/device.hpp"
 
-#include <cstdio>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -9,6 +8,7 @@
 
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::device {
@@ -30,8 +30,7 @@ Device::~Device() {
   const std::size_t live = live_buffers();
   if (live != 0) {
     // A buffer that outlives its device would return memory to a destroyed stack: say so loudly.
-    std::fprintf(stderr, "[device] %s destroyed with %zu live buffers; they must be released first\n",
-                 id_.str().c_str(), live);
+    TP_LOG(error, "device", id_.str(), " destroyed with ", live, " live buffers; they must be released first");
   }
 }
 

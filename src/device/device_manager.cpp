@@ -6,12 +6,12 @@
 #include "tensorpool/device/device_manager.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/backends.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
@@ -327,10 +327,9 @@ void DeviceManager::materialise() {
       config.allocator = configured_allocator;
       static std::once_flag said;
       std::call_once(said, [&] {
-        std::fprintf(stderr,
-                     "[device] TP_ALLOCATOR=expandable does not apply to OpenCL devices (no page mapping); "
-                     "they keep allocator %s\n",
-                     std::string(memory::to_string(configured_allocator)).c_str());
+        TP_LOG(warning, "device",
+               "TP_ALLOCATOR=expandable does not apply to OpenCL devices (no page mapping); they keep allocator ",
+               memory::to_string(configured_allocator));
       });
     }
     if (device.id.kind == DeviceKind::cpu) {

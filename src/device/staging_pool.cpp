@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "device/staging_pool.hpp"
 
-#include <cstdio>
 #include <new>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/host_resource.hpp"
 #include "tensorpool/memory/pinned_host_resource.hpp"
@@ -67,8 +67,8 @@ std::string StagingPool::kind() const { return pinned() ? pinned_kind_ : std::st
 void StagingPool::fall_back_to_pageable(const std::string& why) {
   std::lock_guard lock(mutex_);
   if (!pinned_.load(std::memory_order_relaxed)) return;
-  std::fprintf(stderr, "[device] %s: pinned staging memory refused (%s); staging copies through pageable memory\n",
-               owner_.c_str(), why.c_str());
+  TP_LOG(warning, "device", owner_, ": pinned staging memory refused (", why,
+         "); staging copies through pageable memory");
   stack_ = make_stack(owner_, nullptr);
   pinned_.store(false, std::memory_order_relaxed);
 }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -68,8 +69,8 @@ BfcAllocator::BfcAllocator(MemoryResource& source, BfcOptions options, std::stri
 
 BfcAllocator::~BfcAllocator() {
   if (stats_.bytes_in_use != 0) {
-    std::fprintf(stderr, "[memory] %s: destroyed with %zu bytes still in use; those pointers are now invalid\n",
-                 name().c_str(), stats_.bytes_in_use);
+    TP_LOG(error, "memory", name(), ": destroyed with ", stats_.bytes_in_use,
+           " bytes still in use; those pointers are now invalid");
   }
   for (const Region& region : regions_) source_.deallocate(region.base, region.size);
 }
@@ -392,9 +393,11 @@ BfcAllocator::ChunkHandle BfcAllocator::chunk_for(Region* region, void* ptr, std
 }
 
 void BfcAllocator::abort_bad_free(const void* ptr, std::size_t bytes, const char* why) const noexcept {
-  std::fprintf(stderr, "[memory] fatal: %s: deallocate(%p, %zu): %s; aborting (memory corruption)\n", name().c_str(),
-               ptr, bytes, why);
-  std::fflush(stderr);
+  // Printed whatever the level, and formatted without allocating: the allocator's state is not trusted.
+  char line[512];
+  std::snprintf(line, sizeof line, "fatal: %s: deallocate(%p, %zu): %s; aborting (memory corruption)", name().c_str(),
+                ptr, bytes, why);
+  log::write_always(log::Level::error, "memory", line);
   std::abort();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -333,15 +334,19 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   const std::uint32_t index =
       offset % kBlockAlignment == 0 && offset < extent_ ? block_at_[offset / kBlockAlignment] : kNone;
   if (index == kNone) {
-    std::fprintf(stderr,
-                 "[memory] %s: deallocate(%p, %zu) of a pointer this arena did not hand out (or freed twice);"
-                 " aborting\n",
-                 name().c_str(), ptr, bytes);
+    // Fatal lines print whatever the level, formatted without allocating while the arena's lock is held.
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%s: deallocate(%p, %zu) of a pointer this arena did not hand out (or freed twice); aborting",
+                  name().c_str(), ptr, bytes);
+    log::write_always(log::Level::error, "memory", line);
     std::abort();
   }
   if (nodes_[index].requested != bytes) {
-    std::fprintf(stderr, "[memory] %s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting\n",
-                 name().c_str(), ptr, bytes, nodes_[index].requested);
+    char line[512];
+    std::snprintf(line, sizeof line, "%s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting",
+                  name().c_str(), ptr, bytes, nodes_[index].requested);
+    log::write_always(log::Level::error, "memory", line);
     std::abort();
   }
   set_slot(offset, kNone);

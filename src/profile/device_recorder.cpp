@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <utility>
 
 #include "profile/allocator_segments.hpp"
+#include "tensorpool/core/log.hpp"
 
 namespace tp::profile {
 namespace {
@@ -151,7 +151,7 @@ void DeviceRecorder::on_allocate(void* ptr, std::size_t bytes, const memory::All
           in_use_, requested_in_use_, allocator_stats.bytes_reserved, allocator_stats.largest_free_block});
     if (in_use_ > peak_.in_use_bytes) capture_peak();
   } catch (const std::exception& error) {  // out of host memory while recording: the allocation stands
-    std::fprintf(stderr, "[profile] %s: an allocation was not recorded: %s\n", device_.c_str(), error.what());
+    TP_LOG(warning, "profile", device_, ": an allocation was not recorded: ", error.what());
   }
 }
 
@@ -174,7 +174,7 @@ void DeviceRecorder::on_deallocate(void* ptr, std::size_t bytes) noexcept {
     push({EventAction::free, live.tag, address, bytes, live.allocated, 0, thread_number(), next_sequence_++, live.step,
           now, in_use_, requested_in_use_, allocator_stats.bytes_reserved, allocator_stats.largest_free_block});
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "[profile] %s: a free was not recorded: %s\n", device_.c_str(), error.what());
+    TP_LOG(warning, "profile", device_, ": a free was not recorded: ", error.what());
   }
 }
 
@@ -191,7 +191,7 @@ void DeviceRecorder::on_failure(std::size_t bytes, const memory::AllocationTag& 
     }
     if (on_failure_) on_failure_(device_);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "[profile] %s: the failed request was not recorded: %s\n", device_.c_str(), error.what());
+    TP_LOG(warning, "profile", device_, ": the failed request was not recorded: ", error.what());
   }
 }
 

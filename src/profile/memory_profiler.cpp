@@ -2,7 +2,6 @@
 #include "tensorpool/profile/memory_profiler.hpp"
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -10,6 +9,7 @@
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/profile/exporters.hpp"
@@ -145,9 +145,9 @@ void MemoryProfiler::write_oom_snapshot(const std::string& device) const noexcep
   try {
     std::ofstream out(oom_snapshot_path_);
     out << snapshot_json(snapshot("out of memory on " + device)) << '\n';
-    if (!out) std::fprintf(stderr, "[profile] cannot write TP_OOM_SNAPSHOT file %s\n", oom_snapshot_path_.c_str());
+    if (!out) TP_LOG(error, "profile", "cannot write TP_OOM_SNAPSHOT file ", oom_snapshot_path_);
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "[profile] the out-of-memory snapshot was not written: %s\n", error.what());
+    TP_LOG(error, "profile", "the out-of-memory snapshot was not written: ", error.what());
   }
 }
 

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <iostream>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -12,6 +11,7 @@
 #include "checkpoint_format.hpp"
 #include "durable_file.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 
 namespace tp::train {
 namespace {
@@ -76,7 +76,7 @@ void remove_stale_temporaries(const fs::path& directory) {
 // Deletes checkpoints beyond `keep` once the new one is durable: kept are `newest` and the keep - 1 highest
 // steps below it. Higher steps than `newest` belong to a run abandoned by a resume from an earlier
 // checkpoint and go too, so the fallback order of load_latest_checkpoint (by step) stays meaningful. A file
-// that cannot be deleted is reported on stderr: the save itself has succeeded.
+// that cannot be deleted is reported as a warning: the save itself has succeeded.
 void apply_retention(const fs::path& directory, const CheckpointFile& newest, std::size_t keep) {
   std::size_t kept = 1;
   for (const CheckpointFile& file : list_checkpoints(directory)) {
@@ -87,8 +87,8 @@ void apply_retention(const fs::path& directory, const CheckpointFile& newest, st
     }
     std::error_code error;
     if (!fs::remove(file.path, error) && error) {
-      std::cerr << "[train] checkpoint: cannot delete old checkpoint '" << file.path.string()
-                << "': " << error.message() << "\n";
+      TP_LOG(warning, "train", "checkpoint: cannot delete old checkpoint '", file.path.string(),
+             "': ", error.message());
     }
   }
 }
@@ -189,9 +189,9 @@ std::optional<CheckpointState> load_latest_checkpoint(const fs::path& directory)
     try {
       CheckpointState state = load_checkpoint(candidate);
       if (!refusals.empty()) {
-        std::string line = "[train] checkpoint: refused ";
+        std::string line = "checkpoint: refused ";
         for (std::size_t i = 0; i < refusals.size(); ++i) line += (i == 0 ? "" : "; refused ") + refusals[i];
-        std::cerr << line << "; using " << candidate.string() << " (step " << state.step << ") instead\n";
+        TP_LOG(warning, "train", line, "; using ", candidate.string(), " (step ", state.step, ") instead");
       }
       return state;
     } catch (const DataError& refused) {

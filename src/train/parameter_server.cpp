@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/distribute/parameter_transport.hpp"
 #include "tensorpool/train/checkpoint.hpp"
@@ -103,16 +103,13 @@ ParameterServerStart resume_parameter_server(Sequential& model, const ParameterS
   start.version = state->step;
   start.first_epoch = state->epoch;
   if (start.first_epoch >= options.fit.epochs) {
-    std::fprintf(stderr,
-                 "[train] nothing to train: the parameter server's checkpoint in %s is at update %lld, after epoch "
-                 "%lld, and epochs = %lld; ask for more epochs to train on, or use another checkpoint directory to "
-                 "start afresh\n",
-                 options.fit.checkpoint_dir.c_str(), static_cast<long long>(start.version),
-                 static_cast<long long>(start.first_epoch), static_cast<long long>(options.fit.epochs));
+    TP_LOG(warning, "train", "nothing to train: the parameter server's checkpoint in ",
+           options.fit.checkpoint_dir.string(), " is at update ", start.version, ", after epoch ", start.first_epoch,
+           ", and epochs = ", options.fit.epochs,
+           "; ask for more epochs to train on, or use another checkpoint directory to start afresh");
   } else {
-    std::fprintf(stderr, "[train] parameter server resumed from update %lld (epoch %lld) in %s\n",
-                 static_cast<long long>(start.version), static_cast<long long>(start.first_epoch + 1),
-                 options.fit.checkpoint_dir.c_str());
+    TP_LOG(info, "train", "parameter server resumed from update ", start.version, " (epoch ", start.first_epoch + 1,
+           ") in ", options.fit.checkpoint_dir.string());
   }
   return start;
 }

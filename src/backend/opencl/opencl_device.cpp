@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/opencl/opencl_device.hpp"
 
-#include <cstdio>
 #include <optional>
 #include <utility>
 
 #include "backend/opencl/opencl_kernel_table.hpp"
 #include "backend/opencl/opencl_stream.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/device/backends.hpp"
 
 namespace tp::backend::opencl {
@@ -201,7 +201,7 @@ void OpenClDevice::poison(void* ptr, std::size_t bytes) noexcept {
           "clEnqueueFillBuffer");
     check(clFinish(service_queue_), "clFinish (after the poison fill)");
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "[opencl] %s: poisoning a freed buffer failed: %s\n", name().c_str(), error.what());
+    TP_LOG(warning, "opencl", name(), ": poisoning a freed buffer failed: ", error.what());
   }
 }
 

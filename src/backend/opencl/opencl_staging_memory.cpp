@@ -2,11 +2,11 @@
 #include "backend/opencl/opencl_staging_memory.hpp"
 
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -135,8 +135,8 @@ void OpenClStagingMemory::release(const StagingBufferTable::Entry& entry) const 
   cl_int status = clEnqueueUnmapMemObject(queue_, entry.buffer, entry.mapped, 0, nullptr, nullptr);
   if (status == CL_SUCCESS) status = clFinish(queue_);
   if (status != CL_SUCCESS) {
-    std::fprintf(stderr, "[opencl] %s: unmapping a staging buffer failed: %s (%d); releasing it anyway\n",
-                 name().c_str(), std::string(error_name(status)).c_str(), static_cast<int>(status));
+    TP_LOG(warning, "opencl", name(), ": unmapping a staging buffer failed: ", error_name(status), " (",
+           static_cast<int>(status), "); releasing it anyway");
   }
   clReleaseMemObject(entry.buffer);
 }
