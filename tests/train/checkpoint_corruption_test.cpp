@@ -33,7 +33,7 @@ void reseal(std::vector<std::uint8_t>& bytes) {
 
 std::string refusal(const fs::path& file) {
   try {
-    load_checkpoint(file);
+    (void)load_checkpoint(file);
   } catch (const DataError& error) {
     return error.what();
   }
@@ -152,7 +152,7 @@ TEST_F(CorruptionTest, NothingValidLeftIsAnErrorListingEveryRefusal) {
   write_bytes(newest(), {good_.begin(), good_.begin() + 70});
   write_bytes(previous(), {'n', 'o', 'p', 'e'});
   try {
-    load_latest_checkpoint(directory_.path());
+    (void)load_latest_checkpoint(directory_.path());
     ADD_FAILURE() << "expected tp::DataError";
   } catch (const DataError& error) {
     const std::string message = error.what();

@@ -219,7 +219,7 @@ TEST(JsonHistoryLoggerTest, MalformedOrMissingFilesAreDataErrorsNamingThem) {
   EXPECT_THROW(read_json_history(directory / "none.json"), DataError);
   testing::write_bytes(directory / "bad.json", {'{', '"', 'e'});
   try {
-    read_json_history(directory / "bad.json");
+    (void)read_json_history(directory / "bad.json");
     ADD_FAILURE() << "expected tp::DataError";
   } catch (const DataError& error) {
     EXPECT_NE(std::string(error.what()).find("bad.json"), std::string::npos) << error.what();

@@ -93,9 +93,9 @@ TEST(DTypePolicy, NamesComputeDtypesAndScaling) {
 }
 
 TEST(DTypePolicy, UnknownNameListsTheAcceptedOnes) {
-  expect_invalid([] { DTypePolicy::from_name("float16", "--precision"); },
+  expect_invalid([] { (void)DTypePolicy::from_name("float16", "--precision"); },
                  {"--precision 'float16'", "float32, mixed_float16, mixed_bfloat16"});
-  expect_invalid([] { DTypePolicy::from_name(""); }, {"dtype policy ''"});
+  expect_invalid([] { (void)DTypePolicy::from_name(""); }, {"dtype policy ''"});
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ inline constexpr std::uint32_t kCheckpointVersion = 1;
 inline constexpr char kLatestFileName[] = "latest";
 
 // "checkpoint-<step>.tpck"
-std::string checkpoint_file_name(std::int64_t step);
+[[nodiscard]] std::string checkpoint_file_name(std::int64_t step);
 
 // Writes `state` as <directory>/checkpoint-<step>.tpck (creating the directory), points `latest` at it,
 // then deletes checkpoints beyond `options.keep`. Returns the new file's path.
@@ -61,13 +61,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& directory, co
 // Reads one checkpoint file strictly. Throws tp::DataError naming the file and the problem when it is
 // missing, truncated, not a checkpoint (magic), of another version, fails its CRC or is malformed; throws
 // tp::DeviceError naming the file when the OS refuses to read it.
-CheckpointState load_checkpoint(const std::filesystem::path& file);
+[[nodiscard]] CheckpointState load_checkpoint(const std::filesystem::path& file);
 
 // The checkpoint `latest` names in `directory`; when that one is refused (tp::DataError), the other
 // checkpoint files there, newest step first, with one line on stderr naming the refused file(s), the
 // reason and the file used instead. std::nullopt when the directory does not exist or holds no
 // checkpoint. Throws tp::DataError listing every refusal when no checkpoint there is valid, and
 // tp::DeviceError when the OS refuses to list or read the directory.
-std::optional<CheckpointState> load_latest_checkpoint(const std::filesystem::path& directory);
+[[nodiscard]] std::optional<CheckpointState> load_latest_checkpoint(const std::filesystem::path& directory);
 
 }  // namespace tp::train

@@ -30,11 +30,11 @@ class DTypePolicy {
   static constexpr DTypePolicy mixed_bfloat16() { return DTypePolicy(Kind::mixed_bfloat16); }
   // "float32", "mixed_float16" or "mixed_bfloat16"; anything else throws tp::InvalidArgument naming `what`
   // (e.g. "--precision"), the text and the accepted names.
-  static DTypePolicy from_name(std::string_view name, std::string_view what = "dtype policy");
+  [[nodiscard]] static DTypePolicy from_name(std::string_view name, std::string_view what = "dtype policy");
 
   Kind kind() const noexcept { return kind_; }
   std::string_view name() const noexcept;
-  DType compute_dtype() const noexcept;
+  [[nodiscard]] DType compute_dtype() const noexcept;
   DType variable_dtype() const noexcept { return DType::f32; }
   bool is_mixed() const noexcept { return kind_ != Kind::float32; }
   // float16 underflows small gradients (its smallest subnormal is 2^-24): its training needs loss scaling.

@@ -59,6 +59,6 @@ struct FitResult {
 };
 
 FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options = {});
-Evaluation evaluate(Sequential& model, const data::Dataset& dataset);
+[[nodiscard]] Evaluation evaluate(Sequential& model, const data::Dataset& dataset);
 
 }  // namespace tp::train

@@ -79,10 +79,10 @@ class JsonHistoryLogger final : public Callback {
 };
 
 // The JSON text JsonHistoryLogger writes for `history`.
-std::string history_to_json(const History& history);
+[[nodiscard]] std::string history_to_json(const History& history);
 
 // Reads a file JsonHistoryLogger wrote. Throws tp::DataError naming the file and the problem when it is
 // missing or malformed, tp::DeviceError when the OS refuses to read it.
-History read_json_history(const std::filesystem::path& path);
+[[nodiscard]] History read_json_history(const std::filesystem::path& path);
 
 }  // namespace tp::train

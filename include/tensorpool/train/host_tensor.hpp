@@ -28,11 +28,11 @@ struct HostTensor {  // {} initialisers: designated initialisers may name any su
 
 // The elements of `tensor` copied to the host (waits for the copy). Throws tp::InvalidArgument for an
 // undefined tensor.
-HostTensor to_host(const Tensor& tensor);
+[[nodiscard]] HostTensor to_host(const Tensor& tensor);
 
 // A new tensor on `device` holding `host`'s elements, its allocation tagged `tag`. Throws
 // tp::InvalidArgument naming the dims, dtype and byte counts when `host` breaks the invariant above.
-Tensor to_device(const HostTensor& host, device::Device& device, const TensorTag& tag = {});
+[[nodiscard]] Tensor to_device(const HostTensor& host, device::Device& device, const TensorTag& tag = {});
 
 // Throws tp::InvalidArgument (naming `what`) unless `host` satisfies the invariant above.
 void check_host_tensor(const HostTensor& host, const char* what);

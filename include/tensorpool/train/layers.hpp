@@ -14,7 +14,7 @@ namespace tp::train {
 
 enum class Activation { linear, relu, softmax };
 // "linear", "relu", "softmax"; anything else throws tp::InvalidArgument naming it.
-Activation parse_activation(std::string_view text);
+[[nodiscard]] Activation parse_activation(std::string_view text);
 std::string_view to_string(Activation activation) noexcept;
 
 // Dense(units, activation, use_bias): kernel Glorot-uniform, bias zeros, as Keras.

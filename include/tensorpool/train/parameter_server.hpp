@@ -56,7 +56,7 @@ struct StalenessStats {
   std::int64_t max = 0;
   std::int64_t p50 = 0, p90 = 0, p99 = 0;
 };
-StalenessStats staleness_stats(const std::vector<UpdateRecord>& updates);
+[[nodiscard]] StalenessStats staleness_stats(const std::vector<UpdateRecord>& updates);
 
 struct ParameterServerOptions {
   FitOptions fit{};  // epochs, validation (after training), callbacks (epoch ends, after training), checkpoints
@@ -82,7 +82,7 @@ ParameterServerResult fit_parameter_server(Sequential& model, const data::Datase
 // push, which the server holds while it applies them, are not planned), and each worker
 // device its own copy of the parameters and the arena of its step (forward, backward and the gradients it
 // pushes) on whole batches of `batch_size` examples, which each worker takes from its shard of the data.
-runtime::MemoryPlan plan_parameter_server(Sequential& model, std::int64_t batch_size);
+[[nodiscard]] runtime::MemoryPlan plan_parameter_server(Sequential& model, std::int64_t batch_size);
 
 // Sequential::compile's check of a parameter-server strategy: at least one worker device, existing distinct
 // devices, the server's device not a worker's, max_staleness >= 0, float32 layers, no ZeRO sharding. Throws

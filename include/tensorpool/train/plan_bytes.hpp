@@ -54,6 +54,6 @@ struct StepBytes {
 
 // `graph` is the one the plan was made from (Sequential::step_bytes passes the model's). A device the plan
 // does not mention gives zeros; a tensor whose node the graph lacks counts as other.
-StepBytes step_bytes(const runtime::MemoryPlan& plan, const graph::Graph& graph, std::string_view device);
+[[nodiscard]] StepBytes step_bytes(const runtime::MemoryPlan& plan, const graph::Graph& graph, std::string_view device);
 
 }  // namespace tp::train
