@@ -93,7 +93,7 @@ std::string value_name(const graph::Graph& graph, graph::Output output) {
 class Builder {
  public:
   Builder(const graph::Graph& graph, Executable& executable, const std::vector<std::vector<graph::TensorType>>& types,
-          const Placement& placement)
+          const compile::Placement& placement)
       : graph_(graph), executable_(executable), types_(types), placement_(placement) {}
 
   // The value holding `output` on `device`, adding a copy step (reading the producer's value) when needed.
@@ -143,7 +143,7 @@ class Builder {
   const graph::Graph& graph_;
   Executable& executable_;
   const std::vector<std::vector<graph::TensorType>>& types_;
-  const Placement& placement_;
+  const compile::Placement& placement_;
   std::map<std::pair<graph::Output, device::Device*>, std::size_t> where_;
   std::map<graph::Output, device::Device*> home_;  // where each output is produced
 };
@@ -159,17 +159,17 @@ void plan_layouts(Executable& executable) {
   }
   for (DeviceLayout& layout : executable.layouts) {
     std::map<std::size_t, std::size_t> request_of;  // value index -> request index
-    std::vector<BufferRequest> requests;
+    std::vector<compile::BufferRequest> requests;
     for (std::size_t value_index : layout.values) {
       const Value& value = executable.values[value_index];
-      BufferRequest request{value.name, value.bytes(), value.first_step, value.last_step, -1};
+      compile::BufferRequest request{value.name, value.bytes(), value.first_step, value.last_step, -1};
       if (value.share_with >= 0 && request_of.contains(static_cast<std::size_t>(value.share_with))) {
         request.share_with = static_cast<std::int64_t>(request_of.at(static_cast<std::size_t>(value.share_with)));
       }
       request_of[value_index] = requests.size();
       requests.push_back(std::move(request));
     }
-    layout.plan = plan_static(requests);
+    layout.plan = compile::plan_static(requests);
     for (std::size_t request = 0; request < layout.values.size(); ++request) {
       Value& value = executable.values[layout.values[request]];
       value.offset = layout.plan.buffers[request].offset;
@@ -184,7 +184,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
                                     const std::map<std::string, graph::TensorType, std::less<>>& feeds,
                                     const std::map<std::string, std::string, std::less<>>& fed_on,
                                     const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
-                                    const PlacementOptions& placement_options) {
+                                    const compile::PlacementOptions& placement_options) {
   auto executable = std::make_unique<Executable>();
   std::vector<graph::Output> fetch_outputs;
   std::vector<graph::NodeId> roots;
@@ -215,7 +215,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
     if (needed[static_cast<std::size_t>(id)]) schedule.push_back(id);
   }
   hoist_collectives(graph, schedule);
-  const Placement placement = place(graph, schedule, placement_options);
+  const compile::Placement placement = compile::place(graph, schedule, placement_options);
   executable->placement_log = placement.log;
   Builder builder(graph, *executable, types, placement);
   const graph::OpRegistry& registry = graph::OpRegistry::global();

@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "tensorpool/compile/placer.hpp"
+#include "tensorpool/compile/static_planner.hpp"
 #include "tensorpool/core/tensor.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/graph/graph.hpp"
 #include "tensorpool/graph/op_registry.hpp"
-#include "tensorpool/runtime/placer.hpp"
-#include "tensorpool/runtime/static_planner.hpp"
 
 namespace tp::runtime {
 
@@ -86,7 +86,7 @@ struct Step {
 struct DeviceLayout {
   device::Device* device = nullptr;
   std::vector<std::size_t> values;  // planned values on the device, in request order (not `shared`, `fed_in_place`)
-  StaticPlan plan;
+  compile::StaticPlan plan;
   std::shared_ptr<Buffer> arena;  // allocated at the first run with the planner on
 };
 
@@ -109,12 +109,13 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
                                     const std::map<std::string, graph::TensorType, std::less<>>& feeds,
                                     const std::map<std::string, std::string, std::less<>>& fed_on,
                                     const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
-                                    const PlacementOptions& placement);
+                                    const compile::PlacementOptions& placement);
 // Every feed copied into its slot.
 inline std::unique_ptr<Executable> prepare(const graph::Graph& graph,
                                            const std::map<std::string, graph::TensorType, std::less<>>& feeds,
                                            const std::vector<std::string>& fetches,
-                                           const std::vector<std::string>& targets, const PlacementOptions& placement) {
+                                           const std::vector<std::string>& targets,
+                                           const compile::PlacementOptions& placement) {
   return prepare(graph, feeds, {}, fetches, targets, placement);
 }
 

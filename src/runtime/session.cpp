@@ -89,7 +89,8 @@ FeedDevices devices_of(const FeedMap& feeds) {
   FeedDevices on;
   for (const auto& [name, tensor] : feeds) {
     const device::Device& device = tensor.device();
-    if (device.host_accessible() || tensor.nbytes() == 0 || tensor.offset_bytes() % kPlanAlignment != 0) continue;
+    if (device.host_accessible() || tensor.nbytes() == 0 || tensor.offset_bytes() % compile::kPlanAlignment != 0)
+      continue;
     on[name] = device.name();
   }
   return on;
@@ -210,7 +211,7 @@ Executable& Session::executable(const FeedTypes& feeds, const FeedDevices& fed_o
   const std::string key = signature(feeds, fed_on, fetches, targets);
   auto found = state_->executables.find(key);
   if (found != state_->executables.end()) return *found->second;
-  PlacementOptions placement{state_->devices, state_->default_device, options_.soft_placement};
+  compile::PlacementOptions placement{state_->devices, state_->default_device, options_.soft_placement};
   if (std::find(placement.devices.begin(), placement.devices.end(), state_->cpu) == placement.devices.end()) {
     placement.devices.push_back(state_->cpu);
   }
@@ -464,7 +465,8 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
     tensor.shape = value.shape.dims();
     tensor.bytes = value.bytes();
     const bool outside_arena = value.shared || value.fed_in_place;
-    tensor.planned_bytes = value.in_place || outside_arena ? 0 : memory::round_up(value.bytes(), kPlanAlignment);
+    tensor.planned_bytes =
+        value.in_place || outside_arena ? 0 : memory::round_up(value.bytes(), compile::kPlanAlignment);
     tensor.offset = outside_arena ? 0 : value.offset;
     tensor.shared = value.shared;
     tensor.fed_in_place = value.fed_in_place;

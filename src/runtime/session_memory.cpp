@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/session_memory.hpp"
 
+#include "tensorpool/arbiter/in_process_arbiter.hpp"
+#include "tensorpool/arbiter/quota_adaptor.hpp"
 #include "tensorpool/core/error.hpp"
-#include "tensorpool/runtime/in_process_arbiter.hpp"
-#include "tensorpool/runtime/quota_adaptor.hpp"
 
 namespace tp::runtime {
+
+using arbiter::InProcessArbiter;
+using arbiter::MemoryArbiter;
+using arbiter::QuotaAdaptor;
 
 namespace {
 

@@ -9,14 +9,17 @@ Layers, low to high (a file may include its own layer and any lower one):
   0 memory, core   leaf utilities; they include each other (Buffer holds a MemoryResource, memory throws
                    core's errors), so they share one rank
   1 device         backend-neutral Device, Stream, DeviceManager
-  2 profile
-  3 ops            eager ops, and the kernel seam tensorpool/ops/kernel_table.hpp
-  4 graph
-  5 runtime
-  6 data
-  7 distribute
-  8 train
-  9 tools          the CLI (tools/)
+  2 arbiter        memory quotas across sessions and processes: an adaptor over a memory stack, so it needs
+                   only memory and core
+  3 profile
+  4 ops            eager ops, and the kernel seam tensorpool/ops/kernel_table.hpp
+  5 graph
+  6 compile        the passes from a graph to an executable: the placer and the static memory planner
+  7 runtime        Session, the executor
+  8 data
+  9 distribute
+ 10 train
+ 11 tools          the CLI (tools/)
 
 A file's layer is its folder: src/<layer>/..., include/tensorpool/<layer>/..., tools/...; an included file's
 layer is that of the file the include resolves to (next to the includer, then include/, then src/; a header
@@ -44,14 +47,16 @@ LAYERS = {
     "memory": 0,
     "core": 0,
     "device": 1,
-    "profile": 2,
-    "ops": 3,
-    "graph": 4,
-    "runtime": 5,
-    "data": 6,
-    "distribute": 7,
-    "train": 8,
-    "tools": 9,
+    "arbiter": 2,
+    "profile": 3,
+    "ops": 4,
+    "graph": 5,
+    "compile": 6,
+    "runtime": 7,
+    "data": 8,
+    "distribute": 9,
+    "train": 10,
+    "tools": 11,
 }
 
 # What a backend may include besides its own folder (by layer), and the one ops header that is its seam.

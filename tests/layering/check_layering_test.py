@@ -80,6 +80,25 @@ class LayeringCheckTest(unittest.TestCase):
         self.assertTrue(found[0].startswith("include/tensorpool/memory/memory_resource.hpp:1: upward-include:"))
         self.assertIn("runtime", found[0])
 
+    def test_the_passes_sit_between_graph_and_runtime_and_the_arbiter_below_both(self) -> None:
+        # The session uses the passes and the arbiter; a pass reaching the session, or the arbiter reaching a
+        # graph, turns the data path upside down.
+        self.write("include/tensorpool/graph/graph.hpp", '#include "tensorpool/ops/kernel_table.hpp"\n')
+        self.write("include/tensorpool/arbiter/memory_arbiter.hpp",
+                   '#include "tensorpool/memory/memory_resource.hpp"\n')
+        self.write("include/tensorpool/compile/placer.hpp",
+                   '#include "tensorpool/graph/graph.hpp"\n#include "tensorpool/arbiter/memory_arbiter.hpp"\n')
+        self.write("src/runtime/session.cpp",
+                   '#include "tensorpool/compile/placer.hpp"\n#include "tensorpool/arbiter/memory_arbiter.hpp"\n')
+        self.assertEqual(self.violations(), [])
+        self.write("src/compile/placer.cpp", '#include "tensorpool/compile/placer.hpp"\n\n'
+                   '#include "tensorpool/runtime/session.hpp"\n')
+        self.write("src/arbiter/memory_arbiter.cpp", '#include "tensorpool/graph/graph.hpp"\n')
+        found = self.violations()
+        self.assertEqual(sorted(line.split(": ")[0] for line in found),
+                         ["src/arbiter/memory_arbiter.cpp:1", "src/compile/placer.cpp:3"], found)
+        self.assertTrue(all(": upward-include: " in line for line in found), found)
+
     def test_a_backend_reaching_above_the_kernel_seam_fails(self) -> None:
         self.write("src/backend/cpu/cpu_device.cpp", '#include "tensorpool/runtime/session.hpp"\n')
         self.write("src/backend/cpu/other.cpp", '#include "backend/sim/sim.hpp"\n')

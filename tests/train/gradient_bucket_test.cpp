@@ -134,7 +134,7 @@ TEST(GradientBuckets, TheFirstBucketNeedNotWaitForTheRestOfTheBackwardPass) {
       feeds[replica.labels] = {DType::i32, {kRows / 2}};
       fetches.push_back(replica.loss);
     }
-    const runtime::PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
+    const compile::PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
     const std::unique_ptr<runtime::Executable> step =
         runtime::prepare(model.graph, feeds, fetches, model.updates, placement);
     const auto index_of = [&](const std::string& node) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Session: runs a Graph on devices. run(feeds, fetches, targets) prunes the graph to what the fetches and
-// targets need, specialises its types for the feeds, places nodes (placer.hpp), inserts copies between
-// devices, plans each device's memory (static_planner.hpp) and executes the kernels on the devices' streams.
+// targets need, specialises its types for the feeds, places nodes (compile/placer.hpp), inserts copies between
+// devices, plans each device's memory (compile/static_planner.hpp) and executes the kernels on the devices' streams.
 // The prepared step is cached per (feeds' types, fetches, targets), so a training loop prepares once.
 //
 // Memory: every byte the session holds on a device is allocated through its quota adaptor over the device's

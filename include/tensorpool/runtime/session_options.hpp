@@ -15,9 +15,11 @@ namespace tp::device {
 class DeviceManager;
 }
 
-namespace tp::runtime {
-
+namespace tp::arbiter {
 class MemoryArbiter;
+}
+
+namespace tp::runtime {
 
 struct SessionOptions {                        // {} initialisers: designated initialisers may name any subset
   std::string name = "session";                // names the session in reports and quota errors
@@ -30,7 +32,7 @@ struct SessionOptions {                        // {} initialisers: designated in
   std::optional<std::size_t> memory_quota_bytes{};
   // The arbiter that holds the quotas (several processes can share one over shared memory); null: the
   // process's in-process arbiter of each device.
-  MemoryArbiter* arbiter = nullptr;
+  tp::arbiter::MemoryArbiter* arbiter = nullptr;
   // Per-device memory configuration (allow growth, fraction, limit, allocator), applied to the device manager
   // before the devices exist. A device that already exists with another configuration is an error (as
   // TensorFlow fixes GPU options at the first session).

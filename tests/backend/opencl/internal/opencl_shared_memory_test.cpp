@@ -21,6 +21,7 @@
 #include "backend/opencl/opencl_context.hpp"
 #include "backend/opencl/opencl_device.hpp"
 #include "runtime/support/mlp_graph.hpp"
+#include "tensorpool/compile/static_planner.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/tensor.hpp"
@@ -33,7 +34,6 @@
 #include "tensorpool/profile/exporters.hpp"
 #include "tensorpool/profile/memory_profiler.hpp"
 #include "tensorpool/runtime/session.hpp"
-#include "tensorpool/runtime/static_planner.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace tp::backend::opencl {
@@ -362,7 +362,7 @@ TEST_F(OpenClSharedMemory, SessionBindsAFedSharedBatchInPlace) {
     runtime::testing::MlpGraph mlp = runtime::testing::build_mlp(kIn, kHidden, kClasses, "opencl:0");
     runtime::Session session(mlp.graph, {.devices = &manager});
     // The copy path's tensors start half a plan alignment into their buffers: not bound in place.
-    const std::size_t offset = in_place ? 0 : runtime::kPlanAlignment / 2;
+    const std::size_t offset = in_place ? 0 : compile::kPlanAlignment / 2;
     const auto shared_tensor = [&](const void* bytes, Shape shape, DType dtype, const char* name) {
       const std::size_t size = byte_size(shape, dtype);
       const std::shared_ptr<Buffer> buffer =

@@ -5,7 +5,7 @@
 // processes sharing one budget, a child killed with SIGKILL while holding a reservation (as a zombie and once
 // reaped), a child exiting normally, a child killed while holding the robust mutex, and a fork()ed child
 // refused the parent's ids. The single-process checks of the segment are in shared_memory_segment_test.cpp.
-#include "tensorpool/runtime/shared_memory_arbiter.hpp"
+#include "tensorpool/arbiter/shared_memory_arbiter.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -30,7 +30,7 @@
 
 extern char** environ;
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 constexpr std::size_t kBudget = 10 * kMiB;
@@ -262,4 +262,4 @@ TEST(SharedMemoryArbiter, ForkedChildCannotUseTheParentsIds) {
 }
 
 }  // namespace
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/in_process_arbiter.hpp"
+#include "tensorpool/arbiter/in_process_arbiter.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "runtime/reservation_rule.hpp"
+#include "arbiter/reservation_rule.hpp"
 #include "tensorpool/core/error.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 InProcessArbiter::InProcessArbiter(std::size_t budget_bytes, std::string name)
     : MemoryArbiter(std::move(name), budget_bytes) {}
@@ -108,4 +108,4 @@ ClientUsage InProcessArbiter::describe(std::uint32_t index) const {
                      static_cast<std::int64_t>(::getpid())};
 }
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

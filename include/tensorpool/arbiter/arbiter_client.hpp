@@ -10,9 +10,9 @@
 #include <cstddef>
 #include <string>
 
-#include "tensorpool/runtime/memory_arbiter.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 class ArbiterClient {
  public:
@@ -43,4 +43,4 @@ class ArbiterClient {
   std::string name_;
 };
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

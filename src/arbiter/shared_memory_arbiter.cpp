@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/shared_memory_arbiter.hpp"
+#include "tensorpool/arbiter/shared_memory_arbiter.hpp"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -10,13 +10,13 @@
 #include <cstring>
 #include <utility>
 
-#include "runtime/process_identity.hpp"
-#include "runtime/reservation_rule.hpp"
-#include "runtime/shared_arbiter_layout.hpp"
-#include "runtime/shared_memory_segment.hpp"
+#include "arbiter/process_identity.hpp"
+#include "arbiter/reservation_rule.hpp"
+#include "arbiter/shared_arbiter_layout.hpp"
+#include "arbiter/shared_memory_segment.hpp"
 #include "tensorpool/core/error.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 static_assert(SharedMemoryArbiter::kMaxClients == detail::kSlotCount);
@@ -268,4 +268,4 @@ int SharedMemoryArbiter::checked_locked(ClientId client, bool owned) const {
   return index;
 }
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace tp::runtime::detail {
+namespace tp::arbiter::detail {
 
 inline constexpr std::uint64_t kSegmentMagic = 0x7470'6172'6269'7472ull;  // "tparbitr"
 inline constexpr std::uint32_t kLayoutVersion = 1;
@@ -57,4 +57,4 @@ struct SharedTable {
 
 static_assert(std::is_trivially_copyable_v<SharedSlot> && std::is_standard_layout_v<SharedTable>);
 
-}  // namespace tp::runtime::detail
+}  // namespace tp::arbiter::detail

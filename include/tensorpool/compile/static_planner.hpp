@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace tp::runtime {
+namespace tp::compile {
 
 inline constexpr std::size_t kPlanAlignment = 256;
 
@@ -50,4 +50,4 @@ struct StaticPlan {
 // earlier request.
 StaticPlan plan_static(std::span<const BufferRequest> requests);
 
-}  // namespace tp::runtime
+}  // namespace tp::compile

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/memory_arbiter.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
 
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 std::size_t checked_budget(std::size_t budget_bytes, const std::string& name) {
@@ -56,4 +56,4 @@ std::vector<ClientUsage> MemoryArbiter::clients() const { return do_clients(); }
 
 std::size_t MemoryArbiter::reserved_bytes() const { return do_reserved_bytes(); }
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace tp::runtime::detail {
+namespace tp::arbiter::detail {
 
 // The process's start time, or nullopt when /proc has no such process (or it cannot be read).
 std::optional<std::uint64_t> process_start_time(pid_t pid) noexcept;
@@ -21,4 +21,4 @@ std::optional<std::uint64_t> process_start_time(pid_t pid) noexcept;
 // just has not reaped it yet).
 bool process_is_gone(pid_t pid, std::uint64_t start_time) noexcept;
 
-}  // namespace tp::runtime::detail
+}  // namespace tp::arbiter::detail

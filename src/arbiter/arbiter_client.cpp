@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/arbiter_client.hpp"
+#include "tensorpool/arbiter/arbiter_client.hpp"
 
 #include <utility>
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 ArbiterClient::ArbiterClient(MemoryArbiter& arbiter, std::string name, std::size_t quota_bytes)
     : arbiter_(&arbiter), id_(arbiter.register_client(name, quota_bytes)), name_(std::move(name)) {}
@@ -32,4 +32,4 @@ void ArbiterClient::reset() noexcept {
   id_ = ClientId{};
 }
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

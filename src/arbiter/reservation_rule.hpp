@@ -5,9 +5,9 @@
 
 #include <cstddef>
 
-#include "tensorpool/runtime/memory_arbiter.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
 
-namespace tp::runtime::detail {
+namespace tp::arbiter::detail {
 
 // Requires the arbiter's invariants (reserved <= quota, total <= budget), so neither subtraction wraps.
 inline bool within_quota(std::size_t quota, std::size_t reserved, std::size_t bytes) noexcept {
@@ -23,4 +23,4 @@ inline void classify(ReserveRefusal& refusal, std::size_t bytes) noexcept {
   refusal.over_budget = !within_budget(refusal.budget_bytes, refusal.reserved_bytes, bytes);
 }
 
-}  // namespace tp::runtime::detail
+}  // namespace tp::arbiter::detail

@@ -17,15 +17,15 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/shared_arbiter_layout.hpp"
+#include "arbiter/shared_arbiter_layout.hpp"
+#include "tensorpool/arbiter/quota_adaptor.hpp"
+#include "tensorpool/arbiter/shared_memory_arbiter.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
-#include "tensorpool/runtime/quota_adaptor.hpp"
-#include "tensorpool/runtime/shared_memory_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 constexpr std::size_t kBudget = 10 * kMiB;
@@ -205,7 +205,7 @@ TEST(SharedMemorySegment, QuotaAdaptorsShareADeviceThroughTheSegment) {
   QuotaAdaptor b(*device, arbiter, "session-b", 6 * kMiB);
   void* first = a.allocate(6 * kMiB);
   try {
-    b.allocate(4 * kMiB);
+    (void)b.allocate(4 * kMiB);
     ADD_FAILURE() << "the shared budget was exceeded";
   } catch (const OutOfMemoryError& error) {
     const std::string text = error.what();
@@ -220,4 +220,4 @@ TEST(SharedMemorySegment, QuotaAdaptorsShareADeviceThroughTheSegment) {
 }
 
 }  // namespace
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

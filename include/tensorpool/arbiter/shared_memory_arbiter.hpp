@@ -6,7 +6,7 @@
 //
 // The segment ("/tensorpool-<something>", under /dev/shm) holds a header {magic, layout version, budget,
 // generation counter, robust process-shared mutex} and a fixed table of kMaxClients slots {in_use, pid,
-// process start time, generation, name, quota, reserved, peak}; see src/runtime/shared_arbiter_layout.hpp
+// process start time, generation, name, quota, reserved, peak}; see src/arbiter/shared_arbiter_layout.hpp
 // for its invariants. It is created with mode 0600 and is never used when another uid owns it, when group or
 // others may access it, or when its layout version or budget differ from this process's: those throw
 // tp::DeviceError naming the segment and the fix.
@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "tensorpool/runtime/memory_arbiter.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 namespace detail {
 struct SharedTable;
@@ -100,4 +100,4 @@ class SharedMemoryArbiter final : public MemoryArbiter {
   std::vector<ClientId> registered_;     // clients this object registered and has not unregistered
 };
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

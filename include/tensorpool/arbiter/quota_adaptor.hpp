@@ -28,12 +28,12 @@
 #include <mutex>
 #include <string>
 
+#include "tensorpool/arbiter/arbiter_client.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
 #include "tensorpool/memory/memory_stats.hpp"
 #include "tensorpool/memory/resource_adaptor.hpp"
-#include "tensorpool/runtime/arbiter_client.hpp"
-#include "tensorpool/runtime/memory_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 class QuotaAdaptor final : public memory::ResourceAdaptor {
  public:
@@ -61,4 +61,4 @@ class QuotaAdaptor final : public memory::ResourceAdaptor {
   memory::MemoryStats counters_;
 };
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "runtime/process_identity.hpp"
+#include "arbiter/process_identity.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace tp::runtime::detail {
+namespace tp::arbiter::detail {
 namespace {
 
 struct StatFields {
@@ -69,4 +69,4 @@ bool process_is_gone(pid_t pid, std::uint64_t start_time) noexcept {
   return fields->start_time != start_time || fields->state == 'Z' || fields->state == 'X';
 }
 
-}  // namespace tp::runtime::detail
+}  // namespace tp::arbiter::detail

@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <string>
 
-#include "runtime/shared_arbiter_layout.hpp"
+#include "arbiter/shared_arbiter_layout.hpp"
 
-namespace tp::runtime::detail {
+namespace tp::arbiter::detail {
 
 // Throws tp::InvalidArgument unless `name` is "/" followed by 1-254 characters with no other "/".
 void check_segment_name(const std::string& name);
@@ -26,4 +26,4 @@ void unmap_segment(SharedTable* table) noexcept;
 // shm_unlink; false when absent, tp::DeviceError on another failure.
 bool unlink_segment(const std::string& name);
 
-}  // namespace tp::runtime::detail
+}  // namespace tp::arbiter::detail

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The static planner: liveness-based offsets within one arena, in-place sharing, and its invariants on random
 // schedules.
-#include "tensorpool/runtime/static_planner.hpp"
+#include "tensorpool/compile/static_planner.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "tensorpool/core/error.hpp"
 
-namespace tp::runtime {
+namespace tp::compile {
 namespace {
 
 void expect_valid(std::span<const BufferRequest> requests, const StaticPlan& plan) {
@@ -87,4 +87,4 @@ TEST(StaticPlanner, BadRequestsNameTheBuffer) {
 }
 
 }  // namespace
-}  // namespace tp::runtime
+}  // namespace tp::compile

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 // Names one registration. `generation` is unique per registration within an arbiter, so an id kept after
 // unregister_client() (or after a dead process's slot was reclaimed and reused) is never mistaken for the
@@ -103,4 +103,4 @@ class MemoryArbiter {
   const std::size_t budget_bytes_;
 };
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "runtime/shared_memory_segment.hpp"
+#include "arbiter/shared_memory_segment.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,13 +15,13 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 
-namespace tp::runtime::detail {
+namespace tp::arbiter::detail {
 namespace {
 
 constexpr mode_t kSegmentMode = 0600;
 
 std::string remove_hint(const std::string& name) {
-  return "When no process uses it, remove it with tp::runtime::SharedMemoryArbiter::remove(\"" + name +
+  return "When no process uses it, remove it with tp::arbiter::SharedMemoryArbiter::remove(\"" + name +
          "\") or `rm /dev/shm" + name + "`, or pick another segment name";
 }
 
@@ -173,4 +173,4 @@ bool unlink_segment(const std::string& name) {
   TP_THROW(DeviceError, "runtime", "shared-memory arbiter: cannot remove segment ", name, ": ", std::strerror(errno));
 }
 
-}  // namespace tp::runtime::detail
+}  // namespace tp::arbiter::detail

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/quota_adaptor.hpp"
+#include "tensorpool/arbiter/quota_adaptor.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 std::string adaptor_name(const ArbiterClient& client, std::string name) {
@@ -141,4 +141,4 @@ std::string QuotaAdaptor::device_name() const {
   return stack != nullptr ? stack->config().device : std::string();
 }
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -13,13 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "tensorpool/arbiter/in_process_arbiter.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
+#include "tensorpool/arbiter/shared_memory_arbiter.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
-#include "tensorpool/runtime/in_process_arbiter.hpp"
-#include "tensorpool/runtime/memory_arbiter.hpp"
-#include "tensorpool/runtime/shared_memory_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 struct InProcessFactory {
@@ -233,4 +233,4 @@ TYPED_TEST(ArbiterConformance, ConcurrentClientsKeepInvariants) {
 }
 
 }  // namespace
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

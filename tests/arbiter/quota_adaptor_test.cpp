@@ -3,7 +3,7 @@
 // device; the one past its quota gets an OutOfMemoryError naming it while the other keeps allocating; a
 // closed session's share is usable at once; concurrent sessions keep the arbiter's invariants (run under
 // ThreadSanitizer). Also the ArbiterClient handle that owns a registration.
-#include "tensorpool/runtime/quota_adaptor.hpp"
+#include "tensorpool/arbiter/quota_adaptor.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,14 +17,14 @@
 #include <utility>
 #include <vector>
 
+#include "tensorpool/arbiter/arbiter_client.hpp"
+#include "tensorpool/arbiter/in_process_arbiter.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
-#include "tensorpool/runtime/arbiter_client.hpp"
-#include "tensorpool/runtime/in_process_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 namespace {
 
 std::unique_ptr<memory::MemoryStack> make_device(std::size_t limit_bytes) {
@@ -159,7 +159,7 @@ TEST(QuotaAdaptor, DeviceOutOfMemoryNamesTheClient) {
   InProcessArbiter arbiter(16 * kMiB);
   QuotaAdaptor a(*device, arbiter, "session-a", 16 * kMiB);
   try {
-    a.allocate(8 * kMiB, 256, tag("huge"));
+    (void)a.allocate(8 * kMiB, 256, tag("huge"));
     ADD_FAILURE() << "the device served more than its limit";
   } catch (const OutOfMemoryError& error) {
     const std::string text = error.what();
@@ -178,7 +178,7 @@ TEST(QuotaAdaptor, DeviceOutOfMemoryNamesWhatOtherClientsHold) {
   Held held_a(a);
   held_a.take(3 * kMiB, "a");
   try {
-    b.allocate(6 * kMiB, 256, tag("b_wide"));
+    (void)b.allocate(6 * kMiB, 256, tag("b_wide"));
     ADD_FAILURE() << "the device served more than its limit";
   } catch (const OutOfMemoryError& error) {
     const std::string text = error.what();
@@ -289,4 +289,4 @@ TEST(ArbiterClient, RegistersAndUnregistersWithItsLifetime) {
 }
 
 }  // namespace
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/static_planner.hpp"
+#include "tensorpool/compile/static_planner.hpp"
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/offline_planner.hpp"
 
-namespace tp::runtime {
+namespace tp::compile {
 
 namespace {
 
@@ -80,4 +80,4 @@ StaticPlan plan_static(std::span<const BufferRequest> requests) {
   return plan;
 }
 
-}  // namespace tp::runtime
+}  // namespace tp::compile

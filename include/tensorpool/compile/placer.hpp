@@ -18,7 +18,7 @@
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/graph/graph.hpp"
 
-namespace tp::runtime {
+namespace tp::compile {
 
 struct PlacementOptions {
   std::vector<device::Device*> devices;  // the devices the session may use (cpu:0 among them for soft placement)
@@ -33,4 +33,4 @@ struct Placement {
 
 Placement place(const graph::Graph& graph, std::span<const graph::NodeId> nodes, const PlacementOptions& options);
 
-}  // namespace tp::runtime
+}  // namespace tp::compile

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "tensorpool/runtime/memory_arbiter.hpp"
+#include "tensorpool/arbiter/memory_arbiter.hpp"
 
-namespace tp::runtime {
+namespace tp::arbiter {
 
 class InProcessArbiter final : public MemoryArbiter {
  public:
@@ -53,4 +53,4 @@ class InProcessArbiter final : public MemoryArbiter {
   std::uint64_t next_generation_ = 1;
 };
 
-}  // namespace tp::runtime
+}  // namespace tp::arbiter

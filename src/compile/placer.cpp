@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensorpool/runtime/placer.hpp"
+#include "tensorpool/compile/placer.hpp"
 
 #include <map>
 #include <numeric>
@@ -8,7 +8,7 @@
 #include "tensorpool/graph/op_registry.hpp"
 #include "tensorpool/ops/kernel_table.hpp"
 
-namespace tp::runtime {
+namespace tp::compile {
 
 namespace {
 
@@ -109,4 +109,4 @@ Placement place(const graph::Graph& graph, std::span<const graph::NodeId> nodes,
   return placement;
 }
 
-}  // namespace tp::runtime
+}  // namespace tp::compile
