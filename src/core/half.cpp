@@ -77,7 +77,7 @@ float half_bits_to_float(std::uint16_t half) {
   if (exponent == 0) {
     if (mantissa == 0) return std::bit_cast<float>(sign);  // +-0
     // Subnormal: mantissa x 2^-24. Its leading one at bit p gives a normal float with exponent p - 24.
-    const int leading = std::bit_width(mantissa) - 1;  // 0..9
+    const int leading = static_cast<int>(std::bit_width(mantissa)) - 1;  // 0..9
     const std::uint32_t float_exponent = static_cast<std::uint32_t>(leading - 24 + 127);
     const std::uint32_t float_mantissa = (mantissa << (kFloatMantissaBits - leading)) & kFloatMantissaMask;
     return std::bit_cast<float>(sign | (float_exponent << kFloatMantissaBits) | float_mantissa);

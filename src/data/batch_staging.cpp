@@ -33,7 +33,7 @@ std::string first_line(const char* text) {
 
 }  // namespace
 
-BatchStaging::BatchStaging(std::string name, SourceFactory pinned_source) : name_(std::move(name)) {
+BatchStaging::BatchStaging(std::string name, const SourceFactory& pinned_source) : name_(std::move(name)) {
   std::unique_ptr<memory::MemoryResource> source =
       pinned_source ? pinned_source() : std::make_unique<memory::PinnedHostResource>(name_ + "/pinned");
   stack_ = memory::make_memory_stack(staging_config(name_), std::move(source));

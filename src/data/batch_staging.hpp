@@ -39,7 +39,7 @@ class BatchStaging {
 
   // `pinned_source` makes the pinned source (default: a memory::PinnedHostResource); a seam for tests,
   // which cannot make mlock fail when running as root.
-  explicit BatchStaging(std::string name = "data/staging", SourceFactory pinned_source = {});
+  explicit BatchStaging(std::string name = "data/staging", const SourceFactory& pinned_source = {});
 
   // A host-visible buffer of `bytes` on `device`, tagged `tag`: from the staging stack on a host-accessible
   // device, from its shared memory otherwise (tp::InvalidArgument when it has none).

@@ -21,9 +21,9 @@ std::string install_hint() {
 // `stem`.gz when it exists, else `stem`; throws naming both and the install command when neither does.
 std::filesystem::path locate(const std::filesystem::path& directory, const std::string& stem) {
   std::error_code error;
-  const std::filesystem::path compressed = directory / (stem + ".gz");
+  std::filesystem::path compressed = directory / (stem + ".gz");
   if (std::filesystem::exists(compressed, error)) return compressed;
-  const std::filesystem::path plain = directory / stem;
+  std::filesystem::path plain = directory / stem;
   if (std::filesystem::exists(plain, error)) return plain;
   TP_THROW(DataError, "data", "Fashion-MNIST file ", compressed.string(), " not found (nor ", plain.string(), "). ",
            install_hint());

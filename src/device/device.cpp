@@ -18,7 +18,7 @@ Device::Device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
     : id_(id),
       physical_id_(physical_id),
       capacity_bytes_(capacity_bytes),
-      options_(options),
+      options_(std::move(options)),
       memory_(std::move(memory)) {
   if (memory_ == nullptr) TP_THROW(InvalidArgument, "device", id_.str(), ": a device needs a memory stack");
   if (options_.num_streams == 0) {

@@ -141,8 +141,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
 std::vector<PlannedDevice> plan_devices(const DeviceManagerOptions& options, std::size_t cpu_capacity) {
   const std::vector<PlannedDevice> visible = plan_visible(options, cpu_capacity);
   for (const auto& [device, logical] : options.splits) {
-    const bool exists =
-        std::any_of(visible.begin(), visible.end(), [&](const PlannedDevice& planned) { return planned.id == device; });
+    const bool exists = std::ranges::find(visible, device, &PlannedDevice::id) != visible.end();
     if (!exists) {
       std::vector<DeviceId> existing;
       for (const PlannedDevice& planned : visible) existing.push_back(planned.id);
@@ -284,7 +283,7 @@ void DeviceManager::set_device_options(DeviceOptions options) {
   if (options.num_streams == 0) {
     TP_THROW(InvalidArgument, "device", "DeviceOptions::num_streams = 0; every device needs at least one stream");
   }
-  options_.device_options = options;
+  options_.device_options = std::move(options);
 }
 
 std::vector<DeviceId> DeviceManager::planned_devices() const {
@@ -302,8 +301,7 @@ void DeviceManager::materialise() {
   if (initialised_) return;
   const std::vector<PlannedDevice> plan = plan_all(options_);
   for (const auto& [id, config] : options_.memory_configs) {
-    const bool exists =
-        std::any_of(plan.begin(), plan.end(), [&](const PlannedDevice& device) { return device.id == id; });
+    const bool exists = std::ranges::find(plan, id, &PlannedDevice::id) != plan.end();
     if (!exists) {
       std::vector<DeviceId> existing;
       for (const PlannedDevice& device : plan) existing.push_back(device.id);

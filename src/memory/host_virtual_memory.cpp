@@ -53,9 +53,11 @@ void* HostVirtualMemory::reserve(std::size_t bytes) {
   const std::uintptr_t aligned = (start + granularity_ - 1) & ~(static_cast<std::uintptr_t>(granularity_) - 1);
   const std::size_t head = aligned - start;
   const std::size_t tail = padded - head - bytes;
+  // The aligned base as an offset from raw, keeping the pointer's provenance (no integer-to-pointer cast).
+  char* const base = static_cast<char*>(raw) + head;
   if (head != 0) munmap(raw, head);
-  if (tail != 0) munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-  return reinterpret_cast<void*>(aligned);
+  if (tail != 0) munmap(base + bytes, tail);
+  return base;
 }
 
 void HostVirtualMemory::unreserve(void* base, std::size_t bytes) noexcept {

@@ -58,6 +58,7 @@ void KernelArguments::set(std::size_t bytes, const void* argument) {
 
 std::size_t work_group_size(LaunchContext& context, cl_kernel kernel) {
   cl_device_id device = nullptr;
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): cl_device_id is an opaque handle; its own size is asked for
   check(clGetCommandQueueInfo(context.queue(), CL_QUEUE_DEVICE, sizeof(device), &device, nullptr),
         "clGetCommandQueueInfo(CL_QUEUE_DEVICE)");
   std::size_t allowed = 0;

@@ -90,6 +90,7 @@ struct HalfKernel {
 
 HalfKernel half_kernel(LaunchContext& context, DType dtype) {
   cl_device_id device = nullptr;
+  // NOLINTNEXTLINE(bugprone-sizeof-expression): cl_device_id is an opaque handle; its own size is asked for
   check(clGetCommandQueueInfo(context.queue(), CL_QUEUE_DEVICE, sizeof(device), &device, nullptr),
         "clGetCommandQueueInfo(CL_QUEUE_DEVICE)");
   std::array<std::size_t, 3> item_sizes{1, 1, 1};

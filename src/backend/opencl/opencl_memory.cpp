@@ -120,7 +120,7 @@ void* OpenClDeviceMemory::do_allocate(std::size_t bytes, std::size_t alignment, 
     throw;
   }
   const auto base = reinterpret_cast<std::uintptr_t>(region.base);
-  char* const address = reinterpret_cast<char*>(memory::round_up(base, alignment));
+  char* const address = static_cast<char*>(region.base) + (memory::round_up(base, alignment) - base);
   {
     std::unique_lock lock(regions_mutex_);
     regions_.emplace(address, region);

@@ -116,7 +116,8 @@ void* OpenClStagingMemory::do_allocate(std::size_t bytes, std::size_t alignment,
     }
     check(status == CL_SUCCESS ? CL_MAP_FAILURE : status, "clEnqueueMapBuffer" + call_suffix);
   }
-  char* const address = reinterpret_cast<char*>(memory::round_up(reinterpret_cast<std::uintptr_t>(mapped), alignment));
+  const auto start = reinterpret_cast<std::uintptr_t>(mapped);
+  char* const address = static_cast<char*>(mapped) + (memory::round_up(start, alignment) - start);
   try {
     table_->insert(address, {buffer, mapped, rounded});
   } catch (...) {  // no memory for the table's node

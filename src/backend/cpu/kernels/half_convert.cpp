@@ -5,6 +5,7 @@
 #include <memory>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -28,8 +29,13 @@ const unsigned char* bytes(const void* pointer) { return static_cast<const unsig
 unsigned char* bytes(void* pointer) { return static_cast<unsigned char*>(pointer); }
 
 #if defined(__x86_64__)
+// F16C is read from CPUID leaf 1 (ECX bit 29) rather than __builtin_cpu_supports("f16c"), which clang before
+// 15 rejects; __builtin_cpu_supports("avx") also checks that the OS saves the AVX registers.
 bool has_f16c() {
-  static const bool supported = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool supported = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
   return supported;
 }
 
