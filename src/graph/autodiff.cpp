@@ -65,7 +65,7 @@ std::vector<std::optional<Output>> gradients(Graph& graph, Output y, std::span<c
                   " must be a floating scalar (shape []); reduce it first (Sum, Mean)");
   }
   const std::set<Output> x_set(xs.begin(), xs.end());
-  for (const Output& x : xs) graph.type_of(x);  // throws naming the node for a bad output
+  for (const Output& x : xs) (void)graph.type_of(x);  // throws naming the node for a bad output
 
   // depends[id]: some input of node id carries data computed from an x. Inputs precede consumers.
   const std::size_t count = graph.size();

@@ -247,7 +247,7 @@ TEST(SharedMemoryArbiter, ForkedChildCannotUseTheParentsIds) {
   if (pid == 0) {
     bool refused = false;
     try {
-      arbiter.try_reserve(client, kMiB);
+      (void)arbiter.try_reserve(client, kMiB);
     } catch (const InvalidArgument&) {
       refused = true;
     }

@@ -83,7 +83,7 @@ TEST(SharedMemorySegment, RecycledPidIsReclaimed) {
   // Our own slot with another start time: a dead process whose pid we inherited.
   raw->slots[client.slot].start_time += 1;
   EXPECT_EQ(arbiter.reserved_bytes(), 0u);
-  EXPECT_THROW(arbiter.try_reserve(client, 1), InvalidArgument);
+  EXPECT_THROW((void)arbiter.try_reserve(client, 1), InvalidArgument);
   EXPECT_TRUE(arbiter.clients().empty());
 }
 
@@ -147,7 +147,7 @@ TEST(SharedMemorySegment, OpenersStartingAtOnceAgreeOnOneTable) {
   for (int i = 0; i < kOpeners; ++i) {
     threads.emplace_back([&, i] {
       arbiters[i] = std::make_unique<SharedMemoryArbiter>(segment.name, kBudget);
-      arbiters[i]->register_client("opener-" + std::to_string(i), kMiB);
+      EXPECT_TRUE(arbiters[i]->register_client("opener-" + std::to_string(i), kMiB).valid());
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -173,12 +173,12 @@ TEST(SharedMemorySegment, RejectsBadNamesAndRunsOutOfSlotsClearly) {
 
   Segment segment;
   SharedMemoryArbiter arbiter(segment.name, kBudget);
-  EXPECT_THROW(arbiter.register_client(std::string(SharedMemoryArbiter::kMaxNameLength + 1, 'x'), kMiB),
+  EXPECT_THROW((void)arbiter.register_client(std::string(SharedMemoryArbiter::kMaxNameLength + 1, 'x'), kMiB),
                InvalidArgument);
   for (std::size_t i = 0; i < SharedMemoryArbiter::kMaxClients; ++i) {
-    arbiter.register_client(std::string(SharedMemoryArbiter::kMaxNameLength, 'a'), kMiB);
+    EXPECT_TRUE(arbiter.register_client(std::string(SharedMemoryArbiter::kMaxNameLength, 'a'), kMiB).valid());
   }
-  EXPECT_THROW(arbiter.register_client("one-more", kMiB), DeviceError);
+  EXPECT_THROW((void)arbiter.register_client("one-more", kMiB), DeviceError);
 }
 
 TEST(SharedMemorySegment, DestructorUnregistersItsClients) {

@@ -164,10 +164,10 @@ TEST(GraphBuilder, AttributeGettersNameTheNodeAttributeAndType) {
   EXPECT_EQ(attribute_ints(node, "v"), ints({1, -1}));
   EXPECT_EQ(attribute_dtype(node, "d"), DType::i32);
   EXPECT_EQ(attribute_dtype(node, "missing", DType::f64), DType::f64);
-  expect_invalid([&] { attribute_int(node, "f"); }, {"Op 'n'", "attribute 'f' holds float 0.5 but int64"});
-  expect_invalid([&] { attribute_string(node, "v"); }, {"attribute 'v' holds ints [1,-1] but string"});
-  expect_invalid([&] { attribute_dtype(node, "s"); }, {"attribute 's' holds string 'text' but dtype"});
-  expect_invalid([&] { attribute_ints(node, "d", {}); }, {"attribute 'd' holds dtype int32 but ints"});
+  expect_invalid([&] { (void)attribute_int(node, "f"); }, {"Op 'n'", "attribute 'f' holds float 0.5 but int64"});
+  expect_invalid([&] { (void)attribute_string(node, "v"); }, {"attribute 'v' holds ints [1,-1] but string"});
+  expect_invalid([&] { (void)attribute_dtype(node, "s"); }, {"attribute 's' holds string 'text' but dtype"});
+  expect_invalid([&] { (void)attribute_ints(node, "d", {}); }, {"attribute 'd' holds dtype int32 but ints"});
 }
 
 // Graphs assembled by hand (mutable_node edits) fail validate() with a message naming the node.

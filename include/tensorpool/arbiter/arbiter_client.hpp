@@ -32,10 +32,12 @@ class ArbiterClient {
   ClientId id() const noexcept { return id_; }
   MemoryArbiter& arbiter() const noexcept { return *arbiter_; }
   const std::string& name() const noexcept { return name_; }
-  bool try_reserve(std::size_t bytes) { return arbiter_->try_reserve(id_, bytes); }
-  bool try_reserve(std::size_t bytes, ReserveRefusal& refusal) { return arbiter_->try_reserve(id_, bytes, refusal); }
+  [[nodiscard]] bool try_reserve(std::size_t bytes) { return arbiter_->try_reserve(id_, bytes); }
+  [[nodiscard]] bool try_reserve(std::size_t bytes, ReserveRefusal& refusal) {
+    return arbiter_->try_reserve(id_, bytes, refusal);
+  }
   void release(std::size_t bytes) noexcept { arbiter_->release(id_, bytes); }
-  ClientUsage usage() const { return arbiter_->usage(id_); }
+  [[nodiscard]] ClientUsage usage() const { return arbiter_->usage(id_); }
 
  private:
   MemoryArbiter* arbiter_ = nullptr;  // null once moved from or reset

@@ -62,25 +62,25 @@ class MemoryArbiter {
   MemoryArbiter& operator=(const MemoryArbiter&) = delete;
 
   // Throws tp::InvalidArgument for an empty name, quota_bytes == 0 or quota_bytes > budget_bytes().
-  ClientId register_client(std::string name, std::size_t quota_bytes);
+  [[nodiscard]] ClientId register_client(std::string name, std::size_t quota_bytes);
   // Grants `bytes` iff the client's reservation stays <= its quota and the sum of all reservations stays
   // <= the budget; nothing changes when it refuses. bytes == 0 is always granted. Throws tp::InvalidArgument
   // for an unknown id. The second form fills `refusal` when it returns false.
-  bool try_reserve(ClientId client, std::size_t bytes);
-  bool try_reserve(ClientId client, std::size_t bytes, ReserveRefusal& refusal);
+  [[nodiscard]] bool try_reserve(ClientId client, std::size_t bytes);
+  [[nodiscard]] bool try_reserve(ClientId client, std::size_t bytes, ReserveRefusal& refusal);
   // Gives back bytes reserved earlier. Releasing more than the client holds releases what it holds.
   void release(ClientId client, std::size_t bytes) noexcept;
   // Ends the registration and returns everything the client still holds, at once.
   void unregister_client(ClientId client) noexcept;
 
   // Throws tp::InvalidArgument for an unknown id.
-  ClientUsage usage(ClientId client) const;
+  [[nodiscard]] ClientUsage usage(ClientId client) const;
   // Every registered client, in slot order; one consistent snapshot.
-  std::vector<ClientUsage> clients() const;
+  [[nodiscard]] std::vector<ClientUsage> clients() const;
   // Fixed for the arbiter's life.
   std::size_t budget_bytes() const noexcept { return budget_bytes_; }
   // Sum of all clients' reservations.
-  std::size_t reserved_bytes() const;
+  [[nodiscard]] std::size_t reserved_bytes() const;
   // For reports: "in-process", or the shared-memory segment's name.
   const std::string& name() const noexcept { return name_; }
 

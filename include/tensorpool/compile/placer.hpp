@@ -31,6 +31,7 @@ struct Placement {
   std::vector<std::string> log;            // one line per soft placement
 };
 
-Placement place(const graph::Graph& graph, std::span<const graph::NodeId> nodes, const PlacementOptions& options);
+[[nodiscard]] Placement place(const graph::Graph& graph, std::span<const graph::NodeId> nodes,
+                              const PlacementOptions& options);
 
 }  // namespace tp::compile

@@ -48,6 +48,6 @@ struct StaticPlan {
 
 // Throws tp::InvalidArgument naming the request when last_step < first_step or share_with does not name an
 // earlier request.
-StaticPlan plan_static(std::span<const BufferRequest> requests);
+[[nodiscard]] StaticPlan plan_static(std::span<const BufferRequest> requests);
 
 }  // namespace tp::compile

@@ -29,7 +29,8 @@ class Communicator {
   virtual std::string_view name() const noexcept = 0;
 
   // Elements of working space participant `index` of `participants` needs to all-reduce `elements` elements.
-  virtual std::int64_t scratch_elements(std::int64_t elements, std::size_t participants, std::size_t index) const = 0;
+  [[nodiscard]] virtual std::int64_t scratch_elements(std::int64_t elements, std::size_t participants,
+                                                      std::size_t index) const = 0;
   // In place: each tensor becomes the elementwise sum over all of them. Tensors share one floating dtype and
   // element count; scratch[i] lives on tensors[i]'s device with at least scratch_elements(...) elements.
   // Throws tp::InvalidArgument naming the mismatch.
@@ -56,8 +57,8 @@ class Communicator {
 
   // Participant `index`'s chunk of `elements` split between `participants`: [index * S, min(n, (index + 1) * S))
   // with S = ceil(n / participants), as {begin, end} (empty at the tail when n < participants * S).
-  static std::pair<std::int64_t, std::int64_t> chunk(std::int64_t elements, std::size_t participants,
-                                                     std::size_t index);
+  [[nodiscard]] static std::pair<std::int64_t, std::int64_t> chunk(std::int64_t elements, std::size_t participants,
+                                                                   std::size_t index);
 
  protected:
   // The root's tensor copied to every other local participant, all copies started together; a transport
@@ -86,6 +87,6 @@ class Communicator {
 
 // "ring", "reduce_to_one" or "mpi" (tensorpool/distribute/mpi.hpp); anything else throws tp::InvalidArgument
 // naming it and the accepted names.
-std::unique_ptr<Communicator> make_communicator(std::string_view algorithm);
+[[nodiscard]] std::unique_ptr<Communicator> make_communicator(std::string_view algorithm);
 
 }  // namespace tp::distribute

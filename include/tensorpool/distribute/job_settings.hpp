@@ -31,7 +31,7 @@ struct JobSettingDifference {
 // Collective over the ranks of mpi_world(): every rank's settings against rank 0's, by name, in rank order
 // then in the order of that rank's settings; empty when they agree (and at once in a world of one). The same
 // list on every rank.
-std::vector<JobSettingDifference> compare_with_rank0(const std::vector<JobSetting>& settings);
+[[nodiscard]] std::vector<JobSettingDifference> compare_with_rank0(const std::vector<JobSetting>& settings);
 
 // Collective: throws tp::InvalidArgument on every rank alike when compare_with_rank0() finds a difference,
 // naming each one ("worker rank 1 was started with --epochs 1, rank 0 with --epochs 2") and ending with `fix`.

@@ -27,11 +27,11 @@ struct MpiWorld {
 };
 
 // True when the library was built with MPI.
-bool mpi_built();
+[[nodiscard]] bool mpi_built();
 // The number of processes a launcher (mpirun: Open MPI's OMPI_COMM_WORLD_SIZE, or PMI_SIZE) says this one is a
 // rank of, read from the environment without initialising MPI; std::nullopt when no launcher started it.
 // tp::InvalidArgument naming the variable when it is set but not a positive whole number.
-std::optional<int> launcher_world_size();
+[[nodiscard]] std::optional<int> launcher_world_size();
 // Initialises MPI once per process (MPI_Init_thread; at least MPI_THREAD_SERIALIZED, collectives are issued
 // under one lock) and finalises it at exit. Without mpirun it is a world of one.
 const MpiWorld& mpi_world();
@@ -41,12 +41,12 @@ struct MpiOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
 };
 // options.timeout, or TP_COLLECTIVE_TIMEOUT when set (tp::InvalidArgument unless a positive number of seconds).
-std::chrono::milliseconds effective_timeout(const MpiOptions& options = {});
+[[nodiscard]] std::chrono::milliseconds effective_timeout(const MpiOptions& options = {});
 
 // "mpi" in make_communicator: participants are this worker's tensors (one per local device, all on distinct
 // devices); the sums run over every worker's. Chunks (reduce_scatter, all_gather) are per worker and need one
 // local tensor: rank r owns Communicator::chunk(n, world size, r).
-std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions options = {});
+[[nodiscard]] std::unique_ptr<Communicator> make_mpi_communicator(MpiOptions options = {});
 // Buckets of at least this many bytes cross the workers (all-reduce, reduce-scatter) in the communicator's
 // pipelined ring of point-to-point messages; smaller ones through MPI's own non-blocking collectives (the
 // measured crossover: docs/benchmarks.md).

@@ -15,24 +15,24 @@
 
 namespace tp::graph {
 
-std::int64_t attribute_int(const Node& node, std::string_view name);
-std::int64_t attribute_int(const Node& node, std::string_view name, std::int64_t default_value);
+[[nodiscard]] std::int64_t attribute_int(const Node& node, std::string_view name);
+[[nodiscard]] std::int64_t attribute_int(const Node& node, std::string_view name, std::int64_t default_value);
 
-double attribute_float(const Node& node, std::string_view name);
-double attribute_float(const Node& node, std::string_view name, double default_value);
+[[nodiscard]] double attribute_float(const Node& node, std::string_view name);
+[[nodiscard]] double attribute_float(const Node& node, std::string_view name, double default_value);
 
-bool attribute_bool(const Node& node, std::string_view name);
-bool attribute_bool(const Node& node, std::string_view name, bool default_value);
+[[nodiscard]] bool attribute_bool(const Node& node, std::string_view name);
+[[nodiscard]] bool attribute_bool(const Node& node, std::string_view name, bool default_value);
 
-DType attribute_dtype(const Node& node, std::string_view name);
-DType attribute_dtype(const Node& node, std::string_view name, DType default_value);
+[[nodiscard]] DType attribute_dtype(const Node& node, std::string_view name);
+[[nodiscard]] DType attribute_dtype(const Node& node, std::string_view name, DType default_value);
 
-std::vector<std::int64_t> attribute_ints(const Node& node, std::string_view name);
-std::vector<std::int64_t> attribute_ints(const Node& node, std::string_view name,
-                                         const std::vector<std::int64_t>& default_value);
+[[nodiscard]] std::vector<std::int64_t> attribute_ints(const Node& node, std::string_view name);
+[[nodiscard]] std::vector<std::int64_t> attribute_ints(const Node& node, std::string_view name,
+                                                       const std::vector<std::int64_t>& default_value);
 
-std::string attribute_string(const Node& node, std::string_view name);
-std::string attribute_string(const Node& node, std::string_view name, std::string_view default_value);
+[[nodiscard]] std::string attribute_string(const Node& node, std::string_view name);
+[[nodiscard]] std::string attribute_string(const Node& node, std::string_view name, std::string_view default_value);
 
 // "int64", "float", "bool", "string", "ints", "dtype": the names the errors use for each alternative.
 std::string_view attribute_type_name(const AttrValue& value) noexcept;

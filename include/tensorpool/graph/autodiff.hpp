@@ -20,6 +20,6 @@ namespace tp::graph {
 // Throws tp::InvalidArgument naming the node when y is not a floating scalar (shape []), when y or an x is not
 // an output of the graph, or when a node on a path from an x to y has a non-differentiable op (naming the node
 // and the op). The graph keeps whatever nodes were added before an error.
-std::vector<std::optional<Output>> gradients(Graph& graph, Output y, std::span<const Output> xs);
+[[nodiscard]] std::vector<std::optional<Output>> gradients(Graph& graph, Output y, std::span<const Output> xs);
 
 }  // namespace tp::graph

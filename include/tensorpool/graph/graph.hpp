@@ -39,9 +39,9 @@ struct TensorType {
   DType dtype = DType::f32;
   std::vector<std::int64_t> dims;
 
-  bool fully_defined() const;
-  Shape shape() const;            // throws tp::InvalidArgument when a dim is unknown
-  std::string to_string() const;  // "float32[-1,784]"
+  [[nodiscard]] bool fully_defined() const;
+  [[nodiscard]] Shape shape() const;  // throws tp::InvalidArgument when a dim is unknown
+  std::string to_string() const;      // "float32[-1,784]"
   friend bool operator==(const TensorType&, const TensorType&) = default;
 };
 
@@ -85,9 +85,9 @@ class Graph {
   void set_placement(NodeId id, std::string device, std::string colocation_group);
   const std::vector<Node>& nodes() const noexcept { return nodes_; }
   std::size_t size() const noexcept { return nodes_.size(); }
-  std::optional<NodeId> find(std::string_view name) const;
+  [[nodiscard]] std::optional<NodeId> find(std::string_view name) const;
   // Throws tp::InvalidArgument naming the node when `output` is not one of its outputs.
-  const TensorType& type_of(Output output) const;
+  [[nodiscard]] const TensorType& type_of(Output output) const;
 
   // Checks every structural invariant (ids, known ops, arity against the registry, input references to
   // existing outputs, acyclicity, inputs before their consumers, unique names) and re-runs type inference,
@@ -103,6 +103,6 @@ class Graph {
 
 // The nodes `roots` depend on through data and control inputs, transitively, roots included: a vector of
 // graph.size() flags indexed by NodeId. Assumes a validated graph (inputs before consumers).
-std::vector<bool> ancestors(const Graph& graph, std::span<const NodeId> roots);
+[[nodiscard]] std::vector<bool> ancestors(const Graph& graph, std::span<const NodeId> roots);
 
 }  // namespace tp::graph

@@ -18,14 +18,14 @@ namespace tp::graph {
 //    dim, or it is not fully defined (the message names the placeholder, the declared and the fed type);
 //  - an op's inference rejects the concrete types (e.g. a batch of 32 meets one of 64);
 //  - an output is still not fully defined afterwards.
-std::vector<std::vector<TensorType>> infer_types(const Graph& graph,
-                                                 const std::map<NodeId, TensorType>& placeholder_types);
+[[nodiscard]] std::vector<std::vector<TensorType>> infer_types(const Graph& graph,
+                                                               const std::map<NodeId, TensorType>& placeholder_types);
 
 // The same for the nodes flagged in `needed` (graph.size() flags, e.g. from ancestors() of a step's fetches
 // and targets): only those are inferred, must be fed (placeholders) and must come out fully defined; the
 // others keep their build-time types. The flagged set must be closed under inputs (ancestors() is).
-std::vector<std::vector<TensorType>> infer_types(const Graph& graph,
-                                                 const std::map<NodeId, TensorType>& placeholder_types,
-                                                 const std::vector<bool>& needed);
+[[nodiscard]] std::vector<std::vector<TensorType>> infer_types(const Graph& graph,
+                                                               const std::map<NodeId, TensorType>& placeholder_types,
+                                                               const std::vector<bool>& needed);
 
 }  // namespace tp::graph

@@ -41,7 +41,7 @@ class PendingRun {
   // Rethrows a kernel error (see above). Throws tp::InvalidArgument when called twice.
   std::vector<Tensor> wait();
   // True once the run's work is done (never blocks).
-  bool done() const;
+  [[nodiscard]] bool done() const;
 
  private:
   friend class Session;

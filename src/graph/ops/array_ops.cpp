@@ -65,7 +65,7 @@ std::vector<TensorType> infer_broadcast(const InferenceContext& context) {
   const TensorType& dy = input(context, 0);
   const TensorType& like = input(context, 1);
   const std::int64_t axis = normalize_axis(context, 1, "like", attribute_int(context.node, "axis"));
-  attribute_bool(context.node, "mean", false);
+  (void)attribute_bool(context.node, "mean", false);  // type-checked here, read by the kernel
   if (dy.dims.size() + 1 != like.dims.size()) {
     TP_GRAPH_FAIL(context.node, "dy ", dy, " must have one axis less than like ", like);
   }

@@ -35,7 +35,7 @@ std::vector<TensorType> infer_fill(const InferenceContext& context) {
   if (dtype != DType::f32 && dtype != DType::f64) {
     TP_GRAPH_FAIL(context.node, "dtype ", name_of(dtype), " is not supported; Fill makes float32 or float64");
   }
-  attribute_float(context.node, "value");
+  (void)attribute_float(context.node, "value");  // present and a number; read by the kernel
   return {TensorType{dtype, shape_attribute(context.node, false)}};
 }
 
