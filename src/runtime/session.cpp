@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 
 #include "runtime/executable.hpp"
 #include "runtime/executor.hpp"
@@ -11,6 +10,7 @@
 #include "runtime/step_dependencies.hpp"
 #include "runtime/step_runner.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/graph/op_registry.hpp"
@@ -203,6 +203,14 @@ void check_open(bool closed, const std::string& name) {
   if (closed) TP_THROW(InvalidArgument, "session", "session '", name, "' is closed");
 }
 
+// A soft-placement line, at info. The placer's lines carry their "[placer] " prefix (MemoryPlan::placement_log
+// returns them as they are); the logger adds it back.
+void log_placement(std::string_view line) {
+  constexpr std::string_view kPrefix = "[placer] ";
+  if (line.starts_with(kPrefix)) line.remove_prefix(kPrefix.size());
+  TP_LOG(info, "placer", line);
+}
+
 }  // namespace
 
 Executable& Session::executable(const FeedTypes& feeds, const FeedDevices& fed_on,
@@ -217,7 +225,7 @@ Executable& Session::executable(const FeedTypes& feeds, const FeedDevices& fed_o
   }
   std::unique_ptr<Executable> prepared = prepare(state_->graph, feeds, fed_on, fetches, targets, placement);
   assign_streams(state_->graph, *prepared, state_->runner->threads());
-  for (const std::string& line : prepared->placement_log) std::fprintf(stderr, "%s\n", line.c_str());
+  for (const std::string& line : prepared->placement_log) log_placement(line);
   return *state_->executables.emplace(key, std::move(prepared)).first->second;
 }
 

@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstdio>
 #include <deque>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/distribute/job_settings.hpp"
 #include "tensorpool/train/checkpoint.hpp"
@@ -119,15 +119,12 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
     result.resumed_from_step = step;
     if (first_epoch >= options.epochs) {
       const std::string partial = first_batch > 0 ? fmt::format(" and {} batches", first_batch) : "";
-      std::fprintf(stderr,
-                   "[train] nothing to train: the checkpoint in %s is at step %lld, after epoch %lld%s, and epochs "
-                   "= %lld; ask for more epochs to train on, or use another checkpoint directory to start afresh\n",
-                   options.checkpoint_dir.c_str(), static_cast<long long>(step), static_cast<long long>(first_epoch),
-                   partial.c_str(), static_cast<long long>(options.epochs));
+      TP_LOG(warning, "train", "nothing to train: the checkpoint in ", options.checkpoint_dir.string(), " is at step ",
+             step, ", after epoch ", first_epoch, partial, ", and epochs = ", options.epochs,
+             "; ask for more epochs to train on, or use another checkpoint directory to start afresh");
     } else {
-      std::fprintf(stderr, "[train] resumed from step %lld (epoch %lld, batch %lld) in %s\n",
-                   static_cast<long long>(step), static_cast<long long>(first_epoch + 1),
-                   static_cast<long long>(first_batch), options.checkpoint_dir.c_str());
+      TP_LOG(info, "train", "resumed from step ", step, " (epoch ", first_epoch + 1, ", batch ", first_batch, ") in ",
+             options.checkpoint_dir.string());
     }
   }
   result.first_epoch = first_epoch;

@@ -12,6 +12,9 @@ Rules:
            (fix: clang-format -i FILE)
   spdx     a source file (C++, OpenCL C, Python, CMake, shell, JavaScript, CSS) names its license in
            "SPDX-License-Identifier: Apache-2.0" within its first three lines
+  stderr   the library (src/, include/) writes no diagnostics to stderr itself (std::cerr, std::clog, stderr
+           outside comments): they go through the logger, TP_LOG in tensorpool/core/log.hpp, whose default
+           sink (src/core/log.cpp) is the one place that writes there
 Files: those git tracks under ROOT, or, outside a git checkout, every file under the source folders.
 """
 
@@ -30,6 +33,8 @@ SPDX_NAMES = {"CMakeLists.txt", "Makefile", "install-deps", "run"}
 SOURCE_FOLDERS = ("src", "include", "tests", "tools", "bench", "examples", "cmake", "scripts", ".ci", "python")
 SPDX_TAG = "SPDX-License-Identifier: Apache-2.0"
 SKIP = 77
+STDERR_WRITE = re.compile(r"\bstd::(cerr|clog)\b|\bstderr\b")
+LOGGER_SINK = "src/core/log.cpp"
 
 
 def tracked_files(root: pathlib.Path) -> list[pathlib.Path]:
@@ -61,6 +66,15 @@ def needs_spdx(path: pathlib.Path) -> bool:
     return path.suffix in SPDX_SUFFIXES or path.name in SPDX_NAMES or path.name.endswith(".cmake.in")
 
 
+def stderr_writes(root: pathlib.Path, path: pathlib.Path) -> list[int]:
+    """The lines of a library source that name stderr outside a // comment."""
+    relative = path.relative_to(root).as_posix()
+    if path.suffix not in CXX_SUFFIXES or not relative.startswith(("src/", "include/")) or relative == LOGGER_SINK:
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    return [number for number, line in enumerate(lines, 1) if STDERR_WRITE.search(line.split("//", 1)[0])]
+
+
 def check(root: pathlib.Path, clang_format: str) -> list[str]:
     problems = []
     files = [path for path in tracked_files(root) if path.is_file()]
@@ -70,6 +84,9 @@ def check(root: pathlib.Path, clang_format: str) -> list[str]:
             if not any(SPDX_TAG in line for line in head):
                 problems.append(f"{path.relative_to(root)}: spdx: the first three lines do not say '{SPDX_TAG}' "
                                 "(add it as a comment on the first line, after a #! line)")
+        for number in stderr_writes(root, path):
+            problems.append(f"{path.relative_to(root)}: stderr: line {number} writes to stderr directly (fix: "
+                            f"TP_LOG from tensorpool/core/log.hpp; only {LOGGER_SINK} writes there)")
     sources = [path for path in files if path.suffix in CXX_SUFFIXES]
     for start in range(0, len(sources), 200):
         batch = sources[start:start + 200]

@@ -62,6 +62,16 @@ class FormatCheckTest(unittest.TestCase):
         self.write("tests/late.py", "#!/usr/bin/env python3\n\n\n# SPDX-License-Identifier: Apache-2.0\n")
         self.assertEqual([problem.split(":")[0] for problem in self.problems()], ["tests/late.py"])
 
+    def test_a_library_source_that_writes_to_stderr_is_named(self) -> None:
+        noisy = "// SPDX-License-Identifier: Apache-2.0\n#include <cstdio>\nvoid noisy() { std::fprintf(stderr, \"x\\n\"); }\n"
+        self.write("src/train/noisy.cpp", noisy)
+        self.write("src/core/log.cpp", noisy)  # the logger's sink may
+        self.write("tools/tensorpool/main.cpp", noisy)  # and so may the tool, outside the library
+        self.write("src/core/quiet.hpp", "// SPDX-License-Identifier: Apache-2.0\n// Says so on stderr.\n")
+        problems = self.problems()
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("src/train/noisy.cpp: stderr: line 3 writes to stderr directly", problems[0])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -104,4 +104,16 @@ TEST_F(CliMessages, AcceptedSpellingsStillParse) {
   EXPECT_EQ(estimate.exit_code, 0) << estimate.output;
 }
 
+TEST_F(CliMessages, LogLevelIsRefusedUnlessItIsALevel) {
+  // The library alone falls back to info on a bad TP_LOG_LEVEL; the tool refuses it before any work.
+  const CliRun bad = run_cli("devices", "TP_LOG_LEVEL=loud");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("TP_LOG_LEVEL='loud' is not valid; accepted: off, error, warning, info, debug"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+  const CliRun good = run_cli("devices", "TP_LOG_LEVEL=' Error '");
+  EXPECT_EQ(good.exit_code, 0) << good.output;
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tensorpool: the command-line tool. Each subcommand lives in its own file and registers itself here.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -8,6 +9,7 @@
 
 #include "commands.hpp"
 #include "option_checks.hpp"
+#include "tensorpool/core/log.hpp"
 
 namespace {
 
@@ -63,6 +65,9 @@ int main(int argc, char** argv) {
   tp::cli::add_devices_command(app);
   tp::cli::check_every_option(app);
   try {
+    // The library falls back to info on a malformed TP_LOG_LEVEL (its first message may come from a destructor);
+    // the tool refuses it, like every other bad setting, before any work.
+    tp::log::set_level(tp::log::parse_level_env(std::getenv("TP_LOG_LEVEL")));
     app.parse(argc, argv);
   } catch (const CLI::Success& success) {  // --help, --version
     return app.exit(success);

@@ -18,8 +18,8 @@
 // relaxed atomic load, nothing is formatted; logging never throws (a failure to format or to write loses the
 // line, never the caller). A sink must not log (it would wait for itself).
 //
-// Two kinds of line bypass the level, through write_always: fatal errors printed just before std::abort,
-// and output a caller asked for explicitly (an option that exists to print something).
+// Some lines bypass the level, through write_always: fatal errors printed just before std::abort, and the
+// warning about a malformed TP_LOG_LEVEL.
 
 #include <atomic>
 #include <functional>
