@@ -12,10 +12,9 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
-#include "tensorpool/distribute/job_settings.hpp"
 #include "tensorpool/train/checkpoint.hpp"
+#include "tensorpool/train/distribution_strategy.hpp"
 #include "tensorpool/train/host_tensor.hpp"
-#include "tensorpool/train/parameter_server.hpp"
 #include "train/checkpoint_restore.hpp"
 
 namespace tp::train {
@@ -37,40 +36,17 @@ CheckpointState capture(Sequential& model, std::int64_t step, std::int64_t epoch
   return state;
 }
 
-// Multi-worker: every worker resumes from the same point (the same checkpoint directory, which they all see), or
-// all start fresh; otherwise their step counts, and so their collectives, would differ. Collective.
-void require_same_start(const FitOptions& options, const std::optional<CheckpointState>& state) {
-  std::string start = "none", shown = "starts without a checkpoint directory";
-  if (state) {
-    start = fmt::format("step {} epoch {} batch {}", state->step, state->epoch, state->batch_in_epoch);
-    shown = fmt::format("resumes from step {} (epoch {}, batch {}) in {}", state->step, state->epoch + 1,
-                        state->batch_in_epoch, options.checkpoint_dir.string());
-  } else if (!options.checkpoint_dir.empty()) {
-    start = "fresh";
-    shown = "starts fresh (no checkpoint in " + options.checkpoint_dir.string() + ")";
-  }
-  const std::vector<distribute::JobSettingDifference> differences =
-      distribute::compare_with_rank0({{.name = "start", .value = start, .shown = shown}});
-  if (differences.empty()) return;
-  std::string text;
-  for (const distribute::JobSettingDifference& difference : differences) {
-    text += fmt::format("{}worker rank {} {}, rank 0 {}", text.empty() ? "" : "; ", difference.rank, difference.value,
-                        difference.rank0_value);
-  }
-  TP_THROW(InvalidArgument, "train", text,
-           ": give every worker the same checkpoint directory (--checkpoint-dir), one that all of them see");
-}
-
 // FitOptions::steps_in_flight, or 1 where a step needs the previous one's results or the host's exact state
-// after each step: loss scaling (the next scale), per-step checkpoints, and multi-worker steps (the host sums
-// each step's figures over MPI, which must not run beside the device streams' collectives of the next step).
+// after each step: loss scaling (the next scale), per-step checkpoints, and strategies whose steps exchange data
+// on the host (multi-worker: the host sums each step's figures over MPI, which must not run beside the device
+// streams' collectives of the next step).
 std::size_t pipelined_steps(const Sequential& model, const FitOptions& options) {
   if (options.steps_in_flight < 1) {
     TP_THROW(InvalidArgument, "train", "steps_in_flight = ", options.steps_in_flight,
              " must be >= 1 (1: each step is waited for before the next is launched)");
   }
   if (options.checkpoint_every_steps > 0 || model.loss_scale_state().has_value() ||
-      model.strategy().kind == Strategy::Kind::multi_worker) {
+      model.distribution().host_exchange_per_step()) {
     return 1;
   }
   return static_cast<std::size_t>(options.steps_in_flight);
@@ -99,9 +75,8 @@ Evaluation evaluate(Sequential& model, const data::Dataset& dataset) {
 }
 
 FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options) {
-  if (model.strategy().kind == Strategy::Kind::parameter_server) {  // asynchronous workers: their own loop
-    return fit_parameter_server(model, train, {.fit = options}).fit;
-  }
+  const DistributionStrategy& strategy = model.distribution();
+  if (strategy.runs_own_loop()) return strategy.fit_own_loop(model, train, options);  // e.g. asynchronous workers
   if (options.epochs < 0) TP_THROW(InvalidArgument, "train", "epochs = ", options.epochs, " must be >= 0");
   const std::size_t steps_in_flight = pipelined_steps(model, options);
   CallbackList callbacks(options.callbacks);
@@ -110,7 +85,7 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
   const std::uint64_t seed = train.settings().shuffle_seed.value_or(0);
   std::optional<CheckpointState> state;
   if (!options.checkpoint_dir.empty()) state = load_latest_checkpoint(options.checkpoint_dir);
-  if (model.strategy().kind == Strategy::Kind::multi_worker) require_same_start(options, state);
+  strategy.before_restore(options, state);  // e.g. every worker resumes from the same point
   if (state) {
     restore_checkpoint(model, *state, model.session().options().devices->device("cpu:0"), options.checkpoint_dir);
     step = state->step;
@@ -128,13 +103,11 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
     }
   }
   result.first_epoch = first_epoch;
-  // Multi-worker: rank 0's variables (fresh or resumed) become every worker's, so the replicas start alike.
-  if (model.strategy().kind == Strategy::Kind::multi_worker) model.broadcast_variables(0);
+  strategy.after_restore(model);  // e.g. rank 0's variables become every worker's, so the replicas start alike
   std::int64_t current_epoch = first_epoch, current_batch = first_batch;
-  // Under ZeRO across workers capturing gathers every worker's shard (Sequential::variables), so the ranks that
-  // do not write capture too, at the same points.
-  const bool collective_capture =
-      model.strategy().kind == Strategy::Kind::multi_worker && model.strategy().shard != Shard::none;
+  // When capturing runs collectives (ZeRO across workers gathers every worker's shard: Sequential::variables),
+  // the ranks that do not write capture too, at the same points.
+  const bool collective_capture = strategy.collective_checkpoint();
   if (!options.checkpoint_dir.empty() && (options.write_checkpoints || collective_capture)) {
     callbacks.add(std::make_shared<CheckpointCallback>(
         options.checkpoint_dir, [&] { return capture(model, step, current_epoch, current_batch, seed); },

@@ -11,8 +11,9 @@ namespace {
 // The model's graph for one replica on `device`, as compile() built it on the server's device.
 ModelGraph one_replica_graph(const Sequential& model, const std::string& device) {
   // One replica: no collective, whatever the strategy's settings.
-  return build_model_graph(
-      model_spec(model.input_shape(), model.layers(), model.compile_options(), Strategy::one_device(device)), {device});
+  const Strategy one_device = Strategy::one_device(device);
+  return build_model_graph(model_spec(model.input_shape(), model.layers(), model.compile_options(), one_device),
+                           {device}, *make_distribution_strategy(one_device));
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The training graph of a Sequential model under a strategy: for each replica r (on devices[r]) the
+// The training graph of a Sequential model under a strategy, built in three stages:
+//   build_forward:  per replica, the placeholders, the forward pass and the loss;
+//   build_backward: the loss scaling and each replica's gradients;
+//   the strategy's update stage (DistributionStrategy::add_update_stage): how the gradients meet
+//   (add_replicated_updates: AllReduce buckets; add_sharded_updates: ZeRO) and the optimizer's updates.
+// For each replica r (on devices[r]) the
 // placeholders "replica_r/x" and "replica_r/labels", the forward pass over that replica's copy of the
 // variables, its loss (the per-example losses summed and scaled by the fed "inv_global_batch", so the
 // replicas' losses add up to the global mean), the number of correct predictions, the predictions, the
@@ -20,10 +25,12 @@
 // initialisers, so replicas start and stay bitwise equal; one device means one replica and no AllReduce.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tensorpool/graph/graph.hpp"
+#include "tensorpool/train/distribution_strategy.hpp"
 #include "tensorpool/train/layers.hpp"
 #include "tensorpool/train/loss_scale.hpp"
 #include "tensorpool/train/strategy.hpp"
@@ -36,7 +43,7 @@ struct ModelSpec {
   Optimizer optimizer = Adam{};
   Loss loss = Loss::sparse_categorical_crossentropy;
   bool from_logits = false;
-  std::string all_reduce = "ring";
+  AllReduce all_reduce = AllReduce::ring;
   std::int64_t bucket_bytes = Strategy::kDefaultBucketBytes;  // the AllReduce buckets' size limit (Strategy)
   Shard shard = Shard::none;  // ZeRO (train/sharded_update.hpp); mirrored or multi-worker, >= 2 replicas in all
   // A multi-worker job's MPI world: ZeRO shards span every worker's replicas (rank r's replicas own shards
@@ -66,7 +73,32 @@ struct ModelGraph {
   bool has_accuracy = false;
 };
 
-// Throws tp::InvalidArgument naming the bad layer or setting.
+// What the forward stage leaves for the backward one, per replica: its parameters (variables), the copies the
+// layers compute with (the variable, or its Cast to the layer's 16-bit dtype) and its loss.
+struct ForwardStage {
+  std::vector<std::vector<graph::Output>> parameters;      // [replica][parameter]
+  std::vector<std::vector<graph::Output>> compute_copies;  // [replica][parameter]
+  std::vector<graph::Output> losses;                       // [replica]
+};
+
+// What the backward stage leaves for the strategy's update stage.
+struct GradientStage {
+  std::vector<std::vector<graph::Output>> parameters;                // [replica][parameter]
+  std::vector<std::vector<std::optional<graph::Output>>> gradients;  // [replica][parameter], of the compute copies
+  std::optional<graph::Output> loss_scale;  // the fed scale the gradients are multiplied by; none without scaling
+};
+
+// The placeholders, the forward pass and the loss of every replica (model.replicas), on devices[r].
+ForwardStage build_forward(const ModelSpec& spec, const std::vector<std::string>& devices, ModelGraph& model);
+// The loss-scale placeholder (when some layer computes in float16), each replica's gradients and the
+// replicas' parameters listed in model.variables.
+GradientStage build_backward(const ModelSpec& spec, const std::vector<std::string>& devices,
+                             const ForwardStage& forward, ModelGraph& model);
+
+// Throws tp::InvalidArgument naming the bad layer or setting. `strategy` adds the update stage.
+ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::string>& devices,
+                             const DistributionStrategy& strategy);
+// The mirrored strategy's graph (one replica per device; ZeRO when spec.shard is set).
 ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::string>& devices);
 
 struct CompileOptions;  // tensorpool/train/sequential.hpp

@@ -6,7 +6,7 @@
 #include "tensorpool/distribute/mpi.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/runtime/session.hpp"
-#include "tensorpool/train/parameter_server.hpp"
+#include "tensorpool/train/distribution_strategy.hpp"
 #include "train/model_graph.hpp"
 
 namespace tp::train {
@@ -16,78 +16,17 @@ struct Sequential::Compiled {
   std::unique_ptr<runtime::Session> session;
   device::DeviceManager* manager = nullptr;
   CompileOptions options;
-  Strategy strategy;
-  std::optional<DynamicLossScale> loss_scale;  // when the graph scales the loss (some layer in float16)
-  int workers = 1;                             // processes of a multi-worker job (MPI world size)
-  int rank = 0;                                // this worker's
+  std::unique_ptr<DistributionStrategy> distribution;  // everything that differs between strategies
+  std::optional<DynamicLossScale> loss_scale;          // when the graph scales the loss (some layer in float16)
+  int workers = 1;                                     // processes of a multi-worker job (MPI world size)
+  int rank = 0;                                        // this worker's
 };
 
 namespace {
 
-std::vector<std::string> strategy_devices(const Strategy& strategy, device::DeviceManager& manager) {
-  if (!strategy.devices.empty()) {
-    if (strategy.kind == Strategy::Kind::one && strategy.devices.size() != 1) {
-      TP_THROW(InvalidArgument, "train", "the one-device strategy takes one device, not ", strategy.devices.size());
-    }
-    for (const std::string& name : strategy.devices) manager.device(name);  // throws naming a missing device
-    return strategy.devices;
-  }
-  std::vector<std::string> accelerators;
-  for (device::Device* device : manager.devices()) {
-    if (device->kind() != device::DeviceKind::cpu) accelerators.push_back(device->name());
-  }
-  if (accelerators.empty()) accelerators.push_back("cpu:0");
-  if (strategy.kind == Strategy::Kind::one) accelerators.resize(1);
-  return accelerators;
-}
-
-// ZeRO splits state between replicas: mirrored over two or more devices, or multi-worker with one device per
-// worker (the MPI reduce-scatter and all-gather shard per worker) and two or more workers.
-void check_sharding(const Strategy& strategy, std::size_t devices, int workers) {
-  if (strategy.shard == Shard::none) return;
-  if (strategy.kind == Strategy::Kind::mirrored && devices >= 2) return;
-  if (strategy.kind == Strategy::Kind::multi_worker) {
-    if (devices != 1) {
-      TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
-               " across workers takes one device per worker (the MPI collectives shard per worker); this worker "
-               "has ",
-               devices, ": run one process per device (mpirun -np <devices>, --devices sim:0)");
-    }
-    if (workers < 2) {
-      TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
-               " with the multi-worker strategy needs two or more workers (mpirun -np 2 or more); this job has ",
-               workers);
-    }
-    return;
-  }
-  TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
-           " needs the mirrored strategy over two or more devices, or the multi-worker strategy (ZeRO splits state "
-           "between replicas); this strategy has ",
-           devices, " device(s)");
-}
-
 constexpr char kLossScaleCurrent[] = "loss_scale/current";
 constexpr char kLossScaleGoodSteps[] = "loss_scale/good_steps";
 constexpr char kLossScaleSkippedSteps[] = "loss_scale/skipped_steps";
-
-std::string strip_replica(const std::string& name) {
-  return name.rfind("replica_", 0) == 0 ? name.substr(name.find('/') + 1) : name;
-}
-
-// `name` is this worker's "shard_<k>/<slot>" (one device per worker: k = rank); appends every worker's
-// "shard_<q>/<slot>", gathered over MPI (each worker's shard has the same float32 size).
-void gather_shards(const std::string& name, const Tensor& local, int workers,
-                   std::vector<std::pair<std::string, Tensor>>& values) {
-  const std::string slot = name.substr(name.find('/') + 1);
-  const std::vector<float> mine = local.to_vector<float>();
-  std::vector<float> all(mine.size() * static_cast<std::size_t>(workers));
-  distribute::mpi_all_gather(mine.data(), mine.size() * sizeof(float), all.data());
-  for (int worker = 0; worker < workers; ++worker) {
-    const std::span<const float> shard(all.data() + static_cast<std::size_t>(worker) * mine.size(), mine.size());
-    values.emplace_back("shard_" + std::to_string(worker) + "/" + slot,
-                        Tensor::from_vector<float>(shard, local.shape(), local.device()));
-  }
-}
 
 }  // namespace
 
@@ -120,31 +59,14 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
   auto compiled = std::make_unique<Compiled>();
   compiled->manager = session.devices != nullptr ? session.devices : &device::DeviceManager::instance();
   compiled->options = options;
-  compiled->strategy = strategy;
-  if (strategy.kind == Strategy::Kind::parameter_server) {
-    check_parameter_server(strategy, options, layers_, *compiled->manager);
-    devices_ = {strategy.parameter_device};  // the variables' home; the workers build their own graphs
-  } else {
-    devices_ = strategy_devices(strategy, *compiled->manager);
-  }
-  if (strategy.kind == Strategy::Kind::multi_worker) {
-    const distribute::MpiWorld& world = distribute::mpi_world();  // throws when built without MPI
-    compiled->workers = world.size;
-    compiled->rank = world.rank;
-    if (strategy.all_reduce != "mpi") {
-      TP_THROW(InvalidArgument, "train", "the multi-worker strategy reduces through MPI; all_reduce '",
-               strategy.all_reduce, "' must be mpi");
-    }
-  }
-  if (strategy.bucket_bytes <= 0) {
-    TP_THROW(InvalidArgument, "train", "bucket_bytes = ", strategy.bucket_bytes,
-             " must be positive (the AllReduce buckets' size limit; default 25 MiB)");
-  }
-  check_sharding(strategy, devices_.size(), compiled->workers);
+  compiled->distribution = make_distribution_strategy(strategy);
+  devices_ = compiled->distribution->prepare(*compiled->manager, options, layers_);
+  compiled->workers = compiled->distribution->workers();
+  compiled->rank = compiled->distribution->rank();
   ModelSpec spec = model_spec(input_shape_, layers_, options, strategy);
   spec.workers = compiled->workers;
   spec.rank = compiled->rank;
-  compiled->model = build_model_graph(spec, devices_);
+  compiled->model = build_model_graph(spec, devices_, *compiled->distribution);
   if (!compiled->model.loss_scale.empty()) compiled->loss_scale.emplace(options.loss_scale);
   session.devices = compiled->manager;
   if (session.default_device.empty()) session.default_device = devices_.front();
@@ -166,7 +88,12 @@ const CompileOptions& Sequential::compile_options() const {
 
 const Strategy& Sequential::strategy() const {
   if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
-  return compiled_->strategy;
+  return compiled_->distribution->description();
+}
+
+const DistributionStrategy& Sequential::distribution() const {
+  if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
+  return *compiled_->distribution;
 }
 
 runtime::FeedMap Sequential::feeds(const Tensor& features, const Tensor* labels) const {
@@ -238,21 +165,12 @@ StepResult Sequential::collect(const std::vector<Tensor>& fetched, std::int64_t 
     result.loss += fetched[index].to_vector<float>().at(0);
     if (stride == 2) result.correct += fetched[index + 1].to_vector<float>().at(0);
   }
-  if (compiled_->workers > 1) {  // each worker holds its replicas' share; the step's figures are the sums
-    double sums[2] = {result.loss, result.correct};
-    distribute::mpi_sum(sums, 2);
-    result.loss = sums[0];
-    result.correct = sums[1];
-  }
+  compiled_->distribution->reduce_step_result(result.loss, result.correct);
   return result;
 }
 
 StepResult Sequential::train_step(const Tensor& features, const Tensor& labels, std::int64_t step) {
-  if (compiled_ != nullptr && compiled_->strategy.kind == Strategy::Kind::parameter_server) {
-    TP_THROW(InvalidArgument, "train",
-             "train_step under the parameter-server strategy: its workers train asynchronously; call fit() (or "
-             "fit_parameter_server) on the model instead");
-  }
+  if (compiled_ != nullptr) compiled_->distribution->check_step(StepCall::train);
   runtime::FeedMap batch = feeds(features, &labels);
   std::vector<std::string> fetches = loss_and_correct_fetches();
   std::optional<DynamicLossScale>& loss_scale = compiled_->loss_scale;
@@ -274,12 +192,7 @@ StepResult Sequential::train_step(const Tensor& features, const Tensor& labels, 
 
 PendingStep Sequential::launch_train_step(const Tensor& features, const Tensor& labels, std::int64_t step) {
   if (compiled_ != nullptr) {
-    const Strategy::Kind kind = compiled_->strategy.kind;
-    if (kind == Strategy::Kind::parameter_server || kind == Strategy::Kind::multi_worker) {
-      TP_THROW(InvalidArgument, "train", "launch_train_step under the ",
-               kind == Strategy::Kind::multi_worker ? "multi-worker" : "parameter-server",
-               " strategy: its steps exchange data on the host between steps; call train_step");
-    }
+    compiled_->distribution->check_step(StepCall::launch);
     if (compiled_->loss_scale) {
       TP_THROW(InvalidArgument, "train",
                "launch_train_step with loss scaling: each step's loss scale follows from the previous step's "
@@ -360,16 +273,11 @@ StepBytes Sequential::step_bytes(const runtime::MemoryPlan& plan, std::string_vi
 std::vector<std::pair<std::string, Tensor>> Sequential::variables() {
   std::vector<std::pair<std::string, Tensor>> values;
   // Replicated variables ("replica_<r>/...", equal on every replica) once, from replica 0; a replica's own
-  // (sharded optimizer state, "shard_<r>/...") from each.
-  const bool sharded_across_workers = compiled_->workers > 1 && compiled_->strategy.shard != Shard::none;
+  // (sharded optimizer state, "shard_<r>/...") from each; named by the strategy's checkpoint layout.
   for (std::size_t replica = 0; replica < compiled_->model.variables.size(); ++replica) {
     for (const std::string& name : compiled_->model.variables[replica]) {
-      if (replica > 0 && strip_replica(name) != name) continue;
-      if (sharded_across_workers && name.rfind("shard_", 0) == 0) {
-        gather_shards(name, session().read_variable(name), compiled_->workers, values);
-      } else {
-        values.emplace_back(strip_replica(name), session().read_variable(name));
-      }
+      if (replica > 0 && DistributionStrategy::checkpoint_name(name) != name) continue;
+      compiled_->distribution->append_variable(name, session().read_variable(name), values);
     }
   }
   if (compiled_->loss_scale) {  // saved with the optimizer state, as Keras's LossScaleOptimizer variables
@@ -409,7 +317,7 @@ void Sequential::broadcast_variables(int root) {
 void Sequential::assign_variables(const std::vector<std::pair<std::string, Tensor>>& values) {
   for (const std::vector<std::string>& replica : compiled_->model.variables) {
     for (const std::string& name : replica) {
-      const std::string base = strip_replica(name);
+      const std::string base = DistributionStrategy::checkpoint_name(name);
       const auto found =
           std::find_if(values.begin(), values.end(), [&](const auto& entry) { return entry.first == base; });
       if (found == values.end()) TP_THROW(DataError, "train", "the restored state has no variable '", base, "'");

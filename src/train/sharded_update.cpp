@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/distribute/collective_ops.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/builder.hpp"
 
@@ -34,7 +35,7 @@ graph::Output shard_variable(graph::Graph& graph, const std::string& name, std::
 
 // How the flat parameter space splits: `shards` chunks over every replica of the job, local replica r owning
 // chunk first_shard + r (one process: shards = replicas, first_shard = 0; across workers: world x replicas and
-// rank x replicas). Collectives run with `algorithm` (spec.all_reduce: "mpi" across workers).
+// rank x replicas). Collectives run with `algorithm` (the name of spec.all_reduce: "mpi" across workers).
 struct ShardLayout {
   std::size_t shards = 0;
   std::size_t first_shard = 0;
@@ -87,16 +88,18 @@ std::vector<graph::Output> finite_flags(graph::Graph& g, const std::vector<std::
 
 }  // namespace
 
-void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices,
-                         const std::vector<std::vector<graph::Output>>& parameters,
-                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients,
-                         std::optional<graph::Output> loss_scale, ModelGraph& model) {
+void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
+                         ModelGraph& model) {
+  distribute::register_collective_ops();  // the ReduceScatter, AllReduce and AllGather nodes below
+  const std::vector<std::vector<graph::Output>>& parameters = stage.parameters;
+  const std::vector<std::vector<std::optional<graph::Output>>>& gradients = stage.gradients;
+  const std::optional<graph::Output>& loss_scale = stage.loss_scale;
   graph::Graph& g = model.graph;
   const std::size_t replicas = devices.size();
   const std::size_t count = parameters[0].size();
   const ShardLayout layout{.shards = replicas * static_cast<std::size_t>(spec.workers),
                            .first_shard = static_cast<std::size_t>(spec.rank) * replicas,
-                           .algorithm = spec.all_reduce};
+                           .algorithm = std::string(name_of(spec.all_reduce))};
   if (layout.shards < 2) {
     TP_THROW(InvalidArgument, "train",
              "sharding needs two or more replicas (mirrored over >= 2 devices, or >= 2 workers)");
@@ -125,7 +128,7 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
         on(g, g.add("Cast", {inputs[position]}, {{"dtype", DType::f32}}, producer.name + "/float32"), producer.device);
   }
   const bool sharded_gradients = spec.shard == Shard::gradients;
-  const graph::Attributes collective = {{"algorithm", spec.all_reduce},
+  const graph::Attributes collective = {{"algorithm", layout.algorithm},
                                         {"replicas", static_cast<std::int64_t>(replicas)},
                                         {"shards", static_cast<std::int64_t>(layout.shards)},
                                         {"first_shard", static_cast<std::int64_t>(layout.first_shard)}};
@@ -142,7 +145,7 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
     // The updates read their chunks from the reduced bucket itself: no unpacked copy of every gradient.
     const graph::NodeId all_reduce = g.add_node(
         "AllReduce", inputs,
-        {{"algorithm", spec.all_reduce}, {"replicas", static_cast<std::int64_t>(replicas)}, {"unpack", false}},
+        {{"algorithm", layout.algorithm}, {"replicas", static_cast<std::int64_t>(replicas)}, {"unpack", false}},
         "all_reduce/gradients");
     const auto bucket = static_cast<int>(count == 1 ? 0 : count * replicas);
     for (std::size_t replica = 0; replica < replicas; ++replica) {

@@ -29,11 +29,9 @@
 namespace tp::train {
 
 // Adds the updates (and the AllGather, the last target) to `model`; appends each replica's optimizer-state
-// variables to model.variables and sets each replica's all_finite when loss scaling is on (`loss_scale`: the
-// fed scale the gradients are multiplied by; nullopt without loss scaling).
-void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices,
-                         const std::vector<std::vector<graph::Output>>& parameters,
-                         const std::vector<std::vector<std::optional<graph::Output>>>& gradients,
-                         std::optional<graph::Output> loss_scale, ModelGraph& model);
+// variables to model.variables and sets each replica's all_finite when loss scaling is on (stage.loss_scale:
+// the fed scale the gradients are multiplied by; nullopt without loss scaling).
+void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
+                         ModelGraph& model);
 
 }  // namespace tp::train

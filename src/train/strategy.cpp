@@ -23,4 +23,23 @@ std::string_view name_of(Shard shard) {
   return "none";
 }
 
+AllReduce parse_all_reduce(std::string_view text) {
+  if (text == "ring") return AllReduce::ring;
+  if (text == "reduce_to_one") return AllReduce::reduce_to_one;
+  if (text == "mpi") return AllReduce::mpi;
+  if (text == "none") return AllReduce::none;
+  TP_THROW(InvalidArgument, "train", "all_reduce '", text,
+           "' is not ring, reduce_to_one (mirrored), mpi (multi_worker) or none (parameter_server)");
+}
+
+std::string_view name_of(AllReduce algorithm) {
+  switch (algorithm) {
+    case AllReduce::ring: return "ring";
+    case AllReduce::reduce_to_one: return "reduce_to_one";
+    case AllReduce::mpi: return "mpi";
+    case AllReduce::none: return "none";
+  }
+  return "ring";
+}
+
 }  // namespace tp::train

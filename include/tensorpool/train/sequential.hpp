@@ -31,6 +31,8 @@
 
 namespace tp::train {
 
+class DistributionStrategy;
+
 struct CompileOptions {
   Optimizer optimizer = Adam{};
   Loss loss = Loss::sparse_categorical_crossentropy;
@@ -104,6 +106,8 @@ class Sequential {
   const std::vector<Dense>& layers() const noexcept { return layers_; }
   const CompileOptions& compile_options() const;
   const Strategy& strategy() const;
+  // The strategy's implementation (train/distribution_strategy.hpp): what fit() and the tools ask it.
+  const DistributionStrategy& distribution() const;
 
   const std::vector<std::string>& devices() const noexcept { return devices_; }
   std::size_t replicas() const noexcept { return devices_.size(); }

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Distribution strategies: where a model's replicas run and how their gradients meet.
+//
+// `Strategy` is the user's description (its constructors below); Sequential::compile hands it to
+// make_distribution_strategy (train/distribution_strategy.hpp), which returns the one class that implements
+// it (src/train/strategies/): the devices it resolves, the graph's gradient-aggregation and update stage, its
+// collectives, its checkpoint layout and its fit-loop hooks. Nothing else switches on `kind`.
 //   one:      OneDeviceStrategy: one replica on one device.
 //   mirrored: MirroredStrategy: one replica per device, variables replicated (identically initialised), the
 //             global batch split between replicas, each replica's forward and backward on its device's
@@ -43,11 +48,22 @@ enum class Shard { none, optimizer, gradients };
 Shard parse_shard(std::string_view text);
 std::string_view name_of(Shard shard);
 
+// The collective that sums gradients: the communicator an AllReduce node runs with (its "algorithm").
+//   ring:          ring all-reduce between the replicas' devices (mirrored's default).
+//   reduce_to_one: every replica's gradients summed on the first device, then copied back.
+//   mpi:           across the processes of an mpirun job (multi_worker: a local ring, then MPI).
+//   none:          no collective (parameter_server: the server applies each worker's gradients itself).
+enum class AllReduce { ring, reduce_to_one, mpi, none };
+
+// "ring", "reduce_to_one", "mpi" or "none"; anything else throws tp::InvalidArgument naming it.
+[[nodiscard]] AllReduce parse_all_reduce(std::string_view text);
+[[nodiscard]] std::string_view name_of(AllReduce algorithm);
+
 struct Strategy {
   enum class Kind { one, mirrored, multi_worker, parameter_server };
   Kind kind = Kind::one;
   std::vector<std::string> devices{};           // empty: the first accelerator (one) or every accelerator (mirrored)
-  std::string all_reduce = "ring";              // "ring" or "reduce_to_one"
+  AllReduce all_reduce = AllReduce::ring;       // mirrored: ring or reduce_to_one; multi_worker: mpi
   Shard shard = Shard::none;                    // mirrored, multi_worker (one device per worker)
   std::string parameter_device{};               // parameter_server: where the variables and optimizer state live
   std::optional<std::int64_t> max_staleness{};  // parameter_server: the bound K (>= 0); absent: unbounded
@@ -56,23 +72,30 @@ struct Strategy {
   static constexpr std::int64_t kDefaultBucketBytes = std::int64_t{25} << 20;
 
   static Strategy one_device(std::string device = {}) {
-    return {Kind::one, device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device},
-            "ring",    Shard::none,
-            {},        std::nullopt};
+    return {Kind::one,
+            device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device},
+            AllReduce::ring,
+            Shard::none,
+            {},
+            std::nullopt};
   }
-  static Strategy mirrored(std::vector<std::string> devices = {}, std::string all_reduce = "ring",
+  static Strategy mirrored(std::vector<std::string> devices = {}, AllReduce all_reduce = AllReduce::ring,
                            Shard shard = Shard::none) {
-    return {Kind::mirrored, std::move(devices), std::move(all_reduce), shard, {}, std::nullopt};
+    return {Kind::mirrored, std::move(devices), all_reduce, shard, {}, std::nullopt};
+  }
+  // `all_reduce` by name ("ring", "reduce_to_one"); an unknown name throws tp::InvalidArgument.
+  static Strategy mirrored(std::vector<std::string> devices, std::string_view all_reduce, Shard shard = Shard::none) {
+    return mirrored(std::move(devices), parse_all_reduce(all_reduce), shard);
   }
   // `devices`: this worker's (empty: its accelerators); the collective is MPI's.
   static Strategy multi_worker(std::vector<std::string> devices = {}, Shard shard = Shard::none) {
-    return {Kind::multi_worker, std::move(devices), "mpi", shard, {}, std::nullopt};
+    return {Kind::multi_worker, std::move(devices), AllReduce::mpi, shard, {}, std::nullopt};
   }
   // `workers`: the worker devices (each computes gradients on its shard of the data); `parameter_device` holds
   // the variables. Checked at compile(): at least one worker, existing devices, max_staleness >= 0.
   static Strategy parameter_server(std::vector<std::string> workers, std::string parameter_device = "cpu:0",
                                    std::optional<std::int64_t> max_staleness = std::nullopt) {
-    return {Kind::parameter_server,      std::move(workers), "none", Shard::none,
+    return {Kind::parameter_server,      std::move(workers), AllReduce::none, Shard::none,
             std::move(parameter_device), max_staleness};
   }
 };

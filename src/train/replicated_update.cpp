@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "train/replicated_update.hpp"
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include "tensorpool/distribute/collective_ops.hpp"
+#include "train/replica_builder.hpp"
+
+namespace tp::train {
+
+namespace {
+
+// Where a parameter's update on one replica reads its reduced gradient (the gradient itself on one device), at
+// which element.
+struct Reduced {
+  graph::Output tensor;
+  std::int64_t offset = 0;
+  bool whole = true;  // the tensor is this parameter's gradient alone
+};
+
+using ReducedGradients = std::vector<std::vector<Reduced>>;  // [parameter][replica]
+
+// Per gradient dtype: lists of parameter indices, buckets of at most bucket_bytes filled from the last back.
+std::map<DType, std::vector<std::vector<std::size_t>>> fill_buckets(const ModelSpec& spec, const graph::Graph& g,
+                                                                    const GradientStage& stage) {
+  std::map<DType, std::vector<std::vector<std::size_t>>> buckets;
+  std::map<DType, std::int64_t> filled;  // bytes of each dtype's last bucket
+  for (std::size_t index = stage.parameters[0].size(); index-- > 0;) {
+    const graph::TensorType type = g.type_of(*stage.gradients[0][index]);
+    const auto bytes = static_cast<std::int64_t>(byte_size(type.shape(), type.dtype));
+    std::vector<std::vector<std::size_t>>& list = buckets[type.dtype];
+    if (list.empty() || filled[type.dtype] + bytes > spec.bucket_bytes) {
+      list.emplace_back();
+      filled[type.dtype] = 0;
+    }
+    list.back().push_back(index);
+    filled[type.dtype] += bytes;
+  }
+  return buckets;
+}
+
+// One AllReduce per bucket.
+ReducedGradients all_reduce_buckets(const ModelSpec& spec, graph::Graph& g, std::size_t replicas,
+                                    const GradientStage& stage) {
+  ReducedGradients reduced(stage.parameters[0].size());
+  const std::map<DType, std::vector<std::vector<std::size_t>>> buckets = fill_buckets(spec, g, stage);
+  for (const auto& [dtype, list] : buckets) {
+    for (std::size_t bucket = 0; bucket < list.size(); ++bucket) {
+      const std::vector<std::size_t>& indices = list[bucket];
+      std::vector<graph::Output> inputs;  // parameter-major: gradient p of replica r is input p * R + r
+      for (std::size_t index : indices) {
+        for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(*stage.gradients[replica][index]);
+      }
+      std::string name =
+          buckets.size() == 1 ? "all_reduce/gradients" : "all_reduce/gradients_" + std::string(name_of(dtype));
+      if (list.size() > 1) name += "_bucket_" + std::to_string(bucket);
+      const bool packed = indices.size() > 1;
+      const graph::NodeId all_reduce = g.add_node("AllReduce", inputs,
+                                                  {{"algorithm", std::string(name_of(spec.all_reduce))},
+                                                   {"replicas", static_cast<std::int64_t>(replicas)},
+                                                   {"unpack", !packed}},
+                                                  name);
+      std::int64_t offset = 0;
+      for (std::size_t position = 0; position < indices.size(); ++position) {
+        for (std::size_t replica = 0; replica < replicas; ++replica) {
+          const auto output = static_cast<int>(packed ? indices.size() * replicas + replica : replica);
+          reduced[indices[position]].push_back({{all_reduce, output}, offset, !packed});
+        }
+        const graph::TensorType type = g.type_of(*stage.gradients[0][indices[position]]);
+        offset += static_cast<std::int64_t>(type.shape().num_elements());
+      }
+    }
+  }
+  return reduced;
+}
+
+// Loss scaling: per replica, the product of AllFinite over its reduced gradients (so every replica takes the
+// same decision) divided by the scale: 0 skips the updates, else it unscales the gradients. None without it.
+std::vector<std::optional<graph::Output>> update_factors(const std::vector<std::string>& devices,
+                                                         const GradientStage& stage, const ReducedGradients& reduced,
+                                                         ModelGraph& model) {
+  std::vector<std::optional<graph::Output>> apply(devices.size());
+  for (std::size_t replica = 0; stage.loss_scale && replica < devices.size(); ++replica) {
+    ReplicaBuilder builder = ReplicaBuilder::of(model.graph, devices, replica);
+    std::optional<graph::Output> finite;
+    std::set<graph::Output> checked;  // each reduced bucket once
+    for (std::size_t index = 0; index < reduced.size(); ++index) {
+      if (!checked.insert(reduced[index][replica].tensor).second) continue;
+      const graph::Output flag = builder.add("AllFinite", {reduced[index][replica].tensor}, {}, "loss_scale/AllFinite");
+      finite = finite ? builder.add("Mul", {*finite, flag}, {}, "loss_scale/all_finite") : flag;
+    }
+    model.replicas[replica].all_finite = model.graph.node(finite->node).name;
+    apply[replica] = builder.add("Div", {*finite, *stage.loss_scale}, {}, "loss_scale/update_factor");
+  }
+  return apply;
+}
+
+// The optimizer's update of one parameter on one replica, with its optimizer-state variables.
+void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output parameter, const Reduced& gradient,
+                std::optional<graph::Output> apply, std::vector<std::string>& variables, ModelGraph& model) {
+  graph::Graph& g = builder.graph;
+  const std::string base = g.node(parameter.node).name.substr(builder.prefix.size());
+  const std::vector<std::int64_t> dims = g.type_of(parameter).dims;
+  graph::Attributes attributes;  // where the update reads its gradient in a bucket
+  if (!gradient.whole) {
+    attributes["slice"] = std::vector<std::int64_t>{0, g.type_of(parameter).shape().num_elements(), gradient.offset, 0};
+  }
+  graph::NodeId update = -1;
+  if (const Adam* adam = std::get_if<Adam>(&spec.optimizer)) {
+    const graph::Output m = builder.variable(base + "/adam_m", dims, "zeros", 0, "optimizer_state");
+    const graph::Output v = builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state");
+    variables.push_back(g.node(m.node).name);
+    variables.push_back(g.node(v.node).name);
+    std::vector<graph::Output> inputs{parameter, gradient.tensor, m, v};
+    if (apply) inputs.push_back(*apply);
+    attributes.insert({{"learning_rate", adam->learning_rate},
+                       {"beta1", adam->beta1},
+                       {"beta2", adam->beta2},
+                       {"epsilon", adam->epsilon}});
+    update = builder.add_node(apply ? "ApplyAdamIf" : "ApplyAdam", inputs, attributes, base + "/ApplyAdam");
+  } else {
+    const Sgd& sgd = std::get<Sgd>(spec.optimizer);
+    const graph::Output velocity = builder.variable(base + "/momentum", dims, "zeros", 0, "optimizer_state");
+    variables.push_back(g.node(velocity.node).name);
+    std::vector<graph::Output> inputs{parameter, gradient.tensor, velocity};
+    if (apply) inputs.push_back(*apply);
+    attributes.insert({{"learning_rate", sgd.learning_rate}, {"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}});
+    update = builder.add_node(apply ? "ApplySgdIf" : "ApplySgd", inputs, attributes, base + "/ApplySgd");
+  }
+  model.updates.push_back(g.node(update).name);
+}
+
+}  // namespace
+
+void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
+                            ModelGraph& model) {
+  distribute::register_collective_ops();  // the AllReduce nodes of all_reduce_buckets
+  const std::size_t replicas = devices.size();
+  const std::size_t parameters = stage.parameters[0].size();
+  ReducedGradients reduced(parameters);
+  if (replicas > 1 || spec.all_reduce == AllReduce::mpi) {  // across workers even with one local replica
+    reduced = all_reduce_buckets(spec, model.graph, replicas, stage);
+  } else {
+    for (std::size_t index = 0; index < parameters; ++index) reduced[index] = {{*stage.gradients[0][index]}};
+  }
+  const std::vector<std::optional<graph::Output>> apply = update_factors(devices, stage, reduced, model);
+  for (std::size_t index = 0; index < parameters; ++index) {
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      ReplicaBuilder builder = ReplicaBuilder::of(model.graph, devices, replica);
+      add_update(spec, builder, stage.parameters[replica][index], reduced[index][replica], apply[replica],
+                 model.variables[replica], model);
+    }
+  }
+}
+
+}  // namespace tp::train

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The update stage of a replicated model (one device, mirrored, multi-worker without ZeRO; the parameter
+// server's own graph): the gradients summed over the replicas by AllReduce nodes (when there are several
+// replicas, or a job of several workers: spec.all_reduce == mpi), per gradient dtype in buckets of at most
+// spec.bucket_bytes filled from the last parameter back (the order the backward pass produces the gradients),
+// then every replica applies the same optimizer update to its copy of the variables. A bucket of several
+// gradients is not unpacked: the updates read their ranges of it (`slice`), so the step holds one copy of the
+// reduced gradients. With loss scaling each replica's updates are the If forms gated on the product of
+// AllFinite over its reduced gradients divided by the scale (every replica decides alike).
+
+#include <string>
+#include <vector>
+
+#include "train/model_graph.hpp"
+
+namespace tp::train {
+
+// Adds the AllReduce buckets (if any) and the updates to `model`; appends each replica's optimizer state to
+// model.variables and sets each replica's all_finite when loss scaling is on.
+void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
+                            ModelGraph& model);
+
+}  // namespace tp::train
