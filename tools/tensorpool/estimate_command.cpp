@@ -12,7 +12,6 @@
 #include "profile_output.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/mpi.hpp"
-#include "tensorpool/train/parameter_server.hpp"
 
 namespace tp::cli {
 namespace {
@@ -28,16 +27,15 @@ void run_estimate(const EstimateArguments& arguments) {
   // The parameter-server strategy plans its variables on --ps-device as well as the workers' steps. Batches
   // live where `train` assembles them: on a device with shared memory, its steps read them in place.
   const std::vector<device::Device*> devices = named_devices(*setup.manager, setup.used_devices());
-  const runtime::MemoryPlan plan = setup.strategy.kind == train::Strategy::Kind::parameter_server
-                                       ? train::plan_parameter_server(*model, arguments.model.batch_size)
-                                       : model->plan(arguments.model.batch_size, setup.batch_device().name());
+  const runtime::MemoryPlan plan =
+      setup.distribution->plan(*model, arguments.model.batch_size, setup.batch_device().name());
   const MemoryEstimate estimate = estimate_memory(plan, *model, devices, arguments.model.batch_size);
   for (device::Device* device : devices) {
     if (device->memory().stats().num_allocs != 0) {  // the contract: an estimate touches no device memory
       TP_THROW(DeviceError, "estimate", "planning allocated on ", device->name(), "; this is a bug, please report it");
     }
   }
-  if (setup.strategy.kind == train::Strategy::Kind::multi_worker && distribute::mpi_world().rank != 0) return;
+  if (setup.distribution->replicates_across_processes() && distribute::mpi_world().rank != 0) return;
   if (arguments.json) {
     std::cout << to_json(estimate).dump(2) << '\n';
   } else {

@@ -83,17 +83,11 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
                      "parameter_server: bound K >= 0 on how far workers drift apart (0: rounds); unset: unbounded");
 }
 
-std::vector<std::string> ModelSetup::used_devices() const {
-  std::vector<std::string> used;
-  if (strategy.kind == train::Strategy::Kind::parameter_server) used.push_back(strategy.parameter_device);
-  used.insert(used.end(), names.begin(), names.end());
-  return used;
-}
+std::vector<std::string> ModelSetup::used_devices() const { return distribution->named_devices(); }
 
 device::Device& ModelSetup::batch_device() const {
   const std::vector<std::string> used = used_devices();
-  const bool one_process =
-      strategy.kind != train::Strategy::Kind::parameter_server && strategy.kind != train::Strategy::Kind::multi_worker;
+  const bool one_process = distribution->single_process();
   if (used.size() == 1 && one_process && manager->device(used.front()).shared_memory() != nullptr) {
     return manager->device(used.front());
   }
@@ -291,7 +285,8 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
              "' is zero; a bucket needs room for a gradient (e.g. 25MiB, the default, or 1MiB)");
   }
   setup.strategy.bucket_bytes = static_cast<std::int64_t>(bucket_bytes);
-  if (setup.strategy.kind != train::Strategy::Kind::parameter_server && !arguments.max_staleness.empty()) {
+  setup.distribution = train::make_distribution_strategy(setup.strategy);
+  if (!setup.distribution->runs_own_loop() && !arguments.max_staleness.empty()) {  // asynchronous workers only
     TP_THROW(InvalidArgument, command, "--max-staleness applies to --strategy parameter_server only, not ",
              arguments.strategy);
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/train/distribution_strategy.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "tensorpool/train/strategy.hpp"
 
@@ -42,6 +43,8 @@ void add_model_options(CLI::App& command, ModelArguments& arguments);
 struct ModelSetup {
   std::vector<std::string> names;
   train::Strategy strategy;
+  // The strategy's implementation: what the commands ask instead of switching on its kind.
+  std::shared_ptr<const train::DistributionStrategy> distribution;
   device::DeviceManager* manager = nullptr;
   std::vector<device::Device*> devices;  // the named devices, in order
   // The devices the run uses: `names`, and first the parameter device under the parameter-server strategy.

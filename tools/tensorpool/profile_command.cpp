@@ -151,15 +151,14 @@ void run_profile(const ProfileArguments& arguments) {
   const std::vector<device::Device*> run_devices = named_devices(*setup.manager, names);
   std::unique_ptr<profile::MemoryProfiler> profiler = start_profiler(*setup.manager, names, true, arguments.max_events);
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
-  const bool parameter_server = setup.strategy.kind == train::Strategy::Kind::parameter_server;
+  const bool own_loop = setup.distribution->runs_own_loop();
   // Batches live where `train` assembles them (ModelSetup::batch_device), so the profile measures its steps.
   device::Device& batches_on = setup.batch_device();
-  const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(*model, arguments.model.batch_size)
-                                                    : model->plan(arguments.model.batch_size);
+  const runtime::MemoryPlan plan = setup.distribution->plan(*model, arguments.model.batch_size, {});
   set_planned_peaks(*profiler, plan);
   const MemoryEstimate estimate = estimate_memory(plan, *model, run_devices, arguments.model.batch_size);
   try {
-    if (parameter_server) {
+    if (own_loop) {  // the parameter server's asynchronous workers
       train::fit_parameter_server(*model, parameter_server_batches(arguments, setup.manager->device("cpu:0")),
                                   {.fit = {.epochs = 1}});
     } else {

@@ -54,19 +54,6 @@ struct TrainArguments {
   std::string profile_dir;           // --profile: memory profiler reports written there (docs/profiling.md)
 };
 
-std::string parameter_server_line(const train::Strategy& strategy, bool across_processes, int ranks) {
-  const std::string bound =
-      strategy.max_staleness ? fmt::format("max staleness {}", *strategy.max_staleness) : "unbounded staleness";
-  if (across_processes) {
-    return fmt::format("  parameter server: rank 0 on {}, {} worker ranks, {}\n", strategy.parameter_device, ranks - 1,
-                       bound);
-  }
-  std::string workers;
-  for (const std::string& device : strategy.devices) workers += (workers.empty() ? "" : ",") + device;
-  return fmt::format("  parameter server on {}, {} asynchronous workers ({}), {}\n", strategy.parameter_device,
-                     strategy.devices.size(), workers, bound);
-}
-
 // Prints each epoch's figures and the staleness of the updates; returns them for --summary-json.
 nlohmann::json report_parameter_server(const train::ParameterServerResult& result, const train::Strategy& strategy) {
   for (const train::EpochLogs& epoch : result.fit.history.epochs) {
@@ -107,14 +94,15 @@ void run_train(const TrainArguments& arguments) {
   const std::vector<std::string> names = setup.used_devices();
   const train::Strategy& strategy = setup.strategy;
   const train::DTypePolicy policy = train::DTypePolicy::from_name(flags.precision, "--precision");
+  const train::DistributionStrategy& distribution = *setup.distribution;
   // A multi-worker job: rank 0 reports, writes checkpoints and the summary; the others train silently.
-  const bool multi_worker = strategy.kind == train::Strategy::Kind::multi_worker;
+  const bool multi_worker = distribution.replicates_across_processes();
   // Parameter server: in-process workers, or under mpirun rank 0 serves and ranks 1.. work.
-  const bool parameter_server = strategy.kind == train::Strategy::Kind::parameter_server;
-  const bool across_processes = multi_worker || (parameter_server && distribute::parameter_server_job());
-  check_launch(flags, strategy);
+  const bool parameter_server = distribution.runs_own_loop();
+  const bool across_processes = distribution.spans_processes();
+  check_launch(flags, distribution);
   if (across_processes) {  // before the first collective: ranks with other flags would run another program
-    std::vector<distribute::JobSetting> settings = shared_model_settings(flags, strategy);
+    std::vector<distribute::JobSetting> settings = shared_model_settings(flags, distribution);
     settings.push_back({.name = "--epochs", .value = std::to_string(arguments.epochs), .shown = {}});
     settings.push_back({.name = "--limit-train", .value = std::to_string(arguments.limit_train), .shown = {}});
     require_same_flags(settings);
@@ -150,15 +138,14 @@ void run_train(const TrainArguments& arguments) {
   train::Sequential& model = *compiled;
   // The parameter-server strategy: the variables on the parameter device, each worker's step on its device.
   // The plan knows where the batches live: fed in place there, they take no slot in the arena.
-  const runtime::MemoryPlan plan = parameter_server ? train::plan_parameter_server(model, flags.batch_size)
-                                                    : model.plan(flags.batch_size, staging.name());
+  const runtime::MemoryPlan plan = distribution.plan(model, flags.batch_size, staging.name());
   if (profiler) set_planned_peaks(*profiler, plan);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
       "strategy on {}{}, precision {}\n",
       train.size(), test.size(), load_seconds, flags.batch_size, flags.strategy,
       multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name());
-  if (parameter_server) std::cout << parameter_server_line(strategy, across_processes, workers);
+  std::cout << distribution.header_line(across_processes, workers);
   for (const runtime::DevicePlan& device_plan : plan.devices) {
     std::cout << fmt::format("  planned peak on {}: {} (variables {}, step arena {}, lower bound {})\n",
                              device_plan.device, format_bytes(device_plan.planned_peak_bytes),
