@@ -14,12 +14,12 @@
 // Every output is planned by the executor like any tensor, so a steady-state step makes no allocator call.
 // Not differentiable.
 #include "distribute/collective_support.hpp"
-#include "graph/ops/op_support.hpp"
 #include "tensorpool/device/device.hpp"
+#include "tensorpool/distribute/collective_ops.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/attributes.hpp"
 
-namespace tp::graph::detail {
+namespace tp::distribute::detail {
 
 namespace {
 
@@ -71,7 +71,7 @@ void all_reduce_kernel(distribute::Communicator& communicator, KernelContext& co
 
 }  // namespace
 
-void register_collective_ops(OpRegistry& registry) {
+void register_all_reduce_op(OpRegistry& registry) {
   OpDef all_reduce;
   all_reduce.name = "AllReduce";
   all_reduce.collective = true;
@@ -79,7 +79,22 @@ void register_collective_ops(OpRegistry& registry) {
   all_reduce.kernels = collective_kernels(all_reduce_kernel);
   all_reduce.bind_kernel = bind_communicator(all_reduce_kernel);
   registry.add(std::move(all_reduce));
-  register_sharding_ops(registry);
 }
 
-}  // namespace tp::graph::detail
+}  // namespace tp::distribute::detail
+
+namespace tp::distribute {
+
+void register_collective_ops(graph::OpRegistry& registry) {
+  detail::register_all_reduce_op(registry);
+  detail::register_sharding_ops(registry);
+}
+
+void register_collective_ops() {
+  // Initialised once, thread-safely, from code the caller references (as OpRegistry::global registers the
+  // built-in ops); a throw leaves it uninitialised, so the next call tries again.
+  static const bool registered = (register_collective_ops(graph::OpRegistry::global()), true);
+  (void)registered;
+}
+
+}  // namespace tp::distribute

@@ -4,11 +4,12 @@
 #include <algorithm>
 #include <memory>
 
+#include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/attributes.hpp"
 
-namespace tp::graph::detail {
+namespace tp::distribute::detail {
 
 Layout layout_of(const Node& node, std::size_t inputs) {
   const std::int64_t replicas = attribute_int(node, "replicas", static_cast<std::int64_t>(inputs));
@@ -88,7 +89,7 @@ std::shared_ptr<distribute::Communicator> communicator_of(const Node& node) {
 }  // namespace
 
 Kernels collective_kernels(CollectiveKernel kernel) {
-  return every_backend([kernel](KernelContext& context) { kernel(*communicator_of(context.node), context); });
+  return graph::every_backend([kernel](KernelContext& context) { kernel(*communicator_of(context.node), context); });
 }
 
 std::function<Kernel(const Node&, device::DeviceKind)> bind_communicator(CollectiveKernel kernel) {
@@ -98,4 +99,4 @@ std::function<Kernel(const Node&, device::DeviceKind)> bind_communicator(Collect
   };
 }
 
-}  // namespace tp::graph::detail
+}  // namespace tp::distribute::detail

@@ -9,15 +9,24 @@
 #include <string>
 #include <vector>
 
-#include "graph/ops/op_support.hpp"
 #include "tensorpool/core/tensor.hpp"
+#include "tensorpool/graph/op_definition.hpp"
 #include "tensorpool/graph/op_registry.hpp"
 
 namespace tp::distribute {
 class Communicator;
 }
 
-namespace tp::graph::detail {
+namespace tp::distribute::detail {
+
+using graph::InferenceContext;
+using graph::Kernel;
+using graph::KernelContext;
+using graph::Kernels;
+using graph::Node;
+using graph::OpDef;
+using graph::OpRegistry;
+using graph::TensorType;
 
 struct Layout {
   std::size_t replicas = 0;
@@ -59,6 +68,7 @@ Kernels collective_kernels(CollectiveKernel kernel);
 // the kernel the executor runs on every run (the transports keep nothing of one call for the next).
 std::function<Kernel(const Node&, device::DeviceKind)> bind_communicator(CollectiveKernel kernel);
 
-void register_sharding_ops(OpRegistry& registry);  // ReduceScatter, AllGather (sharding_ops.cpp)
+void register_all_reduce_op(OpRegistry& registry);  // AllReduce (all_reduce_op.cpp)
+void register_sharding_ops(OpRegistry& registry);   // ReduceScatter, AllGather (sharding_ops.cpp)
 
-}  // namespace tp::graph::detail
+}  // namespace tp::distribute::detail

@@ -15,9 +15,10 @@
 #include "distribute/collective_support.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/distribute/communicator.hpp"
+#include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/ops/init.hpp"
 
-namespace tp::graph::detail {
+namespace tp::distribute::detail {
 
 namespace {
 
@@ -113,4 +114,4 @@ void register_sharding_ops(OpRegistry& registry) {
                      .collective = true});
 }
 
-}  // namespace tp::graph::detail
+}  // namespace tp::distribute::detail

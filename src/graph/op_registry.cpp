@@ -18,7 +18,6 @@ void register_builtin_ops(OpRegistry& registry) {
   detail::register_array_ops(registry);
   detail::register_reduce_ops(registry);
   detail::register_state_ops(registry);
-  detail::register_collective_ops(registry);
 }
 
 }  // namespace

@@ -4,12 +4,34 @@
 // kernels hand out is the layout alone: ReduceScatter's output is exactly that chunk of the packed bucket,
 // zero-padded at the tail, and AllGather keeps the replica's own shard. Inconsistent layouts are refused.
 #include "graph/support/graph_test_support.hpp"
+#include "tensorpool/distribute/collective_ops.hpp"
 
 namespace tp::graph::testing {
 namespace {
 
+// distribute registers its collectives itself (graph, below it, does not know them): once per process into the
+// global registry, however often it is asked; into another registry, once.
+TEST(CollectiveOps, RegisterOnceIntoTheGlobalRegistryWithAKernelForEveryBackend) {
+  distribute::register_collective_ops();
+  distribute::register_collective_ops();  // idempotent
+  for (const char* name : {"AllReduce", "ReduceScatter", "AllGather"}) {
+    const OpDef& definition = OpRegistry::global().get(name);
+    EXPECT_TRUE(definition.collective) << name;
+    EXPECT_TRUE(definition.bind_kernel) << name;
+    EXPECT_EQ(definition.kernels.count(device::DeviceKind::cpu), 1U) << name;
+    EXPECT_EQ(definition.kernels.count(device::DeviceKind::sim), 1U) << name;
+  }
+  EXPECT_TRUE(OpRegistry::global().get("AllGather").stateful);
+
+  OpRegistry registry;
+  distribute::register_collective_ops(registry);
+  EXPECT_EQ(registry.names(), (std::vector<std::string>{"AllGather", "AllReduce", "ReduceScatter"}));
+  EXPECT_THROW(distribute::register_collective_ops(registry), InvalidArgument);
+}
+
 class ShardingOps : public GraphValuesTest<> {
  protected:
+  ShardingOps() { distribute::register_collective_ops(); }
   Attributes layout(std::int64_t shards, std::int64_t first_shard) const {
     return {{"algorithm", std::string("ring")},
             {"replicas", std::int64_t{1}},

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The op registry: for each op, its arity, type inference, kernels per backend and gradient function. Ops
-// register once at start-up (built-in ones in src/graph/ops/); lookups are thread-safe after that.
+// register once at start-up (built-in ones in src/graph/ops/; a higher layer adds its own, as
+// tensorpool/graph/op_definition.hpp says); lookups are thread-safe after that.
 
 #include <functional>
 #include <map>
@@ -90,7 +91,7 @@ class OpRegistry {
   OpRegistry& operator=(const OpRegistry&) = delete;
 
   // The process's registry, with every built-in op registered (on first use: registration does not rely on
-  // static initialisers, which a static library may drop).
+  // static initialisers, which a static library may drop), and the ops higher layers have added since.
   static OpRegistry& global();
 
   // Throws tp::InvalidArgument when the name is taken or empty, the definition lacks inference, or an arity

@@ -3,13 +3,25 @@
 
 #include <cmath>
 
-namespace tp::graph::detail {
+namespace tp::graph {
 
 Kernels every_backend(const Kernel& kernel) {
   Kernels kernels;
   for (device::DeviceKind kind : device::kDeviceKinds) kernels.emplace(kind, kernel);
   return kernels;
 }
+
+void require_float_or_half(const InferenceContext& context, int index, std::string_view role) {
+  const TensorType& type = detail::input(context, index);
+  if (!is_floating(type.dtype)) {
+    TP_GRAPH_FAIL(context.node, role, " is ", type,
+                  "; this op takes float32 or float64, or float16 / bfloat16 (insert a Cast)");
+  }
+}
+
+}  // namespace tp::graph
+
+namespace tp::graph::detail {
 
 const TensorType& input(const InferenceContext& context, int index) {
   return context.inputs.at(static_cast<std::size_t>(index));
@@ -19,14 +31,6 @@ void require_float(const InferenceContext& context, int index, std::string_view 
   const TensorType& type = input(context, index);
   if (type.dtype != DType::f32 && type.dtype != DType::f64) {
     TP_GRAPH_FAIL(context.node, role, " is ", type, "; this op takes float32 or float64 (insert a Cast)");
-  }
-}
-
-void require_float_or_half(const InferenceContext& context, int index, std::string_view role) {
-  const TensorType& type = input(context, index);
-  if (!is_floating(type.dtype)) {
-    TP_GRAPH_FAIL(context.node, role, " is ", type,
-                  "; this op takes float32 or float64, or float16 / bfloat16 (insert a Cast)");
   }
 }
 

@@ -16,35 +16,32 @@
 
 #include "graph/graph_internal.hpp"
 #include "tensorpool/graph/attributes.hpp"
+#include "tensorpool/graph/op_definition.hpp"
 #include "tensorpool/graph/op_registry.hpp"
 #include "tensorpool/ops/op_context.hpp"
 
 namespace tp::graph::detail {
 
-using Kernel = std::function<void(KernelContext&)>;
-using Kernels = std::map<device::DeviceKind, Kernel>;
-
 // Registration of the built-in families, one source file each; OpRegistry::global() calls them once.
-void register_io_ops(OpRegistry& registry);          // Placeholder, Variable, Fill
-void register_linalg_ops(OpRegistry& registry);      // MatMul
-void register_nn_ops(OpRegistry& registry);          // BiasAdd(Grad), Relu(Grad), (Log)Softmax, cross-entropy
-void register_math_ops(OpRegistry& registry);        // Add, Sub, Mul, Div, Scale, Cast, AddN
-void register_array_ops(OpRegistry& registry);       // Reshape, Broadcast, ScaleRows
-void register_reduce_ops(OpRegistry& registry);      // Sum, Mean, Max, ArgMax, CorrectCount
-void register_state_ops(OpRegistry& registry);       // ApplySgd, ApplyAdam
-void register_collective_ops(OpRegistry& registry);  // AllReduce (src/distribute/all_reduce_op.cpp)
+void register_io_ops(OpRegistry& registry);      // Placeholder, Variable, Fill
+void register_linalg_ops(OpRegistry& registry);  // MatMul
+void register_nn_ops(OpRegistry& registry);      // BiasAdd(Grad), Relu(Grad), (Log)Softmax, cross-entropy
+void register_math_ops(OpRegistry& registry);    // Add, Sub, Mul, Div, Scale, Cast, AddN
+void register_array_ops(OpRegistry& registry);   // Reshape, Broadcast, ScaleRows
+void register_reduce_ops(OpRegistry& registry);  // Sum, Mean, Max, ArgMax, CorrectCount
+void register_state_ops(OpRegistry& registry);   // ApplySgd, ApplyAdam
+// (The collectives, AllReduce, ReduceScatter and AllGather, are distribute's: it registers them itself,
+// tensorpool/distribute/collective_ops.hpp.)
 
-// The same kernel for every DeviceKind: the tensor ops it calls dispatch on the tensors' device to the kernels
-// its backend registered (ops/kernel_table.hpp); the placer keeps nodes off a device whose backend has none.
-Kernels every_backend(const Kernel& kernel);
+// Kernel, Kernels, every_backend and require_float_or_half: tensorpool/graph/op_definition.hpp.
 inline tp::ops::OpContext op_context(KernelContext& context) { return tp::ops::OpContext{.stream = &context.stream}; }
 
 // Inference checks on input `index`, called `role` in messages.
 const TensorType& input(const InferenceContext& context, int index);
 // The tensor kernels take float32 and float64 only.
 void require_float(const InferenceContext& context, int index, std::string_view role);
-// The MLP path (MatMul, BiasAdd(Grad), Relu(Grad)) also takes float16 and bfloat16 (mixed precision).
-void require_float_or_half(const InferenceContext& context, int index, std::string_view role);
+// The MLP path (MatMul, BiasAdd(Grad), Relu(Grad)) also takes float16 and bfloat16 (mixed precision):
+// require_float_or_half (op_definition.hpp).
 void require_rank(const InferenceContext& context, int index, std::string_view role, std::size_t rank);
 void require_same_dtype(const InferenceContext& context, int first, std::string_view first_role, int second,
                         std::string_view second_role);
