@@ -92,9 +92,8 @@ std::string value_name(const graph::Graph& graph, graph::Output output) {
 
 class Builder {
  public:
-  Builder(const graph::Graph& graph, Executable& executable, const std::vector<std::vector<graph::TensorType>>& types,
-          const compile::Placement& placement)
-      : graph_(graph), executable_(executable), types_(types), placement_(placement) {}
+  Builder(const graph::Graph& graph, Executable& executable, const std::vector<std::vector<graph::TensorType>>& types)
+      : graph_(graph), executable_(executable), types_(types) {}
 
   // The value holding `output` on `device`, adding a copy step (reading the producer's value) when needed.
   std::size_t value_on(graph::Output output, device::Device* device) {
@@ -107,7 +106,7 @@ class Builder {
     return copy;
   }
 
-  std::size_t add_value(graph::Output output, device::Device* device, std::string suffix = {}) {
+  std::size_t add_value(graph::Output output, device::Device* device, const std::string& suffix = {}) {
     const graph::Node& node = graph_.node(output.node);
     const graph::TensorType& type =
         types_[static_cast<std::size_t>(output.node)][static_cast<std::size_t>(output.index)];
@@ -143,7 +142,6 @@ class Builder {
   const graph::Graph& graph_;
   Executable& executable_;
   const std::vector<std::vector<graph::TensorType>>& types_;
-  const compile::Placement& placement_;
   std::map<std::pair<graph::Output, device::Device*>, std::size_t> where_;
   std::map<graph::Output, device::Device*> home_;  // where each output is produced
 };
@@ -217,7 +215,7 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
   hoist_collectives(graph, schedule);
   const compile::Placement placement = compile::place(graph, schedule, placement_options);
   executable->placement_log = placement.log;
-  Builder builder(graph, *executable, types, placement);
+  Builder builder(graph, *executable, types);
   const graph::OpRegistry& registry = graph::OpRegistry::global();
 
   // Feeds first (they are copied in at the start of the step), variables bound, then the kernels in order.

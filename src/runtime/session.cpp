@@ -416,8 +416,7 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
                "', which is not among the feeds; declare its type in the feeds, or drop it from fed_on");
     }
     const bool known = device_name == state_->cpu->name() ||
-                       std::any_of(state_->devices.begin(), state_->devices.end(),
-                                   [&](const device::Device* device) { return device->name() == device_name; });
+                       std::ranges::find(state_->devices, device_name, &device::Device::name) != state_->devices.end();
     if (!known) {
       TP_THROW(InvalidArgument, "session", "plan: feed '", name, "' is declared on ", device_name,
                ", which is not a device of session '", options_.name, "'; name one of its devices");
