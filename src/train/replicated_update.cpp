@@ -28,7 +28,7 @@ std::map<DType, std::vector<std::vector<std::size_t>>> fill_buckets(const ModelS
   std::map<DType, std::vector<std::vector<std::size_t>>> buckets;
   std::map<DType, std::int64_t> filled;  // bytes of each dtype's last bucket
   for (std::size_t index = stage.parameters[0].size(); index-- > 0;) {
-    const graph::TensorType type = g.type_of(*stage.gradients[0][index]);
+    const graph::TensorType& type = g.type_of(*stage.gradients[0][index]);
     const auto bytes = static_cast<std::int64_t>(byte_size(type.shape(), type.dtype));
     std::vector<std::vector<std::size_t>>& list = buckets[type.dtype];
     if (list.empty() || filled[type.dtype] + bytes > spec.bucket_bytes) {
@@ -68,7 +68,7 @@ ReducedGradients all_reduce_buckets(const ModelSpec& spec, graph::Graph& g, std:
           const auto output = static_cast<int>(packed ? indices.size() * replicas + replica : replica);
           reduced[indices[position]].push_back({{all_reduce, output}, offset, !packed});
         }
-        const graph::TensorType type = g.type_of(*stage.gradients[0][indices[position]]);
+        const graph::TensorType& type = g.type_of(*stage.gradients[0][indices[position]]);
         offset += static_cast<std::int64_t>(type.shape().num_elements());
       }
     }
@@ -86,9 +86,9 @@ std::vector<std::optional<graph::Output>> update_factors(const std::vector<std::
     ReplicaBuilder builder = ReplicaBuilder::of(model.graph, devices, replica);
     std::optional<graph::Output> finite;
     std::set<graph::Output> checked;  // each reduced bucket once
-    for (std::size_t index = 0; index < reduced.size(); ++index) {
-      if (!checked.insert(reduced[index][replica].tensor).second) continue;
-      const graph::Output flag = builder.add("AllFinite", {reduced[index][replica].tensor}, {}, "loss_scale/AllFinite");
+    for (const auto& gradient : reduced) {
+      if (!checked.insert(gradient[replica].tensor).second) continue;
+      const graph::Output flag = builder.add("AllFinite", {gradient[replica].tensor}, {}, "loss_scale/AllFinite");
       finite = finite ? builder.add("Mul", {*finite, flag}, {}, "loss_scale/all_finite") : flag;
     }
     model.replicas[replica].all_finite = model.graph.node(finite->node).name;

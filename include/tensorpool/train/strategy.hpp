@@ -71,7 +71,7 @@ struct Strategy {
 
   static constexpr std::int64_t kDefaultBucketBytes = std::int64_t{25} << 20;
 
-  static Strategy one_device(std::string device = {}) {
+  static Strategy one_device(const std::string& device = {}) {
     return {Kind::one,
             device.empty() ? std::vector<std::string>{} : std::vector<std::string>{device},
             AllReduce::ring,

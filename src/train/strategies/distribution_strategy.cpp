@@ -41,7 +41,7 @@ std::vector<std::string> DistributionStrategy::listed_or_accelerators(device::De
   for (device::Device* device : manager.devices()) {
     if (device->kind() != device::DeviceKind::cpu) accelerators.push_back(device->name());
   }
-  if (accelerators.empty()) accelerators.push_back("cpu:0");
+  if (accelerators.empty()) accelerators.emplace_back("cpu:0");
   return accelerators;
 }
 
