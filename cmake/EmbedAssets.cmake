@@ -12,7 +12,9 @@ foreach(asset IN LISTS ASSETS)
   if(NOT clash EQUAL -1)
     message(FATAL_ERROR "${path} contains the raw-string delimiter )tp_asset\"")
   endif()
-  string(APPEND content "// ${path}\nstd::string_view ${name}() {\n  static constexpr std::string_view text = R\"tp_asset(${text})tp_asset\";\n  return text;\n}\n\n")
+  # Each function is declared right before its definition: the header its callers include declares it too,
+  # and -Wmissing-declarations wants a declaration in sight.
+  string(APPEND content "// ${path}\nstd::string_view ${name}();\nstd::string_view ${name}() {\n  static constexpr std::string_view text = R\"tp_asset(${text})tp_asset\";\n  return text;\n}\n\n")
 endforeach()
 string(APPEND content "}  // namespace ${NAMESPACE}\n")
 file(WRITE "${OUTPUT}.tmp" "${content}")

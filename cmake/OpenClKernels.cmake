@@ -35,6 +35,8 @@ namespace tp::backend::opencl {
 namespace programs {
 @TP_OPENCL_DECLARATIONS@}  // namespace programs
 
+// Declared in src/backend/opencl/opencl_context.hpp (not included here: it pulls in the OpenCL headers).
+const std::map<std::string_view, std::string_view>& program_sources();
 const std::map<std::string_view, std::string_view>& program_sources() {
   static const std::map<std::string_view, std::string_view> table{
 @TP_OPENCL_TABLE@  };

@@ -1,10 +1,27 @@
 # SPDX-License-Identifier: Apache-2.0
 # Warnings are errors on our code; sanitizers apply to every target we build (library, tests, tools).
+#
+# Beyond -Wall -Wextra: -Wconversion (a conversion that may change a value, -Wfloat-conversion included: a
+# narrowing the code means is a static_cast); casts written as C++ casts, nullptr for null, no cast dropping
+# const; duplicated conditions and branches, suspicious logical operators, stray semicolons; [[fallthrough]]
+# as the only way to fall through a case; every external function declared in a header first (or internal);
+# override stated; format strings checked.
+# Left out on purpose: -Wsign-conversion flags every signed std::int64_t index into a std::vector or
+# std::array (the tree counts elements in std::int64_t, as shapes do); -Wuseless-cast flags the
+# std::size_t <-> std::uint64_t casts that are needed where the two types differ; -Wdouble-promotion and
+# -Warith-conversion flag conversions that are exact.
 
 function(tp_apply_warnings target)
+  # GCC's names; clang knows these checks under other flags or not at all.
+  set(gcc_only "")
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    set(gcc_only -Wduplicated-cond -Wduplicated-branches -Wlogical-op -Wimplicit-fallthrough=5)
+  endif()
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
                                            -Wcast-align -Wunused -Woverloaded-virtual -Wnull-dereference
-                                           -Werror)
+                                           -Wconversion -Wold-style-cast -Wzero-as-null-pointer-constant
+                                           -Wcast-qual -Wextra-semi -Wmissing-declarations -Wredundant-decls
+                                           -Wsuggest-override -Wformat=2 ${gcc_only} -Werror)
 endfunction()
 
 # The linker. Every test executable links the whole static library, so a build links about a hundred large
