@@ -222,7 +222,7 @@ TEST(InterOpErrors, NegativeThreadCountsAreRefused) {
 TEST(StepDependencies, ArenaReuseFollowsEveryEarlierUserOfTheMemory) {
   device::DeviceManager manager(devices_with_streams(4), testing::kNoEnv);
   testing::MlpGraph mlp = build_mlp(kIn, kHidden, kClasses, "sim:0");
-  PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
+  compile::PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
   const std::map<std::string, graph::TensorType, std::less<>> feeds = {{"x", {DType::f32, {kRows, kIn}}},
                                                                        {"labels", {DType::i32, {kRows}}}};
   std::unique_ptr<Executable> executable = prepare(mlp.graph, feeds, {mlp.loss}, mlp.updates, placement);
@@ -289,7 +289,7 @@ TEST(StepDependencies, UpdatesOnDifferentDevicesDoNotWaitForEachOther) {
     g.mutable_node(update).device = device;
     updates.push_back(name + "/ApplyAdam");
   }
-  PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
+  compile::PlacementOptions placement{manager.devices(), &manager.device("sim:0"), true};
   std::unique_ptr<Executable> executable = prepare(g, feeds, {}, updates, placement);
   std::map<std::string, std::size_t> step_of;
   for (std::size_t index = 0; index < executable->steps.size(); ++index) {
