@@ -29,7 +29,7 @@ import sys
 
 CXX_SUFFIXES = {".cpp", ".hpp", ".h", ".cu", ".cuh"}
 SPDX_SUFFIXES = CXX_SUFFIXES | {".cl", ".py", ".cmake", ".sh", ".js", ".css"}
-SPDX_NAMES = {"CMakeLists.txt", "Makefile", "install-deps", "run"}
+SPDX_NAMES = {"CMakeLists.txt", "Makefile", "install-deps", "run", "run-clang-tidy"}
 SOURCE_FOLDERS = ("src", "include", "tests", "tools", "bench", "examples", "cmake", "scripts", ".ci", "python")
 SPDX_TAG = "SPDX-License-Identifier: Apache-2.0"
 SKIP = 77
