@@ -206,6 +206,7 @@ cl_program OpenClContext::program(std::string_view name) {
 #endif
 #endif
 #ifdef TP_OPENCL_LEAK_SUPPRESSIONS
+extern "C" const char* __lsan_default_suppressions();
 extern "C" const char* __lsan_default_suppressions() { return "leak:libpocl.so\nleak:libLLVM\nleak:libOpenCL.so\n"; }
 #endif
 
