@@ -20,6 +20,7 @@ Layers, low to high (a file may include its own layer and any lower one):
   9 distribute
  10 train
  11 tools          the CLI (tools/)
+ 11 python         the Python package's bindings (src/python/): a front end beside the CLI
 
 A file's layer is its folder: src/<layer>/..., include/tensorpool/<layer>/..., tools/...; an included file's
 layer is that of the file the include resolves to (next to the includer, then include/, then src/; a header
@@ -57,6 +58,7 @@ LAYERS = {
     "distribute": 9,
     "train": 10,
     "tools": 11,
+    "python": 11,
 }
 
 # What a backend may include besides its own folder (by layer), and the one ops header that is its seam.
