@@ -7,6 +7,7 @@ NB_MODULE(_tensorpool, module) {
   tp::python::bind_tensor(module);
   tp::python::bind_devices(module);
   tp::python::bind_data(module);
+  tp::python::bind_datasets(module);
   tp::python::bind_strategy(module);
   tp::python::bind_train(module);
   tp::python::bind_memory(module);
