@@ -270,3 +270,12 @@ def check_modifiable(what):
     "Visible" or "Virtual"."""
     if initialized():
         raise RuntimeError(f"{what} devices cannot be modified after being initialized")
+
+
+# The default simulated devices are given to the manager at import, so that even a path that builds the devices
+# without ensure_configured() gets the process's devices `tensorpool train` would. A bad TP_SIM_DEVICES or
+# TP_SIM_MEMORY must not break the import: the next call that needs the devices raises it, naming the variable.
+try:
+    _sim()
+except ValueError:
+    pass
