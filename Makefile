@@ -69,7 +69,7 @@ sanitize: deps
 	@cmake --build $(SANITIZE_DIR) -j $(JOBS)
 	@mkdir -p $(POCL_CACHE_DIR)
 	@cd $(SANITIZE_DIR) && POCL_CACHE_DIR=$(POCL_CACHE_DIR) ctest -j $(JOBS) \
-	  -L 'memory|core|device|arbiter|backend|ops|graph|compile|runtime|distribute|data|train|profile' --output-on-failure --timeout 900
+	  -L 'memory|core|device|arbiter|backend|ops|graph|compile|runtime|distribute|data|train|report|profile' --output-on-failure --timeout 900
 
 # The concurrency-heavy memory tests under ThreadSanitizer.
 TSAN_DIR ?= build-tsan

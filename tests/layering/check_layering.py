@@ -19,8 +19,10 @@ Layers, low to high (a file may include its own layer and any lower one):
   8 data
   9 distribute
  10 train
- 11 tools          the CLI (tools/)
- 11 python         the Python package's bindings (src/python/): a front end beside the CLI
+ 11 report         the memory reports over a trained model: the per-tensor estimate, the out-of-memory advice,
+                   the memory summary, the profiler's output files (shared by the CLI and the Python package)
+ 12 tools          the CLI (tools/)
+ 12 python         the Python package's bindings (src/python/): a front end beside the CLI
 
 A file's layer is its folder: src/<layer>/..., include/tensorpool/<layer>/..., tools/...; an included file's
 layer is that of the file the include resolves to (next to the includer, then include/, then src/; a header
@@ -57,8 +59,9 @@ LAYERS = {
     "data": 8,
     "distribute": 9,
     "train": 10,
-    "tools": 11,
-    "python": 11,
+    "report": 11,
+    "tools": 12,
+    "python": 12,
 }
 
 # What a backend may include besides its own folder (by layer), and the one ops header that is its seam.

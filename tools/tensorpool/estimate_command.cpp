@@ -7,11 +7,11 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "memory_estimate.hpp"
 #include "model_setup.hpp"
-#include "profile_output.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/report/memory_estimate.hpp"
+#include "tensorpool/report/profile_output.hpp"
 
 namespace tp::cli {
 namespace {
@@ -26,10 +26,10 @@ void run_estimate(const EstimateArguments& arguments) {
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
   // The parameter-server strategy plans its variables on --ps-device as well as the workers' steps. Batches
   // live where `train` assembles them: on a device with shared memory, its steps read them in place.
-  const std::vector<device::Device*> devices = named_devices(*setup.manager, setup.used_devices());
+  const std::vector<device::Device*> devices = report::named_devices(*setup.manager, setup.used_devices());
   const runtime::MemoryPlan plan =
       setup.distribution->plan(*model, arguments.model.batch_size, setup.batch_device().name());
-  const MemoryEstimate estimate = estimate_memory(plan, *model, devices, arguments.model.batch_size);
+  const report::MemoryEstimate estimate = report::estimate_memory(plan, *model, devices, arguments.model.batch_size);
   for (device::Device* device : devices) {
     if (device->memory().stats().num_allocs != 0) {  // the contract: an estimate touches no device memory
       TP_THROW(DeviceError, "estimate", "planning allocated on ", device->name(), "; this is a bug, please report it");
@@ -37,9 +37,9 @@ void run_estimate(const EstimateArguments& arguments) {
   }
   if (setup.distribution->replicates_across_processes() && distribute::mpi_world().rank != 0) return;
   if (arguments.json) {
-    std::cout << to_json(estimate).dump(2) << '\n';
+    std::cout << report::to_json(estimate).dump(2) << '\n';
   } else {
-    print_estimate(std::cout, estimate);
+    report::print_estimate(std::cout, estimate);
   }
 }
 

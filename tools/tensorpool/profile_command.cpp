@@ -14,16 +14,16 @@
 #include <random>
 
 #include "commands.hpp"
-#include "memory_estimate.hpp"
 #include "model_setup.hpp"
-#include "oom_advice.hpp"
 #include "output_paths.hpp"
-#include "profile_output.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
 #include "tensorpool/data/fashion_mnist.hpp"
 #include "tensorpool/profile/exporters.hpp"
+#include "tensorpool/report/memory_estimate.hpp"
+#include "tensorpool/report/oom_advice.hpp"
+#include "tensorpool/report/profile_output.hpp"
 #include "tensorpool/train/host_tensor.hpp"
 #include "tensorpool/train/parameter_server.hpp"
 #include "training_examples.hpp"
@@ -148,15 +148,17 @@ void run_profile(const ProfileArguments& arguments) {
   const ModelSetup setup = configure_model_devices(arguments.model, "profile");
   // The parameter-server strategy keeps its variables on --ps-device, beside the workers' devices.
   const std::vector<std::string> names = setup.used_devices();
-  const std::vector<device::Device*> run_devices = named_devices(*setup.manager, names);
-  std::unique_ptr<profile::MemoryProfiler> profiler = start_profiler(*setup.manager, names, true, arguments.max_events);
+  const std::vector<device::Device*> run_devices = report::named_devices(*setup.manager, names);
+  std::unique_ptr<profile::MemoryProfiler> profiler =
+      report::start_profiler(*setup.manager, names, true, arguments.max_events);
   std::unique_ptr<train::Sequential> model = build_mlp(arguments.model, setup);
   const bool own_loop = setup.distribution->runs_own_loop();
   // Batches live where `train` assembles them (ModelSetup::batch_device), so the profile measures its steps.
   device::Device& batches_on = setup.batch_device();
   const runtime::MemoryPlan plan = setup.distribution->plan(*model, arguments.model.batch_size, {});
-  set_planned_peaks(*profiler, plan);
-  const MemoryEstimate estimate = estimate_memory(plan, *model, run_devices, arguments.model.batch_size);
+  report::set_planned_peaks(*profiler, plan);
+  const report::MemoryEstimate estimate =
+      report::estimate_memory(plan, *model, run_devices, arguments.model.batch_size);
   try {
     if (own_loop) {  // the parameter server's asynchronous workers
       train::fit_parameter_server(*model, parameter_server_batches(arguments, setup.manager->device("cpu:0")),
@@ -172,24 +174,24 @@ void run_profile(const ProfileArguments& arguments) {
     if (!arguments.out.empty()) {  // the files, taken at the failure; a write error must not hide the OOM
       try {
         const std::string& device = error.report().device;
-        write_profile(arguments.out,
-                      profiler->snapshot(device.empty() ? "out of memory" : "out of memory on " + device));
+        report::write_profile(arguments.out,
+                              profiler->snapshot(device.empty() ? "out of memory" : "out of memory on " + device));
       } catch (const std::exception& writing) {
         std::cerr << "tensorpool: the profile was not written: " << writing.what() << '\n';
       }
     }
-    add_oom_advice(error, *model, run_devices, arguments.model.batch_size, batches_on.name());
+    report::add_oom_advice(error, *model, run_devices, arguments.model.batch_size, batches_on.name());
     throw;
   }
   const profile::MemorySnapshot snapshot = profiler->snapshot("after " + std::to_string(arguments.steps) + " steps");
   std::string summary;
   if (!arguments.out.empty()) {
-    summary = write_profile(arguments.out, snapshot);
+    summary = report::write_profile(arguments.out, snapshot);
   } else {
     for (const profile::DeviceSnapshot& device : snapshot.devices) summary += profile::summary_table(device);
   }
   nlohmann::json devices = nlohmann::json::array();
-  for (const DeviceEstimate& planned : estimate.devices) {
+  for (const report::DeviceEstimate& planned : estimate.devices) {
     for (const profile::DeviceSnapshot& device : snapshot.devices) {
       if (device.device != planned.device) continue;
       devices.push_back({{"device", device.device},

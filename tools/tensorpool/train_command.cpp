@@ -17,12 +17,9 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "memory_summary.hpp"
 #include "model_setup.hpp"
-#include "oom_advice.hpp"
 #include "option_checks.hpp"
 #include "output_paths.hpp"
-#include "profile_output.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/data/dataset.hpp"
@@ -31,6 +28,9 @@
 #include "tensorpool/distribute/mpi.hpp"
 #include "tensorpool/distribute/parameter_transport.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
+#include "tensorpool/report/memory_summary.hpp"
+#include "tensorpool/report/oom_advice.hpp"
+#include "tensorpool/report/profile_output.hpp"
 #include "tensorpool/train/fit.hpp"
 #include "tensorpool/train/history_logger.hpp"
 #include "tensorpool/train/parameter_server.hpp"
@@ -116,7 +116,8 @@ void run_train(const TrainArguments& arguments) {
     ~RestoreConsole() { std::cout.rdbuf(buffer); }
   } restore_console{console};
   device::DeviceManager& manager = *setup.manager;
-  std::unique_ptr<profile::MemoryProfiler> profiler = start_profiler(manager, names, !arguments.profile_dir.empty());
+  std::unique_ptr<profile::MemoryProfiler> profiler =
+      report::start_profiler(manager, names, !arguments.profile_dir.empty());
 
   const auto load_start = std::chrono::steady_clock::now();
   data::FashionMnist mnist = data::load_fashion_mnist(arguments.data);
@@ -139,7 +140,7 @@ void run_train(const TrainArguments& arguments) {
   // The parameter-server strategy: the variables on the parameter device, each worker's step on its device.
   // The plan knows where the batches live: fed in place there, they take no slot in the arena.
   const runtime::MemoryPlan plan = distribution.plan(model, flags.batch_size, staging.name());
-  if (profiler) set_planned_peaks(*profiler, plan);
+  if (profiler) report::set_planned_peaks(*profiler, plan);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
       "strategy on {}{}, precision {}\n",
@@ -174,8 +175,8 @@ void run_train(const TrainArguments& arguments) {
       return train::fit(model, train, options);
     } catch (OutOfMemoryError& error) {  // say which batch size fits, by the static plan
       if (profiler && !arguments.profile_dir.empty() && rank == 0)
-        write_profile_at_oom(arguments.profile_dir, *profiler, error.report().device);
-      add_oom_advice(error, model, named_devices(manager, names), flags.batch_size, staging.name());
+        report::write_profile_at_oom(arguments.profile_dir, *profiler, error.report().device);
+      report::add_oom_advice(error, model, report::named_devices(manager, names), flags.batch_size, staging.name());
       throw;
     }
   }();
@@ -203,9 +204,11 @@ void run_train(const TrainArguments& arguments) {
   if (const std::optional<train::LossScaleState> scale = model.loss_scale_state()) {
     std::cout << fmt::format("Loss scale {:g} ({} steps skipped on overflow)\n", scale->scale, scale->skipped_steps);
   }
-  nlohmann::json devices = memory_summary(manager, names, plan, model);
+  const std::vector<report::DeviceSummary> memory_report = report::memory_summary(manager, names, plan, model);
+  std::cout << report::summary_text(memory_report);
+  nlohmann::json devices = report::to_json(memory_report);
   if (profiler && !arguments.profile_dir.empty() && rank == 0) {
-    write_profile(arguments.profile_dir, profiler->snapshot("end of training"));
+    report::write_profile(arguments.profile_dir, profiler->snapshot("end of training"));
     std::cout << "Memory profile written to " << arguments.profile_dir << " (report.html, snapshot.json, trace.json)\n";
   }
   if (!arguments.summary_json.empty() && rank == 0) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The memory profiler as the CLI uses it (train --profile DIR, profile --out DIR): started over the run's
-// devices and cpu:0 (host staging of feeds and fetches lives there), and, at the end, its snapshot written as
+// The memory profiler as the CLI (train --profile DIR, profile --out DIR) and tensorpool.profiler.profile(DIR)
+// use it: started over the run's devices and cpu:0 (host staging of feeds and fetches lives there), and, at the
+// end, its snapshot written as
 // snapshot.json, trace.json (Chrome trace), one RMM trace per device for `tensorpool replay`
 // (trace-sim_0.csv...: a device's own events, so its replay reproduces that device's peak), report.html and
 // summary.txt (docs/profiling.md).
@@ -15,7 +16,7 @@
 #include "tensorpool/profile/memory_profiler.hpp"
 #include "tensorpool/runtime/memory_plan.hpp"
 
-namespace tp::cli {
+namespace tp::report {
 
 // A profiler over `names` and cpu:0 when `wanted` or TP_OOM_SNAPSHOT is set (so an out-of-memory snapshot can
 // be written), else null: recording stays off by default.
@@ -31,9 +32,9 @@ std::string trace_file_name(std::string device);
 // Writes the files into `directory` (created if missing); returns the summary text.
 std::string write_profile(const std::filesystem::path& directory, const profile::MemorySnapshot& snapshot);
 // After an out-of-memory error on `device` (empty when unknown): the five files, taken while everything that
-// was live at the failure is still live. Never throws: a write error is printed to stderr, so it cannot hide
+// was live at the failure is still live. Never throws: a write error is logged (TP_LOG), so it cannot hide
 // the out-of-memory error the caller is about to rethrow.
 void write_profile_at_oom(const std::filesystem::path& directory, const profile::MemoryProfiler& profiler,
                           const std::string& device) noexcept;
 
-}  // namespace tp::cli
+}  // namespace tp::report

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "oom_advice.hpp"
+#include "tensorpool/report/oom_advice.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 
 #include "tensorpool/core/units.hpp"
 
-namespace tp::cli {
+namespace tp::report {
 namespace {
 
 std::string allocator_text(const memory::MemoryConfig& config) {
@@ -220,4 +220,4 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
   error.amend([&advice](OutOfMemoryReport& report) { report.suggestion = advice; });
 }
 
-}  // namespace tp::cli
+}  // namespace tp::report

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The concrete fix for an out-of-memory error during training, from what the CLI knows about the workload.
+// The concrete fix for an out-of-memory error during training, from what the caller (the CLI's train and
+// profile, the Python package's fit) knows about the workload. The fixes are named as the CLI's flags.
 // "Fits" is decided the way the device decides it: the plan's allocations (variables, then the step's arena)
 // are replayed through a fresh stack of each device's memory configuration (same allocator, growth policy,
 // limit and rounding) over scratch simulated memory (memory_estimate.hpp); no planned-bytes margin is guessed.
@@ -9,16 +10,15 @@
 // requested batch fit (each replayed the same way), what the arena holds, and the optimizer state's share.
 // Written into the error's report (OutOfMemoryReport::suggestion), so what() says it.
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
-#include <string_view>
-#include "memory_estimate.hpp"
 #include "tensorpool/device/device.hpp"
-
 #include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/report/memory_estimate.hpp"
 #include "tensorpool/train/sequential.hpp"
 
-namespace tp::cli {
+namespace tp::report {
 
 // True when every allocation of a step at `batch_size` is served by every device's allocator (replayed with
 // `change` applied to its configuration). `batches_on` names the device the batches are assembled on
@@ -33,4 +33,4 @@ std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<d
 void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std::vector<device::Device*>& devices,
                     std::int64_t batch_size, std::string_view batches_on = {});
 
-}  // namespace tp::cli
+}  // namespace tp::report

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "memory_estimate.hpp"
+#include "tensorpool/report/memory_estimate.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
-namespace tp::cli {
+namespace tp::report {
 
 std::string shape_text(const std::vector<std::int64_t>& dims) {
   std::string text = "[";
@@ -200,4 +200,4 @@ void print_estimate(std::ostream& out, const MemoryEstimate& estimate) {
   }
 }
 
-}  // namespace tp::cli
+}  // namespace tp::report

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profile_output.hpp"
+#include "tensorpool/report/profile_output.hpp"
 
 #include <algorithm>
 #include <cstdlib>
-#include <iostream>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/memory/trace.hpp"
 #include "tensorpool/profile/exporters.hpp"
 
-namespace tp::cli {
+namespace tp::report {
 
 std::unique_ptr<profile::MemoryProfiler> start_profiler(device::DeviceManager& manager,
                                                         const std::vector<std::string>& names, bool wanted,
@@ -63,10 +63,10 @@ void write_profile_at_oom(const std::filesystem::path& directory, const profile:
                           const std::string& device) noexcept {
   try {
     write_profile(directory, profiler.snapshot(device.empty() ? "out of memory" : "out of memory on " + device));
-    std::cerr << "tensorpool: memory profile at the out-of-memory error written to " << directory.string() << '\n';
+    TP_LOG(info, "profile", "memory profile at the out-of-memory error written to ", directory.string());
   } catch (const std::exception& writing) {
-    std::cerr << "tensorpool: the profile was not written: " << writing.what() << '\n';
+    TP_LOG(error, "profile", "the profile was not written: ", writing.what());
   }
 }
 
-}  // namespace tp::cli
+}  // namespace tp::report

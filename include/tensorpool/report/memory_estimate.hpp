@@ -27,7 +27,7 @@
 #include "tensorpool/train/plan_bytes.hpp"
 #include "tensorpool/train/sequential.hpp"
 
-namespace tp::cli {
+namespace tp::report {
 
 struct EstimateRow {
   // placement: "variable" | "arena" | "in arena" | "in place" | "shared" (a fetched result in the device's
@@ -85,4 +85,4 @@ std::string shape_text(const std::vector<std::int64_t>& dims);
 std::string live_at_peak_text(const train::StepBytes& step, std::size_t arena_bytes);
 void print_estimate(std::ostream& out, const MemoryEstimate& estimate);
 
-}  // namespace tp::cli
+}  // namespace tp::report
