@@ -9,11 +9,16 @@
 #include <cstddef>
 #include <exception>
 #include <string>
+#include <vector>
+
+#include "python/errors.hpp"
 
 #include "python/bindings.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/memory/allocation_tag.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/report/oom_advice.hpp"
 
 namespace tp::python {
 namespace {
@@ -106,6 +111,24 @@ void translate(const std::exception_ptr& pending, void*) {
 }
 
 }  // namespace
+
+void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, std::int64_t batch_size,
+                    std::string_view batches_on) noexcept {
+  try {
+    device::DeviceManager* given = model.session().options().devices;
+    device::DeviceManager& manager = given != nullptr ? *given : device::DeviceManager::instance();
+    std::vector<device::Device*> devices;
+    for (const std::string& name : model.devices()) devices.push_back(&manager.device(name));
+    report::add_oom_advice(error, model, devices, batch_size, batches_on);
+  } catch (const std::exception& advising) {
+    try {
+      error.amend([&advising](OutOfMemoryReport& report) {
+        report.suggestion = std::string("(no advice: ") + advising.what() + ")";
+      });
+    } catch (...) {  // out of host memory as well: the error keeps its report without a suggestion
+    }
+  }
+}
 
 void bind_errors(nb::module_& module) {
   static_cast<void>(module);
