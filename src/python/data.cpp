@@ -1,8 +1,112 @@
 // SPDX-License-Identifier: Apache-2.0
+// _tensorpool.Dataset: tp::data::Dataset built from numpy arrays. tensorpool.data.Dataset (Python) wraps it with
+// TensorFlow's names; this file only converts arrays and forwards the pipeline settings.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+#include <span>
+
 #include "python/bindings.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/data/dataset.hpp"
 
 namespace tp::python {
+namespace {
 
-void bind_data(nb::module_& module) { static_cast<void>(module); }
+using HostArray = nb::ndarray<nb::numpy, nb::c_contig, nb::device::cpu>;
+
+template <typename T>
+data::IdxArray idx_of(const HostArray& array, std::vector<std::int64_t> dims) {
+  const std::span<const T> values(static_cast<const T*>(array.data()), array.size());
+  return data::IdxArray::of<T>(std::move(dims), values);
+}
+
+std::vector<std::int64_t> dims_of(const HostArray& array) {
+  std::vector<std::int64_t> dims;
+  for (std::size_t axis = 0; axis < array.ndim(); ++axis) dims.push_back(static_cast<std::int64_t>(array.shape(axis)));
+  return dims;
+}
+
+// Features: uint8 kept as bytes, float32 and float64 stored as float32 (converted once); at most 4 dimensions
+// (the IDX arrays' limit), the first counting examples. The Python side converts other dtypes first.
+data::IdxArray feature_array(const HostArray& features) {
+  if (features.ndim() < 1 || features.ndim() > 4) {
+    TP_THROW(InvalidArgument, "data", "Dataset: features have ", features.ndim(),
+             " dimensions; give 1 to 4 (examples first, e.g. (60000, 784))");
+  }
+  if (features.shape(0) == 0) TP_THROW(InvalidArgument, "data", "Dataset: features hold no examples");
+  const std::vector<std::int64_t> dims = dims_of(features);
+  if (features.dtype() == nb::dtype<std::uint8_t>()) return idx_of<std::uint8_t>(features, dims);
+  if (features.dtype() == nb::dtype<float>()) return idx_of<float>(features, dims);
+  if (features.dtype() == nb::dtype<double>()) return idx_of<double>(features, dims);
+  TP_THROW(InvalidArgument, "data", "Dataset: features must be uint8, float32 or float64");
+}
+
+data::IdxArray label_array(const HostArray& labels) {
+  if (labels.ndim() != 1) {
+    TP_THROW(InvalidArgument, "data", "Dataset: labels have ", labels.ndim(),
+             " dimensions; give one integer class label per example");
+  }
+  const std::vector<std::int64_t> dims = dims_of(labels);
+  if (labels.dtype() == nb::dtype<std::int32_t>()) return idx_of<std::int32_t>(labels, dims);
+  if (labels.dtype() == nb::dtype<std::uint8_t>()) return idx_of<std::uint8_t>(labels, dims);
+  TP_THROW(InvalidArgument, "data", "Dataset: labels must be int32 or uint8");
+}
+
+// A numpy array that owns `values`.
+template <typename T>
+nb::object to_numpy(std::vector<T> values, const std::vector<std::int64_t>& dims) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* pointer) noexcept { delete static_cast<std::vector<T>*>(pointer); });
+  std::vector<std::size_t> shape(dims.begin(), dims.end());
+  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner));
+}
+
+// Epoch `epoch`'s batches as (features float32, labels int32) numpy pairs, copied off the staging memory.
+nb::list epoch_batches(const data::Dataset& dataset, std::int64_t epoch) {
+  std::vector<data::Batch> batches;
+  {
+    nb::gil_scoped_release release;
+    data::BatchIterator iterator = dataset.epoch(epoch);
+    while (std::optional<data::Batch> batch = iterator.next()) batches.push_back(std::move(*batch));
+  }
+  nb::list result;
+  for (const data::Batch& batch : batches) {
+    result.append(nb::make_tuple(to_numpy(batch.features.to_vector<float>(), batch.features.shape().dims()),
+                                 to_numpy(batch.labels.to_vector<std::int32_t>(), batch.labels.shape().dims())));
+  }
+  return result;
+}
+
+}  // namespace
+
+void bind_data(nb::module_& module) {
+  nb::class_<data::Dataset>(module, "Dataset",
+                            "tp::data::Dataset: examples in host memory and their pipeline (shuffle, batch, prefetch)")
+      .def_static(
+          "from_numpy",
+          [](const HostArray& features, const HostArray& labels) {
+            data::IdxArray feature_values = feature_array(features);
+            data::IdxArray label_values = label_array(labels);
+            nb::gil_scoped_release release;
+            return data::Dataset::from_arrays(std::move(feature_values), std::move(label_values));
+          },
+          nb::arg("features"), nb::arg("labels"))
+      .def("shuffle", &data::Dataset::shuffle, nb::arg("seed"))
+      .def("batch", &data::Dataset::batch, nb::arg("size"), nb::arg("drop_remainder") = false)
+      .def("prefetch", &data::Dataset::prefetch, nb::arg("depth"))
+      .def_prop_ro("size", &data::Dataset::size)
+      .def_prop_ro("batches_per_epoch", &data::Dataset::batches_per_epoch)
+      .def_prop_ro("example_dims", &data::Dataset::example_dims)
+      .def_prop_ro("batch_size", [](const data::Dataset& dataset) { return dataset.settings().batch_size; })
+      .def_prop_ro("drop_remainder", [](const data::Dataset& dataset) { return dataset.settings().drop_remainder; })
+      .def_prop_ro("shuffle_seed", [](const data::Dataset& dataset) { return dataset.settings().shuffle_seed; })
+      .def_prop_ro("prefetch_depth", [](const data::Dataset& dataset) { return dataset.settings().prefetch_depth; })
+      .def("epoch_order", &data::Dataset::epoch_order, nb::arg("epoch"))
+      .def("epoch_batches", &epoch_batches, nb::arg("epoch") = 0);
+}
 
 }  // namespace tp::python
