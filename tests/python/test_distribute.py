@@ -1,0 +1,223 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tf.distribute: the strategies' devices and native descriptions, scopes, and their errors.
+
+The in-process tests use the default devices (cpu:0, sim:0, sim:1, and any opencl device) and change no
+configuration; those that need another configuration run in a fresh interpreter (test_config.run_checks).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import tensorpool as tf
+from tensorpool import _tensorpool
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_config import run_checks  # noqa: E402
+
+if os.environ.get("TP_SIM_DEVICES") is not None or os.environ.get("TP_VISIBLE_DEVICES") is not None:
+    pytest.skip("these tests assume the default devices (TP_SIM_DEVICES and TP_VISIBLE_DEVICES unset)",
+                allow_module_level=True)
+
+
+def test_mirrored_strategy_defaults_to_the_sim_devices():
+    strategy = tf.distribute.MirroredStrategy()
+    assert strategy.tp_devices == ["sim:0", "sim:1"]
+    assert strategy.num_replicas_in_sync == 2
+    native = strategy._native()
+    assert isinstance(native, _tensorpool.Strategy)
+    assert native.kind == _tensorpool.Strategy.Kind.mirrored
+    assert native.devices == ["sim:0", "sim:1"]
+    assert native.all_reduce == _tensorpool.AllReduce.ring
+    assert native.shard == _tensorpool.Shard.none
+    assert native.bucket_bytes == 25 << 20
+    assert native.name == "mirrored"
+
+
+def test_mirrored_strategy_takes_tensorflow_names_and_options():
+    strategy = tf.distribute.MirroredStrategy(
+        ["/job:localhost/replica:0/task:0/device:SIM:1", "/gpu:0"],
+        cross_device_ops=tf.distribute.ReductionToOneDevice(),
+        shard="optimizer",
+        bucket_bytes=1 << 20,
+    )
+    native = strategy._native()
+    assert native.devices == ["sim:1", "sim:0"]
+    assert native.all_reduce == _tensorpool.AllReduce.reduce_to_one
+    assert native.shard == _tensorpool.Shard.optimizer
+    assert native.bucket_bytes == 1 << 20
+    logical = tf.config.list_logical_devices("SIM")
+    assert tf.distribute.MirroredStrategy(logical).tp_devices == ["sim:0", "sim:1"]
+    assert tf.distribute.MirroredStrategy("cpu:0").num_replicas_in_sync == 1
+    ring = tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
+    assert ring._native().all_reduce == _tensorpool.AllReduce.ring
+
+
+@pytest.mark.parametrize(
+    "arguments, error_type, text",
+    [
+        ((["sim:0", "/device:SIM:0"],), ValueError, "listed twice"),
+        ((["sim:9"],), ValueError, "'sim:9' (sim:9) does not exist: this process has cpu:0, sim:0, sim:1"),
+        ((["sim:9"],), ValueError, "set TP_SIM_DEVICES=10"),
+        ((["cuda:0"],), ValueError, "no CUDA backend"),
+        ((["tpu:0"],), ValueError, "is not a device name"),
+        (([],), ValueError, "the list is empty"),
+        ((None, "ring"), TypeError, "cross_device_ops must be a tf.distribute.CrossDeviceOps"),
+        (([3],), TypeError, "device must be a device name"),
+    ],
+)
+def test_mirrored_strategy_refuses_bad_devices(arguments, error_type, text):
+    with pytest.raises(error_type) as error:
+        tf.distribute.MirroredStrategy(*arguments)
+    assert text in str(error.value)
+
+
+def test_bad_shard_and_bucket_raise_value_error():
+    with pytest.raises(ValueError, match="zero"):
+        tf.distribute.MirroredStrategy(shard="zero")
+    with pytest.raises(ValueError, match="bucket_bytes = 0"):
+        tf.distribute.MirroredStrategy(bucket_bytes=0)
+    with pytest.raises(ValueError, match="bogus"):
+        _tensorpool.Strategy.mirrored(["sim:0"], "bogus")  # the C++ check, as InvalidArgumentError
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _tensorpool.parse_shard("zero")
+
+
+def test_one_device_strategy():
+    strategy = tf.distribute.OneDeviceStrategy("GPU:1")
+    assert strategy.tp_devices == ["sim:1"]
+    assert strategy.num_replicas_in_sync == 1
+    native = strategy._native()
+    assert native.kind == _tensorpool.Strategy.Kind.one
+    assert native.devices == ["sim:1"]
+    assert tf.distribute.OneDeviceStrategy("/cpu:0")._native().devices == ["cpu:0"]
+    with pytest.raises(ValueError, match="sim:2"):
+        tf.distribute.OneDeviceStrategy("sim:2")
+
+
+def test_multi_worker_strategy_without_mpirun_is_one_worker():
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    assert strategy.tp_devices == ["sim:0"]
+    assert strategy.num_replicas_in_sync == (_tensorpool.launcher_world_size() or 1)
+    native = strategy._native()
+    assert native.kind == _tensorpool.Strategy.Kind.multi_worker
+    assert native.all_reduce == _tensorpool.AllReduce.mpi
+    assert native.devices == ["sim:0"]
+    assert tf.distribute.MultiWorkerMirroredStrategy(devices=["sim:0", "sim:1"]).tp_devices == ["sim:0", "sim:1"]
+    with pytest.raises(ValueError, match="mpirun"):
+        tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=object())
+
+
+def test_parameter_server_strategy():
+    strategy = tf.distribute.experimental.ParameterServerStrategy()
+    assert strategy.tp_devices == ["sim:0", "sim:1"]
+    assert strategy.parameter_device == "cpu:0"
+    assert strategy.num_replicas_in_sync == 1
+    native = strategy._native()
+    assert native.kind == _tensorpool.Strategy.Kind.parameter_server
+    assert native.devices == ["sim:0", "sim:1"]
+    assert native.parameter_device == "cpu:0"
+    assert native.max_staleness is None
+    assert native.all_reduce == _tensorpool.AllReduce.none
+    bounded = tf.distribute.experimental.ParameterServerStrategy(
+        workers=["sim:1"], parameter_device="/device:SIM:0", max_staleness=2
+    )._native()
+    assert (bounded.devices, bounded.parameter_device, bounded.max_staleness) == (["sim:1"], "sim:0", 2)
+    with pytest.raises(ValueError, match="max_staleness = -1"):
+        tf.distribute.experimental.ParameterServerStrategy(max_staleness=-1)
+    with pytest.raises(ValueError, match="parameter_device 'sim:7'"):
+        tf.distribute.experimental.ParameterServerStrategy(parameter_device="sim:7")
+    with pytest.raises(ValueError, match="cluster_resolver"):
+        tf.distribute.experimental.ParameterServerStrategy(object())
+
+
+def test_native_strategy_constructors():
+    native = _tensorpool.Strategy.parameter_server(["sim:0"], "cpu:0", 3)
+    assert (native.devices, native.parameter_device, native.max_staleness) == (["sim:0"], "cpu:0", 3)
+    native.bucket_bytes = 1024
+    assert native.bucket_bytes == 1024
+    assert _tensorpool.Strategy.one_device().devices == []
+    gradients = _tensorpool.Shard.gradients
+    assert _tensorpool.Strategy.multi_worker(["sim:0"], gradients).shard == gradients
+    assert "kind=parameter_server" in repr(native)
+
+
+def test_get_strategy_and_scopes():
+    default = tf.distribute.get_strategy()
+    assert not tf.distribute.has_strategy()
+    assert default.num_replicas_in_sync == 1
+    assert default._native().kind == _tensorpool.Strategy.Kind.one
+    assert default.tp_devices == ["sim:0"]
+    mirrored = tf.distribute.MirroredStrategy()
+    other = tf.distribute.OneDeviceStrategy("sim:0")
+    with mirrored.scope() as entered:
+        assert entered is mirrored
+        assert tf.distribute.get_strategy() is mirrored
+        assert tf.distribute.has_strategy()
+        with mirrored.scope():  # the same strategy nests
+            assert tf.distribute.get_strategy() is mirrored
+        with tf.distribute.get_strategy().scope():
+            assert tf.distribute.get_strategy() is mirrored
+        with default.scope():  # the default's scope inside another is that one's (TensorFlow's rule)
+            assert tf.distribute.get_strategy() is mirrored
+        with pytest.raises(ValueError, match="Mixing different tf.distribute.Strategy objects"):
+            with other.scope():
+                pass
+        assert tf.distribute.get_strategy() is mirrored  # the refused scope left the stack as it was
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(tf.distribute.get_strategy()))
+        thread.start()
+        thread.join()
+        assert seen == [default]  # scopes are per thread
+    assert tf.distribute.get_strategy() is default
+    assert not tf.distribute.has_strategy()
+    with other.scope():
+        assert tf.distribute.get_strategy() is other
+    with pytest.raises(RuntimeError):
+        with mirrored.scope():
+            raise RuntimeError("the scope is left on an exception")
+    assert tf.distribute.get_strategy() is default
+
+
+def test_a_strategy_initialises_the_devices():
+    run_checks(
+        """
+        gpus = tf.config.list_physical_devices("GPU")
+        tf.config.experimental.set_memory_growth(gpus[0], False)
+        strategy = tf.distribute.MirroredStrategy()
+        try:
+            tf.config.experimental.set_memory_growth(gpus[0], True)
+            raise AssertionError("changed growth after a strategy initialised the devices")
+        except RuntimeError as error:
+            assert "Physical devices cannot be modified after being initialized" in str(error)
+        """
+    )
+    run_checks(
+        """
+        tf.config.set_visible_devices([], "GPU")  # no accelerator: the strategies fall back to cpu:0
+        assert tf.distribute.MirroredStrategy().tp_devices == ["cpu:0"]
+        assert tf.distribute.MultiWorkerMirroredStrategy().tp_devices == ["cpu:0"]
+        assert tf.distribute.get_strategy().tp_devices == ["cpu:0"]
+        """
+    )
+    run_checks(
+        """
+        assert tf.distribute.MirroredStrategy().tp_devices == ["sim:0", "sim:1", "sim:2"]
+        assert tf.distribute.MirroredStrategy().num_replicas_in_sync == 3
+        """,
+        TP_SIM_DEVICES="3",
+    )
+
+
+@pytest.mark.parametrize("module", ["tensorpool.distribute", "tensorpool.distribute.experimental"])
+def test_public_names_exist(module):
+    import importlib
+
+    loaded = importlib.import_module(module)
+    for name in loaded.__all__:
+        assert hasattr(loaded, name), f"{module}.{name}"
