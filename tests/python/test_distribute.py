@@ -214,6 +214,58 @@ def test_a_strategy_initialises_the_devices():
     )
 
 
+_FIT_SCRIPT = """
+import sys
+import numpy as np
+import tensorpool as tf
+if sys.argv[1] == "multi_worker":
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()  # one device per worker: sim:0
+else:
+    strategy = tf.distribute.MirroredStrategy(["sim:0", "sim:1"])
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
+                                 tf.keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+rng = np.random.default_rng(0)
+x = rng.standard_normal((256, 8)).astype(np.float32)
+y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+rank, size = tf._tensorpool.mpi_world() if sys.argv[1] == "multi_worker" else (0, 1)
+weights = float(sum(np.abs(w).sum() for w in model.get_weights()))
+print("RESULT", rank, size, strategy.num_replicas_in_sync, *history.history["loss"], weights, flush=True)
+"""
+
+
+def test_multi_worker_fit_under_mpirun_matches_mirrored(tmp_path):
+    """Two workers of one device each train as one mirrored model over two devices: the same global batches,
+    the gradients summed over the workers, so the same losses and weights on every rank."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (scripts/install-deps installs Open MPI)")
+    if not _tensorpool.mpi_built():
+        pytest.skip("tensorpool was built without MPI")
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT_SCRIPT)
+    environment = dict(os.environ, TP_OPENCL_DEVICES="0", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    for variable in ("TP_SIM_DEVICES", "TP_VISIBLE_DEVICES", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        environment.pop(variable, None)
+
+    def results(command):
+        done = subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
+        rows = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT")]
+        return sorted([int(v) for v in row[:3]] + [float(v) for v in row[3:]] for row in rows)
+
+    workers = results([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, str(script),
+                       "multi_worker"])
+    (mirrored,) = results([sys.executable, str(script), "mirrored"])
+    assert [row[:3] for row in workers] == [[0, 2, 2], [1, 2, 2]], workers
+    assert mirrored[2] == 2
+    for row in workers:
+        assert row[3:] == pytest.approx(mirrored[3:], rel=1e-5), (workers, mirrored)
+
+
 @pytest.mark.parametrize("module", ["tensorpool.distribute", "tensorpool.distribute.experimental"])
 def test_public_names_exist(module):
     import importlib
