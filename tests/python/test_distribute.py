@@ -214,6 +214,32 @@ def test_a_strategy_initialises_the_devices():
     )
 
 
+def test_strategies_place_and_train_a_model():
+    run_checks(
+        """
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((256, 8)).astype(np.float32)
+        y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+
+        def fit(strategy):
+            with strategy.scope():
+                model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
+                                             tf.keras.layers.Dense(3, activation="softmax")])
+                model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+            return model, model.fit(x, y, batch_size=32, epochs=3, verbose=0).history["loss"]
+
+        info = tf.config.experimental.get_memory_info
+        model, losses = fit(tf.distribute.OneDeviceStrategy("GPU:1"))
+        assert losses[-1] < losses[0], losses
+        assert info("sim:1")["current"] > 0 and info("sim:0")["peak"] == 0, (info("sim:0"), info("sim:1"))
+        del model
+        model, losses = fit(tf.distribute.experimental.ParameterServerStrategy(max_staleness=1))
+        assert losses[-1] < losses[0], losses
+        assert info("sim:0")["peak"] > 0  # a worker's replica ran there
+        """
+    )
+
+
 _FIT_SCRIPT = """
 import sys
 import numpy as np
