@@ -45,6 +45,11 @@ def _format_bytes(count):
     return f"{count} B"
 
 
+def _native_name(index):
+    """The runtime's name of the model's index-th Dense layer."""
+    return "dense" if index == 0 else f"dense_{index}"
+
+
 class Sequential:
     """Sequential([Input(shape=(784,)) or Dense(..., input_shape=(784,)), Dense(...), ...])."""
 
@@ -161,7 +166,9 @@ class Sequential:
         native_strategy = None if strategy is None else strategy._native()
         native = _tensorpool.Sequential(list(self._input.input_shape))
         for layer in self._dense:
-            native.add_dense(layer.units, layer.activation, layer.use_bias, layer.name, layer.dtype_policy.name)
+            # The runtime's names are positional ("dense", "dense_1", ... as model_graph names unnamed layers),
+            # so checkpoints and saved weights fit any model of the same layers, whatever its Python names.
+            native.add_dense(layer.units, layer.activation, layer.use_bias, "", layer.dtype_policy.name)
         opt = getattr(_optimizers, {"adam": "Adam", "sgd": "SGD"}[self._compiled["optimizer"]["name"]])(
             **self._compiled["optimizer"]["config"]
         )
@@ -179,9 +186,22 @@ class Sequential:
         if self._native is None:
             raise RuntimeError(f"{where}: you must compile your model before using it (call model.compile())")
 
+    def _variables_exist(self):
+        try:
+            self._require_variables("")
+            return True
+        except ValueError:
+            return False
+
     def _require_variables(self, where):
         self._require_compiled(where)
         if not self._has_variables:
+            try:  # a fit that ended in an exception (or is running this callback) may have created them
+                self._native.variables()
+                self._has_variables = True
+                return
+            except ValueError:
+                pass
             raise ValueError(
                 f"{where}: the model has no variables yet: the runtime creates them (and the optimizer's state) at "
                 "the first training step; call fit() (or load_weights()) first"
@@ -279,8 +299,18 @@ class Sequential:
             x, y, validation_data = x[:split], y[:split], (x[split:], y[split:])
         if shuffle not in (True, False):
             raise ValueError(f"fit: shuffle {shuffle!r} must be True or False")
-        # The CLI shuffles with its --seed: the first fit visits the order `tensorpool train` does.
-        seed = self._compiled["seed"] + self._fits if shuffle else None
+        callback_list = list(callbacks or [])
+        for callback in callback_list:
+            if not isinstance(callback, _callbacks.Callback):
+                raise TypeError(f"fit: callbacks must be keras Callback objects, not {type(callback).__name__}")
+        backups = [c for c in callback_list if isinstance(c, _callbacks.BackupAndRestore)]
+        if len(backups) > 1:
+            raise ValueError("fit: give at most one BackupAndRestore")
+        # The CLI shuffles with its --seed: the first fit visits the order `tensorpool train` does, later ones
+        # new orders. A run that resumes from a backup visits the order its checkpoint was taken in.
+        seed = None
+        if shuffle:
+            seed = self._compiled["seed"] + (0 if backups else self._fits)
         train = self._dataset(x, y, batch_size, "fit", shuffle_seed=seed)
         validation = None
         if validation_data is not None:
@@ -291,13 +321,6 @@ class Sequential:
                                            "fit: validation_data")
             else:
                 raise ValueError("fit: validation_data must be (x_val, y_val) or a batched Dataset")
-        callback_list = list(callbacks or [])
-        for callback in callback_list:
-            if not isinstance(callback, _callbacks.Callback):
-                raise TypeError(f"fit: callbacks must be keras Callback objects, not {type(callback).__name__}")
-        backups = [c for c in callback_list if isinstance(c, _callbacks.BackupAndRestore)]
-        if len(backups) > 1:
-            raise ValueError("fit: give at most one BackupAndRestore")
         history = _callbacks.History()
         params = {"verbose": verbose, "epochs": epochs, "steps": train.batches_per_epoch}
         dispatcher = _callbacks._Dispatcher(callback_list + [history], self, params, self._metric_key, verbose)
@@ -382,10 +405,10 @@ class Sequential:
         self._require_variables("get_weights")
         values = dict(self._native.variables())
         weights = []
-        for layer in self._dense:
-            weights.append(values[f"{layer.name}/kernel"])
+        for index, layer in enumerate(self._dense):
+            weights.append(values[f"{_native_name(index)}/kernel"])
             if layer.use_bias:
-                weights.append(values[f"{layer.name}/bias"])
+                weights.append(values[f"{_native_name(index)}/bias"])
         return weights
 
     def summary(self, line_length=None, print_fn=None):
@@ -411,8 +434,8 @@ class Sequential:
         lines.append(f"Total params: {total} ({_format_bytes(total * 4)})")
         lines.append(f"Trainable params: {total} ({_format_bytes(total * 4)})")
         lines.append("Non-trainable params: 0 (0 B)")
-        if self._native is not None and self._has_variables:
-            names = {f"{layer.name}/{part}" for layer in self._dense for part in ("kernel", "bias")}
+        if self._native is not None and self._variables_exist():
+            names = {f"{_native_name(index)}/{part}" for index in range(len(self._dense)) for part in ("kernel", "bias")}
             state = sum(value.nbytes for name, value in self._native.variables() if name not in names)
             lines.append(f"Optimizer state: {_format_bytes(state)} (per replica, on {', '.join(self._native.devices)})")
         lines.append(rule)
