@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 
-from tensorpool import _tensorpool
+from tensorpool import _runtime, _tensorpool
 
 __all__ = ["Dataset", "AUTOTUNE", "experimental"]
 
@@ -129,6 +129,7 @@ class Dataset:
     def __iter__(self):
         """One epoch's elements as numpy (features float32, labels int32): batches, or single examples when
         unbatched. Each iteration is the next epoch (a shuffled dataset visits a new order)."""
+        _runtime.ensure_configured()  # batches are staged on cpu:0: the devices get built now
         epoch = self._epochs_iterated
         self._epochs_iterated += 1
         for features, labels in self._dataset.epoch_batches(epoch):
