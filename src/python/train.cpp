@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "python/bindings.hpp"
+#include "python/errors.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/data/dataset.hpp"
 #include "tensorpool/device/device_manager.hpp"
@@ -168,6 +169,9 @@ nb::dict fit(train::Sequential& model, const data::Dataset& train, std::int64_t 
       result = train::fit(model, train_batches, options);
     } catch (const StopTraining&) {
       stopped = true;
+    } catch (OutOfMemoryError& error) {  // the fix `tensorpool train` suggests, in the error (errors.hpp)
+      add_oom_advice(error, model, train.settings().batch_size, staging.name());
+      throw;
     }
   }
   nb::dict out;
