@@ -10,12 +10,11 @@ Fashion-MNIST (the Debian package dataset-fashion-mnist) in place of MNIST; then
 
 import os
 
-import tensorpool as tf
-
 EPOCHS = int(os.environ.get("SEED_EPOCHS", "5"))
 LIMIT = int(os.environ.get("SEED_LIMIT", "0")) or None  # train and evaluate on the first LIMIT examples
-UNDER_MPIRUN = "OMPI_COMM_WORLD_SIZE" in os.environ
+UNDER_MPIRUN = "OMPI_COMM_WORLD_SIZE" in os.environ  # launched by Open MPI's mpirun
 
+import tensorpool as tf  # noqa: E402  (the seed's program starts here)
 strategy = tf.distribute.MultiWorkerMirroredStrategy() if UNDER_MPIRUN else tf.distribute.MirroredStrategy()
 with strategy.scope():
     model = tf.keras.models.Sequential([

@@ -9,6 +9,9 @@ so a block nobody runs cannot be added silently):
         file or a contiguous run of its lines (compared after removing the common indentation). CMake builds
         every examples/*.cpp (tests/CMakeLists.txt) and ctest runs each one (`docs.example.NAME`) in a fresh
         directory; an example file no block quotes fails too. `docs.fences` checks the quoting.
+  python  As cpp, for Python example programs: the first line is `# examples/NAME.py`, the rest a contiguous
+        run of that file. tests/python/ runs each one (test_seed_example.py runs examples/seed_keras_mlp.py);
+        an examples/*.py file no block quotes fails `docs.fences` too.
   sh    Run by bash (`set -euo pipefail`) from a scratch copy of the repository root (`docs.sh.FILE`), with
         sizes reduced so a block runs in seconds:
           build/bin/tensorpool   a shim runs the real CLI with `train` capped at --epochs 1,
@@ -26,7 +29,11 @@ so a block nobody runs cannot be added silently):
           cmake ...              checked, not run: each --target must be a target of the build, each -DNAME a
                                  cache entry of it;
           bench/peers/*.py       need PyTorch and a peer outside this repository: each --flag the block passes
-                                 must appear in the script's --help.
+                                 must appear in the script's --help;
+          pip install .          checked, not run (it builds the library and the extension: minutes):
+                                 pyproject.toml must build with scikit-build-core;
+          python3 examples/*.py  (or python) runs the example with the build's package (build/python) at
+                                 SEED_EPOCHS=1 and SEED_LIMIT=640; any other python3 command runs as written.
         mpirun and every other command run as written.
   text  Program output, formats and synopses: not run.
 
@@ -47,7 +54,11 @@ import tempfile
 import textwrap
 import time
 
-LANGUAGES = {"cpp", "sh", "text"}
+LANGUAGES = {"cpp", "python", "sh", "text"}
+# The comment that names the example a quoted block comes from, by fence language.
+EXAMPLE_HEADER = {"cpp": r"^//\s*(examples/[\w-]+\.cpp)\b", "python": r"^#\s*(examples/[\w-]+\.py)\b"}
+# Environment of the examples a sh block runs with python3: a quick run.
+PYTHON_EXAMPLE_ENV = {"SEED_EPOCHS": "1", "SEED_LIMIT": "640"}
 SKIPPED = 77  # ctest SKIP_RETURN_CODE
 
 # Benchmark binary -> {flag: value (None for a bare flag)}: each replaces the block's value or is added.
@@ -127,12 +138,13 @@ def check_fences(root):
                 failures.append(f"{where}: fence language {language!r} is not one of {sorted(LANGUAGES)}: tag "
                                 "program output, formats and synopses `text`, commands `sh`, C++ `cpp`")
                 continue
-            if language != "cpp":
+            if language not in EXAMPLE_HEADER:
                 continue
-            named = re.match(r"^//\s*(examples/[\w-]+\.cpp)\b", body[0]) if body else None
+            named = re.match(EXAMPLE_HEADER[language], body[0]) if body else None
             if not named:
-                failures.append(f"{where}: a cpp block starts with `// examples/NAME.cpp`, the program it is "
-                                "taken from (the test builds and runs that file)")
+                header = "// examples/NAME.cpp" if language == "cpp" else "# examples/NAME.py"
+                failures.append(f"{where}: a {language} block starts with `{header}`, the program it is "
+                                "taken from (the tests run that file)")
                 continue
             example = os.path.join(root, named.group(1))
             if not os.path.isfile(example):
@@ -146,7 +158,7 @@ def check_fences(root):
     examples = os.path.join(root, "examples")
     for name in sorted(os.listdir(examples)) if os.path.isdir(examples) else []:
         path = os.path.realpath(os.path.join(examples, name))
-        if name.endswith(".cpp") and path not in quoted:
+        if name.endswith((".cpp", ".py")) and path not in quoted:
             failures.append(f"examples/{name}: no block of README.md or docs/*.md quotes it; quote it or remove it")
     print("fenced blocks: " + ", ".join(f"{count} {language or 'untagged'}" for language, count in sorted(counts.items())))
     for failure in failures:
@@ -212,6 +224,11 @@ def sandbox(root, build, scratch, text):
     os.makedirs(tools)
     shim(os.path.join(tools, "make"), "make:" + root)
     shim(os.path.join(tools, "cmake"), "cmake:" + build)
+    if re.search(r"\bpip3? install\b|\bpython3? (-m pip|examples/)", text):
+        shim(os.path.join(tools, "pip"), "pip:" + root)
+        shim(os.path.join(tools, "pip3"), "pip:" + root)
+        shim(os.path.join(tools, "python"), "python:" + build)
+        shim(os.path.join(tools, "python3"), "python:" + build)
     os.makedirs(os.path.join(scratch, "tmp"))
     return work, tools
 
@@ -369,7 +386,43 @@ def run_shim(kind, arguments):
             sys.exit(f"[docs] {os.path.basename(target)}: no option {', '.join(unknown)} in its --help")
         print(f"[docs] {os.path.basename(target)}: options {' '.join(flags)} exist (needs PyTorch; not run)")
         return 0
+    if name == "pip":
+        return check_pip(target, arguments)
+    if name == "python":
+        return run_python(target, arguments)
     sys.exit(f"[docs] unknown shim {kind}")
+
+
+def check_pip(root, arguments):
+    """`pip install .` from the checkout: checked (pyproject.toml builds with scikit-build-core), not run."""
+    if arguments[:1] != ["install"] or arguments[-1:] != ["."]:
+        sys.exit(f"[docs] pip {shlex.join(arguments)}: the doc test knows `pip install .` only; teach check_docs.py")
+    pyproject = os.path.join(os.getcwd(), "pyproject.toml")
+    text = open(pyproject, encoding="utf-8").read() if os.path.exists(pyproject) else ""
+    if 'build-backend = "scikit_build_core.build"' not in text:
+        sys.exit(f"[docs] pip install .: {pyproject} does not build with scikit-build-core")
+    print("[docs] pip install .: pyproject.toml builds with scikit-build-core (not run by the doc test)")
+    return 0
+
+
+def run_python(build, arguments):
+    """python3 examples/NAME.py: run with the build's package, shortened; pip through -m: as the pip shim."""
+    if arguments[:2] == ["-m", "pip"]:
+        return check_pip(None, arguments[2:])
+    real = shutil.which("python3", path=os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if not p.endswith("shims"))) or sys.executable
+    if arguments and re.match(r"^examples/[\w-]+\.py$", arguments[0]):
+        venv = os.path.join(build, "python-venv", "bin", "python")
+        package = os.path.join(build, "python")
+        if not os.path.isdir(os.path.join(package, "tensorpool")):
+            print(f"[docs] python3 {arguments[0]}: not run, this build has no Python package ({package})")
+            return 0
+        environment = dict(os.environ, PYTHONPATH=package, **PYTHON_EXAMPLE_ENV)
+        interpreter = venv if os.access(venv, os.X_OK) else real
+        print(f"[docs] {' '.join(f'{k}={v}' for k, v in PYTHON_EXAMPLE_ENV.items())} python3 "
+              + shlex.join(arguments), file=sys.stderr, flush=True)
+        os.execve(interpreter, [interpreter] + arguments, environment)
+    os.execv(real, [real] + arguments)
 
 
 # ---- the estimate table of docs/profiling.md ----------------------------------------------------------------
