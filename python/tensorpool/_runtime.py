@@ -12,7 +12,6 @@ Names: ours ("cpu:0", "sim:1", "opencl:0") are what the C++ runtime takes. resol
 and "GPU:n", which names the n-th accelerator (sim or opencl devices, in list order).
 """
 
-import os
 import re
 import threading
 
@@ -96,32 +95,21 @@ def _parse(spec):
 
 def missing_device_message(spec, name, existing, what="device"):
     """The error for a device that does not exist: the devices there are, and the setting that would give it
-    (the rules of `tensorpool train`'s check, tools/tensorpool/model_setup.cpp)."""
+    (the advice `tensorpool train --devices` gives, device/missing_device.hpp), or the tf.config call that hides
+    it."""
     kind = kind_of(name)
-    index = int(name.split(":", 1)[1]) if ":" in name else 0
-    listed = ", ".join(existing) or "none"
-    same_kind = [device for device in existing if kind_of(device) == kind]
-    if kind == "cuda":
-        fix = "this build has no CUDA backend; use the simulated devices (sim:0, sim:1), opencl devices or cpu:0"
-    elif kind in ("sim", "opencl") and _state.visible is not None and name in physical_names():
-        fix = f"tf.config.set_visible_devices hides it; add {physical_tf_name(name)} there"
-    elif kind in ("sim", "opencl") and os.environ.get("TP_VISIBLE_DEVICES") is not None:
-        fix = (
-            f"TP_VISIBLE_DEVICES='{os.environ['TP_VISIBLE_DEVICES']}' hides it; add it there or unset "
-            "TP_VISIBLE_DEVICES"
+    if kind == "gpu":
+        accelerators = ", ".join(device for device in existing if is_accelerator(device)) or "none"
+        return (
+            f"{what} {spec!r} does not exist: 'GPU:n' names the n-th accelerator, and this process has "
+            f"{accelerators}"
         )
-    elif kind == "sim":
-        fix = f"set TP_SIM_DEVICES={index + 1} before the process's first use of the devices"
-    elif kind == "opencl":
-        reason = _native.opencl_unavailable_reason()
-        fix = reason if reason else f"set TP_OPENCL_DEVICES={index + 1} before the process starts"
-    elif kind == "gpu":
-        fix = "'GPU:n' names the n-th accelerator (sim or opencl device)"
-    else:
-        fix = "cpu:0 is the only cpu device"
-    if kind in ("sim", "opencl", "gpu") and same_kind:
-        fix += f", or use {', '.join(same_kind)}"
-    return f"{what} {spec!r} ({name}) does not exist: this process has {listed}; {fix}"
+    if kind != "cpu" and _state.visible is not None and name in physical_names():
+        return (
+            f"{what} {spec!r} ({name}) does not exist: this process has {', '.join(existing)}; "
+            f"tf.config.set_visible_devices hides it: add {physical_tf_name(name)} there"
+        )
+    return f"{what} {spec!r} ({name}) does not exist: {_native.missing_device_advice(name, list(existing))}"
 
 
 def resolve(spec, names, what="device"):

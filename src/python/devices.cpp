@@ -18,6 +18,7 @@
 #include "python/bindings.hpp"
 #include "tensorpool/device/backends.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/device/missing_device.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/memory_stats.hpp"
 
@@ -122,6 +123,15 @@ void bind_devices(nb::module_& module) {
       nb::arg("sim_devices"), nb::arg("sim_memory_bytes"), nb::arg("visible").none(), nb::arg("splits"),
       "The devices a configuration gives (visible: physical names, None for all; splits: (visible name, "
       "limits in bytes)), planned and checked without building; tp::InvalidArgument names what is wrong.");
+  module.def(
+      "missing_device_advice",
+      [](const std::string& name, const std::vector<std::string>& existing) {
+        return device::missing_device_advice(device::parse_device_id(name, "device"), ids_of(existing, "device"),
+                                             {.use = "", .sim_note = "(before the process first uses its devices)"});
+      },
+      nb::arg("name"), nb::arg("existing"),
+      "\"this process has ...; <the setting that gives `name`>\": `tensorpool train --devices`'s advice "
+      "(device/missing_device.hpp).");
   module.def("opencl_unavailable_reason", &device::opencl_unavailable_reason);
 
   module.def("devices_initialised", [] { return DeviceManager::instance().initialised(); });

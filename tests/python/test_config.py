@@ -92,6 +92,11 @@ def test_visible_devices_renumber_and_freeze():
         assert [d.tp_name for d in logical] == ["cpu:0", "sim:0", "sim:1"]
         physical = {row["name"]: row["physical"] for row in tf._tensorpool.devices_info()}
         assert physical == {"cpu:0": "cpu:0", "sim:0": "sim:1", "sim:1": "sim:0"}, physical
+        try:
+            tf.config.experimental.get_memory_info("sim:2")
+            raise AssertionError("accepted sim:2")
+        except ValueError as error:
+            assert "this process has cpu:0, sim:0, sim:1; set TP_SIM_DEVICES=3" in str(error), error
         tf.config.set_visible_devices([gpus[1], gpus[0]], "GPU")  # unchanged: no error, as TensorFlow
         try:
             tf.config.set_visible_devices([gpus[0]], "GPU")
@@ -103,6 +108,11 @@ def test_visible_devices_renumber_and_freeze():
     run_checks(
         """
         tf.config.set_visible_devices([], "GPU")
+        try:
+            tf.distribute.OneDeviceStrategy("sim:1")
+            raise AssertionError("accepted a hidden device")
+        except ValueError as error:
+            assert "set_visible_devices hides it: add /physical_device:SIM:1 there" in str(error), error
         assert [d.tp_name for d in tf.config.list_logical_devices()] == ["cpu:0"]
         assert tf.distribute.MirroredStrategy().tp_devices == ["cpu:0"]
         """
@@ -214,7 +224,8 @@ def test_unknown_and_malformed_device_names_raise_value_error():
         for call, text in [
             (lambda: experimental.get_memory_info("sim:7"),
              "'sim:7' (sim:7) does not exist: this process has cpu:0, sim:0, sim:1; set TP_SIM_DEVICES=8"),
-            (lambda: experimental.reset_memory_stats("GPU:2"), "does not exist: this process has cpu:0, sim:0, sim:1"),
+            (lambda: experimental.reset_memory_stats("GPU:2"),
+             "the n-th accelerator, and this process has sim:0, sim:1"),
             (lambda: experimental.get_memory_info("/physical_device:OPENCL:0"), "opencl:0"),
             (lambda: experimental.get_memory_info("cuda:0"), "no CUDA backend"),
             (lambda: experimental.get_memory_info("tpu:0"), "is not a device name"),

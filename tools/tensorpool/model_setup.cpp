@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "model_setup.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -13,7 +11,7 @@
 #include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
-#include "tensorpool/device/backends.hpp"
+#include "tensorpool/device/missing_device.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 
 namespace tp::cli {
@@ -181,76 +179,21 @@ void configure_sim_devices(device::DeviceManager& manager, const ModelArguments&
   manager.set_sim_devices(count, memory_bytes);
 }
 
-// The fix for a missing opencl:N when the visible list does not hide it: the driver to install when none is
-// found, else the logical split (TP_OPENCL_DEVICES, read when the process starts) that gives opencl:N.
-std::string missing_opencl_fix(const device::DeviceId& id) {
-  const std::size_t physical = device::opencl_physical_devices().size();
-  if (physical == 0) {
-    return fmt::format("no OpenCL device found: {} (scripts/install-deps installs pocl-opencl-icd)",
-                       device::opencl_unavailable_reason());
-  }
-  const int wanted = id.index + 1;
-  const std::string split = physical == 1 ? fmt::format("split it into {} logical opencl devices", wanted)
-                                          : fmt::format("spread {} logical opencl devices over them", wanted);
-  return fmt::format(
-      "the OpenCL driver reports {} device{}; set TP_OPENCL_DEVICES={} to {} (each with its own "
-      "queues and an even share of the memory)",
-      physical, physical == 1 ? "" : "s", wanted, split);
-}
-
 // Each device the run uses must exist; the error names the missing one, the devices this process has, and
 // the setting that would provide it.
 void check_devices_exist(const device::DeviceManager& manager, const ModelSetup& setup, const char* command) {
   const std::vector<std::string> used = setup.used_devices();
   const std::vector<device::DeviceId> existing = manager.planned_devices();
-  std::string listed;
-  for (const device::DeviceId& id : existing) listed += (listed.empty() ? "" : ", ") + id.str();
-  // The devices of one kind that exist, as a --devices value.
-  const auto listed_of = [&existing](device::DeviceKind kind) {
-    std::string devices;
-    for (const device::DeviceId& id : existing) {
-      if (id.kind == kind) devices += (devices.empty() ? "" : ",") + id.str();
-    }
-    return devices;
-  };
   for (const std::string& name : used) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (std::find(existing.begin(), existing.end(), id) != existing.end()) continue;
-    const bool accelerator = id.kind == device::DeviceKind::sim || id.kind == device::DeviceKind::opencl;
-    const char* const count_variable = id.kind == device::DeviceKind::opencl ? "TP_OPENCL_DEVICES" : "TP_SIM_DEVICES";
-    const char* const count_env = std::getenv(count_variable);
-    std::string fix;
-    if (id.kind == device::DeviceKind::cuda) {
-      fix =
-          "this build has no CUDA backend; use simulated devices (e.g. --devices sim:0,sim:1), opencl devices or "
-          "cpu:0";
-    } else if (accelerator && std::getenv("TP_VISIBLE_DEVICES") != nullptr) {
-      fix = fmt::format("TP_VISIBLE_DEVICES='{}' hides it; add it there or unset TP_VISIBLE_DEVICES",
-                        std::getenv("TP_VISIBLE_DEVICES"));
-    } else if (id.kind == device::DeviceKind::sim) {
-      fix = fmt::format("set TP_SIM_DEVICES={} (or unset it: the run then creates the sim devices --devices names)",
-                        id.index + 1);
-    } else if (id.kind == device::DeviceKind::opencl && count_env != nullptr &&
-               !device::opencl_physical_devices().empty()) {
-      fix = fmt::format(
-          "TP_OPENCL_DEVICES={} leaves it out; set TP_OPENCL_DEVICES={} (or unset it for one opencl "
-          "device per device the OpenCL driver reports)",
-          count_env, id.index + 1);
-    } else if (id.kind == device::DeviceKind::opencl) {
-      fix = missing_opencl_fix(id);
-    } else {
-      fix = "cpu:0 is the only cpu device";
-    }
-    if (accelerator) {
-      const std::string same_kind = listed_of(id.kind);
-      fix +=
-          same_kind.empty() ? std::string(", or use --devices cpu:0") : fmt::format(", or use --devices {}", same_kind);
-    }
     const bool listed_in_devices = std::find(setup.names.begin(), setup.names.end(), name) != setup.names.end();
-    TP_THROW(InvalidArgument, command, listed_in_devices ? "--devices" : "--ps-device", " names ", id.str(),
-             ", which does not exist: this process has ", listed,
-             accelerator && count_env != nullptr ? fmt::format(" ({}={})", count_variable, count_env) : std::string(),
-             "; ", fix);
+    TP_THROW(
+        InvalidArgument, command, listed_in_devices ? "--devices" : "--ps-device", " names ", id.str(),
+        ", which does not exist: ",
+        device::missing_device_advice(
+            id, existing,
+            {.use = "--devices ", .sim_note = "(or unset it: the run then creates the sim devices --devices names)"}));
   }
 }
 
