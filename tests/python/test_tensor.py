@@ -4,6 +4,7 @@ dtype mapping both ways, lifetimes, and the errors bad values raise."""
 
 import gc
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -223,3 +224,19 @@ def test_dlpack_of_device_memory_copies_unless_told_not_to():
 def test_dlpack_exports_bfloat16_as_it_is():
     capsule = tf.constant([1.0, 2.0], dtype=tf.bfloat16).__dlpack__()
     assert type(capsule).__name__ == "PyCapsule"
+
+
+def test_borrowed_arrays_are_released_when_a_stream_drops_the_last_reference():
+    # The copy to sim:0 runs on the device's stream thread, which holds the source buffer until the copy has
+    # read it; dropping the host tensor at once may leave that thread the last holder, without the GIL. The
+    # array must still be released, exactly once.
+    arrays = [np.full(4096, i, dtype=np.float32) for i in range(50)]
+    before = [sys.getrefcount(a) for a in arrays]
+    copies = [tf.constant(a).to("sim:0") for a in arrays]
+    for index, copy in enumerate(copies):
+        assert copy.numpy()[0] == index  # waits for the copy
+    for _ in range(1000):  # let the main thread run any release the stream threads left pending
+        if [sys.getrefcount(a) for a in arrays] == before:
+            break
+        time.sleep(0.001)
+    assert [sys.getrefcount(a) for a in arrays] == before
