@@ -110,6 +110,22 @@ void translate(const std::exception_ptr& pending, void*) {
   // Anything else propagates to nanobind's own translators (std::bad_alloc -> MemoryError, ...).
 }
 
+// The advice in the package's terms: fit's argument, the estimate's function, the environment variables the
+// process reads when it first uses its devices, the strategy's keyword.
+const report::AdviceWords& python_words() {
+  static const report::AdviceWords words{
+      .batch_size = "batch_size={}",
+      .check_estimate = "tensorpool.memory.estimate(model, {}).fits",
+      .expandable = "TP_ALLOCATOR=expandable",
+      .allow_growth = "TP_ALLOW_GROWTH={}",
+      .bfc_allow_growth = "TP_ALLOCATOR=bfc TP_ALLOW_GROWTH={}",
+      .more_sim_memory = "a larger TP_SIM_MEMORY",
+      .smaller_layers = "use smaller Dense layers",
+      .shard_optimizer = "MirroredStrategy(shard='optimizer')",
+      .mirrored_shard_optimizer = "tf.distribute.MirroredStrategy(shard='optimizer')"};
+  return words;
+}
+
 }  // namespace
 
 void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, std::int64_t batch_size,
@@ -119,7 +135,7 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, std::int6
     device::DeviceManager& manager = given != nullptr ? *given : device::DeviceManager::instance();
     std::vector<device::Device*> devices;
     for (const std::string& name : model.devices()) devices.push_back(&manager.device(name));
-    report::add_oom_advice(error, model, devices, batch_size, batches_on);
+    report::add_oom_advice(error, model, devices, batch_size, batches_on, python_words());
   } catch (const std::exception& advising) {
     try {
       error.amend([&advising](OutOfMemoryReport& report) {

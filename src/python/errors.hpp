@@ -2,7 +2,8 @@
 #pragma once
 // What the bindings share about errors (errors.cpp): the out-of-memory advice for a model trained from Python,
 // filled by the library code `tensorpool train` uses (report/oom_advice.hpp), so fit() raises
-// ResourceExhaustedError with the same suggestion the CLI prints.
+// ResourceExhaustedError with the suggestion the CLI prints, in the package's terms (batch_size=N,
+// tensorpool.memory.estimate, TP_ALLOCATOR, MirroredStrategy(shard=...)) instead of the CLI's flags.
 #include <cstdint>
 #include <string_view>
 

@@ -11,6 +11,17 @@
 namespace tp::report {
 namespace {
 
+// `pattern` with its first "{}" replaced by `value` (a pattern without one is returned as it is).
+std::string fill(std::string pattern, const std::string& value) {
+  const std::size_t at = pattern.find("{}");
+  if (at != std::string::npos) pattern.replace(at, 2, value);
+  return pattern;
+}
+std::string fill(const std::string& pattern, std::int64_t value) { return fill(pattern, std::to_string(value)); }
+std::string fill(const std::string& pattern, bool value) {
+  return fill(pattern, std::string(value ? "true" : "false"));
+}
+
 std::string allocator_text(const memory::MemoryConfig& config) {
   std::string text(memory::to_string(config.allocator));
   if (config.allocator != memory::AllocatorKind::system) {
@@ -38,26 +49,25 @@ struct Alternative {
 // Settings other than the device's own that could serve the same allocations: another allocator, or BFC's
 // other growth policy (a preallocated region has no seams between growth regions; a growing one may round
 // less). Only the ones a replay confirms are named.
-std::vector<Alternative> alternatives(const memory::MemoryConfig& config) {
+std::vector<Alternative> alternatives(const memory::MemoryConfig& config, const AdviceWords& words) {
   using memory::AllocatorKind;
   using memory::GrowthPolicy;
   std::vector<Alternative> candidates;
   if (config.allocator != AllocatorKind::expandable) {
-    candidates.push_back(
-        {"--allocator expandable", [](memory::MemoryConfig& c) { c.allocator = AllocatorKind::expandable; }});
+    candidates.push_back({words.expandable, [](memory::MemoryConfig& c) { c.allocator = AllocatorKind::expandable; }});
   }
   if (config.allocator == AllocatorKind::bfc) {
     const bool growing = config.policy == GrowthPolicy::grow;
-    candidates.push_back({growing ? "--allow-growth false" : "--allow-growth true", [growing](memory::MemoryConfig& c) {
+    candidates.push_back({fill(words.allow_growth, !growing), [growing](memory::MemoryConfig& c) {
                             c.policy = growing ? GrowthPolicy::preallocate : GrowthPolicy::grow;
                           }});
   } else {
     for (const GrowthPolicy policy : {GrowthPolicy::grow, GrowthPolicy::preallocate}) {
-      candidates.push_back({fmt::format("--allocator bfc --allow-growth {}", policy == GrowthPolicy::grow),
-                            [policy](memory::MemoryConfig& c) {
-                              c.allocator = AllocatorKind::bfc;
-                              c.policy = policy;
-                            }});
+      candidates.push_back(
+          {fill(words.bfc_allow_growth, policy == GrowthPolicy::grow), [policy](memory::MemoryConfig& c) {
+             c.allocator = AllocatorKind::bfc;
+             c.policy = policy;
+           }});
     }
   }
   return candidates;
@@ -66,7 +76,7 @@ std::vector<Alternative> alternatives(const memory::MemoryConfig& config) {
 // The variables alone exceed a device: no batch size helps, only more memory or fewer variables per device.
 // Devices with the same figures (the replicas of a mirrored model) share one sentence.
 std::string variables_advice(const MemoryEstimate& estimate, const std::vector<device::Device*>& devices,
-                             const std::string& allocator) {
+                             const std::string& allocator, const AdviceWords& words) {
   struct Shortage {
     std::size_t parameter_bytes, optimizer_state_bytes, limit_bytes;
     std::string names;
@@ -102,12 +112,12 @@ std::string variables_advice(const MemoryEstimate& estimate, const std::vector<d
         // An opencl device's memory is the driver's (shared evenly by the logical devices on it), not a flag.
         shortage.names.find("opencl:") != std::string::npos
             ? "a larger TP_MEMORY_FRACTION, or fewer logical devices per OpenCL device: TP_OPENCL_DEVICES"
-            : "a larger --sim-memory",
-        parameters_alone ? " or use smaller layers (--hidden); every replica holds all the parameters, so more "
-                           "devices do not help"
+            : words.more_sim_memory,
+        parameters_alone
+            ? " or " + words.smaller_layers + "; every replica holds all the parameters, so more devices do not help"
         : devices.size() > 1
-            ? ", or shard the optimizer state over the devices (--shard optimizer)"
-            : ", or shard the optimizer state over several devices (--strategy mirrored --shard optimizer)");
+            ? ", or shard the optimizer state over the devices (" + words.shard_optimizer + ")"
+            : ", or shard the optimizer state over several devices (" + words.mirrored_shard_optimizer + ")");
   }
   return advice;
 }
@@ -138,36 +148,39 @@ std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<d
 }
 
 void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std::vector<device::Device*>& devices,
-                    std::int64_t batch_size, std::string_view batches_on) {
+                    std::int64_t batch_size, std::string_view batches_on, const AdviceWords& words) {
   std::string advice;
   try {
     const OutOfMemoryReport& report = error.report();
     const MemoryEstimate current = estimate_memory(model.plan(batch_size, batches_on), model, devices, batch_size);
     const std::string allocator = devices.empty() ? "" : allocator_text(devices.front()->memory().config());
-    const std::string too_many_variables = variables_advice(current, devices, allocator);
+    const std::string too_many_variables = variables_advice(current, devices, allocator, words);
     if (!too_many_variables.empty()) {
       advice += too_many_variables;
     } else if (!devices.empty()) {
       const std::int64_t batch = largest_fitting_batch(model, devices, batch_size, batches_on);
       if (batch > 0) {
-        advice += fmt::format(
-            "--batch-size {} fits: its allocations, replayed through the {} allocator, peak at {} (check it "
-            "with `tensorpool estimate --batch-size {}`). ",
-            batch, allocator, peaks_text(estimate_memory(model.plan(batch, batches_on), model, devices, batch)), batch);
+        advice +=
+            fmt::format("{} fits: its allocations, replayed through the {} allocator, peak at {} (check it with {}). ",
+                        fill(words.batch_size, batch), allocator,
+                        peaks_text(estimate_memory(model.plan(batch, batches_on), model, devices, batch)),
+                        fill(words.check_estimate, batch));
       } else {
-        advice += fmt::format("not even --batch-size 1 fits with the {} allocator (peak after rounding {}). ",
-                              allocator, peaks_text(estimate_memory(model.plan(1, batches_on), model, devices, 1)));
+        advice += fmt::format("not even {} fits with the {} allocator (peak after rounding {}). ",
+                              fill(words.batch_size, std::int64_t{1}), allocator,
+                              peaks_text(estimate_memory(model.plan(1, batches_on), model, devices, 1)));
       }
     }
     if (!devices.empty()) {
       std::string verified;
-      for (const Alternative& alternative : alternatives(devices.front()->memory().config())) {
+      for (const Alternative& alternative : alternatives(devices.front()->memory().config(), words)) {
         if (batch_fits(model, devices, batch_size, alternative.change, batches_on)) {
           verified += (verified.empty() ? "" : ", ") + alternative.flags;
         }
       }
       if (!verified.empty()) {
-        advice += fmt::format("--batch-size {} itself fits with {} (replayed the same way). ", batch_size, verified);
+        advice += fmt::format("{} itself fits with {} (replayed the same way). ", fill(words.batch_size, batch_size),
+                              verified);
       }
     }
     if (report.request_tag.name.ends_with("/arena")) {  // name what the arena holds: the step's tensors
@@ -195,9 +208,10 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
         const bool sharded = parameters != first.bytes_by_kind.end() && state->second < 2 * parameters->second;
         std::string how;
         if (!sharded) {
-          how = devices.size() > 1
-                    ? fmt::format(": --shard optimizer (ZeRO-1) splits it across the {} devices", devices.size())
-                    : ": sharding it (--strategy mirrored --shard optimizer, several devices) would divide it";
+          how =
+              devices.size() > 1
+                  ? fmt::format(": {} (ZeRO-1) splits it across the {} devices", words.shard_optimizer, devices.size())
+                  : fmt::format(": sharding it ({}, several devices) would divide it", words.mirrored_shard_optimizer);
         }
         advice += fmt::format(
             "Optimizer state holds {} ({:.0f}% of the planned peak on {}; Adam keeps two moments "

@@ -90,7 +90,9 @@ def test_out_of_memory_in_fit_is_resource_exhausted_with_the_report():
     # The suggestion is `tensorpool train`'s (report::add_oom_advice): the largest batch that fits, which the
     # estimate's replay confirms (81 fits, 82 does not, the batch that failed does not).
     assert error["suggestion"] and "Suggested fix: " + error["suggestion"] in error["report"]
-    assert "batch" in error["suggestion"] and " 81 " in error["suggestion"]
+    # In the package's terms, not the CLI's flags.
+    assert error["suggestion"].startswith("batch_size=81 fits")
+    assert "tensorpool.memory.estimate(model, 81)" in error["suggestion"] and "--" not in error["suggestion"]
     assert error["fits"] == {"1": True, "81": True, "82": False, "2048": False}
 
 
@@ -105,7 +107,7 @@ def test_variables_that_do_not_fit_report_a_shortage():
     assert error["live_tensors"][0]["name"] == "dense/kernel"
     assert error["in_use_bytes"] + error["requested_bytes"] > 2 * MIB
     assert "real shortage" in error["report"]
-    assert "no batch size fits" in error["suggestion"]
+    assert "no batch size fits" in error["suggestion"] and "TP_SIM_MEMORY" in error["suggestion"]
     assert not any(error["fits"].values())
 
 

@@ -10,6 +10,7 @@
 // requested batch fit (each replayed the same way), what the arena holds, and the optimizer state's share.
 // Written into the error's report (OutOfMemoryReport::suggestion), so what() says it.
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -30,7 +31,21 @@ bool batch_fits(train::Sequential& model, const std::vector<device::Device*>& de
 std::int64_t largest_fitting_batch(train::Sequential& model, const std::vector<device::Device*>& devices,
                                    std::int64_t batch_size, std::string_view batches_on = {});
 
+// How the advice names the settings it suggests, so each front end speaks its own language: the CLI's flags
+// (the defaults) or the Python package's arguments (src/python/errors.cpp). "{}" is replaced as noted.
+struct AdviceWords {
+  std::string batch_size = "--batch-size {}";                            // {}: a batch size
+  std::string check_estimate = "`tensorpool estimate --batch-size {}`";  // {}: a batch size
+  std::string expandable = "--allocator expandable";
+  std::string allow_growth = "--allow-growth {}";                      // {}: true | false
+  std::string bfc_allow_growth = "--allocator bfc --allow-growth {}";  // {}: true | false
+  std::string more_sim_memory = "a larger --sim-memory";
+  std::string smaller_layers = "use smaller layers (--hidden)";
+  std::string shard_optimizer = "--shard optimizer";  // the model's devices share the optimizer state
+  std::string mirrored_shard_optimizer = "--strategy mirrored --shard optimizer";  // a one-device model
+};
+
 void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std::vector<device::Device*>& devices,
-                    std::int64_t batch_size, std::string_view batches_on = {});
+                    std::int64_t batch_size, std::string_view batches_on = {}, const AdviceWords& words = {});
 
 }  // namespace tp::report
