@@ -9,6 +9,7 @@ variables after exactly that step). Setting `self.model.stop_training = True` st
 
 import os
 import shutil
+import weakref
 
 import numpy as np
 
@@ -17,8 +18,18 @@ __all__ = ["Callback", "History", "ModelCheckpoint", "BackupAndRestore"]
 
 class Callback:
     def __init__(self):
-        self.model = None
+        self._model = None
         self.params = {}
+
+    # The model is held weakly: model.history refers to its History, and a cycle back would keep the model's
+    # device memory until the garbage collector runs.
+    @property
+    def model(self):
+        return None if self._model is None else self._model()
+
+    @model.setter
+    def model(self, model):
+        self._model = None if model is None else weakref.ref(model)
 
     def set_model(self, model):
         self.model = model
