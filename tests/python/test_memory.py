@@ -96,6 +96,21 @@ def test_estimate_matches_the_cli():
             assert mine[key] == cli_device[key], key
 
 
+def test_estimate_under_another_strategy():
+    model = _mlp(hidden=32, inputs=20)
+    one = tf.memory.estimate(model, 16)
+    mirrored = tf.memory.estimate(model, 16, strategy=tf.distribute.MirroredStrategy(["sim:0", "sim:1"]))
+    assert set(one.totals) == {model._native.devices[0]}
+    assert set(mirrored.totals) == {"sim:0", "sim:1"}
+    # Every replica holds all the variables; ZeRO-1 divides the optimizer state between the two.
+    plain = mirrored.devices[0]["bytes_by_kind"]
+    assert plain["parameter"] == one.devices[0]["bytes_by_kind"]["parameter"]
+    assert plain["optimizer_state"] == 2 * plain["parameter"]
+    sharded = tf.memory.estimate(model, 16, strategy=tf.distribute.MirroredStrategy(["sim:0", "sim:1"],
+                                                                                    shard="optimizer"))
+    assert sharded.devices[0]["bytes_by_kind"]["optimizer_state"] == plain["optimizer_state"] // 2
+
+
 def test_estimate_refuses_bad_arguments():
     model = _mlp(hidden=8, inputs=4)
     with pytest.raises(ValueError, match="batch_size"):
