@@ -292,6 +292,46 @@ def test_multi_worker_fit_under_mpirun_matches_mirrored(tmp_path):
         assert row[3:] == pytest.approx(mirrored[3:], rel=1e-5), (workers, mirrored)
 
 
+_PS_SCRIPT = """
+import numpy as np
+import tensorpool as tf
+strategy = tf.distribute.experimental.ParameterServerStrategy(workers=["sim:0"])
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(8,)),
+                                 tf.keras.layers.Dense(3, activation="softmax")])
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+rng = np.random.default_rng(0)
+x = rng.standard_normal((256, 8)).astype(np.float32)
+y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
+rank, size = tf._tensorpool.mpi_world()
+print("RESULT", rank, size, *history.history.get("loss", []), flush=True)
+"""
+
+
+def test_parameter_server_fit_under_mpirun(tmp_path):
+    """Under mpirun rank 0 serves the variables and ranks 1 and 2 train asynchronously against it; the server
+    reports the job's falling loss."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (scripts/install-deps installs Open MPI)")
+    if not _tensorpool.mpi_built():
+        pytest.skip("tensorpool was built without MPI")
+    script = tmp_path / "ps.py"
+    script.write_text(_PS_SCRIPT)
+    environment = dict(os.environ, TP_OPENCL_DEVICES="0", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    for variable in ("TP_SIM_DEVICES", "TP_VISIBLE_DEVICES", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        environment.pop(variable, None)
+    done = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", sys.executable, str(script)],
+                          env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    rows = {int(line.split()[1]): line.split()[2:] for line in done.stdout.splitlines() if line.startswith("RESULT")}
+    assert sorted(rows) == [0, 1, 2], done.stdout
+    assert all(row[0] == "3" for row in rows.values()), rows
+    losses = [float(value) for value in rows[0][1:]]
+    assert len(losses) == 3 and losses[-1] < losses[0], losses
+
+
 @pytest.mark.parametrize("module", ["tensorpool.distribute", "tensorpool.distribute.experimental"])
 def test_public_names_exist(module):
     import importlib
