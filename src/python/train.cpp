@@ -150,13 +150,17 @@ nb::dict fit(train::Sequential& model, const data::Dataset& train, std::int64_t 
   const data::Dataset train_batches = staged(train, staging);
   std::optional<data::Dataset> validation_batches;
   if (validation != nullptr) validation_batches = staged(*validation, staging);
+  // As `tensorpool train`: in a multi-worker job rank 0 alone writes checkpoints and shows progress.
+  const bool chief = model.distribution().rank() == 0;
   train::FitOptions options{.epochs = epochs,
                             .validation = validation_batches ? &*validation_batches : nullptr,
                             .checkpoint_dir = checkpoint_dir,
                             .checkpoint_every_steps = checkpoint_every_steps,
+                            .write_checkpoints = chief,
                             .steps_in_flight = steps_in_flight};
   // verbose 1: the Keras progress bar (one line per epoch when stdout is not a terminal); 2: one line per epoch.
-  if (verbose > 0) {
+  // Not for the parameter-server strategy's own loop, whose workers' steps interleave (the CLI shows none).
+  if (verbose > 0 && chief && !model.distribution().runs_own_loop()) {
     options.callbacks.push_back(
         std::make_shared<train::ProgressBar>(std::cout, verbose == 1 && train::stdout_is_terminal()));
   }
@@ -261,11 +265,14 @@ nb::list variables(train::Sequential& model) {
 }
 
 // The variables as one atomic checkpoint in `directory` (the format fit's checkpoints use), with `metadata`.
+// In a multi-worker job every worker must call it (gathering ZeRO shards is collective); rank 0 alone writes,
+// as fit's checkpoints, and the others return "".
 std::string save_weights(train::Sequential& model, const std::string& directory, std::int64_t step,
                          const std::map<std::string, std::string>& metadata) {
   nb::gil_scoped_release release;
   train::CheckpointState state{.step = step, .metadata = metadata};
   for (const auto& [name, tensor] : model.variables()) state.tensors[name] = train::to_host(tensor);
+  if (model.distribution().rank() != 0) return {};
   return train::save_checkpoint(directory, state, {.keep = 1}).string();
 }
 
@@ -314,6 +321,7 @@ void bind_train(nb::module_& module) {
       .def_prop_ro("input_shape", &train::Sequential::input_shape)
       .def_prop_ro("devices", &train::Sequential::devices)
       .def_prop_ro("has_accuracy", &train::Sequential::has_accuracy)
+      .def_prop_ro("rank", [](const train::Sequential& model) { return model.distribution().rank(); })
       .def_prop_ro("strategy_name",
                    [](const train::Sequential& model) { return std::string(model.distribution().name()); })
       .def_prop_ro("policy",

@@ -142,3 +142,15 @@ def test_strategy_scope_replicates_the_model():
     assert model.fit(x, y, epochs=1, verbose=0).history["loss"][0] > 0
     outside = mlp()
     assert len(outside._native.devices) == 1
+
+
+def test_parameter_server_fit_prints_one_line_per_epoch(capfd):
+    strategy = tf.distribute.experimental.ParameterServerStrategy()
+    with strategy.scope():
+        model = mlp()
+    assert model._native.strategy_name == "parameter_server"
+    x, y = separable(128)
+    history = model.fit(x, y, epochs=2, verbose=1)
+    out = capfd.readouterr().out
+    assert "Epoch 1/2 - " in out and "Epoch 2/2 - " in out and "accuracy: " in out
+    assert len(history.history["loss"]) == 2

@@ -142,7 +142,8 @@ class BackupAndRestore(Callback):
 class _Dispatcher:
     """What the C++ bridge (src/python/train.cpp) calls; each method returns model.stop_training."""
 
-    def __init__(self, callbacks, model, params, metric_key, verbose):
+    def __init__(self, callbacks, model, params, metric_key, print_epochs):
+        self.print_epochs = print_epochs  # print each epoch's logs (where the C++ progress bar does not)
         self.callbacks = callbacks
         self.model = model
         self.params = params
@@ -179,6 +180,9 @@ class _Dispatcher:
             logs["val_loss"] = val_loss
             if self.metric_key is not None and val_accuracy is not None:
                 logs["val_" + self.metric_key] = val_accuracy
+        if self.print_epochs:
+            shown = " - ".join(f"{key}: {value:.4f}" for key, value in logs.items())
+            print(f"Epoch {epoch + 1}/{self.params['epochs']} - {seconds:.0f}s - {shown}", flush=True)
         for callback in self.callbacks:
             callback.on_epoch_end(epoch, logs)
         return self.model.stop_training

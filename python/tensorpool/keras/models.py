@@ -323,7 +323,9 @@ class Sequential:
                 raise ValueError("fit: validation_data must be (x_val, y_val) or a batched Dataset")
         history = _callbacks.History()
         params = {"verbose": verbose, "epochs": epochs, "steps": train.batches_per_epoch}
-        dispatcher = _callbacks._Dispatcher(callback_list + [history], self, params, self._metric_key, verbose)
+        # The parameter-server loop has no progress bar (its workers' steps interleave): one line per epoch.
+        print_epochs = bool(verbose) and self._native.strategy_name == "parameter_server"
+        dispatcher = _callbacks._Dispatcher(callback_list + [history], self, params, self._metric_key, print_epochs)
         self.stop_training = False
         self.history = history
         self._fits += 1
@@ -458,6 +460,9 @@ class Sequential:
         path = os.fspath(filepath)
         if os.path.exists(path) and not overwrite:
             raise FileExistsError(f"save: {path} exists and overwrite=False")
+        self.save_weights(os.path.join(path, _WEIGHTS_DIR))  # first: collective in a multi-worker job
+        if self._native.rank != 0:
+            return  # rank 0 writes, as fit's checkpoints
         os.makedirs(path, exist_ok=True)
         config_path = os.path.join(path, _CONFIG_FILE)
         temporary = config_path + ".tmp"
@@ -466,7 +471,6 @@ class Sequential:
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, config_path)
-        self.save_weights(os.path.join(path, _WEIGHTS_DIR))
 
     def save_weights(self, filepath, overwrite=True):
         """The variables (weights and optimizer state) as an atomic checkpoint directory."""
