@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,6 +135,15 @@ void bind_devices(nb::module_& module) {
       "(device/missing_device.hpp).");
   module.def("opencl_unavailable_reason", &device::opencl_unavailable_reason);
 
+  module.def(
+      "env_memory_growth",
+      []() -> std::optional<bool> {
+        if (std::getenv("TP_ALLOW_GROWTH") == nullptr) return std::nullopt;
+        const memory::MemoryConfig config =
+            memory::apply_env_overrides(device::DeviceManagerOptions::default_device_memory_config(), ::getenv);
+        return config.policy == memory::GrowthPolicy::grow;
+      },
+      "TP_ALLOW_GROWTH as the devices will read it (None when unset); tp::InvalidArgument for a bad value.");
   module.def("devices_initialised", [] { return DeviceManager::instance().initialised(); });
   module.def(
       "set_sim_devices",

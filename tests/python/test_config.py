@@ -149,6 +149,19 @@ def test_memory_growth_applies_and_freezes():
     )
 
 
+def test_tp_allow_growth_overrides_memory_growth():
+    run_checks(
+        """
+        gpus = tf.config.list_physical_devices("GPU")
+        tf.config.experimental.set_memory_growth(gpus[0], True)
+        assert tf.config.experimental.get_memory_growth(gpus[0]) is False  # the operator's variable wins
+        tf.config.list_logical_devices()
+        assert [row["policy"] for row in tf._tensorpool.devices_info()[1:]] == ["preallocate", "preallocate"]
+        """,
+        TP_ALLOW_GROWTH=" No ",
+    )
+
+
 def test_logical_device_configuration_splits_a_device():
     run_checks(
         """

@@ -1,8 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """tf.config.experimental: memory growth, memory counters, and the older names of tf.config's functions."""
 
-import os
-
 from tensorpool import _runtime
 from tensorpool import _tensorpool as _native
 from tensorpool.config import (
@@ -35,10 +33,6 @@ VirtualDeviceConfiguration = LogicalDeviceConfiguration
 set_virtual_device_configuration = set_logical_device_configuration
 get_virtual_device_configuration = get_logical_device_configuration
 
-_TRUE = ("true", "1", "yes")
-_FALSE = ("false", "0", "no")
-
-
 def _accelerator(device, what):
     name = _runtime.resolve(device, _runtime.physical_names(), what)
     if not _runtime.is_accelerator(name):
@@ -66,9 +60,9 @@ def get_memory_growth(device):
     """Whether physical accelerator `device` grows its memory on demand: TP_ALLOW_GROWTH when set, else what
     set_memory_growth set, else True (tensorpool grows by default; TensorFlow preallocates)."""
     name = _accelerator(device, "get_memory_growth: device")
-    override = os.environ.get("TP_ALLOW_GROWTH")
-    if override is not None and override.strip().lower() in _TRUE + _FALSE:
-        return override.strip().lower() in _TRUE
+    override = _native.env_memory_growth()
+    if override is not None:
+        return override
     return _runtime._state.growth.get(name, True)
 
 
