@@ -28,6 +28,7 @@ _lock = threading.RLock()  # guards every field below
 class _State:
     def __init__(self):
         self.sim = None  # (count, memory bytes) of the simulated devices, fixed at the first look
+        self.env_visible = None  # TP_VISIBLE_DEVICES as read then (names), or None
         self.configured = False  # ensure_configured() handed the settings to the manager
         self.visible = None  # physical names (accelerators) in the order given; None: the environment's
         self.logical = {}  # physical name -> memory limits in bytes of its logical devices
@@ -148,6 +149,7 @@ def _sim():
                 count = DEFAULT_SIM_DEVICES
                 _native.set_sim_devices(count, env["sim_memory_bytes"])
             _state.sim = (count, env["sim_memory_bytes"])
+            _state.env_visible = env["visible_devices"]
         return _state.sim
 
 
@@ -164,7 +166,7 @@ def visible_names():
         physical = physical_names()
         visible = _state.visible
         if visible is None:
-            visible = _native.device_env()["visible_devices"]
+            visible = _state.env_visible
         if visible is None:
             return physical
         return ["cpu:0"] + [name for name in visible if name != "cpu:0"]
@@ -201,7 +203,7 @@ def check_plan(visible=None, logical=None):
         count, memory = _sim()
         visible_list = visible if visible is not None else _state.visible
         if visible_list is None:
-            visible_list = _native.device_env()["visible_devices"]
+            visible_list = _state.env_visible
         logical = _state.logical if logical is None else logical
         shown = visible_names() if visible is None else ["cpu:0"] + [n for n in visible if n != "cpu:0"]
         ids = _renumbered(shown)
