@@ -258,7 +258,9 @@ y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
 history = model.fit(x, y, batch_size=32, epochs=2, verbose=0)
 rank, size = tf._tensorpool.mpi_world() if sys.argv[1] == "multi_worker" else (0, 1)
 weights = float(sum(np.abs(w).sum() for w in model.get_weights()))
-print("RESULT", rank, size, strategy.num_replicas_in_sync, *history.history["loss"], weights, flush=True)
+# One file per rank: mpirun interleaves the ranks' stdout.
+with open(f"result.{rank}.{sys.argv[1]}", "w") as out:
+    print(rank, size, strategy.num_replicas_in_sync, *history.history["loss"], weights, file=out)
 """
 
 
@@ -280,7 +282,7 @@ def test_multi_worker_fit_under_mpirun_matches_mirrored(tmp_path):
         done = subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                               check=False)
         assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
-        rows = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("RESULT")]
+        rows = [path.read_text().split() for path in tmp_path.glob(f"result.*.{command[-1]}")]
         return sorted([int(v) for v in row[:3]] + [float(v) for v in row[3:]] for row in rows)
 
     workers = results([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, str(script),
@@ -305,7 +307,8 @@ x = rng.standard_normal((256, 8)).astype(np.float32)
 y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
 history = model.fit(x, y, batch_size=32, epochs=3, verbose=0)
 rank, size = tf._tensorpool.mpi_world()
-print("RESULT", rank, size, *history.history.get("loss", []), flush=True)
+with open(f"result.{rank}", "w") as out:  # one file per rank: mpirun interleaves the ranks' stdout
+    print(rank, size, *history.history.get("loss", []), file=out)
 """
 
 
@@ -325,7 +328,7 @@ def test_parameter_server_fit_under_mpirun(tmp_path):
     done = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", sys.executable, str(script)],
                           env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    rows = {int(line.split()[1]): line.split()[2:] for line in done.stdout.splitlines() if line.startswith("RESULT")}
+    rows = {int(row[0]): row[1:] for row in (path.read_text().split() for path in tmp_path.glob("result.*"))}
     assert sorted(rows) == [0, 1, 2], done.stdout
     assert all(row[0] == "3" for row in rows.values()), rows
     losses = [float(value) for value in rows[0][1:]]
