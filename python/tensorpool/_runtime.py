@@ -113,10 +113,18 @@ def missing_device_message(spec, name, existing, what="device"):
     return f"{what} {spec!r} ({name}) does not exist: {_native.missing_device_advice(name, list(existing))}"
 
 
-def resolve(spec, names, what="device"):
+def resolve(spec, names, what="device", level=None):
     """Our name of `spec` (a str in any accepted form, or a PhysicalDevice / LogicalDevice) among `names`;
-    ValueError naming it and the devices there are when it is not one of them."""
+    ValueError naming it and the devices there are when it is not one of them. `level` ("physical" or
+    "logical"), when given, refuses a device object of the other level (after a reordering or a split, physical
+    sim:1 need not be logical sim:1)."""
     tp_name = getattr(spec, "tp_name", None)
+    spec_level = getattr(spec, "_level", None)
+    if level is not None and spec_level is not None and spec_level != level:
+        raise ValueError(
+            f"{what} {spec!r} is a {spec_level} device; pass a {level} one (tf.config.list_{level}_devices()) or "
+            "a name"
+        )
     if tp_name is not None:
         if tp_name not in names:
             raise ValueError(missing_device_message(getattr(spec, "name", tp_name), tp_name, names, what))

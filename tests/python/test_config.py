@@ -244,6 +244,10 @@ def test_unknown_and_malformed_device_names_raise_value_error():
             (lambda: experimental.get_memory_info("tpu:0"), "is not a device name"),
             (lambda: tf.config.set_visible_devices(["sim:0", "sim:0"]), "listed twice"),
             (lambda: tf.config.get_logical_device_configuration("sim:5"), "sim:5"),
+            (lambda: experimental.get_memory_info(tf.config.list_physical_devices("SIM")[0]),
+             "is a physical device; pass a logical one"),
+            (lambda: experimental.set_memory_growth(tf.config.list_logical_devices("SIM")[0], True),
+             "is a logical device; pass a physical one"),
         ]:
             try:
                 call()

@@ -48,6 +48,7 @@ class PhysicalDevice(_Device):
     """A physical device: name '/physical_device:SIM:0', device_type 'SIM', tp_name 'sim:0'."""
 
     __slots__ = ()
+    _level = "physical"
 
     @classmethod
     def _of(cls, tp_name):
@@ -59,6 +60,7 @@ class LogicalDevice(_Device):
     'SIM', tp_name 'sim:0'."""
 
     __slots__ = ()
+    _level = "logical"
 
     @classmethod
     def _of(cls, tp_name):
@@ -120,7 +122,7 @@ def set_visible_devices(devices, device_type=None):
     with _runtime._lock:
         names = []
         for device in devices:
-            name = _runtime.resolve(device, physical, "set_visible_devices: device")
+            name = _runtime.resolve(device, physical, "set_visible_devices: device", "physical")
             if name in names:
                 raise ValueError(f"set_visible_devices: {device!r} is listed twice; list each device once")
             names.append(name)
@@ -137,7 +139,9 @@ def set_visible_devices(devices, device_type=None):
 
 def get_logical_device_configuration(device):
     """The LogicalDeviceConfigurations set for physical `device`, or None."""
-    name = _runtime.resolve(device, _runtime.physical_names(), "get_logical_device_configuration: device")
+    name = _runtime.resolve(
+        device, _runtime.physical_names(), "get_logical_device_configuration: device", "physical"
+    )
     limits = _runtime._state.logical.get(name)
     if limits is None:
         return None
@@ -148,7 +152,9 @@ def set_logical_device_configuration(device, logical_devices):
     """Splits physical `device` into one logical device per LogicalDeviceConfiguration, each with its
     memory_limit (MiB); the limits together must fit in the device's memory. RuntimeError once the devices
     are initialised; ValueError for a bad device or limit."""
-    name = _runtime.resolve(device, _runtime.physical_names(), "set_logical_device_configuration: device")
+    name = _runtime.resolve(
+        device, _runtime.physical_names(), "set_logical_device_configuration: device", "physical"
+    )
     if isinstance(logical_devices, LogicalDeviceConfiguration):
         logical_devices = [logical_devices]
     if not isinstance(logical_devices, (list, tuple)) or not logical_devices:

@@ -34,7 +34,7 @@ set_virtual_device_configuration = set_logical_device_configuration
 get_virtual_device_configuration = get_logical_device_configuration
 
 def _accelerator(device, what):
-    name = _runtime.resolve(device, _runtime.physical_names(), what)
+    name = _runtime.resolve(device, _runtime.physical_names(), what, "physical")
     if not _runtime.is_accelerator(name):
         raise ValueError("Cannot set memory growth on non-GPU and non-Pluggable devices")
     return name
@@ -67,7 +67,7 @@ def get_memory_growth(device):
 
 
 def _logical(device, what):
-    return _runtime.resolve(device, _runtime.logical_names(), what)
+    return _runtime.resolve(device, _runtime.logical_names(), what, "logical")
 
 
 def get_memory_info(device):

@@ -101,7 +101,7 @@ def _device_names(devices, what):
     existing = _runtime.logical_names()
     names = []
     for device in devices:
-        name = _runtime.resolve(device, existing, what)
+        name = _runtime.resolve(device, existing, what, "logical")
         if name in names:
             raise ValueError(f"{what} {device!r} ({name}) is listed twice; list each device once (e.g. sim:0, sim:1)")
         names.append(name)
