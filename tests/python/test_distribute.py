@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
