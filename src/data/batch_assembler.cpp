@@ -55,10 +55,15 @@ Batch BatchAssembler::assemble(std::int64_t index) const {
   std::vector<std::int64_t> dims{size};
   dims.insert(dims.end(), storage_->example_dims.begin(), storage_->example_dims.end());
   const Shape feature_shape(dims);
-  const Shape label_shape{size};
+  // Class labels int32 [size], or regression targets float32 [size, target dims...].
+  const bool targets = !storage_->targets.empty();
+  const DType label_dtype = targets ? DType::f32 : DType::i32;
+  std::vector<std::int64_t> label_dims{size};
+  if (targets) label_dims.insert(label_dims.end(), storage_->target_dims.begin(), storage_->target_dims.end());
+  const Shape label_shape(label_dims);
 
   const std::size_t feature_bytes = byte_size(feature_shape, DType::f32);
-  const std::size_t label_bytes = byte_size(label_shape, DType::i32);
+  const std::size_t label_bytes = byte_size(label_shape, label_dtype);
   std::shared_ptr<Buffer> features = staging_->allocate(*device_, feature_bytes,
                                                         memory::AllocationTag{.name = "batch/x",
                                                                               .op = {},
@@ -69,22 +74,28 @@ Batch BatchAssembler::assemble(std::int64_t index) const {
   std::shared_ptr<Buffer> labels = staging_->allocate(*device_, label_bytes,
                                                       memory::AllocationTag{.name = "batch/y",
                                                                             .op = {},
-                                                                            .shape = {size},
-                                                                            .dtype = std::string(name_of(DType::i32)),
+                                                                            .shape = label_dims,
+                                                                            .dtype = std::string(name_of(label_dtype)),
                                                                             .kind = memory::AllocationKind::staging,
                                                                             .step = -1});
 
   auto* x = static_cast<float*>(features->data());
-  auto* y = static_cast<std::int32_t*>(labels->data());
   const std::int64_t elements = storage_->example_elements;
+  const auto target_elements = static_cast<std::size_t>(storage_->target_elements);
   for (std::int64_t k = 0; k < size; ++k) {
     const std::int64_t example = order_[static_cast<std::size_t>(begin + k)];
     if (k + 1 < size) prefetch_features(order_[static_cast<std::size_t>(begin + k + 1)]);
     fill_features(example, x + k * elements);
-    y[k] = storage_->labels[static_cast<std::size_t>(example)];
+    if (targets) {
+      std::memcpy(static_cast<float*>(labels->data()) + static_cast<std::size_t>(k) * target_elements,
+                  storage_->targets.data() + static_cast<std::size_t>(example) * target_elements,
+                  target_elements * sizeof(float));
+    } else {
+      static_cast<std::int32_t*>(labels->data())[k] = storage_->labels[static_cast<std::size_t>(example)];
+    }
   }
   return Batch{.features = Tensor::from_buffer(std::move(features), 0, feature_shape, DType::f32),
-               .labels = Tensor::from_buffer(std::move(labels), 0, label_shape, DType::i32),
+               .labels = Tensor::from_buffer(std::move(labels), 0, label_shape, label_dtype),
                .size = size,
                .index = index};
 }

@@ -57,6 +57,20 @@ std::vector<std::int32_t> labels_as_int32(const IdxArray& labels) {
            "; labels must be integers (u8, i8, i16 or i32)");
 }
 
+// The examples' features (validated), their labels or targets still to be added.
+std::shared_ptr<detail::DatasetStorage> feature_storage(IdxArray& features) {
+  auto storage = std::make_shared<detail::DatasetStorage>();
+  storage->num_examples = features.dims[0];
+  storage->example_dims.assign(features.dims.begin() + 1, features.dims.end());
+  for (const std::int64_t dim : storage->example_dims) storage->example_elements *= dim;
+  if (features.type == IdxType::u8) {
+    storage->features_u8 = std::move(features.bytes);
+  } else {
+    storage->features_f32 = features_as_float(features);
+  }
+  return storage;
+}
+
 void check_count(const char* what, std::int64_t value, std::int64_t least) {
   if (value < least) TP_THROW(InvalidArgument, "data", "Dataset: ", what, " is ", value, "; it must be >= ", least);
 }
@@ -77,16 +91,27 @@ Dataset Dataset::from_arrays(IdxArray features, IdxArray labels) {
     TP_THROW(InvalidArgument, "data", "Dataset: features hold ", features.dims[0], " examples ",
              dims_text(features.dims), " but labels hold ", labels.dims[0]);
   }
-  auto storage = std::make_shared<detail::DatasetStorage>();
-  storage->num_examples = features.dims[0];
-  storage->example_dims.assign(features.dims.begin() + 1, features.dims.end());
-  for (const std::int64_t dim : storage->example_dims) storage->example_elements *= dim;
-  if (features.type == IdxType::u8) {
-    storage->features_u8 = std::move(features.bytes);
-  } else {
-    storage->features_f32 = features_as_float(features);
-  }
+  std::shared_ptr<detail::DatasetStorage> storage = feature_storage(features);
   storage->labels = std::move(label_values);
+  return Dataset(std::move(storage), std::make_shared<detail::BatchStaging>());
+}
+
+Dataset Dataset::with_targets(IdxArray features, IdxArray targets) {
+  features.validate();
+  targets.validate();
+  if (targets.type != IdxType::f32 && targets.type != IdxType::f64) {
+    TP_THROW(InvalidArgument, "data", "Dataset: targets are ", to_string(targets.type),
+             "; regression targets must be floats (f32 or f64); use from_arrays for integer class labels");
+  }
+  if (targets.dims[0] != features.dims[0]) {
+    TP_THROW(InvalidArgument, "data", "Dataset: features hold ", features.dims[0], " examples ",
+             dims_text(features.dims), " but targets hold ", targets.dims[0]);
+  }
+  std::shared_ptr<detail::DatasetStorage> storage = feature_storage(features);
+  storage->target_dims.assign(targets.dims.begin() + 1, targets.dims.end());
+  storage->target_elements = 1;
+  for (const std::int64_t dim : storage->target_dims) storage->target_elements *= dim;
+  storage->targets = features_as_float(targets);
   return Dataset(std::move(storage), std::make_shared<detail::BatchStaging>());
 }
 

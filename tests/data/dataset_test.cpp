@@ -226,6 +226,45 @@ TEST_F(DatasetTest, FloatFeaturesAndTensors) {
   EXPECT_EQ(scalars.labels.to_vector<std::int32_t>(), (std::vector<std::int32_t>{-1, 300}));
 }
 
+TEST_F(DatasetTest, TargetsBatchAsFloatRowsInTheEpochOrder) {
+  // Example i: features {i, i}, targets {i / 2, -i} (f64, stored as float32).
+  std::vector<float> features;
+  std::vector<double> targets;
+  for (int i = 0; i < 5; ++i) {
+    features.insert(features.end(), {static_cast<float>(i), static_cast<float>(i)});
+    targets.insert(targets.end(), {i / 2.0, -static_cast<double>(i)});
+  }
+  const Dataset dataset =
+      Dataset::with_targets(IdxArray::of<float>({5, 2}, features), IdxArray::of<double>({5, 2}, targets))
+          .shuffle(3)
+          .batch(2)
+          .stage_on(*device_);
+  const std::vector<std::int64_t> order = dataset.epoch_order(0);
+  std::size_t position = 0;
+  for (const Batch& batch : drain(dataset.epoch(0))) {
+    EXPECT_EQ(batch.labels.dtype(), DType::f32);
+    EXPECT_EQ(batch.labels.shape(), (Shape{batch.size, 2}));
+    EXPECT_EQ(batch.labels.buffer()->tag().name, "batch/y");
+    const std::vector<float> rows = batch.labels.to_vector<float>();
+    for (std::int64_t k = 0; k < batch.size; ++k, ++position) {
+      const auto example = static_cast<float>(order[position]);
+      EXPECT_EQ(rows[static_cast<std::size_t>(2 * k)], example / 2.0f);
+      EXPECT_EQ(rows[static_cast<std::size_t>(2 * k + 1)], -example);
+      EXPECT_EQ(batch.features.to_vector<float>()[static_cast<std::size_t>(2 * k)], example);
+    }
+  }
+  EXPECT_EQ(position, 5u);
+  EXPECT_NE(testing::invalid_argument_message([] {
+              (void)Dataset::with_targets(testing::pattern_u8({2}),
+                                          IdxArray::of<std::int32_t>({2}, std::vector<std::int32_t>{0, 1}));
+            }).find("targets must be floats"),
+            std::string::npos);
+  EXPECT_NE(testing::invalid_argument_message([] {
+              (void)Dataset::with_targets(testing::pattern_u8({3}), IdxArray::of<float>({2}, std::vector<float>{0, 1}));
+            }).find("but targets hold 2"),
+            std::string::npos);
+}
+
 TEST_F(DatasetTest, BatchesAreTaggedStagingBuffersOnTheDevice) {
   const Dataset dataset = numbered_dataset(4).batch(2).stage_on(*device_);
   const Batch batch = *dataset.epoch(0).next();

@@ -27,7 +27,7 @@ namespace tp::data {
 
 struct Batch {
   Tensor features{};       // float32 [size, example dims...]
-  Tensor labels{};         // int32 [size]
+  Tensor labels{};         // int32 [size]; float32 [size, target dims...] for Dataset::with_targets
   std::int64_t size = 0;   // examples in this batch: the batch size, or fewer for the last one
   std::int64_t index = 0;  // position in the epoch: 0 .. batches_per_epoch() - 1
 };

@@ -73,6 +73,11 @@ class Dataset {
   [[nodiscard]] static Dataset from_arrays(IdxArray features, IdxArray labels);
   // The same from tensors: features u8 or f32 of rank >= 1, labels i32 or u8 of rank 1 (copied to the host).
   [[nodiscard]] static Dataset from_tensors(const Tensor& features, const Tensor& labels);
+  // Regression: features as from_arrays; `targets` N float rows (f32 or f64, 1 to 4 dims, the first counting
+  // examples), stored as float32. Batches' labels are then float32 [size, target dims...] (a mean squared
+  // error model's labels) instead of int32 [size]. Throws tp::InvalidArgument naming the problem (an invalid
+  // array, non-float targets, counts that differ).
+  [[nodiscard]] static Dataset with_targets(IdxArray features, IdxArray targets);
 
   // Shuffles each epoch with `seed` (see Epoch order).
   [[nodiscard]] Dataset shuffle(std::uint64_t seed) const;
