@@ -56,6 +56,18 @@ data::IdxArray label_array(const HostArray& labels) {
   TP_THROW(InvalidArgument, "data", "Dataset: labels must be int32 or uint8");
 }
 
+// Regression targets: float32 or float64 rows, 1 to 4 dimensions (examples first).
+data::IdxArray target_array(const HostArray& targets) {
+  if (targets.ndim() < 1 || targets.ndim() > 4) {
+    TP_THROW(InvalidArgument, "data", "Dataset: targets have ", targets.ndim(),
+             " dimensions; give 1 to 4 (examples first, e.g. (N, 1))");
+  }
+  const std::vector<std::int64_t> dims = dims_of(targets);
+  if (targets.dtype() == nb::dtype<float>()) return idx_of<float>(targets, dims);
+  if (targets.dtype() == nb::dtype<double>()) return idx_of<double>(targets, dims);
+  TP_THROW(InvalidArgument, "data", "Dataset: targets must be float32 or float64");
+}
+
 // A numpy array that owns `values`.
 template <typename T>
 nb::object to_numpy(std::vector<T> values, const std::vector<std::int64_t>& dims) {
@@ -75,8 +87,10 @@ nb::list epoch_batches(const data::Dataset& dataset, std::int64_t epoch) {
   }
   nb::list result;
   for (const data::Batch& batch : batches) {
-    result.append(nb::make_tuple(to_numpy(batch.features.to_vector<float>(), batch.features.shape().dims()),
-                                 to_numpy(batch.labels.to_vector<std::int32_t>(), batch.labels.shape().dims())));
+    nb::object labels = batch.labels.dtype() == DType::f32
+                            ? to_numpy(batch.labels.to_vector<float>(), batch.labels.shape().dims())
+                            : to_numpy(batch.labels.to_vector<std::int32_t>(), batch.labels.shape().dims());
+    result.append(nb::make_tuple(to_numpy(batch.features.to_vector<float>(), batch.features.shape().dims()), labels));
   }
   return result;
 }
@@ -95,6 +109,15 @@ void bind_data(nb::module_& module) {
             return data::Dataset::from_arrays(std::move(feature_values), std::move(label_values));
           },
           nb::arg("features"), nb::arg("labels"))
+      .def_static(
+          "with_targets",
+          [](const HostArray& features, const HostArray& targets) {
+            data::IdxArray feature_values = feature_array(features);
+            data::IdxArray target_values = target_array(targets);
+            nb::gil_scoped_release release;
+            return data::Dataset::with_targets(std::move(feature_values), std::move(target_values));
+          },
+          nb::arg("features"), nb::arg("targets"))
       .def("shuffle", &data::Dataset::shuffle, nb::arg("seed"))
       .def("batch", &data::Dataset::batch, nb::arg("size"), nb::arg("drop_remainder") = false)
       .def("prefetch", &data::Dataset::prefetch, nb::arg("depth"))

@@ -154,3 +154,28 @@ def test_parameter_server_fit_prints_one_line_per_epoch(capfd):
     out = capfd.readouterr().out
     assert "Epoch 1/2 - " in out and "Epoch 2/2 - " in out and "accuracy: " in out
     assert len(history.history["loss"]) == 2
+
+
+def test_mean_squared_error_learns_a_linear_map():
+    rng = np.random.default_rng(2)
+    x = rng.random((256, 3))
+    y = x @ np.array([1.5, -2.0, 0.5]) + 0.25  # (N,) targets of a one-unit output
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.2), loss="mse")
+    history = model.fit(x, y, batch_size=16, epochs=20, verbose=0)
+    assert list(history.history) == ["loss"]
+    assert history.history["loss"][-1] < 0.01 < history.history["loss"][0]
+    loss = model.evaluate(x, y, verbose=0)
+    predictions = model.predict(x)
+    assert loss == pytest.approx(np.mean((predictions[:, 0] - y) ** 2), rel=1e-3)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y.reshape(-1, 1))).batch(32)
+    assert model.evaluate(dataset, verbose=0) == pytest.approx(loss, rel=1e-5)
+    with pytest.raises(ValueError, match=r"y has targets of shape \(2,\) per example; the last layer gives \(1,\)"):
+        model.fit(x, np.stack([y, y], axis=1), verbose=0)
+    with pytest.raises(ValueError, match="needs float targets; the Dataset holds class labels"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, np.zeros(256, np.int32))).batch(8), verbose=0)
+    classifier = mlp()
+    with pytest.raises(ValueError, match="labels are float targets"):
+        classifier.fit(tf.data.Dataset.from_tensor_slices((rng.random((8, FEATURES)), rng.random(8))).batch(4))
+    with pytest.raises(ValueError, match="accuracy needs loss='sparse_categorical_crossentropy'"):
+        model.compile(optimizer="sgd", loss="mse", metrics=["accuracy"])

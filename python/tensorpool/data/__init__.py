@@ -67,29 +67,53 @@ def _labels_array(y, where, what="y"):
     return np.ascontiguousarray(array.astype(np.int32))
 
 
+def _targets_array(y, where, what="y"):
+    """`y` as float regression targets, one row per example (float32 or float64; other numbers become
+    float32)."""
+    try:
+        array = np.asarray(y)
+    except Exception as error:  # noqa: BLE001
+        raise TypeError(f"{where}: {what} must be a numpy array of targets: {error}") from None
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{where}: {what} has dtype {array.dtype}; give numeric targets")
+    if array.ndim < 1 or array.ndim > 4:
+        raise ValueError(f"{where}: {what} has shape {array.shape}; give one row of targets per example")
+    if array.dtype not in (np.float32, np.float64):
+        array = array.astype(np.float32)
+    return np.ascontiguousarray(array)
+
+
 class Dataset:
     """Examples and their pipeline; every method returns a new Dataset sharing the examples."""
 
-    def __init__(self, native, batched=False):
+    def __init__(self, native, batched=False, targets=None):
         self._dataset = native
         self._batched = batched
+        self._targets = targets  # float targets: their shape per example; None: integer class labels
         self._epochs_iterated = 0
 
     @staticmethod
     def from_tensor_slices(tensors):
         """A dataset of the examples of `(features, labels)`: features with examples first (uint8, or numbers
-        stored as float32), labels one integer class per example."""
+        stored as float32); labels one integer class per example, or float regression targets (float labels:
+        one row per example, for a mean-squared-error model)."""
         if not isinstance(tensors, tuple) or len(tensors) != 2:
             raise TypeError(
                 "Dataset.from_tensor_slices: give a (features, labels) tuple of arrays with the same first dimension"
             )
         features = _features_array(tensors[0], "Dataset.from_tensor_slices", "features")
-        labels = _labels_array(tensors[1], "Dataset.from_tensor_slices", "labels")
+        floats = np.asarray(tensors[1]).dtype.kind == "f"
+        if floats:
+            labels = _targets_array(tensors[1], "Dataset.from_tensor_slices", "labels")
+        else:
+            labels = _labels_array(tensors[1], "Dataset.from_tensor_slices", "labels")
         if features.shape[0] != labels.shape[0]:
             raise ValueError(
                 f"Dataset.from_tensor_slices: features hold {features.shape[0]} examples {features.shape} but "
                 f"labels hold {labels.shape[0]}"
             )
+        if floats:
+            return Dataset(_tensorpool.Dataset.with_targets(features, labels), targets=labels.shape[1:])
         return Dataset(_tensorpool.Dataset.from_numpy(features, labels))
 
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True):
@@ -103,13 +127,13 @@ class Dataset:
             seed = random.getrandbits(63)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"Dataset.shuffle: seed {seed!r} must be a non-negative integer or None")
-        return Dataset(self._dataset.shuffle(int(seed)), self._batched)
+        return Dataset(self._dataset.shuffle(int(seed)), self._batched, self._targets)
 
     def batch(self, batch_size, drop_remainder=False):
         """Batches of `batch_size` examples; the last one smaller unless drop_remainder."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"Dataset.batch: batch_size {batch_size!r} must be a positive integer")
-        return Dataset(self._dataset.batch(int(batch_size), bool(drop_remainder)), True)
+        return Dataset(self._dataset.batch(int(batch_size), bool(drop_remainder)), True, self._targets)
 
     def prefetch(self, buffer_size):
         """Assembles up to `buffer_size` batches ahead on a background thread (AUTOTUNE: 2)."""
@@ -117,7 +141,7 @@ class Dataset:
             buffer_size = _AUTOTUNE_DEPTH
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 0:
             raise ValueError(f"Dataset.prefetch: buffer_size {buffer_size!r} must be >= 0 or tf.data.AUTOTUNE")
-        return Dataset(self._dataset.prefetch(int(buffer_size)), self._batched)
+        return Dataset(self._dataset.prefetch(int(buffer_size)), self._batched, self._targets)
 
     def cardinality(self):
         """Elements per epoch: batches when batched, else examples."""

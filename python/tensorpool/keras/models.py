@@ -221,6 +221,13 @@ class Sequential:
                 f"{where}: {what} has examples of shape {tuple(got)}; the model's input_shape is {expected}"
             )
 
+    def _check_targets_shape(self, shape, where, what):
+        expected = (self._dense[-1].units,)
+        if tuple(shape) != expected:
+            raise ValueError(
+                f"{where}: {what} has targets of shape {tuple(shape)} per example; the last layer gives {expected}"
+            )
+
     def _check_labels(self, labels, where, what):
         units = self._dense[-1].units
         if labels.size and int(labels.max()) >= units:
@@ -243,25 +250,41 @@ class Sequential:
                     f"{where}: the Dataset's examples have shape {x.example_shape}; the model's input_shape is "
                     f"{self._input.input_shape}"
                 )
+            regression = self._compiled["loss"]["name"] == "mean_squared_error"
+            if regression and x._targets is None:
+                raise ValueError(f"{where}: loss 'mean_squared_error' needs float targets; the Dataset holds class labels")
+            if not regression and x._targets is not None:
+                raise ValueError(
+                    f"{where}: the Dataset's labels are float targets; loss '{self._compiled['loss']['name']}' "
+                    "needs integer class labels (cast them, e.g. y.astype('int32'))"
+                )
+            if regression:
+                self._check_targets_shape(tuple(x._targets), where, "the Dataset's labels")
             return x._native()
         if y is None:
             raise ValueError(f"{where}: give y (the labels) with numpy x, or a Dataset of (x, y)")
-        if self._compiled["loss"]["name"] != "sparse_categorical_crossentropy":
-            raise ValueError(
-                f"{where}: loss '{self._compiled['loss']['name']}' needs float targets, which the runtime's "
-                "datasets do not hold yet; use loss='sparse_categorical_crossentropy'"
-            )
         features = _data._features_array(x, where, "x")
-        labels = _data._labels_array(y, where, "y")
+        regression = self._compiled["loss"]["name"] == "mean_squared_error"
+        if regression:
+            labels = _data._targets_array(y, where, "y")
+            if labels.ndim == 1:
+                labels = labels.reshape(-1, 1)  # (N,) targets of a one-unit output, as Keras expands them
+            self._check_targets_shape(labels.shape[1:], where, "y")
+        else:
+            labels = _data._labels_array(y, where, "y")
         self._check_features(features, where, "x")
         if features.shape[0] != labels.shape[0]:
             raise ValueError(f"{where}: x holds {features.shape[0]} examples but y holds {labels.shape[0]}")
-        self._check_labels(labels, where, "y")
+        if not regression:
+            self._check_labels(labels, where, "y")
         if batch_size is None:
             batch_size = 32
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"{where}: batch_size {batch_size!r} must be a positive integer")
-        dataset = _tensorpool.Dataset.from_numpy(features, labels)
+        if regression:
+            dataset = _tensorpool.Dataset.with_targets(features, labels)
+        else:
+            dataset = _tensorpool.Dataset.from_numpy(features, labels)
         if shuffle_seed is not None:
             dataset = dataset.shuffle(shuffle_seed)
         return dataset.batch(int(batch_size)).prefetch(_PREFETCH)
