@@ -24,6 +24,17 @@ data::IdxArray idx_of(const HostArray& array, std::vector<std::int64_t> dims) {
   return data::IdxArray::of<T>(std::move(dims), values);
 }
 
+// float64 values straight into a float32 IdxArray: the one conversion, without a float64 copy in between.
+data::IdxArray float32_of_doubles(const HostArray& array, std::vector<std::int64_t> dims) {
+  data::IdxArray result{.type = data::IdxType::f32, .dims = std::move(dims), .bytes = {}};
+  result.bytes.resize(array.size() * sizeof(float));
+  const auto* source = static_cast<const double*>(array.data());
+  auto* target = reinterpret_cast<float*>(result.bytes.data());
+  for (std::size_t i = 0; i < array.size(); ++i) target[i] = static_cast<float>(source[i]);
+  result.validate();
+  return result;
+}
+
 std::vector<std::int64_t> dims_of(const HostArray& array) {
   std::vector<std::int64_t> dims;
   for (std::size_t axis = 0; axis < array.ndim(); ++axis) dims.push_back(static_cast<std::int64_t>(array.shape(axis)));
@@ -41,7 +52,7 @@ data::IdxArray feature_array(const HostArray& features) {
   const std::vector<std::int64_t> dims = dims_of(features);
   if (features.dtype() == nb::dtype<std::uint8_t>()) return idx_of<std::uint8_t>(features, dims);
   if (features.dtype() == nb::dtype<float>()) return idx_of<float>(features, dims);
-  if (features.dtype() == nb::dtype<double>()) return idx_of<double>(features, dims);
+  if (features.dtype() == nb::dtype<double>()) return float32_of_doubles(features, dims);
   TP_THROW(InvalidArgument, "data", "Dataset: features must be uint8, float32 or float64");
 }
 
@@ -64,7 +75,7 @@ data::IdxArray target_array(const HostArray& targets) {
   }
   const std::vector<std::int64_t> dims = dims_of(targets);
   if (targets.dtype() == nb::dtype<float>()) return idx_of<float>(targets, dims);
-  if (targets.dtype() == nb::dtype<double>()) return idx_of<double>(targets, dims);
+  if (targets.dtype() == nb::dtype<double>()) return float32_of_doubles(targets, dims);
   TP_THROW(InvalidArgument, "data", "Dataset: targets must be float32 or float64");
 }
 
