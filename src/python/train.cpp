@@ -143,11 +143,11 @@ void compile(train::Sequential& model, const std::string& optimizer, double lear
   }
 }
 
-nb::dict fit(train::Sequential& model, const data::Dataset& train, std::int64_t epochs, const data::Dataset* validation,
-             nb::handle dispatcher, bool batch_hooks, int verbose, const std::string& checkpoint_dir,
-             std::int64_t checkpoint_every_steps, std::int64_t steps_in_flight) {
+nb::dict fit(train::Sequential& model, const data::Dataset& examples, std::int64_t epochs,
+             const data::Dataset* validation, nb::handle dispatcher, bool batch_hooks, int verbose,
+             const std::string& checkpoint_dir, std::int64_t checkpoint_every_steps, std::int64_t steps_in_flight) {
   device::Device& staging = batch_device(model);
-  const data::Dataset train_batches = staged(train, staging);
+  const data::Dataset train_batches = staged(examples, staging);
   std::optional<data::Dataset> validation_batches;
   if (validation != nullptr) validation_batches = staged(*validation, staging);
   // As `tensorpool train`: in a multi-worker job rank 0 alone writes checkpoints and shows progress.
@@ -174,7 +174,7 @@ nb::dict fit(train::Sequential& model, const data::Dataset& train, std::int64_t 
     } catch (const StopTraining&) {
       stopped = true;
     } catch (OutOfMemoryError& error) {  // the fix `tensorpool train` suggests, in the error (errors.hpp)
-      add_oom_advice(error, model, train.settings().batch_size, staging.name());
+      add_oom_advice(error, model, examples.settings().batch_size, staging.name());
       throw;
     }
   }
