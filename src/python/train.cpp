@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -264,6 +265,25 @@ nb::list variables(train::Sequential& model) {
   return out;
 }
 
+// Assigns every replica's variables from (name, float32 or int64 numpy array) pairs naming every variable,
+// as variables() lists them (Sequential::assign_variables checks the names).
+void assign_variables(train::Sequential& model, const std::vector<std::pair<std::string, HostArray>>& values) {
+  device::Device& host = model.session().options().devices->device("cpu:0");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, array] : values) {
+    const DType dtype = array.dtype() == nb::dtype<float>()          ? DType::f32
+                        : array.dtype() == nb::dtype<std::int64_t>() ? DType::i64
+                                                                     : DType::u8;
+    if (dtype == DType::u8) TP_THROW(InvalidArgument, "keras", "variable '", name, "': give float32 (or int64) values");
+    std::vector<std::int64_t> dims;
+    for (std::size_t axis = 0; axis < array.ndim(); ++axis)
+      dims.push_back(static_cast<std::int64_t>(array.shape(axis)));
+    tensors.emplace_back(name, Tensor::from_host(array.data(), Shape(dims), dtype, host));
+  }
+  nb::gil_scoped_release release;
+  model.assign_variables(tensors);
+}
+
 // The variables as one atomic checkpoint in `directory` (the format fit's checkpoints use), with `metadata`.
 // In a multi-worker job every worker must call it (gathering ZeRO shards is collective); rank 0 alone writes,
 // as fit's checkpoints, and the others return "".
@@ -316,6 +336,7 @@ void bind_train(nb::module_& module) {
       .def("evaluate", &evaluate, nb::arg("dataset"))
       .def("predict", &predict, nb::arg("features"), nb::arg("batch_size"))
       .def("variables", &variables)
+      .def("assign_variables", &assign_variables, nb::arg("values"))
       .def("save_weights", &save_weights, nb::arg("directory"), nb::arg("step"), nb::arg("metadata"))
       .def("load_weights", &load_weights, nb::arg("directory"))
       .def_prop_ro("input_shape", &train::Sequential::input_shape)

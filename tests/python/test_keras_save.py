@@ -103,3 +103,17 @@ def test_global_policy_reaches_the_runtime(policy, policy_reset):
     np.testing.assert_allclose(got, expected, atol=0.05)
     with pytest.raises(ValueError, match="'float64' is not one of"):
         tf.keras.mixed_precision.set_global_policy("float64")
+
+
+def test_set_weights_round_trips_get_weights():
+    x, y = data()
+    source, target = model(), model()
+    source.fit(x, y, epochs=1, verbose=0)
+    target.fit(x[:32], y[:32], epochs=1, verbose=0)
+    assert not np.array_equal(source.predict(x), target.predict(x))
+    target.set_weights(source.get_weights())
+    np.testing.assert_array_equal(target.predict(x), source.predict(x))
+    with pytest.raises(ValueError, match="the model has 4 weights"):
+        target.set_weights(source.get_weights()[:3])
+    with pytest.raises(ValueError, match=r"dense/kernel has shape \(20, 32\); got \(32, 20\)"):
+        target.set_weights([w.T for w in source.get_weights()])

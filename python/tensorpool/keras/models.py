@@ -436,6 +436,26 @@ class Sequential:
                 weights.append(values[f"{_native_name(index)}/bias"])
         return weights
 
+    def set_weights(self, weights):
+        """Sets the layers' kernels and biases (the list get_weights returns); the optimizer state stays."""
+        self._require_variables("set_weights")
+        current = self._native.variables()
+        names = []
+        for index, layer in enumerate(self._dense):
+            names.append(f"{_native_name(index)}/kernel")
+            if layer.use_bias:
+                names.append(f"{_native_name(index)}/bias")
+        weights = list(weights)
+        if len(weights) != len(names):
+            raise ValueError(f"set_weights: the model has {len(names)} weights (kernels and biases); got {len(weights)}")
+        values = dict(current)
+        for name, weight in zip(names, weights):
+            array = np.ascontiguousarray(np.asarray(weight, dtype=np.float32))
+            if array.shape != values[name].shape:
+                raise ValueError(f"set_weights: {name} has shape {values[name].shape}; got {array.shape}")
+            values[name] = array
+        self._native.assign_variables([(name, values[name]) for name, _ in current])
+
     def summary(self, line_length=None, print_fn=None):
         """Keras's table, plus each layer's bytes (float32 variables) and, once compiled, the optimizer state."""
         self._check_buildable("summary")
