@@ -9,7 +9,9 @@ machine's drift falls on both, --runs times each. Throughput is the training loo
 one C++ loop both run with the same clock (train::fit's epoch time, validation excluded): the CLI's from
 --summary-json, Python's from the History (`samples_per_second` of the last epoch's logs) or, without it, from
 the `N samples/s` of fit's progress line. Python's wall time of the whole fit() call (numpy conversion,
-callbacks, validation included) is reported beside it. The table gives medians and the Python/CLI ratio.
+callbacks, validation included) is reported beside it. The table gives each side's median and range, the ratio
+of the medians, and the median of the per-pair ratios (each Python run over the CLI run just before it: on a
+shared machine whose speed drifts, neighbours in time compare better than medians over the whole run).
 
 Run from the repository root with the venv the build uses (numpy) and the build's package:
 
@@ -66,7 +68,7 @@ def python_worker(arguments):
         x_train, y_train = x_train[:arguments.limit_train], y_train[:arguments.limit_train]
     started = time.perf_counter()
     history = model.fit(x_train, y_train, batch_size=arguments.worker, epochs=arguments.epochs,
-                        validation_data=(x_test, y_test), verbose=2)
+                        validation_data=(x_test, y_test))
     wall = time.perf_counter() - started
     speeds = history.history.get("samples_per_second")
     print(json.dumps({"samples_per_second": speeds[-1] if speeds else None,
@@ -154,15 +156,25 @@ def main():
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions().items()))
     print(f"{arguments.epochs} epoch(s), {arguments.limit_train or 60000} examples, mirrored on sim:0,sim:1, "
           f"seed 42; median of {arguments.runs} alternating runs each\n")
-    print("| batch | `tensorpool train` samples/s | `model.fit` samples/s | Python / CLI | fit() wall samples/s |")
-    print("|---|---|---|---|---|")
+    print("| batch | `tensorpool train` samples/s (min - max) | `model.fit` samples/s (min - max) | Python / CLI, "
+          "medians | Python / CLI, median of pairs | fit() wall samples/s |")
+    print("|---|---:|---:|---:|---:|---:|")
     medians = {}
     for batch_size, sides in runs.items():
         cli = statistics.median(r["samples_per_second"] for r in sides["cli"])
         python = statistics.median(r["samples_per_second"] for r in sides["python"])
         wall = statistics.median(r["fit_wall_samples_per_second"] for r in sides["python"])
-        medians[batch_size] = {"cli": cli, "python": python, "ratio": python / cli, "python_fit_wall": wall}
-        print(f"| {batch_size} | {cli:,.0f} | {python:,.0f} | {python / cli:.3f} | {wall:,.0f} |")
+        pairs = statistics.median(p["samples_per_second"] / c["samples_per_second"]
+                                  for c, p in zip(sides["cli"], sides["python"]))
+        medians[batch_size] = {"cli": cli, "python": python, "ratio": python / cli, "pair_ratio": pairs,
+                               "python_fit_wall": wall}
+
+        def spread(side):
+            values = [r["samples_per_second"] for r in sides[side]]
+            return f"{min(values):,.0f} - {max(values):,.0f}"
+
+        print(f"| {batch_size} | {cli:,.0f} ({spread('cli')}) | {python:,.0f} ({spread('python')}) | "
+              f"{python / cli:.3f} | {pairs:.3f} | {wall:,.0f} |")
     if arguments.json:
         with open(arguments.json, "w", encoding="utf-8") as file:
             json.dump({"cpu": cpu_description(), "versions": versions(), "runs": runs, "medians": medians}, file,

@@ -22,6 +22,8 @@ so a block nobody runs cannot be added silently):
                                  replacing the block's values (and without --callgrind);
           bench/backends/*.py    likewise: the real script with its smoke flags (one recorded run per device,
                                  no warm-up), training through the CLI shim above;
+          bench/python/*.py      likewise (one run per side, batch 32, 640 examples); build/python and
+                                 build/python-venv are the build's package and interpreter;
           build-NAME/            the same build as build/ (the text says how build-NAME was configured);
           /tmp/                  a scratch directory;
           make TARGET            checked, not run (it would rebuild and rerun everything): TARGET must be a rule
@@ -76,6 +78,7 @@ DROPPED_FLAGS = {"tp_replay_bench": {"--callgrind"}}
 # bench/backends/ script -> {flag: value}, as SMOKE_FLAGS.
 SCRIPT_SMOKE_FLAGS = {
     "compare_backends.py": {"--runs": "1", "--warmup": "0"},
+    "fit_vs_cli.py": {"--runs": "1", "--limit-train": "640", "--batch-sizes": "32"},
 }
 
 
@@ -201,7 +204,7 @@ def sandbox(root, build, scratch, text):
             os.makedirs(os.path.join(work, "bench", name))
             for script in os.listdir(source):
                 shim(os.path.join(work, "bench", name, script), "peer:" + os.path.join(source, script))
-        elif name == "backends":
+        elif name in ("backends", "python"):
             os.makedirs(os.path.join(work, "bench", name))
             for script in os.listdir(source):
                 if script in SCRIPT_SMOKE_FLAGS:
@@ -213,6 +216,9 @@ def sandbox(root, build, scratch, text):
     os.makedirs(os.path.join(work, "build", "bin"))
     os.makedirs(os.path.join(work, "build", "bench"))
     shim(os.path.join(work, "build", "bin", "tensorpool"), "tensorpool:" + os.path.join(build, "bin", "tensorpool"))
+    for name in ("python", "python-venv"):  # the Python package the build assembled, and its interpreter
+        if os.path.isdir(os.path.join(build, name)):
+            os.symlink(os.path.join(build, name), os.path.join(work, "build", name))
     for name in set(re.findall(r"\bbuild[\w-]*/bench/(tp_\w+)", text)):
         real = os.path.join(build, "bench", name)
         if os.access(real, os.X_OK):
