@@ -57,8 +57,10 @@ bench: build
 	@mpirun --allow-run-as-root --oversubscribe -np 2 $(BUILD_DIR)/bench/tp_collective_bench
 
 # The sanitizer builds: line tables (-g1) are all a sanitizer report needs to name file and line, and full
-# debug info only makes their objects bigger and their compiles and links slower.
-SANITIZER_DEBUG_FLAGS ?= -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1
+# debug info only makes their objects bigger and their compiles and links slower. Their library is a unity
+# build (TP_UNITY_BUILD in CMakeLists.txt): the same code, compiled in batches; the regular build compiles each
+# source alone.
+SANITIZER_DEBUG_FLAGS ?= -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DTP_UNITY_BUILD=ON
 
 # Every library test again (not the tools' or benchmarks', which are not built), in an address+undefined
 # sanitizer build (.ci/run).
