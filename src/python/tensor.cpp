@@ -290,7 +290,7 @@ nb::object to_numpy(nb::handle self) {
 
 // __dlpack__(stream=None, max_version=None, dl_device=None, copy=None): host-visible tensors export a view;
 // device tensors a host copy, unless copy=False (BufferError, as the protocol asks).
-nb::object to_dlpack(nb::handle self, nb::kwargs kwargs) {
+nb::object to_dlpack(nb::handle self, const nb::kwargs& kwargs) {
   const auto& value = nb::cast<const PyTensor&>(self);
   const Tensor& tensor = value.tensor;
   nb::object copy = nb::none();
