@@ -10,6 +10,7 @@
 #include <span>
 
 #include "python/bindings.hpp"
+#include "python/numpy_array.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/data/dataset.hpp"
 
@@ -77,15 +78,6 @@ data::IdxArray target_array(const HostArray& targets) {
   if (targets.dtype() == nb::dtype<float>()) return idx_of<float>(targets, dims);
   if (targets.dtype() == nb::dtype<double>()) return float32_of_doubles(targets, dims);
   TP_THROW(InvalidArgument, "data", "Dataset: targets must be float32 or float64");
-}
-
-// A numpy array that owns `values`.
-template <typename T>
-nb::object to_numpy(std::vector<T> values, const std::vector<std::int64_t>& dims) {
-  auto* owned = new std::vector<T>(std::move(values));
-  nb::capsule owner(owned, [](void* pointer) noexcept { delete static_cast<std::vector<T>*>(pointer); });
-  std::vector<std::size_t> shape(dims.begin(), dims.end());
-  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner));
 }
 
 // Epoch `epoch`'s batches as (features float32, labels int32) numpy pairs, copied off the staging memory.

@@ -19,6 +19,7 @@
 
 #include "python/bindings.hpp"
 #include "python/errors.hpp"
+#include "python/numpy_array.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/data/dataset.hpp"
 #include "tensorpool/device/device_manager.hpp"
@@ -196,14 +197,6 @@ nb::tuple evaluate(train::Sequential& model, const data::Dataset& dataset) {
     evaluation = train::evaluate(model, staged(dataset, batch_device(model)));
   }
   return nb::make_tuple(evaluation.loss, evaluation.accuracy, evaluation.examples);
-}
-
-template <typename T>
-nb::object to_numpy(std::vector<T> values, const std::vector<std::int64_t>& dims) {
-  auto* owned = new std::vector<T>(std::move(values));
-  nb::capsule owner(owned, [](void* pointer) noexcept { delete static_cast<std::vector<T>*>(pointer); });
-  std::vector<std::size_t> shape(dims.begin(), dims.end());
-  return nb::cast(nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner));
 }
 
 // The output layer's values for every example, in order: the features batched through a Dataset (its pinned
