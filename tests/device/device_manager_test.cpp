@@ -3,6 +3,7 @@
 // logical splits with their limits, per-device memory configs, and configuration after first use. Every
 // manager here gets an injected environment, so the tests do not depend on the caller's TP_* variables.
 #include "tensorpool/device/device_manager.hpp"
+#include "device/fake_env.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,16 +22,8 @@
 namespace tp::device {
 namespace {
 
-using Variables = std::map<std::string, std::string>;
-
-// A get_env over `variables`; the map lives as long as the returned function (and its copies).
-memory::GetEnv env_of(Variables variables) {
-  auto owned = std::make_shared<const Variables>(std::move(variables));
-  return [owned](const char* name) -> const char* {
-    const auto found = owned->find(name);
-    return found == owned->end() ? nullptr : found->second.c_str();
-  };
-}
+using testing::env_of;
+using testing::Variables;
 
 const memory::GetEnv kNoEnv = env_of({});
 

@@ -3,6 +3,7 @@
 // not depend on the caller's TP_* variables. The opencl rules that depend on the machine's driver are checked
 // for the part every machine shares.
 #include "tensorpool/device/missing_device.hpp"
+#include "device/fake_env.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,15 +15,8 @@
 namespace tp::device {
 namespace {
 
-using Variables = std::map<std::string, std::string>;
-
-memory::GetEnv env_of(Variables variables) {
-  auto owned = std::make_shared<const Variables>(std::move(variables));
-  return [owned](const char* name) -> const char* {
-    const auto found = owned->find(name);
-    return found == owned->end() ? nullptr : found->second.c_str();
-  };
-}
+using testing::env_of;
+using testing::Variables;
 
 const std::vector<DeviceId> kTwoSims{{DeviceKind::cpu, 0}, {DeviceKind::sim, 0}, {DeviceKind::sim, 1}};
 

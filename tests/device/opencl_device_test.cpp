@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device/fake_env.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/tensor.hpp"
@@ -25,15 +26,8 @@
 namespace tp::device {
 namespace {
 
-using Variables = std::map<std::string, std::string>;
-
-memory::GetEnv env_of(Variables variables) {
-  auto owned = std::make_shared<const Variables>(std::move(variables));
-  return [owned](const char* name) -> const char* {
-    const auto found = owned->find(name);
-    return found == owned->end() ? nullptr : found->second.c_str();
-  };
-}
+using testing::env_of;
+using testing::Variables;
 
 // The options the process-wide manager would read from `variables`.
 DeviceManagerOptions options_of(const Variables& variables) {

@@ -263,19 +263,32 @@ with open(f"result.{rank}.{sys.argv[1]}", "w") as out:
 """
 
 
-def test_multi_worker_fit_under_mpirun_matches_mirrored(tmp_path):
-    """Two workers of one device each train as one mirrored model over two devices: the same global batches,
-    the gradients summed over the workers, so the same losses and weights on every rank."""
+def _mpirun_or_skip():
+    """mpirun's path; skips the test (saying why) without it or without tensorpool's MPI transport."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun is not installed (scripts/install-deps installs Open MPI)")
     if not _tensorpool.mpi_built():
         pytest.skip("tensorpool was built without MPI")
-    script = tmp_path / "fit.py"
-    script.write_text(_FIT_SCRIPT)
+    return mpirun
+
+
+def _mpi_job_environment():
+    """The environment of an mpirun job's ranks: this package importable, no device or MPI variables of the
+    caller's leaking in, no opencl devices."""
     environment = dict(os.environ, TP_OPENCL_DEVICES="0", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     for variable in ("TP_SIM_DEVICES", "TP_VISIBLE_DEVICES", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
         environment.pop(variable, None)
+    return environment
+
+
+def test_multi_worker_fit_under_mpirun_matches_mirrored(tmp_path):
+    """Two workers of one device each train as one mirrored model over two devices: the same global batches,
+    the gradients summed over the workers, so the same losses and weights on every rank."""
+    mpirun = _mpirun_or_skip()
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT_SCRIPT)
+    environment = _mpi_job_environment()
 
     def results(command):
         done = subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120,
@@ -314,16 +327,10 @@ with open(f"result.{rank}", "w") as out:  # one file per rank: mpirun interleave
 def test_parameter_server_fit_under_mpirun(tmp_path):
     """Under mpirun rank 0 serves the variables and ranks 1 and 2 train asynchronously against it; the server
     reports the job's falling loss."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        pytest.skip("mpirun is not installed (scripts/install-deps installs Open MPI)")
-    if not _tensorpool.mpi_built():
-        pytest.skip("tensorpool was built without MPI")
+    mpirun = _mpirun_or_skip()
     script = tmp_path / "ps.py"
     script.write_text(_PS_SCRIPT)
-    environment = dict(os.environ, TP_OPENCL_DEVICES="0", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for variable in ("TP_SIM_DEVICES", "TP_VISIBLE_DEVICES", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        environment.pop(variable, None)
+    environment = _mpi_job_environment()
     done = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", sys.executable, str(script)],
                           env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
