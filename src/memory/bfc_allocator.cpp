@@ -31,6 +31,14 @@ constexpr std::size_t doubled(std::size_t bytes, std::size_t cap) noexcept { ret
 
 }  // namespace
 
+std::string_view to_string(BfcSplit split) noexcept {
+  switch (split) {
+    case BfcSplit::tensorflow: return "tensorflow";
+    case BfcSplit::exact: return "exact";
+  }
+  return "unknown";
+}
+
 // ---- construction ------------------------------------------------------------------------------------
 
 BfcAllocator::BfcAllocator(std::unique_ptr<MemoryResource> source, BfcOptions options, std::string name)
@@ -54,6 +62,10 @@ BfcAllocator::BfcAllocator(MemoryResource& source, BfcOptions options, std::stri
   }
   if (options.initial_region_bytes == 0) {
     TP_THROW(InvalidArgument, "memory", this->name(), ": initial_region_bytes must be positive");
+  }
+  if (options.split != BfcSplit::tensorflow && options.split != BfcSplit::exact) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": split = ", static_cast<int>(options.split),
+             " is not a BfcSplit; use BfcSplit::tensorflow or BfcSplit::exact");
   }
   if (source.max_alignment() < kGranularity) {
     TP_THROW(InvalidArgument, "memory", this->name(), ": source '", source.name(), "' aligns to at most ",
@@ -330,7 +342,10 @@ void* BfcAllocator::do_allocate(std::size_t bytes, std::size_t /*alignment: <= 2
 void* BfcAllocator::use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested) {
   remove_free(handle);
   const std::size_t size = chunks_[handle].size;
-  if (size > rounded && (size >= 2 * rounded || size - rounded >= options_.split_threshold)) {
+  // Sizes are multiples of kGranularity, so any leftover is a valid chunk; tensorflow keeps small leftovers.
+  const bool split = size > rounded && (options_.split == BfcSplit::exact || size >= 2 * rounded ||
+                                        size - rounded >= options_.split_threshold);
+  if (split) {
     split_chunk(*region_for(chunks_[handle].ptr), handle, rounded);
   }
   Chunk& chunk = chunks_[handle];

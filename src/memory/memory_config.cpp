@@ -45,6 +45,14 @@ AllocatorKind parse_allocator(const char* value) {
   bad_variable("TP_ALLOCATOR", value, "bfc, expandable, system");
 }
 
+BfcSplit parse_bfc_split(const char* value) {
+  const std::string word = lower(trim(value));
+  for (BfcSplit split : {BfcSplit::tensorflow, BfcSplit::exact}) {
+    if (word == to_string(split)) return split;
+  }
+  bad_variable("TP_BFC_SPLIT", value, "tensorflow, exact");
+}
+
 double parse_fraction(const char* value) {
   const std::string_view text = trim(value);
   double fraction = 0.0;
@@ -90,6 +98,10 @@ void MemoryConfig::validate() const {
   if (allocator != AllocatorKind::bfc && allocator != AllocatorKind::expandable && allocator != AllocatorKind::system) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": allocator = ", static_cast<int>(allocator),
              " is not an AllocatorKind; use bfc, expandable or system");
+  }
+  if (bfc_split != BfcSplit::tensorflow && bfc_split != BfcSplit::exact) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": bfc_split = ", static_cast<int>(bfc_split),
+             " is not a BfcSplit; use BfcSplit::tensorflow or BfcSplit::exact");
   }
   if (split_threshold.has_value() && *split_threshold == 0) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device,
@@ -142,6 +154,7 @@ std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::s
 MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env) {
   if (const char* value = get_env("TP_ALLOW_GROWTH"); value != nullptr) config.policy = parse_allow_growth(value);
   if (const char* value = get_env("TP_ALLOCATOR"); value != nullptr) config.allocator = parse_allocator(value);
+  if (const char* value = get_env("TP_BFC_SPLIT"); value != nullptr) config.bfc_split = parse_bfc_split(value);
   if (const char* value = get_env("TP_MEMORY_FRACTION"); value != nullptr) {
     config.fraction = parse_fraction(value);
     config.limit_bytes.reset();

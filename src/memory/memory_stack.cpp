@@ -28,6 +28,7 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       options.limit_bytes = limit_bytes;
       options.growth = config.policy;
       options.garbage_collection = config.garbage_collection;
+      options.split = config.bfc_split;
       options.split_threshold = config.split_threshold.value_or(MemoryConfig::kDefaultSplitThreshold);
       if (config.split_fraction.has_value()) {
         const double threshold = *config.split_fraction * static_cast<double>(limit_bytes);

@@ -67,18 +67,27 @@ TraceSetup setup_for_seed(std::uint64_t seed) {
   return setup;
 }
 
-// Runs one trace; `final_stats` gets the allocator's stats at the end (before the last trim). The seed fixes
-// the request sequence; region addresses come from the host, so best-fit ties between regions (and hence
-// the exact OOM count) may differ slightly from run to run.
-void run_random_trace(std::uint64_t seed, int operations, MemoryStats& final_stats) {
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  const TraceSetup setup = setup_for_seed(seed);
+struct TraceOutcome {
+  MemoryStats stats;          // the allocator's stats at the end (before the last trim)
+  std::size_t slack_ops = 0;  // operations after which bytes_in_use exceeded the live requests rounded to 256
+};
+
+// Runs one trace under `split`. The seed fixes the request sequence; region addresses come from the host, so
+// best-fit ties between regions (and hence the exact OOM count) may differ slightly from run to run. Under
+// BfcSplit::exact every in-use chunk is its request rounded to 256 bytes, so bytes_in_use is checked against
+// that sum after every operation.
+void run_random_trace(std::uint64_t seed, int operations, TraceOutcome& outcome,
+                      BfcSplit split = BfcSplit::tensorflow) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << ", split " << to_string(split));
+  TraceSetup setup = setup_for_seed(seed);
+  setup.options.split = split;
   TestSource source(setup.source_capacity);
   BfcAllocator bfc(source, setup.options);
   std::mt19937_64 rng(seed);
   std::vector<Live> live;
   std::vector<unsigned char> scratch;
   std::size_t requested = 0;
+  std::size_t rounded = 0;  // sum of the live requests rounded to 256
   for (int op = 0; op < operations; ++op) {
     const bool do_allocate = live.empty() || (live.size() < 200 && rng() % 100 < 55);
     if (rng() % 1000 == 0) {  // a phase ends: everything is freed, regions become wholly free
@@ -88,6 +97,7 @@ void run_random_trace(std::uint64_t seed, int operations, MemoryStats& final_sta
       }
       live.clear();
       requested = 0;
+      rounded = 0;
     } else if (do_allocate) {
       const std::size_t bytes = random_size(rng);
       const std::size_t alignment = std::size_t{1} << (rng() % 9);
@@ -97,6 +107,7 @@ void run_random_trace(std::uint64_t seed, int operations, MemoryStats& final_sta
         live.push_back(Live{ptr, bytes, static_cast<unsigned char>(rng())});
         fill(live.back());
         requested += bytes;
+        rounded += round_up(bytes, BfcAllocator::kGranularity);
       } catch (const OutOfMemoryError&) {
         // Legitimate under the limit; the invariants below must still hold.
       }
@@ -105,6 +116,7 @@ void run_random_trace(std::uint64_t seed, int operations, MemoryStats& final_sta
       ASSERT_TRUE(intact(live[index], scratch)) << "op " << op << ": allocation overwritten";
       bfc.deallocate(live[index].ptr, live[index].bytes);
       requested -= live[index].bytes;
+      rounded -= round_up(live[index].bytes, BfcAllocator::kGranularity);
       live[index] = live.back();
       live.pop_back();
     }
@@ -112,13 +124,17 @@ void run_random_trace(std::uint64_t seed, int operations, MemoryStats& final_sta
     const std::string violation = bfc.check_invariants();
     ASSERT_EQ(violation, "") << "op " << op;
     ASSERT_EQ(bfc.stats().bytes_requested, requested) << "op " << op;
+    if (bfc.stats().bytes_in_use > rounded) ++outcome.slack_ops;
+    if (split == BfcSplit::exact) {
+      ASSERT_EQ(bfc.stats().bytes_in_use, rounded) << "op " << op;
+    }
   }
   for (const Live& item : live) {
     ASSERT_TRUE(intact(item, scratch));
     bfc.deallocate(item.ptr, item.bytes);
   }
   const MemoryStats stats = bfc.stats();
-  final_stats = stats;
+  outcome.stats = stats;
   EXPECT_EQ(stats.bytes_in_use, 0u);
   EXPECT_EQ(stats.num_allocs, stats.num_frees);
   EXPECT_EQ(bfc.trim(), stats.bytes_reserved);
@@ -129,9 +145,10 @@ void run_random_trace(std::uint64_t seed, int operations, MemoryStats& final_sta
 TEST(BfcAllocatorProperty, RandomTracesKeepInvariantsAndContents) {
   MemoryStats total;
   for (const std::uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
-    MemoryStats stats;
-    run_random_trace(seed, 20000, stats);
+    TraceOutcome outcome;
+    run_random_trace(seed, 20000, outcome);
     if (HasFatalFailure()) return;
+    const MemoryStats& stats = outcome.stats;
     total.num_allocs += stats.num_allocs;
     total.num_ooms += stats.num_ooms;
     total.num_retries += stats.num_retries;
@@ -146,6 +163,21 @@ TEST(BfcAllocatorProperty, RandomTracesKeepInvariantsAndContents) {
               static_cast<unsigned long long>(total.num_allocs), static_cast<unsigned long long>(total.num_ooms),
               static_cast<unsigned long long>(total.num_retries),
               static_cast<unsigned long long>(total.upstream_frees));
+}
+
+// The same traces under the exact split policy: invariants, contents and OOM recovery hold, and no in-use chunk
+// keeps a leftover, where TensorFlow's rule on the same requests does (so the check cannot pass vacuously).
+TEST(BfcAllocatorProperty, RandomTracesUnderExactSplitHandOutNoSlack) {
+  for (const std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
+    TraceOutcome tensorflow;
+    run_random_trace(seed, 10000, tensorflow, BfcSplit::tensorflow);
+    TraceOutcome exact;
+    run_random_trace(seed, 10000, exact, BfcSplit::exact);
+    if (HasFatalFailure()) return;
+    EXPECT_GT(tensorflow.slack_ops, 0u) << "seed " << seed;
+    EXPECT_EQ(exact.slack_ops, 0u) << "seed " << seed;
+    EXPECT_GT(exact.stats.num_allocs, 4000u) << "seed " << seed;
+  }
 }
 
 // ---- concurrency --------------------------------------------------------------------------------------

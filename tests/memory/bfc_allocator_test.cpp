@@ -32,6 +32,9 @@ TEST(BfcAllocator, RejectsBadOptions) {
   EXPECT_THROW(BfcAllocator(source, grow_options(100)), InvalidArgument);
   EXPECT_THROW(BfcAllocator(source, grow_options(kMiBytes, 0)), InvalidArgument);
   EXPECT_THROW(BfcAllocator(std::unique_ptr<MemoryResource>{}, grow_options(kMiBytes)), InvalidArgument);
+  BfcOptions bad_split = grow_options(kMiBytes);
+  bad_split.split = static_cast<BfcSplit>(7);
+  EXPECT_THROW(BfcAllocator(source, bad_split), InvalidArgument);
 }
 
 TEST(BfcAllocator, BorrowedSourceGetsEveryRegionBack) {
@@ -147,6 +150,109 @@ TEST(BfcAllocator, SplitsWhenLeftoverReachesThreshold) {
   EXPECT_EQ(bfc.regions()[0].chunks.size(), 2u);
   bfc.deallocate(ptr, 600 * kKiBytes);
   bfc.deallocate(second, 250 * kKiBytes);
+  EXPECT_CONSISTENT(bfc);
+}
+
+// ---- split policy: exact ------------------------------------------------------------------------------
+
+BfcOptions exact(BfcOptions options) {
+  options.split = BfcSplit::exact;
+  return options;
+}
+
+std::vector<std::size_t> chunk_sizes(const BfcAllocator& bfc) {
+  const std::vector<BfcAllocator::RegionInfo> regions = bfc.regions();
+  std::vector<std::size_t> sizes;
+  for (const auto& chunk : regions.at(0).chunks) sizes.push_back(chunk.size);
+  return sizes;
+}
+
+TEST(BfcSplit, NamesThePolicies) {
+  EXPECT_EQ(to_string(BfcSplit::tensorflow), "tensorflow");
+  EXPECT_EQ(to_string(BfcSplit::exact), "exact");
+  EXPECT_EQ(BfcOptions{}.split, BfcSplit::tensorflow);  // TensorFlow's rule unless asked otherwise
+}
+
+TEST(BfcSplit, ExactSplitsWhereTensorflowHandsTheChunkOutWhole) {
+  const std::size_t request = 600 * kKiBytes + 1;  // below half the region, leftover below the threshold
+  const std::size_t rounded = 600 * kKiBytes + 256;
+  TestSource source;
+  BfcAllocator tensorflow(source, one_region(kMiBytes));
+  BfcAllocator exact_bfc(source, exact(one_region(kMiBytes)));
+  void* whole = tensorflow.allocate(request);
+  void* cut = exact_bfc.allocate(request);
+  EXPECT_EQ(chunk_sizes(tensorflow), std::vector<std::size_t>{kMiBytes});
+  EXPECT_EQ(tensorflow.stats().bytes_in_use, kMiBytes);
+  EXPECT_EQ(chunk_sizes(exact_bfc), (std::vector<std::size_t>{rounded, kMiBytes - rounded}));
+  EXPECT_EQ(exact_bfc.stats().bytes_in_use, rounded);
+  EXPECT_EQ(exact_bfc.stats().bytes_requested, request);
+  EXPECT_EQ(exact_bfc.stats().largest_free_block, kMiBytes - rounded);
+  EXPECT_CONSISTENT(exact_bfc);
+  tensorflow.deallocate(whole, request);
+  exact_bfc.deallocate(cut, request);
+  EXPECT_EQ(chunk_sizes(exact_bfc), std::vector<std::size_t>{kMiBytes});  // the leftover merged back
+  EXPECT_CONSISTENT(tensorflow);
+  EXPECT_CONSISTENT(exact_bfc);
+}
+
+TEST(BfcSplit, ExactSplitsOffALeftoverOfOneGranule) {
+  TestSource source;
+  BfcAllocator bfc(source, exact(one_region(kMiBytes)));
+  void* ptr = bfc.allocate(kMiBytes - 256);
+  EXPECT_EQ(chunk_sizes(bfc), (std::vector<std::size_t>{kMiBytes - 256, 256}));
+  void* last = bfc.allocate(1);  // the 256-byte leftover serves a request without a new region
+  EXPECT_EQ(region_sizes(bfc), std::vector<std::size_t>{kMiBytes});
+  EXPECT_EQ(chunk_sizes(bfc), (std::vector<std::size_t>{kMiBytes - 256, 256}));
+  EXPECT_CONSISTENT(bfc);
+  bfc.deallocate(ptr, kMiBytes - 256);
+  bfc.deallocate(last, 1);
+  EXPECT_CONSISTENT(bfc);
+}
+
+// The case: Adam's second moment of the 784x512 kernel (1,605,632 bytes) and a free chunk of 2,565,888
+// bytes. TensorFlow's rule hands the whole chunk out (below twice the request, leftover below 128 MiB), so the
+// 960,256 bytes behind it serve nothing until the free; exact leaves them free for the next request.
+TEST(BfcSplit, ExactLeavesTheSlackOfTheMlpKernelFree) {
+  constexpr std::size_t kChunk = 2'565'888;
+  constexpr std::size_t kRequest = 1'605'632;
+  constexpr std::size_t kRest = kChunk - kRequest;
+  TestSource source;
+  BfcAllocator tensorflow(source, one_region(kChunk));
+  BfcAllocator exact_bfc(source, exact(one_region(kChunk)));
+  void* whole = tensorflow.allocate(kRequest);
+  void* cut = exact_bfc.allocate(kRequest);
+  EXPECT_EQ(tensorflow.stats().bytes_in_use, kChunk);
+  EXPECT_EQ(exact_bfc.stats().bytes_in_use, kRequest);
+  EXPECT_THROW((void)tensorflow.allocate(kRest), OutOfMemoryError);
+  void* rest = exact_bfc.allocate(kRest);
+  EXPECT_EQ(exact_bfc.stats().bytes_in_use, kChunk);
+  EXPECT_EQ(region_sizes(exact_bfc), std::vector<std::size_t>{kChunk});
+  EXPECT_CONSISTENT(exact_bfc);
+  tensorflow.deallocate(whole, kRequest);
+  exact_bfc.deallocate(cut, kRequest);
+  exact_bfc.deallocate(rest, kRest);
+  EXPECT_CONSISTENT(tensorflow);
+  EXPECT_CONSISTENT(exact_bfc);
+}
+
+TEST(BfcSplit, ExactStillCoalescesFreedNeighbours) {
+  TestSource source;
+  BfcAllocator bfc(source, exact(one_region(kMiBytes)));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(bfc.allocate(3 * kKiBytes + 1));  // 3.25 KiB chunks
+  ASSERT_EQ(chunk_sizes(bfc).size(), 5u);
+  bfc.deallocate(blocks[1], 3 * kKiBytes + 1);
+  bfc.deallocate(blocks[2], 3 * kKiBytes + 1);  // merges with blocks[1]
+  EXPECT_EQ(chunk_sizes(bfc).at(1), 2 * (3 * kKiBytes + 256));
+  EXPECT_CONSISTENT(bfc);
+  void* reuse = bfc.allocate(kKiBytes);  // best fit: the merged hole, cut exactly
+  EXPECT_EQ(address(reuse), address(blocks[1]));
+  EXPECT_EQ(chunk_sizes(bfc).at(1), kKiBytes);
+  bfc.deallocate(reuse, kKiBytes);
+  bfc.deallocate(blocks[0], 3 * kKiBytes + 1);
+  bfc.deallocate(blocks[3], 3 * kKiBytes + 1);
+  EXPECT_EQ(chunk_sizes(bfc), std::vector<std::size_t>{kMiBytes});  // one free chunk covers the region again
+  EXPECT_EQ(bfc.stats().largest_free_block, kMiBytes);
   EXPECT_CONSISTENT(bfc);
 }
 

@@ -15,6 +15,7 @@
 namespace {
 
 using tp::memory::AllocatorKind;
+using tp::memory::BfcSplit;
 using tp::memory::GrowthPolicy;
 using tp::memory::MemoryConfig;
 
@@ -48,6 +49,7 @@ TEST(MemoryConfig, DefaultsAreValidAndFollowTensorFlow) {
   EXPECT_EQ(config.policy, GrowthPolicy::preallocate);
   EXPECT_EQ(config.allocator, AllocatorKind::bfc);
   EXPECT_TRUE(config.garbage_collection);
+  EXPECT_EQ(config.bfc_split, BfcSplit::tensorflow);  // bfc stays TensorFlow's twin unless asked
   EXPECT_TRUE(config.tracking);
   EXPECT_FALSE(config.fraction.has_value());
   EXPECT_FALSE(config.limit_bytes.has_value());
@@ -95,6 +97,12 @@ TEST(MemoryConfig, ValidateNamesTheFieldAndTheFix) {
   MemoryConfig bad_policy;
   bad_policy.policy = static_cast<GrowthPolicy>(7);
   expect_invalid([&] { bad_policy.validate(); }, {"policy"});
+  MemoryConfig bad_split;
+  bad_split.bfc_split = static_cast<BfcSplit>(9);
+  expect_invalid([&] { bad_split.validate(); }, {"bfc_split", "BfcSplit::exact"});
+  MemoryConfig exact_split;
+  exact_split.bfc_split = BfcSplit::exact;
+  EXPECT_NO_THROW(exact_split.validate());
 }
 
 TEST(MemoryConfig, ResolvesTheBudget) {
@@ -161,6 +169,21 @@ TEST(EnvOverrides, AllocatorAndFraction) {
   }
 }
 
+TEST(EnvOverrides, BfcSplit) {
+  for (const auto& [text, split] : std::map<std::string, BfcSplit>{{"exact", BfcSplit::exact},
+                                                                   {" EXACT ", BfcSplit::exact},
+                                                                   {"tensorflow", BfcSplit::tensorflow},
+                                                                   {"TensorFlow", BfcSplit::tensorflow}}) {
+    FakeEnv env{{{"TP_BFC_SPLIT", text}}};
+    MemoryConfig start;
+    start.bfc_split = split == BfcSplit::exact ? BfcSplit::tensorflow : BfcSplit::exact;
+    EXPECT_EQ(tp::memory::apply_env_overrides(start, env.getter()).bfc_split, split) << text;
+  }
+  MemoryConfig exact_in_code;
+  exact_in_code.bfc_split = BfcSplit::exact;
+  EXPECT_EQ(tp::memory::apply_env_overrides(exact_in_code, FakeEnv{}.getter()).bfc_split, BfcSplit::exact);
+}
+
 TEST(EnvOverrides, BadValuesNameTheVariableTheValueAndTheAcceptedValues) {
   for (const char* bad : {"", "  ", "maybe", "2", "-1", "truee", "on", "t"}) {
     FakeEnv env{{{"TP_ALLOW_GROWTH", bad}}};
@@ -171,6 +194,11 @@ TEST(EnvOverrides, BadValuesNameTheVariableTheValueAndTheAcceptedValues) {
     FakeEnv env{{{"TP_ALLOCATOR", bad}}};
     expect_invalid([&] { (void)tp::memory::apply_env_overrides(MemoryConfig{}, env.getter()); },
                    {"TP_ALLOCATOR", std::string("'") + bad + "'", "bfc, expandable, system"});
+  }
+  for (const char* bad : {"", " ", "tf", "exactly", "none", "2x"}) {
+    FakeEnv env{{{"TP_BFC_SPLIT", bad}}};
+    expect_invalid([&] { (void)tp::memory::apply_env_overrides(MemoryConfig{}, env.getter()); },
+                   {"TP_BFC_SPLIT", std::string("'") + bad + "'", "tensorflow, exact"});
   }
   for (const char* bad : {"", "0", "0.0", "-0.5", "1.01", "2", "nan", "inf", "abc", "0.5x", "50%", "+0.5", "0x1p-1",
                           "1e400", "0.5 0.5"}) {

@@ -194,6 +194,26 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<2>(param_info.param) ? "_tracked" : "_untracked");
     });
 
+TEST(MemoryStack, BfcSplitReachesTheAllocator) {
+  MemoryConfig config;
+  config.device = "sim:0";
+  config.tracking = false;
+  config.bfc_split = tp::memory::BfcSplit::exact;
+  auto stack = tp::memory::make_sim_device_memory_stack(config, 4 * kMiB);
+  auto* bfc = dynamic_cast<tp::memory::BfcAllocator*>(&stack->allocator());
+  ASSERT_NE(bfc, nullptr);
+  EXPECT_EQ(bfc->options().split, tp::memory::BfcSplit::exact);
+  // Below half the preallocated region: TensorFlow's rule would hand out all 4 MiB.
+  void* ptr = stack->allocate(3 * kMiB);
+  EXPECT_EQ(stack->stats().bytes_in_use, 3 * kMiB);
+  stack->deallocate(ptr, 3 * kMiB);
+  config.bfc_split = tp::memory::BfcSplit::tensorflow;
+  stack = tp::memory::make_sim_device_memory_stack(config, 4 * kMiB);
+  ptr = stack->allocate(3 * kMiB);
+  EXPECT_EQ(stack->stats().bytes_in_use, 4 * kMiB);
+  stack->deallocate(ptr, 3 * kMiB);
+}
+
 TEST(MemoryStack, LayersFollowTheConfig) {
   MemoryConfig config;
   config.device = "sim:1";

@@ -87,6 +87,8 @@ TEST_F(CliMessages, ChoicesNameTheFlagTheValueAndTheChoices) {
       {"train --precision float8", "--precision: 'float8' is not one of float32, mixed_float16, mixed_bfloat16"},
       {"profile --gemm mkl", "--gemm: 'mkl' is not one of openblas, onednn"},
       {"replay --allocator tlsf", "--allocator: 'tlsf' is not one of bfc, bfc-grow, expandable, system, all"},
+      {"estimate --bfc-split 2x", "--bfc-split: '2x' is not one of exact, tensorflow"},
+      {"replay --bfc-split tf", "--bfc-split: 'tf' is not one of exact, tensorflow"},
       {"trace generate --kind x", "--kind: 'x' is not one of random, training, varying_shape, all"},
   });
 }

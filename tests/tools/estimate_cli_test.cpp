@@ -99,6 +99,42 @@ TEST_F(EstimateCli, TheEstimateNamesEveryKindAndShape) {
   }
 }
 
+// The allocated bytes of one tensor of the estimate, by name.
+std::size_t allocated_bytes(const nlohmann::json& estimate, const std::string& name) {
+  for (const nlohmann::json& row : estimate.at("tensors")) {
+    if (row.at("name") == name) return row.at("allocated_bytes").get<std::size_t>();
+  }
+  ADD_FAILURE() << name << " is not in the estimate";
+  return 0;
+}
+
+// Issue 23: at batch 128 TensorFlow's split rule places dense/kernel/adam_v (784 x 512 float32, 1,605,632 bytes)
+// in a larger chunk it does not split; --bfc-split exact (or TP_BFC_SPLIT=exact) places it in a chunk of its
+// own size, and the planned peak after rounding shrinks with it.
+TEST_F(EstimateCli, BfcSplitExactPlacesEachTensorInAChunkOfItsSize) {
+  const std::string base = "estimate --devices sim:0 --strategy one --batch-size 128 --json";
+  const std::string model = base + " --allocator bfc";
+  const nlohmann::json tensorflow = run_json(model);
+  const nlohmann::json exact = run_json(model + " --bfc-split exact");
+  const CliRun from_env = run_cli(model, "TP_BFC_SPLIT=exact");
+  ASSERT_EQ(from_env.exit_code, 0) << from_env.output;
+  constexpr std::size_t kAdamV = 784 * 512 * 4;
+  EXPECT_GT(allocated_bytes(tensorflow, "dense/kernel/adam_v"), kAdamV);
+  EXPECT_EQ(allocated_bytes(exact, "dense/kernel/adam_v"), kAdamV);
+  EXPECT_EQ(allocated_bytes(nlohmann::json::parse(from_env.output), "dense/kernel/adam_v"), kAdamV);
+  const auto peak = [](const nlohmann::json& estimate) {
+    return estimate.at("devices").at(0).at("planned_peak_allocated_bytes").get<std::size_t>();
+  };
+  EXPECT_LT(peak(exact), peak(tensorflow));
+  EXPECT_GE(peak(exact), exact.at("devices").at(0).at("planned_peak_bytes").get<std::size_t>());
+  // A split policy for an allocator without one is refused, naming the flag and the fix.
+  const CliRun refused = run_cli(base + " --allocator expandable --bfc-split exact");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--bfc-split exact applies to the bfc allocator, and sim:0 uses expandable;"),
+            std::string::npos)
+      << refused.output;
+}
+
 // One vocabulary (issue 18): the step's gradients are activation_gradient or weight_gradient, never activation,
 // and the arena's split by kind, taken at its fullest planned step, fits in the arena.
 void expect_one_vocabulary(const nlohmann::json& estimate) {

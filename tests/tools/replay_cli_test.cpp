@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,40 @@ TEST_F(ReplayCli, JsonUsesSnakeCaseAndIntegerBytes) {
   EXPECT_TRUE(row["median_ns"].is_number_unsigned());
   EXPECT_EQ(json["offline_plan"]["lower_bound_bytes"], 4u << 20);
   EXPECT_EQ(json["offline_plan"]["heap_bytes"], 4u << 20);
+}
+
+// A 3 MiB request in a preallocated 4 MiB region: TensorFlow's rule hands out the whole region (it is below
+// twice the request), so the next 1 MiB request runs out of memory; the exact split serves both.
+TEST_F(ReplayCli, BfcSplitExactServesWhatTensorFlowsRuleRefuses) {
+  write("slack.csv",
+        "Thread,Time,Action,Pointer,Size,Stream\n"
+        "0,100,allocate,0x7f0000000000,3145728,0x0\n"
+        "0,200,allocate,0x7f0000300000,1048576,0x0\n"
+        "0,300,free,0x7f0000000000,3145728,0x0\n"
+        "0,400,free,0x7f0000300000,1048576,0x0\n");
+  const std::string base = "replay --trace " + path("slack.csv") + " --allocator bfc --capacity 4MiB --json";
+  for (const auto& [flags, split, ooms] : {std::tuple<std::string, std::string, int>{"", "tensorflow", 1},
+                                           {" --bfc-split tensorflow", "tensorflow", 1},
+                                           {" --bfc-split exact", "exact", 0}}) {
+    const CliRun result = run(base + flags);
+    ASSERT_EQ(result.exit_code, 0) << flags << "\n" << result.output;
+    const nlohmann::json row = nlohmann::json::parse(result.output)["results"][0];
+    EXPECT_EQ(row["allocator"], "bfc") << flags;
+    EXPECT_EQ(row["bfc_split"], split) << flags;
+    EXPECT_EQ(row["oom_count"], ooms) << flags;
+  }
+  // Every allocator: the bfc rows say their policy; the others have none.
+  const CliRun table = run("replay --trace " + path("slack.csv") + " --allocator all --bfc-split exact");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("bfc (exact)"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("bfc-grow (exact)"), std::string::npos) << table.output;
+  EXPECT_EQ(table.output.find("expandable (exact)"), std::string::npos) << table.output;
+  // Asked of an allocator without a split policy, the flag is refused, naming the fix.
+  const CliRun refused = run("replay --trace " + path("slack.csv") + " --allocator expandable --bfc-split exact");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--bfc-split exact applies to --allocator bfc, bfc-grow or all"), std::string::npos)
+      << refused.output;
+  EXPECT_EQ(lines(refused.output), 1) << refused.output;
 }
 
 TEST_F(ReplayCli, SmallCapacityReportsOomsNotAnError) {

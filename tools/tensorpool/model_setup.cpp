@@ -32,6 +32,12 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--allocator", arguments.allocator, "bfc | expandable | system")
       ->capture_default_str()
       ->check(one_of({"bfc", "expandable", "system"}));
+  command
+      .add_option("--bfc-split", arguments.bfc_split,
+                  "--allocator bfc: tensorflow (TensorFlow's rule: a chunk under twice the request is handed out "
+                  "whole) | exact (split off any leftover: no chunk holds more than the request rounded to 256 "
+                  "bytes); default tensorflow")
+      ->check(one_of({"exact", "tensorflow"}));
   command.add_option("--allow-growth", arguments.allow_growth, "grow device memory on demand (true) or preallocate")
       ->capture_default_str();
   command
@@ -197,6 +203,16 @@ void check_devices_exist(const device::DeviceManager& manager, const ModelSetup&
   }
 }
 
+// --bfc-split is BFC's: given for a device whose allocator has no split policy, it would change nothing, which
+// is a mistake in the command line rather than a no-op to pass over.
+void check_bfc_split(const ModelArguments& arguments, memory::AllocatorKind allocator, const std::string& device,
+                     const char* command) {
+  if (arguments.bfc_split.empty() || allocator == memory::AllocatorKind::bfc) return;
+  TP_THROW(InvalidArgument, command, "--bfc-split ", arguments.bfc_split, " applies to the bfc allocator, and ", device,
+           " uses ", memory::to_string(allocator), arguments.allocator.empty() ? " (its default)" : "",
+           "; pass --allocator bfc, or leave --bfc-split out");
+}
+
 }  // namespace
 
 ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command) {
@@ -244,12 +260,17 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   } else {
     TP_THROW(InvalidArgument, command, "--allocator '", arguments.allocator, "' is not bfc, expandable or system");
   }
+  if (!arguments.bfc_split.empty()) {
+    config.bfc_split = arguments.bfc_split == "exact" ? memory::BfcSplit::exact : memory::BfcSplit::tensorflow;
+  }
   device::DeviceManager& manager = device::DeviceManager::instance();
   configure_sim_devices(manager, arguments, setup.used_devices(), command);
   check_devices_exist(manager, setup, command);
   for (const std::string& name : setup.used_devices()) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
-    if (id.kind != device::DeviceKind::cpu) manager.set_memory_config(id, config);
+    if (id.kind == device::DeviceKind::cpu) continue;
+    check_bfc_split(arguments, config.allocator, name, command);
+    manager.set_memory_config(id, config);
   }
   setup.manager = &manager;
   for (const std::string& name : setup.names) setup.devices.push_back(&manager.device(name));

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What `tensorpool train`, `estimate` and `profile` share: the model flags (devices, strategy, batch size,
-// allocator, growth, sim memory, all-reduce, shard, hidden widths, precision, seed, BLAS threads), the devices
-// configured from them, and the compiled MLP (784 - hidden relu layers - 10 softmax, Adam, sparse categorical
-// cross-entropy; the Keras example by default). One parser, so a command line moves between the commands.
+// allocator, BFC split policy, growth, sim memory, all-reduce, shard, hidden widths, precision, seed, BLAS
+// threads), the devices configured from them, and the compiled MLP (784 - hidden relu layers - 10 softmax,
+// Adam, sparse categorical cross-entropy; the Keras example by default). One parser, so a command line moves
+// between the commands.
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@ struct ModelArguments {
   std::string strategy = "mirrored";
   std::int64_t batch_size = 32;
   std::string allocator = "bfc";
+  std::string bfc_split;  // exact | tensorflow; empty: the config's (tensorflow, or TP_BFC_SPLIT)
   bool allow_growth = true;
   std::string sim_memory;  // empty: TP_SIM_MEMORY, else 1GiB (a flag overrides the environment)
   std::string all_reduce = "ring";

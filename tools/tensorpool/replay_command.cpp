@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
-//                   [--find-min-capacity] [--repeat N]
+//                   [--find-min-capacity] [--repeat N] [--bfc-split exact|tensorflow]
 // Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
-// offline planner's heap next to the lower bound. Bad input throws tp::InvalidArgument / tp::DataError,
+// offline planner's heap next to the lower bound. --bfc-split sets the split policy of the bfc and bfc-grow
+// rows (TensorFlow's rule by default). Bad input throws tp::InvalidArgument / tp::DataError,
 // which main() turns into exit code 2 and a one-line message. Out of memory under pressure (live allocations
 // fill a small --capacity) is the measurement, counted in the OOMs column; an allocation that no freeing could
 // serve (a fresh, empty device refuses it too: it exceeds the capacity, or the host cannot back it) means the
@@ -23,6 +24,7 @@
 #include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/offline_planner.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/replay.hpp"
@@ -38,12 +40,32 @@ struct ReplayArguments {
   std::string allocator = "all";
   std::string capacity;
   std::string repeat = "1";
+  std::string bfc_split;  // exact | tensorflow; empty: tensorflow
   bool json = false;
   bool find_min_capacity = false;
 };
 
-struct AllocatorReport {
+// The stack one replay runs on: the allocator's replay configuration with the chosen BFC split policy.
+struct ReplayStack {
   memory::ReplayAllocator allocator;
+  memory::BfcSplit split;
+
+  bool is_bfc() const { return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::bfc; }
+  std::unique_ptr<memory::MemoryStack> make(std::size_t capacity) const {
+    memory::MemoryConfig config = memory::replay_memory_config(allocator);
+    config.bfc_split = split;
+    return memory::make_sim_device_memory_stack(config, capacity);
+  }
+  // The row's name: the allocator's, with the split policy when it is not TensorFlow's ("bfc (exact)").
+  std::string label() const {
+    std::string text(memory::to_string(allocator));
+    if (is_bfc() && split != memory::BfcSplit::tensorflow) text += fmt::format(" ({})", memory::to_string(split));
+    return text;
+  }
+};
+
+struct AllocatorReport {
+  ReplayStack stack;
   memory::ReplayResult result;
   std::optional<memory::MinCapacityResult> min_capacity;
 };
@@ -55,6 +77,22 @@ std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text) {
   }
   TP_THROW(InvalidArgument, "replay", "--allocator '", text,
            "' is unknown; use bfc, bfc-grow, expandable, system or all");
+}
+
+// The split policy of the bfc rows; --bfc-split with no bfc allocator among `allocators` is refused (it would
+// change nothing the table shows).
+memory::BfcSplit parse_bfc_split(const ReplayArguments& arguments,
+                                 const std::vector<memory::ReplayAllocator>& allocators) {
+  if (arguments.bfc_split.empty()) return memory::BfcSplit::tensorflow;
+  const bool any_bfc = std::any_of(allocators.begin(), allocators.end(), [](memory::ReplayAllocator allocator) {
+    return ReplayStack{allocator, memory::BfcSplit::tensorflow}.is_bfc();
+  });
+  if (!any_bfc) {
+    TP_THROW(InvalidArgument, "replay", "--bfc-split ", arguments.bfc_split,
+             " applies to --allocator bfc, bfc-grow or all, not ", arguments.allocator,
+             "; pass one of those, or leave --bfc-split out");
+  }
+  return arguments.bfc_split == "exact" ? memory::BfcSplit::exact : memory::BfcSplit::tensorflow;
 }
 
 std::size_t parse_repeat(const std::string& text) {
@@ -98,14 +136,15 @@ memory::Trace load_trace(const std::string& path) {
 // Throws when the largest allocation the replay refused is refused by a fresh, empty stack too: no freeing
 // could serve it, so the trace cannot be replayed on this device (tp::OutOfMemoryError naming the trace line
 // and the fix). Refusals that an empty device serves came from memory pressure and stay results.
-void check_replayable(const memory::Trace& trace, memory::ReplayAllocator allocator, std::size_t capacity,
-                      bool default_capacity, const memory::ReplayResult& result) {
+void check_replayable(const memory::Trace& trace, const ReplayStack& stack, std::size_t capacity, bool default_capacity,
+                      const memory::ReplayResult& result) {
   if (result.largest_oom_event == memory::kNoEvent) return;
   const std::size_t size = result.largest_oom_bytes;
   const std::string line = trace.source() + ":" + std::to_string(trace.line(result.largest_oom_event));
   auto name = [&](OutOfMemoryReport& report) {
     report.request_tag.name = "trace line " + line;
-    report.request_tag.op = fmt::format("replay --allocator {}", memory::to_string(allocator));
+    report.request_tag.op = fmt::format("replay --allocator {}", memory::to_string(stack.allocator));
+    if (stack.is_bfc()) report.request_tag.op += fmt::format(" --bfc-split {}", memory::to_string(stack.split));
     const std::size_t needed = std::max(size, report.rounded_bytes);  // the allocator's rounding included
     if (needed > capacity) {
       report.suggestion = fmt::format("pass --capacity {} or more (or leave --capacity out: twice the peak live)",
@@ -122,14 +161,13 @@ void check_replayable(const memory::Trace& trace, memory::ReplayAllocator alloca
     }
   };
   try {
-    const std::unique_ptr<memory::MemoryStack> empty = memory::make_replay_stack(allocator, capacity);
+    const std::unique_ptr<memory::MemoryStack> empty = stack.make(capacity);
     empty->deallocate(empty->allocate(size), size);
   } catch (OutOfMemoryError& error) {
     error.amend(name);
     throw;
   } catch (const std::bad_alloc&) {
-    OutOfMemoryReport report =
-        OutOfMemoryReport::for_request(std::string(memory::to_string(allocator)), size, size, {}, capacity, 0, 0);
+    OutOfMemoryReport report = OutOfMemoryReport::for_request(stack.label(), size, size, {}, capacity, 0, 0);
     name(report);
     throw OutOfMemoryError(std::move(report));
   }
@@ -145,7 +183,7 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
   std::vector<std::vector<std::string>> rows;
   for (const AllocatorReport& report : reports) {
     const memory::ReplayResult& result = report.result;
-    std::vector<std::string> row{std::string(memory::to_string(report.allocator)),
+    std::vector<std::string> row{report.stack.label(),
                                  std::to_string(result.ops),
                                  std::to_string(result.median_pair_ns),
                                  std::to_string(result.p99_pair_ns),
@@ -194,7 +232,7 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
       "lower bound\n",
       plan.strategy);
   const bool has_bfc = std::any_of(reports.begin(), reports.end(), [](const AllocatorReport& report) {
-    return report.allocator == memory::ReplayAllocator::bfc;
+    return report.stack.allocator == memory::ReplayAllocator::bfc;
   });
   if (has_bfc) {
     std::cout << "bfc preallocates the whole capacity at first use (TensorFlow's default); its real footprint is "
@@ -216,7 +254,8 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
   for (const AllocatorReport& report : reports) {
     const memory::ReplayResult& result = report.result;
     nlohmann::ordered_json row;
-    row["allocator"] = memory::to_string(report.allocator);
+    row["allocator"] = memory::to_string(report.stack.allocator);
+    if (report.stack.is_bfc()) row["bfc_split"] = memory::to_string(report.stack.split);
     row["ops"] = result.ops;
     row["median_ns"] = result.median_pair_ns;
     row["p99_ns"] = result.p99_pair_ns;
@@ -241,6 +280,7 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
 
 void run_replay(const ReplayArguments& arguments) {
   const std::vector<memory::ReplayAllocator> allocators = parse_allocators(arguments.allocator);
+  const memory::BfcSplit split = parse_bfc_split(arguments, allocators);
   const std::size_t repeat = parse_repeat(arguments.repeat);
   if (!arguments.capacity.empty()) (void)parse_bytes(arguments.capacity, "--capacity");  // fail before reading
   const memory::Trace trace = load_trace(arguments.trace);
@@ -248,14 +288,15 @@ void run_replay(const ReplayArguments& arguments) {
 
   std::vector<AllocatorReport> reports;
   for (const memory::ReplayAllocator allocator : allocators) {
+    const ReplayStack stack{allocator, split};
     std::vector<memory::ReplayResult> runs;
-    for (std::size_t run = 0; run < repeat; ++run) {
-      const std::unique_ptr<memory::MemoryStack> stack = memory::make_replay_stack(allocator, capacity);
-      runs.push_back(memory::replay(trace, *stack));
+    for (std::size_t run = 0; run < repeat; ++run) runs.push_back(memory::replay(trace, *stack.make(capacity)));
+    AllocatorReport report{stack, memory::merge_replays(runs), std::nullopt};
+    check_replayable(trace, stack, capacity, arguments.capacity.empty(), report.result);
+    if (arguments.find_min_capacity) {
+      report.min_capacity = memory::find_min_capacity(
+          trace, [&stack](std::size_t bytes) -> std::unique_ptr<memory::MemoryResource> { return stack.make(bytes); });
     }
-    AllocatorReport report{allocator, memory::merge_replays(runs), std::nullopt};
-    check_replayable(trace, allocator, capacity, arguments.capacity.empty(), report.result);
-    if (arguments.find_min_capacity) report.min_capacity = memory::find_min_capacity(trace, allocator);
     reports.push_back(std::move(report));
   }
   const memory::OfflinePlan plan = memory::plan_offline(trace);
@@ -287,6 +328,11 @@ void add_replay_command(CLI::App& app) {
   command->add_flag("--find-min-capacity", arguments->find_min_capacity,
                     "binary-search the smallest capacity each allocator replays without OOM");
   command->add_option("--repeat", arguments->repeat, "replays per allocator; latencies are pooled (default: 1)");
+  command
+      ->add_option("--bfc-split", arguments->bfc_split,
+                   "the bfc rows' split policy: tensorflow (TensorFlow's rule) | exact (no chunk holds more than the "
+                   "request rounded to 256 bytes); default tensorflow")
+      ->check(one_of({"exact", "tensorflow"}));
   command->callback([arguments] { run_replay(*arguments); });
 }
 

@@ -6,13 +6,17 @@
 // Algorithm. Requests are rounded up to a multiple of kGranularity (256 bytes), which is also the largest
 // alignment served (region bases come from the source aligned to 256 and every chunk starts at a multiple
 // of 256 from its region's base). Memory is obtained from the source in regions; each region is cut into
-// chunks. A request takes the smallest free chunk that fits (best fit, ties broken by lowest address); the
-// chunk is split when it is at least twice the rounded request, or when the leftover is at least
-// options.split_threshold, otherwise it is handed out whole. On free, the chunk merges with free address
-// neighbours (coalescing). When no free chunk fits, a new region is obtained: with GrowthPolicy::grow its
-// size starts at initial_region_bytes and doubles with each new region up to max_region_bytes (at least the
-// rounded request, never past limit_bytes - reserved); with GrowthPolicy::preallocate the first region is the whole limit, obtained
-// at the first allocate (limit_bytes is rounded down to 256 throughout). When the source refuses a region,
+// chunks. A request takes the smallest free chunk that fits (best fit, ties broken by lowest address). With
+// BfcSplit::tensorflow (the default, TensorFlow's rule) the chunk is split when it is at least twice the
+// rounded request, or when the leftover is at least options.split_threshold, otherwise it is handed out whole;
+// with BfcSplit::exact it is split whenever anything is left over (the leftover is then at least one
+// 256-byte granule, the smallest chunk), so an in-use chunk is exactly the rounded request (unless the host
+// cannot allocate the split's bookkeeping: the chunk then stays whole under either rule). On free, the
+// chunk merges with free address neighbours (coalescing). When no free chunk fits, a new region is obtained:
+// with GrowthPolicy::grow its size starts at initial_region_bytes and doubles with each new region up to
+// max_region_bytes (at least the rounded request, never past limit_bytes - reserved); with
+// GrowthPolicy::preallocate the first region is the whole limit, obtained at the first allocate (limit_bytes
+// is rounded down to 256 throughout). When the source refuses a region,
 // the size backs off by x0.9 while it still holds the request. When growing fails and garbage_collection
 // is on, wholly free regions are returned to the source and growing is tried once more; after that the
 // request fails with tp::OutOfMemoryError and the allocator stays usable.
@@ -49,6 +53,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tensorpool/memory/memory_resource.hpp"
@@ -58,11 +63,20 @@ namespace tp::memory {
 
 enum class GrowthPolicy { preallocate, grow };
 
+// When a free chunk larger than a request is split. tensorflow: TensorFlow's rule, bit for bit (split at twice
+// the request or at split_threshold of leftover; a chunk below that is handed out whole, its slack in use until
+// the free). exact: split off any leftover, so no chunk holds more than the rounded request.
+enum class BfcSplit : std::uint8_t { tensorflow, exact };
+
+// "tensorflow", "exact".
+std::string_view to_string(BfcSplit split) noexcept;
+
 struct BfcOptions {
   std::size_t limit_bytes = 0;  // hard wall on reserved bytes (sum of regions); > 0
   GrowthPolicy growth = GrowthPolicy::grow;
   bool garbage_collection = true;                        // on failure, free wholly-free regions and retry
-  std::size_t split_threshold = std::size_t{128} << 20;  // split also when leftover >= this
+  BfcSplit split = BfcSplit::tensorflow;                 // when a free chunk larger than a request is cut
+  std::size_t split_threshold = std::size_t{128} << 20;  // tensorflow: split also when leftover >= this
   std::size_t initial_region_bytes = std::size_t{2} << 20;
   // grow: regions stop doubling at this size (a larger request still gets a region that holds it), so the
   // reserved footprint exceeds the live peak by at most about one region instead of up to 2x.
@@ -75,7 +89,8 @@ class BfcAllocator final : public MemoryResource {
   static constexpr int kNumBins = 21;
 
   // Owns the source. Throws tp::InvalidArgument for a null source, limit_bytes < kGranularity,
-  // initial_region_bytes == 0, or a source whose max_alignment() is below kGranularity.
+  // initial_region_bytes == 0, a split that is not a BfcSplit, or a source whose max_alignment() is below
+  // kGranularity.
   BfcAllocator(std::unique_ptr<MemoryResource> source, BfcOptions options, std::string name = "bfc");
   // Borrows the source, which must outlive this allocator.
   BfcAllocator(MemoryResource& source, BfcOptions options, std::string name = "bfc");

@@ -3,8 +3,9 @@
 // MemoryConfig: how a device's memory stack is built (see memory_stack.hpp), after TensorFlow's GPU
 // options: preallocate the budget up front (the default) or grow on demand (allow_growth); a budget given as
 // a fraction of the device's capacity or in bytes; which allocator; BFC's garbage collection and split
-// threshold; whether allocations are tracked. apply_env_overrides() lets an operator change the policy,
-// allocator and fraction without touching code; every bad value is an error, never silently ignored.
+// threshold and split policy; whether allocations are tracked. apply_env_overrides() lets an operator change
+// the policy, allocator, BFC split policy and fraction without touching code; every bad value is an error,
+// never silently ignored.
 
 #include <cstddef>
 #include <cstdlib>
@@ -37,6 +38,8 @@ struct MemoryConfig {
   std::optional<std::size_t> limit_bytes;  // budget in bytes; exclusive with fraction
   AllocatorKind allocator = AllocatorKind::bfc;
   bool garbage_collection = true;              // BFC: free wholly free regions and retry before an OOM
+  BfcSplit bfc_split = BfcSplit::tensorflow;   // BFC: TensorFlow's split rule, or exact (no 2x slack);
+                                               // the other allocators ignore it
   std::optional<std::size_t> split_threshold;  // BFC: split also when the leftover is >= this;
                                                // kDefaultSplitThreshold when unset
   std::optional<double> split_fraction;        // BFC: split threshold = split_fraction x budget, in (0, 1]
@@ -55,7 +58,7 @@ struct MemoryConfig {
   // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] or not
   // finite, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,
   // split_threshold == 0, split_fraction outside (0, 1] or set together with split_threshold, an out-of-range
-  // enum value.
+  // enum value (policy, allocator, bfc_split).
   void validate() const;
 };
 
@@ -71,6 +74,7 @@ using GetEnv = std::function<const char*(const char*)>;
 //   TP_ALLOCATOR        bfc|expandable|system (any case) -> allocator
 //   TP_MEMORY_FRACTION  a decimal number in (0, 1]       -> fraction; it replaces limit_bytes (an operator's
 //                                                          override wins over the budget set in code)
+//   TP_BFC_SPLIT        tensorflow|exact (any case)      -> bfc_split
 // Surrounding spaces are ignored. An empty or malformed value throws tp::InvalidArgument naming the
 // variable, its value and the accepted values. `get_env` is injectable for tests.
 [[nodiscard]] MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);
