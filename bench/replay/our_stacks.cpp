@@ -12,6 +12,8 @@ namespace {
 memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& options) {
   memory::MemoryConfig config = memory::replay_memory_config(memory::parse_replay_allocator(name));
   if (options.split_threshold) config.split_threshold = options.split_threshold;
+  if (options.thread_cache_bytes) config.thread_cache_bytes = *options.thread_cache_bytes;
+  config.tracking = options.tracking;
   return config;
 }
 

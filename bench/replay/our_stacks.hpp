@@ -19,7 +19,9 @@ namespace tp::bench {
 inline constexpr double kDefaultCapacityFactor = 4.0;
 
 struct OurStackOptions {
-  std::optional<std::size_t> split_threshold;  // BFC: MemoryConfig::split_threshold; unset = the default
+  std::optional<std::size_t> split_threshold;     // BFC: MemoryConfig::split_threshold; unset = the default
+  std::optional<std::size_t> thread_cache_bytes;  // MemoryConfig::thread_cache_bytes (0: off); unset = the default
+  bool tracking = false;  // add the TrackingAdaptor (the devices' default; `tensorpool replay` runs without)
 };
 
 // peak_live_bytes x factor, rounded up to the 2 MiB granule (at least one granule).

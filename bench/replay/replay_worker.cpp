@@ -10,6 +10,12 @@
 //   latency    --rounds N times the trace in event order, single-threaded; each round is timed as a whole
 //              (no per-operation timer, no memory touched): ns per allocate+free pair = round time /
 //              allocations. Round 1 is "cold" (the allocator grows); the rest are "warm".
+//              --threads T replays the trace in T threads at once on one allocator, each thread with its
+//              own slots (a stream per thread, as a device has a worker thread per stream); each thread's
+//              rounds are timed as above and warm_ns_per_pair is the slowest thread's warm median. After the
+//              timed rounds, one more round per thread times each allocate and each free alone (two
+//              steady_clock reads per operation, included in the figures) and reports the median and p99 of
+//              the allocate+free pair latency over all pairs of all threads.
 //   footprint  one round that writes one byte per 4 KiB of every allocation; reports the peak RSS above the
 //              RSS just before the replay and, for our stacks, peak_bytes_reserved from stats().
 //   min-capacity  (our stacks only) the smallest device capacity on which the trace replays without an
@@ -23,6 +29,9 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -30,6 +39,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -69,17 +79,71 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2.0;
 }
 
+// One round with each operation timed alone: the allocate+free latency of every pair the round frees, in ns.
 template <typename Allocator>
-void measure_latency(const ReplayPlan& plan, Allocator& allocator, int rounds, nlohmann::json& report) {
+void time_pairs(const ReplayPlan& plan, Allocator& allocator, std::vector<double>& pairs) {
+  using Clock = std::chrono::steady_clock;
   std::vector<void*> slots(plan.slot_count, nullptr);
-  std::vector<double> per_round;
-  for (int round = 0; round < rounds; ++round) {
-    per_round.push_back(ns_per_pair(tp::bench::replay_round<false>(plan, slots, allocator), plan));
+  std::vector<Clock::duration> allocate_time(plan.slot_count);
+  for (const tp::bench::ReplayOp& op : plan.ops) {
+    const auto start = Clock::now();
+    if (op.allocate) {
+      slots[op.slot] = allocator.allocate(op.size);
+      allocate_time[op.slot] = Clock::now() - start;
+    } else {
+      allocator.deallocate(slots[op.slot], op.size);
+      const auto free_time = Clock::now() - start;
+      pairs.push_back(static_cast<double>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(allocate_time[op.slot] + free_time).count()));
+    }
   }
-  report["round_ns_per_pair"] = per_round;
-  report["cold_ns_per_pair"] = per_round.front();
-  report["warm_ns_per_pair"] =
-      per_round.size() > 1 ? median(std::vector<double>(per_round.begin() + 1, per_round.end())) : per_round.front();
+  for (const tp::bench::ReplayOp& op : plan.leftovers) allocator.deallocate(slots[op.slot], op.size);
+}
+
+double percentile(std::vector<double> values, double fraction) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(values.size())));
+  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+template <typename Allocator>
+void measure_latency(const ReplayPlan& plan, Allocator& allocator, int rounds, int threads, nlohmann::json& report) {
+  std::vector<std::vector<double>> per_round(static_cast<std::size_t>(threads));
+  std::vector<std::vector<double>> pairs(static_cast<std::size_t>(threads));
+  std::atomic<int> ready{0};
+  auto replay = [&](std::size_t thread) {
+    std::vector<void*> slots(plan.slot_count, nullptr);
+    // Start together, so the threads' timed rounds overlap.
+    ready.fetch_add(1);
+    while (ready.load() < threads) std::this_thread::yield();
+    for (int round = 0; round < rounds; ++round) {
+      per_round[thread].push_back(ns_per_pair(tp::bench::replay_round<false>(plan, slots, allocator), plan));
+    }
+    time_pairs(plan, allocator, pairs[thread]);
+  };
+  if (threads == 1) {
+    replay(0);
+  } else {
+    std::vector<std::thread> workers;
+    for (std::size_t thread = 0; thread < per_round.size(); ++thread) workers.emplace_back(replay, thread);
+    for (std::thread& worker : workers) worker.join();
+  }
+  std::vector<double> warm;
+  std::vector<double> all_pairs;
+  for (std::size_t thread = 0; thread < per_round.size(); ++thread) {
+    const std::vector<double>& rounds_of = per_round[thread];
+    warm.push_back(rounds_of.size() > 1 ? median(std::vector<double>(rounds_of.begin() + 1, rounds_of.end()))
+                                        : rounds_of.front());
+    all_pairs.insert(all_pairs.end(), pairs[thread].begin(), pairs[thread].end());
+  }
+  report["threads"] = threads;
+  report["round_ns_per_pair"] = per_round.front();
+  report["cold_ns_per_pair"] = per_round.front().front();
+  report["thread_warm_ns_per_pair"] = warm;
+  report["warm_ns_per_pair"] = *std::max_element(warm.begin(), warm.end());
+  report["pair_p50_ns"] = percentile(all_pairs, 0.50);
+  report["pair_p99_ns"] = percentile(all_pairs, 0.99);
 }
 
 template <typename Allocator>
@@ -101,7 +165,7 @@ void measure_footprint(const ReplayPlan& plan, Allocator& allocator, nlohmann::j
 }
 
 int run(const std::string& trace_path, const std::string& allocator_name, const std::string& mode, int rounds,
-        double capacity_factor, const tp::bench::OurStackOptions& stack_options) {
+        int threads, double capacity_factor, const tp::bench::OurStackOptions& stack_options) {
   const tp::memory::Trace trace = tp::memory::read_trace_file(trace_path);
   const ReplayPlan plan = tp::bench::compile_plan(trace);
   const std::string library = tp::bench::malloc_library();
@@ -119,7 +183,7 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
   if (allocator_name == "malloc") {
     MallocAllocator allocator;
     if (mode == "latency") {
-      measure_latency(plan, allocator, rounds, report);
+      measure_latency(plan, allocator, rounds, threads, report);
     } else if (mode == "footprint") {
       measure_footprint(plan, allocator, report);
     } else {
@@ -129,15 +193,19 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
   } else if (mode == "min-capacity") {
     report["min_capacity_bytes"] = tp::bench::our_min_capacity(trace, allocator_name, stack_options);
   } else {
-    const std::size_t capacity = tp::bench::device_capacity(plan.peak_live_bytes, capacity_factor);
+    // Each thread replays the whole trace: the device holds `threads` times its live bytes.
+    const std::size_t capacity =
+        tp::bench::device_capacity(plan.peak_live_bytes * static_cast<std::size_t>(threads), capacity_factor);
     auto stack = tp::bench::make_our_stack(allocator_name, capacity, stack_options);
     StackAllocator allocator{*stack};
     report["capacity_bytes"] = capacity;
     report["limit_bytes"] = stack->limit_bytes();
     if (stack_options.split_threshold) report["split_threshold"] = *stack_options.split_threshold;
+    report["thread_cache_bytes"] = stack->config().thread_cache_bytes;
+    report["tracking"] = stack->config().tracking;
     report["policy"] = stack->config().policy == tp::memory::GrowthPolicy::grow ? "grow" : "preallocate";
     if (mode == "latency") {
-      measure_latency(plan, allocator, rounds, report);
+      measure_latency(plan, allocator, rounds, threads, report);
     } else {
       measure_footprint(plan, allocator, report);
     }
@@ -159,6 +227,7 @@ int main(int argc, char** argv) {
   std::string allocator_name = "malloc";
   std::string mode = "latency";
   int rounds = 5;
+  int threads = 1;
   double capacity_factor = tp::bench::kDefaultCapacityFactor;
   tp::bench::OurStackOptions stack_options;
   app.add_option("--trace", trace_path, "RMM-format CSV trace")->required()->check(CLI::ExistingFile);
@@ -166,13 +235,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"malloc", "bfc", "bfc-grow", "expandable"}));
   app.add_option("--mode", mode, "what to measure")->check(CLI::IsMember({"latency", "footprint", "min-capacity"}));
   app.add_option("--rounds", rounds, "latency rounds (the first is cold)")->check(CLI::Range(1, 1000));
+  app.add_option("--threads", threads, "latency: threads replaying the trace at once on one allocator")
+      ->check(CLI::Range(1, 64));
   app.add_option("--capacity-factor", capacity_factor, "simulated device capacity / trace peak live bytes")
       ->check(CLI::Range(1.0, 1024.0));
   app.add_option("--split-threshold", stack_options.split_threshold,
                  "BFC split threshold in bytes (tuning experiments; default: MemoryConfig's)");
+  app.add_option("--thread-cache", stack_options.thread_cache_bytes,
+                 "per-thread cache of freed small blocks in bytes, 0 = off (default: MemoryConfig's)");
+  app.add_flag("--tracking", stack_options.tracking, "our stacks: with the tracking adaptor (per-allocation records)");
   try {
     app.parse(argc, argv);
-    return run(trace_path, allocator_name, mode, rounds, capacity_factor, stack_options);
+    return run(trace_path, allocator_name, mode, rounds, threads, capacity_factor, stack_options);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
   } catch (const std::exception& error) {

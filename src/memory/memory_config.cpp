@@ -53,6 +53,17 @@ BfcSplit parse_bfc_split(const char* value) {
   bad_variable("TP_BFC_SPLIT", value, "tensorflow, exact");
 }
 
+std::size_t parse_thread_cache(const char* value) {
+  const std::string word = lower(trim(value));
+  if (word == "off" || word == "false" || word == "no") return 0;
+  if (word == "on" || word == "true" || word == "yes") return MemoryConfig::kDefaultThreadCacheBytes;
+  try {
+    return parse_bytes(word, "TP_THREAD_CACHE");
+  } catch (const InvalidArgument&) {
+    bad_variable("TP_THREAD_CACHE", value, "a size such as 4MiB or 0, or on, off, true, false, yes, no");
+  }
+}
+
 double parse_fraction(const char* value) {
   const std::string_view text = trim(value);
   double fraction = 0.0;
@@ -155,6 +166,9 @@ MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env) {
   if (const char* value = get_env("TP_ALLOW_GROWTH"); value != nullptr) config.policy = parse_allow_growth(value);
   if (const char* value = get_env("TP_ALLOCATOR"); value != nullptr) config.allocator = parse_allocator(value);
   if (const char* value = get_env("TP_BFC_SPLIT"); value != nullptr) config.bfc_split = parse_bfc_split(value);
+  if (const char* value = get_env("TP_THREAD_CACHE"); value != nullptr) {
+    config.thread_cache_bytes = parse_thread_cache(value);
+  }
   if (const char* value = get_env("TP_MEMORY_FRACTION"); value != nullptr) {
     config.fraction = parse_fraction(value);
     config.limit_bytes.reset();

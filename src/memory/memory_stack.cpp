@@ -16,6 +16,7 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/statistics_adaptor.hpp"
+#include "tensorpool/memory/thread_cache_adaptor.hpp"
 
 namespace tp::memory {
 namespace {
@@ -94,6 +95,14 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
       owned_virtual_memory_(std::move(owned_virtual_memory)) {
   std::unique_ptr<MemoryResource> layer = make_allocator(config_, limit_bytes_, source_.get(), virtual_memory);
   allocator_ = layer.get();
+  if (config_.thread_cache_bytes > 0) {
+    ThreadCacheOptions options;
+    options.max_bytes = config_.thread_cache_bytes;
+    options.max_block_bytes = std::min(options.max_block_bytes, options.max_bytes);
+    auto cache = std::make_unique<ThreadCacheAdaptor>(std::move(layer), options);
+    thread_cache_ = cache.get();
+    layer = std::move(cache);
+  }
   if (config_.tracking) {
     auto tracking = std::make_unique<TrackingAdaptor>(std::move(layer));
     tracking_ = tracking.get();

@@ -1,59 +1,67 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/statistics_adaptor.hpp"
 
-#include <algorithm>
 #include <utility>
 
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::memory {
+namespace {
+
+// Raises `maximum` to `value` unless it is already at least that; a load alone when it is.
+void raise_to(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
+  std::size_t current = maximum.load(std::memory_order_relaxed);
+  while (current < value && !maximum.compare_exchange_weak(current, value, std::memory_order_relaxed)) {}
+}
+
+}  // namespace
 
 StatisticsAdaptor::StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name)
-    : ResourceAdaptor(std::move(upstream), std::move(name)) {}
+    : ResourceAdaptor(std::move(upstream), std::move(name)), max_alignment_(this->upstream().max_alignment()) {}
 
 StatisticsAdaptor::StatisticsAdaptor(MemoryResource& upstream, std::string name)
-    : ResourceAdaptor(upstream, std::move(name)) {}
+    : ResourceAdaptor(upstream, std::move(name)), max_alignment_(this->upstream().max_alignment()) {}
 
 void* StatisticsAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
   void* ptr = nullptr;
   try {
     ptr = upstream().allocate(bytes, alignment, tag);
-  } catch (const OutOfMemoryError&) {
-    const std::lock_guard lock(mutex_);
-    ++counters_.num_ooms;
+  } catch (OutOfMemoryError& error) {
+    num_ooms_.fetch_add(1, std::memory_order_relaxed);
+    // The refusing layer counts in-use bytes after rounding, this one as asked: with both, the report gives
+    // the bytes lost to rounding (internal fragmentation).
+    const std::size_t requested_in_use = bytes_requested_.load(std::memory_order_relaxed);
+    error.amend([requested_in_use](OutOfMemoryReport& report) { report.requested_in_use_bytes = requested_in_use; });
     throw;
   }
-  const std::lock_guard lock(mutex_);
-  counters_.bytes_requested += bytes;
-  counters_.peak_bytes_requested = std::max(counters_.peak_bytes_requested, counters_.bytes_requested);
-  counters_.largest_alloc = std::max(counters_.largest_alloc, bytes);
-  ++counters_.num_allocs;
+  const std::size_t requested = bytes_requested_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  raise_to(peak_bytes_requested_, requested);
+  raise_to(largest_alloc_, bytes);
+  num_allocs_.fetch_add(1, std::memory_order_relaxed);
   return ptr;
 }
 
 void StatisticsAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
+  // Counted before the block goes back: bytes_requested_ never counts a block twice, so it cannot wrap.
+  bytes_requested_.fetch_sub(bytes, std::memory_order_relaxed);
+  num_frees_.fetch_add(1, std::memory_order_relaxed);
   upstream().deallocate(ptr, bytes);
-  const std::lock_guard lock(mutex_);
-  counters_.bytes_requested -= bytes;
-  ++counters_.num_frees;
 }
 
 MemoryStats StatisticsAdaptor::do_stats() const {
   MemoryStats stats = upstream().stats();
-  const std::lock_guard lock(mutex_);
-  stats.bytes_requested = counters_.bytes_requested;
-  stats.peak_bytes_requested = counters_.peak_bytes_requested;
-  stats.num_allocs = counters_.num_allocs;
-  stats.num_frees = counters_.num_frees;
-  stats.largest_alloc = counters_.largest_alloc;
-  stats.num_ooms = counters_.num_ooms;
+  stats.bytes_requested = bytes_requested_.load(std::memory_order_relaxed);
+  stats.peak_bytes_requested = peak_bytes_requested_.load(std::memory_order_relaxed);
+  stats.num_allocs = num_allocs_.load(std::memory_order_relaxed);
+  stats.num_frees = num_frees_.load(std::memory_order_relaxed);
+  stats.largest_alloc = largest_alloc_.load(std::memory_order_relaxed);
+  stats.num_ooms = num_ooms_.load(std::memory_order_relaxed);
   return stats;
 }
 
 void StatisticsAdaptor::do_reset_peak() {
   upstream().reset_peak();
-  const std::lock_guard lock(mutex_);
-  counters_.peak_bytes_requested = counters_.bytes_requested;
+  peak_bytes_requested_.store(bytes_requested_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 }  // namespace tp::memory

@@ -19,8 +19,8 @@ namespace {
 
 using Subjects =
     ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject, BfcGrowSubject,
-                     ExpandableSubject, LimitingSubject, StatisticsSubject, TrackingSubject, LoggingSubject,
-                     BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
+                     ExpandableSubject, LimitingSubject, StatisticsSubject, ThreadCacheSubject, TrackingSubject,
+                     LoggingSubject, BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
 
 template <typename T>
 class Concurrency : public ::testing::Test {

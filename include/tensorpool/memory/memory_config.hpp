@@ -28,6 +28,7 @@ std::string_view to_string(AllocatorKind kind) noexcept;
 
 struct MemoryConfig {
   static constexpr std::size_t kDefaultSplitThreshold = 128 * kMiB;
+  static constexpr std::size_t kDefaultThreadCacheBytes = 4 * kMiB;
 
   std::string device = "host";  // names the stack in reports and OOM errors
   // preallocate: BFC takes the whole budget as one region at first use (TensorFlow's default); the
@@ -46,6 +47,10 @@ struct MemoryConfig {
                                                // (TensorFlow's fragmentation_fraction); exclusive with
                                                // split_threshold
   bool tracking = true;                        // per-allocation records (TrackingAdaptor) for profiles/OOMs
+  // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
+  // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by
+  // trim() and before an out-of-memory retry. 0 turns the caches off.
+  std::size_t thread_cache_bytes = kDefaultThreadCacheBytes;
   // Allocations of these kinds (by their tag) come from the device's shared (host-visible) memory when it
   // has one (Device::shared_memory(): fine-grained SVM on opencl), so host code and kernels both touch them
   // without copies; on a device without shared memory they come from this stack as usual (the device's
@@ -75,6 +80,8 @@ using GetEnv = std::function<const char*(const char*)>;
 //   TP_MEMORY_FRACTION  a decimal number in (0, 1]       -> fraction; it replaces limit_bytes (an operator's
 //                                                          override wins over the budget set in code)
 //   TP_BFC_SPLIT        tensorflow|exact (any case)      -> bfc_split
+//   TP_THREAD_CACHE     a size (4MiB, 1048576), or on|off|true|false|yes|no -> thread_cache_bytes (off = 0,
+//                                                          on = kDefaultThreadCacheBytes)
 // Surrounding spaces are ignored. An empty or malformed value throws tp::InvalidArgument naming the
 // variable, its value and the accepted values. `get_env` is injectable for tests.
 [[nodiscard]] MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);

@@ -2,10 +2,12 @@
 #pragma once
 // MemoryStack: one device's composed memory, built from a MemoryConfig by make_memory_stack():
 //
-//   statistics( tracking?( allocator( source ) ) )
+//   statistics( tracking?( thread_cache?( allocator( source ) ) ) )
 //     allocator = BfcAllocator     over the source as a MemoryResource (preallocate | grow, limit, GC, split)
 //               | ExpandableArena  over the source as VirtualMemory  (limit; preallocate keeps freed pages)
 //               | LimitingAdaptor  over the source itself            (system: every request goes to the source)
+//     thread_cache = ThreadCacheAdaptor when config.thread_cache_bytes > 0 (below tracking, so a cached
+//               block is not a live allocation to the profiler)
 //     tracking  = TrackingAdaptor when config.tracking
 //
 // The stack is itself the MemoryResource callers use (named config.device); every tp::OutOfMemoryError
@@ -22,6 +24,7 @@
 
 #include "tensorpool/memory/memory_config.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
+#include "tensorpool/memory/thread_cache_adaptor.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/memory/virtual_memory.hpp"
 
@@ -49,6 +52,8 @@ class MemoryStack final : public MemoryResource {
   [[nodiscard]] std::size_t limit_bytes() const noexcept { return limit_bytes_; }
   // Live-allocation records; null when config().tracking is false.
   TrackingAdaptor* tracking() const noexcept { return tracking_; }
+  // The per-thread caches of freed small blocks; null when config().thread_cache_bytes is 0.
+  ThreadCacheAdaptor* thread_cache() const noexcept { return thread_cache_; }
   // The allocator layer (BfcAllocator, ExpandableArena, or the LimitingAdaptor of `system`), for tests and
   // tools that inspect it (e.g. dynamic_cast to BfcAllocator for check_invariants()).
   MemoryResource& allocator() const noexcept { return *allocator_; }
@@ -78,6 +83,7 @@ class MemoryStack final : public MemoryResource {
   std::unique_ptr<MemoryResource> top_;                  // the statistics adaptor; owns the layers below
   MemoryResource* allocator_ = nullptr;                  // inside top_
   TrackingAdaptor* tracking_ = nullptr;                  // inside top_, or null
+  ThreadCacheAdaptor* thread_cache_ = nullptr;           // inside top_, or null
 };
 
 // Builds a stack over separate sources, both owned: `source` serves bfc and system, `virtual_memory` serves

@@ -7,14 +7,16 @@
 // num_retries, upstream_allocs/frees, bytes_limit) comes from upstream.stats(), since only the allocators
 // below know it.
 //
-// Invariant: counters_.bytes_requested == sum of `bytes` of allocations served and not yet freed
-// <= counters_.peak_bytes_requested; num_frees <= num_allocs.
-// Thread safety: one mutex guards counters_; it is never held while calling the upstream.
+// Invariant (when no call is in flight): bytes_requested_ == sum of `bytes` of allocations served and not yet
+// freed <= peak_bytes_requested_; num_frees_ <= num_allocs_.
+// Thread safety: lock-free. Each counter is a relaxed atomic (a peak or a maximum is raised by a
+// compare-exchange only when exceeded), so the counting costs an allocate/free pair no lock; stats() reads each
+// counter exactly, though counters read while other threads allocate need not be from one instant.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "tensorpool/memory/resource_adaptor.hpp"
@@ -26,23 +28,22 @@ class StatisticsAdaptor final : public ResourceAdaptor {
   explicit StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name = "statistics");
   explicit StatisticsAdaptor(MemoryResource& upstream, std::string name = "statistics");
 
- private:
-  struct Counters {
-    std::size_t bytes_requested = 0;
-    std::size_t peak_bytes_requested = 0;
-    std::uint64_t num_allocs = 0;
-    std::uint64_t num_frees = 0;
-    std::size_t largest_alloc = 0;
-    std::uint64_t num_ooms = 0;
-  };
+  // The upstream's, read once: every allocate checks it, and a resource's maximum alignment never changes.
+  std::size_t max_alignment() const noexcept override { return max_alignment_; }
 
+ private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
 
-  mutable std::mutex mutex_;  // guards counters_
-  Counters counters_;
+  const std::size_t max_alignment_;  // immutable after construction
+  std::atomic<std::size_t> bytes_requested_{0};
+  std::atomic<std::size_t> peak_bytes_requested_{0};
+  std::atomic<std::uint64_t> num_allocs_{0};
+  std::atomic<std::uint64_t> num_frees_{0};
+  std::atomic<std::size_t> largest_alloc_{0};
+  std::atomic<std::uint64_t> num_ooms_{0};
 };
 
 }  // namespace tp::memory

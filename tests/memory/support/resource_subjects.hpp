@@ -20,6 +20,7 @@
 #include "tensorpool/memory/pinned_host_resource.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/statistics_adaptor.hpp"
+#include "tensorpool/memory/thread_cache_adaptor.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 
 namespace tp::memory::testing {
@@ -98,6 +99,12 @@ struct FailureCallbackSubject {
     return {nullptr,
             std::make_unique<FailureCallbackAdaptor>(make_bfc(GrowthPolicy::grow), [](std::size_t) { return false; }),
             kSubjectCapacity};
+  }
+};
+struct ThreadCacheSubject {
+  static constexpr const char* kName = "thread_cache(bfc)";
+  static Subject make() {
+    return {nullptr, std::make_unique<ThreadCacheAdaptor>(make_bfc(GrowthPolicy::grow)), kSubjectCapacity};
   }
 };
 struct LoggingSubject {

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// ThreadCacheAdaptor: a per-thread cache of recently freed small blocks in front of an allocator, so that the
+// common allocate/free pair of a thread that reuses sizes takes no allocator lock.
+//
+// Each thread that uses the adaptor gets its own cache (created on its first call): kBins bins, a bin holding
+// up to kBlocksPerBin freed blocks of one exact requested size (direct-mapped by size). deallocate(ptr, n)
+// with n <= max_block_bytes keeps the block in the calling thread's bin for n while the cache holds at most
+// max_bytes (requested sizes); allocate(n) pops the most recently cached block of size n, when it is aligned
+// as asked. Everything else goes upstream. A bin that holds another size gives its blocks back upstream when a
+// new size claims it.
+//
+// Cached blocks stay allocated upstream: they are free to callers, held by the stack. stats() reports them so:
+// bytes_in_use and bytes_requested exclude them (upstream's minus what the allocator set aside for, and what
+// was requested of, each cached block); num_allocs adds the allocations served from a cache, and num_frees
+// counts a free when the caller made it (not again when a cache gives the block back); bytes_reserved includes
+// them, and a cached block counts as a free block for largest_free_block. The peaks are the allocator's,
+// which count the blocks the caches held at that moment.
+//
+// Caches are emptied (their blocks returned upstream) by flush(), by trim() before the allocator trims, by
+// an upstream tp::OutOfMemoryError (every thread's cache is flushed and the request retried once, counted in
+// num_retries when it then succeeds), at thread exit, and when the adaptor is destroyed.
+//
+// Streams: deallocate carries no stream; a device hands a block back to its stack only once the work queued
+// on the block's stream has completed (stream-ordered reuse, docs/ARCHITECTURE), so a cached block is as safe
+// to reuse on any stream as a block the allocator itself hands out again.
+//
+// Thread safety: each cache has a spin lock taken by its owner thread on every cached operation (uncontended
+// unless a flush runs) and by flushers; the registry mutex guards the set of caches. Lock order: registry,
+// then a cache; the allocator is called with at most one cache lock held, never the other way round.
+// Lifetime: a thread's caches outlive neither the thread (its thread_local destructor flushes them) nor the
+// adaptor (the destructor flushes and detaches every cache; a thread exiting later finds its cache detached).
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/resource_adaptor.hpp"
+
+namespace tp::memory {
+
+namespace detail {
+struct ThreadCache;
+struct ThreadCacheRegistry;
+}  // namespace detail
+
+struct ThreadCacheOptions {
+  std::size_t max_bytes = 4 * kMiB;        // per thread: the most bytes (as requested) one cache holds
+  std::size_t max_block_bytes = 1 * kMiB;  // larger requests never enter a cache
+};
+
+class ThreadCacheAdaptor final : public ResourceAdaptor {
+ public:
+  static constexpr std::size_t kBins = 64;
+  static constexpr std::size_t kBlocksPerBin = 8;
+
+  // Throws tp::InvalidArgument for a null upstream, max_bytes == 0, max_block_bytes == 0 or
+  // max_block_bytes > max_bytes.
+  ThreadCacheAdaptor(std::unique_ptr<MemoryResource> upstream, ThreadCacheOptions options = {},
+                     std::string name = "thread_cache");
+  ThreadCacheAdaptor(MemoryResource& upstream, ThreadCacheOptions options = {}, std::string name = "thread_cache");
+  ~ThreadCacheAdaptor() override;
+
+  // The upstream's, read once: every allocate checks it, and a resource's maximum alignment never changes.
+  std::size_t max_alignment() const noexcept override { return max_alignment_; }
+  const ThreadCacheOptions& options() const noexcept { return options_; }
+  // Returns every thread's cached blocks upstream; the number of blocks returned.
+  std::size_t flush() noexcept;
+  // Blocks and bytes (as requested) held by all caches now.
+  [[nodiscard]] std::size_t cached_blocks() const;
+  [[nodiscard]] std::size_t cached_bytes() const;
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
+  void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  std::size_t do_trim() override;
+  MemoryStats do_stats() const override;
+
+  detail::ThreadCache& local_cache();
+  void* allocate_upstream(std::size_t bytes, std::size_t alignment, const AllocationTag& tag);
+
+  // Immutable after construction.
+  const ThreadCacheOptions options_;
+  const std::size_t max_alignment_;
+  const std::uint64_t id_;  // unique per adaptor for the process's life: keys the thread-local lookup
+  const std::shared_ptr<detail::ThreadCacheRegistry> registry_;
+  std::atomic<std::uint64_t> num_retries_{0};
+};
+
+}  // namespace tp::memory
