@@ -2,6 +2,7 @@
 #include "tensorpool/memory/expandable_arena.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 
@@ -69,21 +70,17 @@ ExpandableArena::ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualM
       }
     }
   }
+  chunk_shift_ = static_cast<std::size_t>(std::countr_zero(granularity_ / kChunks));
   stats_.bytes_limit = options_.limit_bytes;
 }
 
 ExpandableArena::~ExpandableArena() {
   std::lock_guard lock(mutex_);
-  std::size_t index = 0;
-  while (index < granules_.size()) {
-    if (!granules_[index].committed) {
-      ++index;
-      continue;
-    }
-    std::size_t end = index;
-    while (end < granules_.size() && granules_[end].committed) granules_[end++].committed = false;
-    memory_->decommit(base_ + index * granularity_, (end - index) * granularity_);
-    index = end;
+  for (std::size_t granule = 0; granule < granules_.size(); ++granule) {
+    if (granules_[granule].physical != kNone) memory_->unmap(base_ + granule * granularity_);
+  }
+  for (const Physical& physical : physicals_) {
+    if (physical.committed) memory_->release_physical(physical.handle);
   }
   memory_->unreserve(base_, range_bytes_);
 }
@@ -93,13 +90,21 @@ ExpandableArena::~ExpandableArena() {
 ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size_t offset, std::size_t size) const {
   const std::size_t first = first_granule(offset);
   const std::size_t end = end_granule(offset, size);
-  const std::size_t known = std::min(end, granules_.size());
-  const std::size_t beyond = end > known ? end - std::max(first, known) : 0;
-  Placement placement{block, offset, beyond, beyond, true};
-  for (std::size_t index = first; index < known; ++index) {
-    if (granules_[index].users == 0) ++placement.fresh_granules;
-    if (!granules_[index].committed) ++placement.new_granules;
+  Placement placement{block, offset, 0, 0, true};
+  std::uint32_t taken = kNone;  // the first piece's physical granule, which the last piece may share
+  std::uint64_t taken_mask = 0;
+  for (std::size_t granule = first; granule < end; ++granule) {
+    const std::uint64_t mask = piece_mask(granule, offset, offset + size);
+    const Choice choice = choose(granule, mask, taken, taken_mask);
+    if (choice.need == Need::invalid) return Placement{};
+    if (choice.need == Need::claim || choice.need == Need::fresh) ++placement.fresh_granules;
+    if (granule == first && choice.physical != kNone) {
+      taken = choice.physical;
+      taken_mask = mask;
+    }
   }
+  // Fresh pieces take cached physical granules first.
+  placement.new_granules = placement.fresh_granules > cached_count_ ? placement.fresh_granules - cached_count_ : 0;
   return placement;
 }
 
@@ -112,26 +117,46 @@ bool ExpandableArena::Placement::better_than(const Placement& other) const noexc
 ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::size_t size) const {
   const Block& free_block = nodes_[block];
   const Placement low = place(block, free_block.offset, size);
-  if (free_block.size == size || (low.fresh_granules == 0 && low.new_granules == 0)) return low;
+  if (free_block.size == size || (low.valid && low.fresh_granules == 0)) return low;
   const Placement high = place(block, free_block.offset + free_block.size - size, size);
   return high.better_than(low) ? high : low;
 }
 
 ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const {
   if (size > range_bytes_ || extent_ > range_bytes_ - size) return Placement{};
-  return place(kNone, extent_, size);
+  const Placement at_extent = place(kNone, extent_, size);
+  if ((at_extent.valid && at_extent.fresh_granules == 0) || extent_ % granularity_ == 0) return at_extent;
+  // The extent's last granule may not take the head piece (its physical granule's other users overlap it),
+  // or a fresh granule's bottom may share better: try the next granule boundary, leaving a free block.
+  const std::size_t aligned = round_up(extent_, granularity_);
+  if (aligned > range_bytes_ - size) return at_extent;
+  const Placement at_boundary = place(kNone, aligned, size);
+  return at_boundary.better_than(at_extent) ? at_boundary : at_extent;
 }
 
 ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
   Placement best;
+  std::size_t valid = 0;
   std::size_t examined = 0;
-  for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
-       index = free_next(index), ++examined) {
+  for (std::uint32_t index = free_lower_bound(size);
+       index != kNone && valid < kFitCandidates && examined < kMaxFitExamined; index = free_next(index), ++examined) {
     const Placement candidate = place_in(index, size);
+    if (!candidate.valid) continue;
+    ++valid;
     if (candidate.better_than(best)) best = candidate;
     if (best.fresh_granules == 0) return best;
   }
   const Placement at_end = place_at_end(size);
+  if (!best.valid && at_end.valid && at_end.offset + size > range_bytes_ / 2) {
+    // Free blocks whose chunks are lent to other granules hold nothing, and growing the extent past them
+    // spends address space: beyond half the range, any free block that takes the request comes first.
+    for (std::uint32_t index = free_lower_bound(size); index != kNone; index = free_next(index)) {
+      const Placement candidate = place_in(index, size);
+      if (candidate.better_than(best)) best = candidate;
+      if (best.valid && best.fresh_granules == 0) break;
+    }
+    if (best.valid) return best;
+  }
   return at_end.better_than(best) ? at_end : best;
 }
 
@@ -203,18 +228,17 @@ void ExpandableArena::unlink(std::uint32_t index) noexcept {
   free_node(index);
 }
 
-void ExpandableArena::prepare_carve(const Placement& placement, std::size_t size) {
-  // carve takes at most one new node: have one on the spare list (free_node cannot allocate).
-  if (spare_nodes_.empty()) free_node(new_node());
-  if (placement.block == kNone) {
-    const std::size_t slots = (extent_ + size) / kBlockAlignment;
-    if (block_at_.size() < slots) block_at_.resize(slots, kNone);
-  }
-}
-
 // prepare_carve(placement, size) ran since the last change: nothing here allocates or throws.
 std::uint32_t ExpandableArena::carve(const Placement& placement, std::size_t size) {
-  if (placement.block == kNone) {  // grow the extent; the tail block is never free
+  if (placement.block == kNone) {      // grow the extent; the tail block is never free
+    if (placement.offset > extent_) {  // a free block up to the granule boundary (the tail was in use)
+      const std::uint32_t gap = new_node();
+      nodes_[gap].offset = extent_;
+      nodes_[gap].size = placement.offset - extent_;
+      link_after(gap, last_block_);
+      insert_free(gap);
+      extent_ = placement.offset;
+    }
     const std::uint32_t index = new_node();
     nodes_[index].offset = extent_;
     nodes_[index].size = size;
@@ -282,11 +306,11 @@ void ExpandableArena::release_block(std::uint32_t index) {
 void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/, const AllocationTag& tag) {
   const std::size_t size = round_up(bytes, kBlockAlignment);
   std::lock_guard lock(mutex_);
-  // Strong exception safety: prepare_carve reserves what carve needs before commit_for commits anything, and
+  // Strong exception safety: prepare_carve reserves what carve needs before acquire_for maps anything, and
   // nothing from the commit to the return allocates or throws.
   Placement placement = best_fit(size);
   if (placement.valid) prepare_carve(placement, size);
-  if (!placement.valid || !commit_for(placement, size)) {
+  if (!placement.valid || !acquire_for(placement, size)) {
     // Give every cached granule back and place the request where it commits the least, then retry once.
     decommit_cached(0);
     placement = fewest_commits(size);
@@ -296,7 +320,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
                               " has no room left (set ArenaOptions::reserve_bytes larger)");
     }
     prepare_carve(placement, size);
-    if (!commit_for(placement, size)) {
+    if (!acquire_for(placement, size)) {
       throw_out_of_memory(bytes, size, tag,
                           "committing " + std::to_string(placement.new_granules) + " more granule(s) of " +
                               format_bytes(granularity_) + " would cross the limit or the capacity of " +
@@ -308,11 +332,10 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   Block& block = nodes_[index];
   block.in_use = true;
   block.requested = bytes;
-  acquire_granules(block.offset, size);
   set_slot(block.offset, index);
   ++in_use_count_;
 
-  stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_granules
+  stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_for
   return base_ + block.offset;
 }
 
@@ -353,7 +376,7 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   --in_use_count_;
   const std::size_t size = nodes_[index].size;
   stats_.record_free(nodes_[index].requested, size, 0);
-  release_granules(offset, size);
+  release_granules(index);
   release_block(index);
   if (cached_count_ * granularity_ > options_.release_threshold) {
     decommit_cached(options_.release_threshold);
@@ -368,7 +391,6 @@ std::size_t ExpandableArena::do_trim() {
 void ExpandableArena::do_reset_peak() {
   std::lock_guard lock(mutex_);
   stats_.reset_peaks();
-  high_water_granules_ = committed_granules_;
 }
 
 void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
@@ -377,9 +399,9 @@ void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rou
   const std::size_t pinned = committed_granules_ * granularity_;
   auto report = OutOfMemoryReport::for_request(name(), requested, rounded, tag, options_.limit_bytes,
                                                stats_.bytes_in_use, pinned);
-  // What one request could still get: the limit less the granules live blocks pin.
-  report.largest_free_block =
-      std::max(largest_committed_free_block(), options_.limit_bytes > pinned ? options_.limit_bytes - pinned : 0);
+  // As stats() reports it (fragmentation.hpp); what the limit leaves beyond `pinned` is the report's
+  // limit - reserved.
+  report.largest_free_block = largest_committed_free_block();
   report.detail = name() + ": " + detail + " (" + std::to_string(committed_granules_) + " granules committed, " +
                   std::to_string(in_use_count_) + " blocks in use)";
   throw OutOfMemoryError(std::move(report));

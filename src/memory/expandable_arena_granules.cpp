@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// ExpandableArena: granule bookkeeping (commit on demand, per-granule user counts, the cache of wholly free
-// granules and the release policy). The caller holds mutex_.
+// ExpandableArena: granule bookkeeping (virtual granules mapped to physical granules that several of them
+// may share, per-granule chunk masks and user counts, the cache of unused physical granules and the release
+// policy). The caller holds mutex_.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -9,158 +11,346 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::memory {
+// ---- partial lists: physical granules with users and free chunks at an end -------------------------------
 
-// ---- granules ------------------------------------------------------------------------------------------
+void ExpandableArena::partial_insert(std::uint32_t physical) noexcept {
+  Physical& entry = physicals_[physical];
+  if (entry.users == 0 || entry.mask == kAllChunks) return;
+  const std::array<unsigned, 2> free_chunks = {static_cast<unsigned>(std::countr_zero(entry.mask)),
+                                               static_cast<unsigned>(std::countl_zero(entry.mask))};
+  for (std::size_t end = 0; end < 2; ++end) {
+    const unsigned count = free_chunks[end];
+    if (count == 0) continue;
+    std::uint32_t& head = partial_heads_[end][count];
+    entry.partial_list[end] = static_cast<std::uint8_t>(count);
+    entry.prev_partial[end] = kNone;
+    entry.next_partial[end] = head;
+    if (head != kNone) physicals_[head].prev_partial[end] = physical;
+    head = physical;
+    partial_nonempty_[end] |= std::uint64_t{1} << count;
+  }
+}
 
-// `placement` counted the uncommitted granules it touches (new_granules); nothing has changed since. Throws
-// only before the first commit (growing the granule table) or, rethrowing after undoing its commits, when the
-// source throws something other than OutOfMemoryError.
-bool ExpandableArena::commit_for(const Placement& placement, std::size_t size) {
-  const std::size_t needed = placement.new_granules;
-  if (needed == 0) return true;  // every granule it touches is committed, hence in granules_
+void ExpandableArena::partial_remove(std::uint32_t physical) noexcept {
+  Physical& entry = physicals_[physical];
+  for (std::size_t end = 0; end < 2; ++end) {
+    const unsigned count = entry.partial_list[end];
+    if (count == 0) continue;
+    const std::uint32_t prev = entry.prev_partial[end];
+    const std::uint32_t next = entry.next_partial[end];
+    if (prev != kNone) {
+      physicals_[prev].next_partial[end] = next;
+    } else {
+      partial_heads_[end][count] = next;
+      if (next == kNone) partial_nonempty_[end] &= ~(std::uint64_t{1} << count);
+    }
+    if (next != kNone) physicals_[next].prev_partial[end] = prev;
+    entry.partial_list[end] = 0;
+    entry.prev_partial[end] = kNone;
+    entry.next_partial[end] = kNone;
+  }
+}
+
+std::uint32_t ExpandableArena::find_partial(std::uint64_t mask, std::uint32_t taken,
+                                            std::uint64_t taken_mask) const noexcept {
+  // A piece of chunks [first, end) fits a granule with >= end free bottom chunks, or >= 64 - first free top
+  // chunks. The tightest such list first; `taken` only when the earlier piece does not overlap.
+  const std::array<unsigned, 2> needed = {static_cast<unsigned>(kChunks - std::countl_zero(mask)),
+                                          static_cast<unsigned>(kChunks - std::countr_zero(mask))};
+  std::uint32_t best = kNone;
+  unsigned best_slack = kChunks;
+  for (std::size_t end = 0; end < 2; ++end) {
+    if (needed[end] >= kChunks) continue;
+    std::uint64_t lists = partial_nonempty_[end] & (kAllChunks << needed[end]);
+    while (lists != 0) {
+      const auto count = static_cast<unsigned>(std::countr_zero(lists));
+      if (count - needed[end] >= best_slack) break;
+      std::uint32_t physical = partial_heads_[end][count];
+      while (physical != kNone && physical == taken && (taken_mask & mask) != 0) {
+        physical = physicals_[physical].next_partial[end];
+      }
+      if (physical != kNone) {
+        best = physical;
+        best_slack = count - needed[end];
+        break;
+      }
+      lists &= lists - 1;
+    }
+  }
+  return best;
+}
+
+ExpandableArena::Choice ExpandableArena::choose(std::size_t granule, std::uint64_t mask, std::uint32_t taken,
+                                                std::uint64_t taken_mask) const noexcept {
+  if (granule < granules_.size() && granules_[granule].physical != kNone) {
+    const Granule& virtual_granule = granules_[granule];
+    const std::uint32_t physical = virtual_granule.physical;
+    std::uint64_t others = physicals_[physical].mask & ~virtual_granule.mask;
+    if (physical == taken) others |= taken_mask;
+    if ((others & mask) == 0) {
+      if (virtual_granule.users != 0) return {Need::keep, physical};
+      const bool used = physicals_[physical].users != 0 || physical == taken;
+      if (!used) return {Need::claim, physical};
+      // Without sharing a physical granule other granules use is not joined: remap to one of its own.
+      if (options_.share_granules) return {Need::share, physical};
+    } else if (virtual_granule.users != 0) {
+      return {Need::invalid, kNone};
+    }
+  }
+  if (options_.share_granules && mask != kAllChunks) {
+    const std::uint32_t physical = find_partial(mask, taken, taken_mask);
+    if (physical != kNone) return {Need::share, physical};
+  }
+  return {Need::fresh, kNone};
+}
+
+// ---- mappings and pieces -------------------------------------------------------------------------------
+
+void ExpandableArena::unlink_mapping(std::size_t granule) noexcept {
+  Granule& entry = granules_[granule];
+  if (entry.physical == kNone) return;
+  if (entry.prev_mapping != kNone) {
+    granules_[entry.prev_mapping].next_mapping = entry.next_mapping;
+  } else {
+    physicals_[entry.physical].first_mapping = entry.next_mapping;
+  }
+  if (entry.next_mapping != kNone) granules_[entry.next_mapping].prev_mapping = entry.prev_mapping;
+  entry.physical = kNone;
+  entry.prev_mapping = kNone;
+  entry.next_mapping = kNone;
+}
+
+// The granule has no users: its mask is empty, so moving it changes no physical granule's mask.
+void ExpandableArena::map_granule(std::size_t granule, std::uint32_t physical) {
+  memory_->map(base_ + granule * granularity_, physicals_[physical].handle);
+  unlink_mapping(granule);
+  Granule& entry = granules_[granule];
+  entry.physical = physical;
+  entry.next_mapping = physicals_[physical].first_mapping;
+  if (entry.next_mapping != kNone) granules_[entry.next_mapping].prev_mapping = static_cast<std::uint32_t>(granule);
+  physicals_[physical].first_mapping = static_cast<std::uint32_t>(granule);
+}
+
+void ExpandableArena::take_piece(std::size_t granule, std::uint64_t mask) noexcept {
+  Granule& entry = granules_[granule];
+  const std::uint32_t physical = entry.physical;
+  Physical& target = physicals_[physical];
+  partial_remove(physical);
+  if (entry.users++ == 0 && target.users++ == 0 && target.cached) lru_remove(physical);
+  entry.mask |= mask;
+  target.mask |= mask;
+  partial_insert(physical);
+}
+
+void ExpandableArena::drop_piece(std::size_t granule, std::uint64_t mask) noexcept {
+  Granule& entry = granules_[granule];
+  const std::uint32_t physical = entry.physical;
+  Physical& target = physicals_[physical];
+  partial_remove(physical);
+  entry.mask &= ~mask;
+  target.mask &= ~mask;
+  if (--entry.users == 0 && --target.users == 0) {
+    lru_push_newest(physical);
+  } else {
+    partial_insert(physical);
+  }
+}
+
+std::uint32_t ExpandableArena::new_physical() {
+  const VirtualMemory::PhysicalHandle handle = memory_->create_physical();  // may throw OutOfMemoryError
+  // Room was reserved (prepare_carve): neither line below allocates.
+  std::uint32_t index = 0;
+  if (!free_physicals_.empty()) {
+    index = free_physicals_.back();
+    free_physicals_.pop_back();
+  } else {
+    index = static_cast<std::uint32_t>(physicals_.size());
+    physicals_.emplace_back();
+  }
+  physicals_[index] = Physical{};
+  physicals_[index].handle = handle;
+  physicals_[index].committed = true;
+  ++committed_granules_;
+  ++stats_.upstream_allocs;
+  lru_push_newest(index);
+  return index;
+}
+
+void ExpandableArena::prepare_carve(const Placement& placement, std::size_t size) {
+  // carve takes at most two new nodes (a free block before a padded end placement, and the block): have
+  // them on the spare list (free_node cannot allocate).
+  if (spare_nodes_.size() < 2) {
+    const std::uint32_t one = new_node();  // from the spare list while it has one
+    const std::uint32_t two = new_node();
+    free_node(one);
+    free_node(two);
+  }
+  if (placement.block == kNone) {
+    const std::size_t slots = (placement.offset + size) / kBlockAlignment;
+    if (block_at_.size() < slots) block_at_.resize(slots, kNone);
+  }
   const std::size_t first = first_granule(placement.offset);
   const std::size_t end = end_granule(placement.offset, size);
   if (granules_.size() < end) granules_.resize(end);
-  // decommit_oldest (on the noexcept free path) collects at most one entry per granule.
-  if (decommit_scratch_.capacity() < granules_.size()) decommit_scratch_.reserve(granules_.capacity());
-  // Committed bytes rise above their high-water mark only for granules in use: cached granules elsewhere
-  // are given back first, so caching never raises the peak.
-  if (committed_granules_ + needed > high_water_granules_) {
-    decommit_oldest(committed_granules_ + needed - high_water_granules_, first, end);
-  }
-  const std::size_t limit_granules = options_.limit_bytes / granularity_;
-  if (committed_granules_ > limit_granules || needed > limit_granules - committed_granules_) return false;
+  // Each touched granule creates at most one physical granule; releases must not allocate.
+  const std::size_t touched = end - first;
+  if (physicals_.capacity() < physicals_.size() + touched) physicals_.reserve(2 * physicals_.size() + touched);
+  if (free_physicals_.capacity() < physicals_.capacity()) free_physicals_.reserve(physicals_.capacity());
+  if (created_scratch_.capacity() < touched) created_scratch_.reserve(touched);
+}
 
-  // Runs of uncommitted granules, committed one call each; on a refusal the earlier runs are undone. Those
-  // are the granules of [first, granule) committed with no users and off the cached list: before this call
-  // every committed granule without users was cached.
-  const auto undo = [this, first](std::size_t stop) noexcept {
-    for (std::size_t index = first; index < stop;) {
-      const auto fresh = [this](std::size_t at) {
-        return granules_[at].committed && granules_[at].users == 0 && !granules_[at].cached;
-      };
-      if (!fresh(index)) {
-        ++index;
-        continue;
-      }
-      std::size_t run_end = index;
-      while (run_end < stop && fresh(run_end)) ++run_end;
-      decommit_run(index, run_end - index);
-      index = run_end;
+bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) {
+  const std::size_t offset = placement.offset;
+  const std::size_t first = first_granule(offset);
+  const std::size_t end = end_granule(offset, size);
+  const std::size_t limit_granules = options_.limit_bytes / granularity_;
+  created_scratch_.clear();
+  // Undoing a piece clears only the chunks it set: in-use neighbours may share the end granules' end chunks.
+  const std::uint64_t first_before = granules_[first].mask;
+  const std::uint64_t last_before = granules_[end - 1].mask;
+  const auto undo_pieces = [&](std::size_t stop) noexcept {
+    for (std::size_t undo = first; undo < stop; ++undo) {
+      std::uint64_t mask = piece_mask(undo, offset, offset + size);
+      if (undo == first) mask &= ~first_before;
+      if (undo == end - 1) mask &= ~last_before;
+      drop_piece(undo, mask);
     }
+    for (const std::uint32_t physical : created_scratch_) {
+      lru_remove(physical);
+      decommit_physical(physical);
+    }
+    created_scratch_.clear();
     stats_.bytes_reserved = committed_granules_ * granularity_;
   };
   std::size_t granule = first;
-  while (granule < end) {
-    if (granules_[granule].committed) {
-      ++granule;
-      continue;
+  bool refused = false;
+  try {
+    for (; granule < end; ++granule) {
+      const std::uint64_t mask = piece_mask(granule, offset, offset + size);
+      Choice choice = choose(granule, mask, kNone, 0);
+      if (choice.need == Need::invalid) {  // placements are checked first: cannot happen
+        refused = true;
+        break;
+      }
+      if (choice.need == Need::fresh) {
+        if (lru_newest_ != kNone) {
+          choice.physical = lru_newest_;
+        } else {
+          if (committed_granules_ >= limit_granules) {
+            refused = true;
+            break;
+          }
+          choice.physical = new_physical();
+          created_scratch_.push_back(choice.physical);
+        }
+      }
+      if (granules_[granule].physical != choice.physical) map_granule(granule, choice.physical);
+      take_piece(granule, mask);
     }
-    std::size_t run_end = granule;
-    while (run_end < end && !granules_[run_end].committed) ++run_end;
-    try {
-      memory_->commit(base_ + granule * granularity_, (run_end - granule) * granularity_);
-    } catch (const OutOfMemoryError&) {
-      undo(granule);
-      return false;
-    } catch (...) {
-      undo(granule);
-      throw;
-    }
-    ++stats_.upstream_allocs;
-    for (std::size_t marked = granule; marked < run_end; ++marked) granules_[marked].committed = true;
-    committed_granules_ += run_end - granule;
-    granule = run_end;
+  } catch (const OutOfMemoryError&) {
+    refused = true;
+  } catch (...) {
+    undo_pieces(granule);
+    throw;
   }
-  high_water_granules_ = std::max(high_water_granules_, committed_granules_);
+  if (refused) {
+    undo_pieces(granule);
+    return false;
+  }
+  created_scratch_.clear();
   stats_.bytes_reserved = committed_granules_ * granularity_;
   stats_.update_peaks();
   return true;
 }
 
-void ExpandableArena::lru_push_newest(std::size_t index) noexcept {
-  Granule& granule = granules_[index];
-  granule.cached = true;
-  granule.older = lru_newest_;
-  granule.newer = kNone;
-  if (lru_newest_ != kNone) {
-    granules_[lru_newest_].newer = static_cast<std::uint32_t>(index);
-  } else {
-    lru_oldest_ = static_cast<std::uint32_t>(index);
+void ExpandableArena::release_granules(std::uint32_t block) noexcept {
+  const Block& freed = nodes_[block];
+  const std::size_t offset = freed.offset;
+  const std::size_t end = offset + freed.size;
+  const std::size_t chunk = std::size_t{1} << chunk_shift_;
+  // The end chunks stay taken when an in-use neighbour (beyond a free one, at most) reaches into them.
+  const std::size_t first_chunk = offset >> chunk_shift_;
+  const std::size_t last_chunk = (end - 1) >> chunk_shift_;
+  bool keep_first = false;
+  if (const std::uint32_t prev = freed.prev; prev != kNone) {
+    const std::size_t reach = nodes_[prev].in_use ? offset : nodes_[prev].offset;  // the in-use block's end
+    keep_first = reach > first_chunk * chunk && (nodes_[prev].in_use || nodes_[prev].prev != kNone);
   }
-  lru_newest_ = static_cast<std::uint32_t>(index);
+  bool keep_last = false;
+  if (const std::uint32_t next = freed.next; next != kNone) {
+    const std::size_t start = nodes_[next].in_use ? end : nodes_[next].offset + nodes_[next].size;
+    keep_last = start < (last_chunk + 1) * chunk;
+  }
+  if (first_chunk == last_chunk) keep_first = keep_last = keep_first || keep_last;
+  const std::size_t first = first_granule(offset);
+  const std::size_t last = end_granule(offset, freed.size);
+  // Highest first, so a block's low granules (where best fit places the next request) are the newest.
+  for (std::size_t granule = last; granule-- > first;) {
+    std::uint64_t mask = piece_mask(granule, offset, end);
+    if (keep_first && granule == first_chunk / kChunks) mask &= ~(std::uint64_t{1} << (first_chunk % kChunks));
+    if (keep_last && granule == last_chunk / kChunks) mask &= ~(std::uint64_t{1} << (last_chunk % kChunks));
+    drop_piece(granule, mask);
+  }
+}
+
+// ---- the cache of unused physical granules --------------------------------------------------------------
+
+void ExpandableArena::lru_push_newest(std::uint32_t physical) noexcept {
+  Physical& entry = physicals_[physical];
+  entry.cached = true;
+  entry.older = lru_newest_;
+  entry.newer = kNone;
+  if (lru_newest_ != kNone) {
+    physicals_[lru_newest_].newer = physical;
+  } else {
+    lru_oldest_ = physical;
+  }
+  lru_newest_ = physical;
   ++cached_count_;
 }
 
-void ExpandableArena::lru_remove(std::size_t index) noexcept {
-  Granule& granule = granules_[index];
-  if (granule.older != kNone) {
-    granules_[granule.older].newer = granule.newer;
+void ExpandableArena::lru_remove(std::uint32_t physical) noexcept {
+  Physical& entry = physicals_[physical];
+  if (entry.older != kNone) {
+    physicals_[entry.older].newer = entry.newer;
   } else {
-    lru_oldest_ = granule.newer;
+    lru_oldest_ = entry.newer;
   }
-  if (granule.newer != kNone) {
-    granules_[granule.newer].older = granule.older;
+  if (entry.newer != kNone) {
+    physicals_[entry.newer].older = entry.older;
   } else {
-    lru_newest_ = granule.older;
+    lru_newest_ = entry.older;
   }
-  granule.cached = false;
-  granule.older = kNone;
-  granule.newer = kNone;
+  entry.cached = false;
+  entry.older = kNone;
+  entry.newer = kNone;
   --cached_count_;
 }
 
-void ExpandableArena::acquire_granules(std::size_t offset, std::size_t size) {
-  const std::size_t end = end_granule(offset, size);
-  for (std::size_t index = first_granule(offset); index < end; ++index) {
-    if (granules_[index].users++ == 0 && granules_[index].cached) lru_remove(index);
+// The physical granule is committed, unused and off the LRU list.
+void ExpandableArena::decommit_physical(std::uint32_t physical) noexcept {
+  Physical& entry = physicals_[physical];
+  while (entry.first_mapping != kNone) {
+    const std::uint32_t granule = entry.first_mapping;
+    memory_->unmap(base_ + std::size_t{granule} * granularity_);
+    unlink_mapping(granule);
   }
-}
-
-void ExpandableArena::release_granules(std::size_t offset, std::size_t size) {
-  // Highest first, so a block's low granules (where best fit places the next request) are the newest.
-  const std::size_t first = first_granule(offset);
-  for (std::size_t index = end_granule(offset, size); index-- > first;) {
-    if (--granules_[index].users == 0) lru_push_newest(index);
-  }
-}
-
-void ExpandableArena::decommit_run(std::size_t first, std::size_t count) noexcept {
-  for (std::size_t index = first; index < first + count; ++index) granules_[index].committed = false;
-  memory_->decommit(base_ + first * granularity_, count * granularity_);
-  committed_granules_ -= count;
+  memory_->release_physical(entry.handle);
+  entry = Physical{};
+  free_physicals_.push_back(physical);  // never allocates: capacity >= physicals_.size()
+  --committed_granules_;
   ++stats_.upstream_frees;
 }
 
 std::size_t ExpandableArena::decommit_cached(std::size_t keep_bytes) noexcept {
   const std::size_t keep = keep_bytes / granularity_;
-  if (cached_count_ <= keep) return 0;
-  return decommit_oldest(cached_count_ - keep, 0, 0);
-}
-
-std::size_t ExpandableArena::decommit_oldest(std::size_t count, std::size_t skip_first, std::size_t skip_end) noexcept {
-  // No allocation: decommit_scratch_ has room for every granule (commit_for reserves it as granules_ grows),
-  // and std::sort works in place.
-  std::vector<std::uint32_t>& victims = decommit_scratch_;
-  victims.clear();
-  std::uint32_t index = lru_oldest_;
-  while (victims.size() < count && index != kNone) {
-    const std::uint32_t newer = granules_[index].newer;
-    if (index < skip_first || index >= skip_end) {
-      lru_remove(index);
-      victims.push_back(index);
-    }
-    index = newer;
+  std::size_t released = 0;
+  while (cached_count_ > keep) {
+    const std::uint32_t oldest = lru_oldest_;
+    lru_remove(oldest);
+    decommit_physical(oldest);
+    released += granularity_;
   }
-  std::sort(victims.begin(), victims.end());
-  for (std::size_t first = 0; first < victims.size();) {
-    std::size_t last = first + 1;
-    while (last < victims.size() && victims[last] == victims[last - 1] + 1) ++last;
-    decommit_run(victims[first], last - first);
-    first = last;
-  }
-  const std::size_t released = victims.size() * granularity_;
-  victims.clear();
   stats_.bytes_reserved = committed_granules_ * granularity_;
   return released;
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // ExpandableArena: the read-only views (blocks, stats, invariants).
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <sstream>
 
 #include "tensorpool/memory/expandable_arena.hpp"
@@ -23,24 +25,30 @@ std::size_t ExpandableArena::committed_bytes() const {
 }
 
 std::size_t ExpandableArena::largest_committed_free_block() const {
+  // The free bytes the arena holds are the mapped bytes no in-use block covers: the mapped parts of
+  // free blocks, and mapped granules past the extent (kept after the tail block was freed, or the rest of
+  // the tail's last granule). Each maximal mapped run of either is one free block: in-use blocks separate
+  // free blocks and the tail block is always in use, so no two runs touch.
   std::size_t best = 0;
-  for (std::uint32_t index = free_last(); index != kNone && nodes_[index].size > best; index = free_prev(index)) {
-    const std::size_t begin = nodes_[index].offset;
-    const std::size_t end = begin + nodes_[index].size;
+  const auto scan = [this, &best](std::size_t begin, std::size_t end) {
     std::size_t granule = first_granule(begin);
-    const std::size_t last = std::min(end_granule(begin, nodes_[index].size), granules_.size());
+    const std::size_t last = std::min(end_granule(begin, end - begin), granules_.size());
     while (granule < last) {
-      if (!granules_[granule].committed) {
+      if (granules_[granule].physical == kNone) {
         ++granule;
         continue;
       }
       std::size_t run_end = granule;
-      while (run_end < last && granules_[run_end].committed) ++run_end;
+      while (run_end < last && granules_[run_end].physical != kNone) ++run_end;
       const std::size_t from = std::max(begin, granule * granularity_);
       const std::size_t to = std::min(end, run_end * granularity_);
       if (to > from) best = std::max(best, to - from);
       granule = run_end;
     }
+  };
+  if (granules_.size() * granularity_ > extent_) scan(extent_, granules_.size() * granularity_);
+  for (std::uint32_t index = free_last(); index != kNone && nodes_[index].size > best; index = free_prev(index)) {
+    scan(nodes_[index].offset, nodes_[index].offset + nodes_[index].size);
   }
   return best;
 }
@@ -63,6 +71,7 @@ std::string ExpandableArena::check_invariants() const {
   std::size_t in_use_bytes = 0;
   std::size_t requested_bytes = 0;
   std::vector<std::uint32_t> users(granules_.size(), 0);
+  std::vector<std::uint64_t> masks(granules_.size(), 0);
   std::uint32_t prev = kNone;
   bool prev_free = false;
   for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
@@ -80,7 +89,10 @@ std::string ExpandableArena::check_invariants() const {
       }
       const std::size_t end = end_granule(block.offset, block.size);
       if (end > users.size()) return "granule table too short for the block at " + std::to_string(block.offset);
-      for (std::size_t granule = first_granule(block.offset); granule < end; ++granule) ++users[granule];
+      for (std::size_t granule = first_granule(block.offset); granule < end; ++granule) {
+        ++users[granule];
+        masks[granule] |= piece_mask(granule, block.offset, block.offset + block.size);
+      }
     } else {
       if (prev_free) return "two adjacent free blocks at offset " + std::to_string(block.offset);
       ++free_count;
@@ -104,30 +116,86 @@ std::string ExpandableArena::check_invariants() const {
   if (in_use_count != slots_in_use_ || in_use_count != in_use_count_) return "in-use index size mismatch";
   if (in_use_bytes != stats_.bytes_in_use) return "bytes_in_use does not match the in-use blocks";
   if (requested_bytes != stats_.bytes_requested) return "bytes_requested does not match the in-use blocks";
-  std::size_t committed = 0;
-  std::size_t cached = 0;
+  if (std::string error = check_granules(users, masks); !error.empty()) return error;
+  if (committed_granules_ * granularity_ > options_.limit_bytes) return "committed bytes exceed the limit";
+  if (stats_.bytes_reserved != committed_granules_ * granularity_) return "bytes_reserved != committed bytes";
+  return "";
+}
+
+std::string ExpandableArena::check_granules(const std::vector<std::uint32_t>& users,
+                                            const std::vector<std::uint64_t>& masks) const {
+  std::vector<std::uint64_t> union_masks(physicals_.size(), 0);
+  std::vector<std::uint32_t> physical_users(physicals_.size(), 0);
   for (std::size_t index = 0; index < users.size(); ++index) {
     const Granule& granule = granules_[index];
     const std::string where = "granule " + std::to_string(index);
     if (users[index] != granule.users) return where + " user count is wrong";
-    if (granule.committed) ++committed;
-    if (granule.users != 0 && !granule.committed) return where + " is used but not committed";
-    if (granule.cached != (granule.committed && granule.users == 0)) return where + " cached flag is wrong";
-    if (granule.cached) ++cached;
+    if (masks[index] != granule.mask) return where + " chunk mask is wrong";
+    if (granule.users != 0 && granule.physical == kNone) return where + " is used but not mapped";
+    if (granule.physical == kNone) continue;
+    if (granule.physical >= physicals_.size() || !physicals_[granule.physical].committed) {
+      return where + " is mapped to an uncommitted physical granule";
+    }
+    if ((union_masks[granule.physical] & granule.mask) != 0) return where + " overlaps another mapping";
+    union_masks[granule.physical] |= granule.mask;
+    if (granule.users != 0) ++physical_users[granule.physical];
   }
+  std::size_t committed = 0;
+  std::size_t cached = 0;
+  std::size_t mappings = 0;
+  for (std::size_t index = 0; index < physicals_.size(); ++index) {
+    const Physical& physical = physicals_[index];
+    const std::string where = "physical granule " + std::to_string(index);
+    if (!physical.committed) {
+      if (physical.first_mapping != kNone || physical.cached) return where + " is uncommitted but in use";
+      if (std::find(free_physicals_.begin(), free_physicals_.end(), index) == free_physicals_.end()) {
+        return where + " is uncommitted but not on the free list";
+      }
+      continue;
+    }
+    ++committed;
+    if (physical.mask != union_masks[index]) return where + " mask is not the union of its mappings'";
+    if (physical.users != physical_users[index]) return where + " user count is wrong";
+    if (physical.cached != (physical.users == 0)) return where + " cached flag is wrong";
+    if (physical.cached) ++cached;
+    for (std::uint32_t granule = physical.first_mapping; granule != kNone; granule = granules_[granule].next_mapping) {
+      if (granule >= granules_.size() || granules_[granule].physical != index || ++mappings > granules_.size()) {
+        return where + " mapping list is corrupt";
+      }
+    }
+    const bool partial = physical.users != 0 && physical.mask != kAllChunks;
+    const std::array<unsigned, 2> free_ends = {partial ? static_cast<unsigned>(std::countr_zero(physical.mask)) : 0u,
+                                               partial ? static_cast<unsigned>(std::countl_zero(physical.mask)) : 0u};
+    for (std::size_t end = 0; end < 2; ++end) {
+      if (physical.partial_list[end] != free_ends[end]) return where + " is on the wrong partial list";
+      if (free_ends[end] == 0) continue;
+      std::uint32_t walk = partial_heads_[end][free_ends[end]];
+      while (walk != kNone && walk != index) walk = physicals_[walk].next_partial[end];
+      if (walk == kNone) return where + " is missing from its partial list";
+    }
+  }
+  std::size_t mapped = 0;
+  for (const Granule& granule : granules_) mapped += granule.physical != kNone ? 1 : 0;
+  if (mapped != mappings) return "mapped granules and mapping lists disagree";
+  for (std::size_t end = 0; end < 2; ++end) {
+    for (std::size_t count = 0; count < kChunks; ++count) {
+      const bool listed = partial_heads_[end][count] != kNone;
+      if (listed != (((partial_nonempty_[end] >> count) & 1u) != 0)) return "partial list mask is stale";
+    }
+  }
+  if (free_physicals_.size() != physicals_.size() - committed) return "the free physical list is wrong";
   std::size_t listed = 0;
   std::uint32_t older = kNone;
-  for (std::uint32_t index = lru_oldest_; index != kNone; index = granules_[index].newer) {
-    if (index >= granules_.size() || !granules_[index].cached || granules_[index].older != older || ++listed > cached) {
-      return "the cached-granule list is corrupt at granule " + std::to_string(index);
+  for (std::uint32_t index = lru_oldest_; index != kNone; index = physicals_[index].newer) {
+    if (index >= physicals_.size() || !physicals_[index].cached || physicals_[index].older != older ||
+        ++listed > cached) {
+      return "the cached-granule list is corrupt at physical granule " + std::to_string(index);
     }
     older = index;
   }
   if (older != lru_newest_) return "the cached-granule list's newest end is stale";
   if (listed != cached || cached != cached_count_) return "cached granule count is wrong";
   if (committed != committed_granules_) return "committed granule count is wrong";
-  if (committed * granularity_ > options_.limit_bytes) return "committed bytes exceed the limit";
-  if (stats_.bytes_reserved != committed * granularity_) return "bytes_reserved != committed bytes";
   return "";
 }
 

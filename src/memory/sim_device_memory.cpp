@@ -127,6 +127,31 @@ void SimDeviceMemory::commit(void* ptr, std::size_t bytes) {
   raise_peak();
 }
 
+VirtualMemory::PhysicalHandle SimDeviceMemory::create_physical() {
+  if (!take(kGranularity)) {
+    throw_out_of_memory(kGranularity, kGranularity, {},
+                        MemoryResource::name() + ": a physical granule of " + format_bytes(kGranularity) +
+                            " would exceed the simulated device's capacity of " + format_bytes(capacity_) + " (" +
+                            format_bytes(used_bytes()) + " used)");
+  }
+  PhysicalHandle handle = 0;
+  try {
+    handle = pages_.create_physical();
+  } catch (...) {
+    give_back(kGranularity);
+    throw;
+  }
+  committed_.fetch_add(kGranularity, std::memory_order_relaxed);
+  raise_peak();
+  return handle;
+}
+
+void SimDeviceMemory::release_physical(PhysicalHandle handle) noexcept {
+  pages_.release_physical(handle);
+  committed_.fetch_sub(kGranularity, std::memory_order_relaxed);
+  give_back(kGranularity);
+}
+
 void SimDeviceMemory::decommit(void* ptr, std::size_t bytes) noexcept {
   if (ptr == nullptr || bytes == 0) return;
   pages_.decommit(ptr, bytes);

@@ -15,47 +15,68 @@
 //     whose key changes without passing its neighbour in the bin stays in place. In-use blocks are found
 //     by offset through a handle per 256-byte slot of the extent (like BFC's Region::handles; 4 bytes per
 //     256 of the largest extent so far).
-//   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the
-//     kFitCandidates smallest free blocks that hold it (lowest address first on equal sizes), each at
-//     both ends, and the end of the extent; it takes the placement that touches the fewest "fresh"
-//     granules (ones no in-use block touches, so the peak can only rise by them), then the fewest
-//     uncommitted ones, then the smaller block, the low end and a free block before the extent's end.
-//     The remainder stays a free block. A freed block merges with free neighbours. (On the random
-//     trace this cuts peak committed 448 -> 444 MiB for 384 MiB live; the rest is free space inside
-//     granules around ~N/2 holes that random frees keep open among N live blocks, which no placement
-//     closes: a hole only disappears when a request fits it exactly.)
-//   - A granule (VirtualMemory::granularity(), 2 MiB) is committed while any in-use block touches it:
-//     each granule counts the in-use blocks touching it. A granule whose count drops to zero stays
-//     committed ("cached") on a least-recently-freed list, so an allocate/free cycle makes no system call.
-//   - Release policy. (1) Caching never raises the peak: before a commit would lift committed bytes above
-//     their high-water mark, the least recently freed cached granules elsewhere are decommitted first, so
-//     peak committed == the peak of granules touched by in-use blocks, whatever the cache holds.
-//     (2) Frees keep at most options.release_threshold bytes cached, decommitting the least recently freed
-//     granules beyond it. (3) trim() decommits every cached granule.
-//   - Committed bytes never exceed options.limit_bytes. When a commit would cross the limit, or the source
-//     refuses it (its capacity), every cached granule is decommitted, the request is placed wherever it
-//     commits the fewest new granules, and it is retried once before tp::OutOfMemoryError (num_retries
+//   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the kFitCandidates smallest
+//     free blocks that can take it (lowest address first on equal sizes; of at most kMaxFitExamined, or all when
+//     growing would pass the middle of the range), each at both ends, and the end of the extent (or the next granule
+//     boundary after it, when the extent's last granule cannot take the piece); it takes the placement that needs the
+//     fewest "fresh" physical granules (ones no in-use block uses, so the peak can only rise by them), then the fewest
+//     new ones, then the smaller block, the low end and a free block before the extent's end. The remainder stays a
+//     free block. A freed block merges with free neighbours. Random frees among N live blocks keep ~N/2 holes open,
+//     which no placement closes; physical sharing is what keeps them from pinning memory.
+//   - Physical granules shared between virtual granules (ArenaOptions::share_granules). A virtual granule
+//     (VirtualMemory::granularity(), 2 MiB) touched by an in-use block is mapped to a physical granule
+//     (VirtualMemory::create_physical: a memfd slice on the host, cuMemCreate on CUDA). One physical granule may be
+//     mapped at several virtual granules at once, as long as the parts of it their in-use blocks touch do not overlap:
+//     so the tail of one block and the head of a block elsewhere in the range live in one physical granule, and a free
+//     hole inside a virtual granule costs no memory when another granule's blocks fill the same physical bytes.
+//     Occupancy is tracked in 64 chunks per granule (32 KiB for 2 MiB): each virtual granule has a mask of the chunks
+//     its in-use blocks touch, each physical granule the union of the masks of the virtual granules mapped to it. A
+//     placement is valid when every granule it touches either keeps its mapping (the new piece overlaps no chunk
+//     another virtual granule uses in that physical granule) or has no in-use block and can be remapped; pieces that
+//     need a physical granule take, in order, a partly used one whose free chunks at the bottom or top hold them
+//     (tightest first), a cached one, a new one. Physical committed bytes count, not virtual ones: committed_bytes() =
+//     granularity x physical granules backed.
+//   - A physical granule with no in-use block through any of its mappings stays committed and mapped
+//     ("cached") on a least-recently-freed list, so an allocate/free cycle makes no system call; a virtual
+//     granule keeps its mapping after its last block goes (a later block there reuses it when it does not
+//     overlap the physical granule's other users).
+//   - Release policy. (1) Caching never raises the peak: a new physical granule is created only when no
+//     cached one is left, so peak committed == the peak of physical granules in use, whatever the cache
+//     holds. (2) Frees keep at most options.release_threshold bytes cached, decommitting (unmapping every
+//     mapping, then VirtualMemory::release_physical, which punches the memfd hole) the least recently freed
+//     beyond it. (3) trim() decommits every cached physical granule.
+//   - Committed bytes never exceed options.limit_bytes. When a new physical granule would cross the limit,
+//     or the source refuses it (its capacity), every cached granule is decommitted, the request is placed
+//     wherever it needs the fewest new granules, and it is retried once before tp::OutOfMemoryError (num_retries
 //     counts the requests the retry served, as BFC does; a request that still fails counts in num_ooms only).
 //   - Exceptions. allocate is strongly exception-safe: whatever the bookkeeping of a placement needs (a spare
-//     block node, in-use slots, granule table and decommit scratch room) is reserved before the first commit,
-//     nothing after the commit allocates, and a commit that fails part-way decommits what it committed.
-//     deallocate and trim never allocate.
+//     block node, in-use slots, granule tables and scratch room) is reserved before the first mapping,
+//     nothing after it allocates, and a placement that fails part-way gives back what it took and releases
+//     the physical granules it created. deallocate and trim never allocate.
 //
 // Invariants (check_invariants() verifies them; the tests call it after every random operation):
 //   blocks cover [0, extent) without gaps, in address order; no two adjacent blocks are both free; the
 //   free index holds exactly the free blocks, each in the bin of its size, its links are consistent, its
 //   walk over all bins is strictly increasing in (size, offset), each node's priority is >= its children's
 //   and the bin mask names the non-empty bins; the slot of each in-use block's offset names it and every
-//   other slot is empty; every granule touched by an in-use block is committed; each granule's count
-//   equals the number of in-use blocks touching it; committed_bytes == granularity x committed granules
-//   <= limit_bytes; the in-use and requested sums equal the sums over in-use blocks.
+//   other slot is empty; each virtual granule's user count and chunk mask equal the count and the union of
+//   the chunks of the in-use blocks touching it; a virtual granule with users is mapped; a mapped virtual
+//   granule is on the mapping list of a committed physical granule and of no other; the masks of a
+//   physical granule's mappings are pairwise disjoint and their union is its mask; its user count is the
+//   number of its mappings with users; it is cached (on the list, which is consistent) iff it has no users,
+//   and on the partial lists of its free bottom and top chunk counts iff it has users and a free end;
+//   uncommitted physical granules have no mappings and are on the free list; committed_bytes ==
+//   granularity x committed physical granules <= limit_bytes; the in-use and requested sums equal the sums
+//   over in-use blocks.
 //
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
-// upstream_allocs/frees = commit/decommit calls, largest_free_block = the largest free range lying in
-// committed granules (servable with no system call). deallocate of a pointer not handed out, or with other
-// `bytes` than allocate got, prints the arena's name and the pointer to stderr and aborts.
+// upstream_allocs/frees = physical granules created/released, largest_free_block = the longest run of mapped
+// bytes no in-use block covers, in a free block or past the extent (fragmentation.hpp). deallocate of a
+// pointer not handed out, or with other `bytes` than allocate got, prints the arena's name and the pointer
+// to stderr and aborts.
 // Thread-safe: one mutex guards everything below it.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +102,10 @@ struct ArenaOptions {
   // call (latency stays in BFC's league), and harmless to the peak, since cached granules are given back
   // before committed bytes rise above their high-water mark. Lower it to hand idle memory back sooner.
   std::size_t release_threshold = std::size_t{64} << 20;
+  // Lets one physical granule back several virtual granules whose in-use blocks touch disjoint chunks of it
+  // (less memory under fragmenting patterns, at the cost of more placement work and remapping system calls).
+  // Off: each virtual granule with users has a physical granule of its own, as without sharing.
+  bool share_granules = true;
 };
 
 class ExpandableArena final : public MemoryResource {
@@ -124,27 +149,55 @@ class ExpandableArena final : public MemoryResource {
     std::uint8_t bin = 0;        // free-index bin, while free
     bool in_use = false;
   };
-  struct Granule {
-    std::uint32_t users = 0;      // in-use blocks touching it
-    std::uint32_t older = kNone;  // LRU links, while cached
+  struct Granule {                       // a virtual granule of the reserved range
+    std::uint64_t mask = 0;              // chunks touched by in-use blocks
+    std::uint32_t users = 0;             // in-use blocks touching it
+    std::uint32_t physical = kNone;      // physical granule mapped here, or kNone (reserved only)
+    std::uint32_t prev_mapping = kNone;  // the physical granule's other mappings
+    std::uint32_t next_mapping = kNone;
+  };
+  struct Physical {
+    VirtualMemory::PhysicalHandle handle = 0;
+    std::uint64_t mask = 0;               // union of its mappings' masks
+    std::uint32_t users = 0;              // mappings with users
+    std::uint32_t first_mapping = kNone;  // virtual granules mapped to it
+    std::uint32_t older = kNone;          // LRU links, while cached
     std::uint32_t newer = kNone;
+    std::array<std::uint32_t, 2> prev_partial{kNone, kNone};  // partial lists: [0] by free bottom chunks,
+    std::array<std::uint32_t, 2> next_partial{kNone, kNone};  // [1] by free top chunks
+    std::array<std::uint8_t, 2> partial_list{0, 0};           // free chunks at that end; 0 = not listed
     bool committed = false;
     bool cached = false;  // committed with no users: on the LRU list
   };
+  // What a piece of a block needs in one virtual granule.
+  enum class Need : std::uint8_t { keep, share, claim, fresh, invalid };
+  struct Choice {
+    Need need = Need::fresh;
+    std::uint32_t physical = kNone;  // keep/share/claim: the physical granule
+  };
   struct Placement {
     std::uint32_t block = kNone;     // free block to carve, or kNone to grow the extent
-    std::size_t offset = 0;          // where the new block starts
-    std::size_t new_granules = 0;    // uncommitted granules it touches (commits it needs)
-    std::size_t fresh_granules = 0;  // granules it touches that no in-use block touches (cached or not)
-    bool valid = false;              // false when the reserved range has no room
+    std::size_t offset = 0;          // where the new block starts (past extent_ leaves a free block before)
+    std::size_t new_granules = 0;    // physical granules it must create
+    std::size_t fresh_granules = 0;  // physical granules it takes that no in-use block uses (cached or new)
+    bool valid = false;              // false when the reserved range has no room or a piece cannot fit
     // Fewer fresh granules, then fewer commits; a valid placement beats an invalid one.
     bool better_than(const Placement& other) const noexcept;
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
+  static constexpr std::size_t kChunks = 64;  // occupancy chunks per granule: one bit each
+  static constexpr std::uint64_t kAllChunks = ~std::uint64_t{0};
   // best_fit weighs this many of the smallest free blocks that hold a request (and the extent's end).
   static constexpr std::size_t kFitCandidates = 4;
+  // ...skipping free blocks no placement fits (their granules' chunks are lent), up to this many in all.
+  static constexpr std::size_t kMaxFitExamined = 32;
   // Free-index bins: bin i holds free blocks of [256 << i, 256 << (i + 1)); the last takes all larger.
   static constexpr std::size_t kBins = 48;
+  static constexpr std::array<std::uint32_t, kChunks> filled_partials() noexcept {
+    std::array<std::uint32_t, kChunks> heads{};
+    heads.fill(kNone);
+    return heads;
+  }
   static constexpr std::array<std::uint32_t, kBins> filled_roots() noexcept {
     std::array<std::uint32_t, kBins> roots{};
     roots.fill(kNone);
@@ -166,9 +219,11 @@ class ExpandableArena final : public MemoryResource {
   Placement place(std::uint32_t block, std::size_t offset, std::size_t size) const;
   Placement place_in(std::uint32_t block, std::size_t size) const;
   Placement place_at_end(std::size_t size) const;
-  bool commit_for(const Placement& placement, std::size_t size);  // false when the limit or the source refuses
-  // Reserves what carve(placement, size) needs (a spare node; slots when it grows the extent), so that nothing
-  // after commit_for allocates. May throw; changes nothing observable.
+  // Maps and takes every granule the block [placement.offset, + size) touches; false (with nothing taken)
+  // when the limit or the source refuses a new physical granule.
+  bool acquire_for(const Placement& placement, std::size_t size);
+  // Reserves what carve(placement, size) and acquire_for need (a spare node; slots when it grows the extent;
+  // granule tables), so that nothing after the first mapping allocates. May throw; changes nothing observable.
   void prepare_carve(const Placement& placement, std::size_t size);
   // Address-order list: link a node before/after a block, unlink one (and recycle its node).
   void link_before(std::uint32_t index, std::uint32_t at) noexcept;
@@ -179,10 +234,8 @@ class ExpandableArena final : public MemoryResource {
   // Frees an in-use block, merging it with free neighbours (or cutting it off at the tail).
   void release_block(std::uint32_t index);
   std::size_t decommit_cached(std::size_t keep_bytes) noexcept;
-  // Decommits up to `count` cached granules, least recently freed first, skipping [skip_first, skip_end).
-  // Allocation-free: collects the victims in decommit_scratch_, whose capacity covers granules_.
-  std::size_t decommit_oldest(std::size_t count, std::size_t skip_first, std::size_t skip_end) noexcept;
-  void decommit_run(std::size_t first_granule, std::size_t count) noexcept;
+  // Unmaps every mapping of a cached physical granule and gives it back to the source.
+  void decommit_physical(std::uint32_t physical) noexcept;
   std::uint32_t new_node();
   void free_node(std::uint32_t index) noexcept;  // never allocates (new_node reserves room)
   // The only writer of block_at_ after growth, so slots_in_use_ counts its non-empty entries exactly.
@@ -213,10 +266,34 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t free_last() const noexcept;
   bool free_contains(std::uint32_t index) const noexcept;  // by key descent from the root
   std::string check_free_index(std::size_t free_blocks) const;
-  void acquire_granules(std::size_t offset, std::size_t size);
-  void lru_push_newest(std::size_t index) noexcept;
-  void lru_remove(std::size_t index) noexcept;
-  void release_granules(std::size_t offset, std::size_t size);
+  // Granule invariants, given each virtual granule's users and chunk mask recounted from the blocks.
+  std::string check_granules(const std::vector<std::uint32_t>& users, const std::vector<std::uint64_t>& masks) const;
+  // Granule sharing (expandable_arena_granules.cpp).
+  // The chunks of `granule` that [offset, end) touches.
+  std::uint64_t piece_mask(std::size_t granule, std::size_t offset, std::size_t end) const noexcept {
+    const std::size_t start = granule * granularity_;
+    const std::size_t low = (std::max(offset, start) - start) >> chunk_shift_;
+    const std::size_t high =
+        (std::min(end, start + granularity_) - start + (std::size_t{1} << chunk_shift_) - 1) >> chunk_shift_;
+    const std::uint64_t below_high = high >= kChunks ? kAllChunks : (std::uint64_t{1} << high) - 1;
+    return below_high & ~((std::uint64_t{1} << low) - 1);
+  }
+  // What granule `granule` needs to take `mask`, given that an earlier piece of the same block took
+  // `taken_mask` of physical granule `taken`.
+  Choice choose(std::size_t granule, std::uint64_t mask, std::uint32_t taken, std::uint64_t taken_mask) const noexcept;
+  // A partly used physical granule whose free bottom or top chunks hold `mask`, tightest first, or kNone.
+  std::uint32_t find_partial(std::uint64_t mask, std::uint32_t taken, std::uint64_t taken_mask) const noexcept;
+  void partial_insert(std::uint32_t physical) noexcept;
+  void partial_remove(std::uint32_t physical) noexcept;
+  void map_granule(std::size_t granule, std::uint32_t physical);  // may throw OutOfMemoryError; then unchanged
+  void unlink_mapping(std::size_t granule) noexcept;
+  void take_piece(std::size_t granule, std::uint64_t mask) noexcept;
+  void drop_piece(std::size_t granule, std::uint64_t mask) noexcept;
+  std::uint32_t new_physical();  // creates one (cached, unmapped); may throw OutOfMemoryError
+  void lru_push_newest(std::uint32_t physical) noexcept;
+  void lru_remove(std::uint32_t physical) noexcept;
+  // Drops an in-use block's pieces; call before release_block (the neighbours decide shared end chunks).
+  void release_granules(std::uint32_t block) noexcept;
   std::size_t largest_committed_free_block() const;
   std::size_t first_granule(std::size_t offset) const noexcept { return offset / granularity_; }
   std::size_t end_granule(std::size_t offset, std::size_t size) const noexcept {
@@ -245,13 +322,17 @@ class ExpandableArena final : public MemoryResource {
   std::vector<std::uint32_t> block_at_;  // offset / 256 -> in-use block starting there, else kNone
   std::size_t slots_in_use_ = 0;         // entries of block_at_ that are not kNone
   std::size_t in_use_count_ = 0;
-  std::vector<Granule> granules_;                // covers the largest extent so far
-  std::vector<std::uint32_t> decommit_scratch_;  // empty; capacity >= granules_.size()
-  std::uint32_t lru_oldest_ = kNone;             // cached granules, least recently freed first
+  std::vector<Granule> granules_;               // virtual granules: covers the largest extent so far
+  std::vector<Physical> physicals_;             // physical granules, committed or not
+  std::vector<std::uint32_t> free_physicals_;   // uncommitted entries of physicals_; capacity >= its size
+  std::vector<std::uint32_t> created_scratch_;  // empty between calls: acquire_for's new physical granules
+  std::array<std::array<std::uint32_t, kChunks>, 2> partial_heads_ = {filled_partials(), filled_partials()};
+  std::array<std::uint64_t, 2> partial_nonempty_ = {0, 0};  // bit i: partial list [end][i] is not empty
+  std::uint32_t lru_oldest_ = kNone;                        // cached physical granules, least recently freed first
   std::uint32_t lru_newest_ = kNone;
   std::size_t cached_count_ = 0;
-  std::size_t committed_granules_ = 0;
-  std::size_t high_water_granules_ = 0;  // most committed since creation / reset_peak
+  std::size_t committed_granules_ = 0;  // committed physical granules
+  std::size_t chunk_shift_ = 0;         // log2(granularity_ / kChunks)
   MemoryStats stats_;
 };
 

@@ -3,7 +3,8 @@
 // SimDeviceMemory: the physical memory of a simulated accelerator: `capacity_bytes` obtained from the OS,
 // never more. It is both
 //   - a MemoryResource: allocate maps page-rounded bytes of its own (mmap), deallocate unmaps them;
-//   - a VirtualMemory: reserve/commit/decommit as HostVirtualMemory (2 MiB granules);
+//   - a VirtualMemory: reserve/commit/decommit and shareable physical granules as HostVirtualMemory (2 MiB
+//     granules; a memfd's slices mapped at several places);
 // and allocations and committed pages are counted against the SAME capacity, a hard wall: a request that
 // would cross it throws tp::OutOfMemoryError with a report and leaves the device usable. So a sim device's
 // capacity bounds whatever allocator sits on it (BFC through allocate, the ExpandableArena through commit).
@@ -49,6 +50,10 @@ class SimDeviceMemory final : public MemoryResource, public VirtualMemory {
   void unreserve(void* base, std::size_t bytes) noexcept override;
   void commit(void* ptr, std::size_t bytes) override;
   void decommit(void* ptr, std::size_t bytes) noexcept override;
+  [[nodiscard]] PhysicalHandle create_physical() override;
+  void release_physical(PhysicalHandle handle) noexcept override;
+  void map(void* ptr, PhysicalHandle handle) override { pages_.map(ptr, handle); }
+  void unmap(void* ptr) noexcept override { pages_.unmap(ptr); }
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;

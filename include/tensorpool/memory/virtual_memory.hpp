@@ -3,8 +3,14 @@
 // VirtualMemory: a physical-memory source that can back a reserved address range page by page, the way
 // CUDA's VMM (cuMemAddressReserve + cuMemMap) or mmap(PROT_NONE) + mprotect do. The ExpandableArena is
 // built on it. Only committed bytes count against the capacity; reserved address space is free.
+//
+// Two ways to back a range: commit/decommit make a granule's own pages accessible in place; physical
+// granules (create_physical/map/unmap/release_physical) are memory with a handle, mapped at one or more
+// granule-aligned places of reserved ranges at once (memfd_create + mmap(MAP_SHARED | MAP_FIXED) on the host,
+// cuMemCreate + cuMemMap on CUDA): bytes written through one mapping are read through every other.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -29,6 +35,18 @@ class VirtualMemory {
   virtual void commit(void* ptr, std::size_t bytes) = 0;
   // Gives the pages back; their contents are lost.
   virtual void decommit(void* ptr, std::size_t bytes) noexcept = 0;
+
+  using PhysicalHandle = std::uint64_t;
+  // One granule of physical memory, counted in committed_bytes() and against the capacity until released.
+  // Throws tp::OutOfMemoryError when the capacity would be exceeded or the OS refuses.
+  [[nodiscard]] virtual PhysicalHandle create_physical() = 0;
+  // Gives the granule's memory back; every mapping of it must have been unmapped.
+  virtual void release_physical(PhysicalHandle handle) noexcept = 0;
+  // Maps the granule at `ptr` (granule aligned, inside a reserved range), replacing whatever was mapped
+  // there, readable and writable. Throws tp::OutOfMemoryError when the OS refuses (nothing changes then).
+  virtual void map(void* ptr, PhysicalHandle handle) = 0;
+  // Makes the granule at `ptr` reserved address space again (inaccessible); the physical memory stays.
+  virtual void unmap(void* ptr) noexcept = 0;
 };
 
 }  // namespace tp::memory
