@@ -145,7 +145,7 @@ TEST(ExpandableArena, CommitsTouchedGranulesAndDecommitsFreeOnes) {
     std::memset(b, 2, kMiB);
     auto stats = arena.stats();
     EXPECT_EQ(stats.upstream_allocs, 2u);  // one physical granule each
-    arena.deallocate(a, 3 * kMiB);  // granule 0 wholly free: decommitted (threshold 0)
+    arena.deallocate(a, 3 * kMiB);         // granule 0 wholly free: decommitted (threshold 0)
     EXPECT_EQ(arena.committed_bytes(), 2 * kMiB);
     EXPECT_EQ(memory.committed_bytes(), 2 * kMiB);
     EXPECT_EQ(arena.stats().upstream_frees, 1u);
