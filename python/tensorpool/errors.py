@@ -95,7 +95,10 @@ class ResourceExhaustedError(OpError, MemoryError):
       device           the device that refused ("sim:0")
       allocator        the allocator that refused ("bfc")
       requested_bytes  the size asked for; rounded_bytes after the allocator's rounding
-      limit_bytes, in_use_bytes, reserved_bytes, free_bytes, largest_free_block, fragmentation (0..1)
+      limit_bytes, in_use_bytes, reserved_bytes, free_bytes
+      largest_free_block, fragmentation (0..1), internal_fragmentation_bytes: the fragmentation of the free
+                       memory the allocator holds, as tensorpool.memory.memory_stats gives it: 1 - largest free
+                       block / (reserved - in use), and the bytes lost to rounding (in use - requested)
       live_tensors     the largest live allocations, largest first: dicts with name, op, kind, shape, dtype,
                        step, bytes
       cause            "fragmentation" (enough free in total, no block large enough), "shortage" (not enough
@@ -119,6 +122,7 @@ class ResourceExhaustedError(OpError, MemoryError):
     free_bytes: Optional[int] = None
     largest_free_block: Optional[int] = None
     fragmentation: Optional[float] = None
+    internal_fragmentation_bytes: Optional[int] = None
     cause: Optional[str] = None
     suggestion: Optional[str] = None
 

@@ -69,11 +69,12 @@ def memory_summary(device=None, *, model=None, batch_size: Optional[int] = None)
     """The memory summary as text.
 
     Without `model`: each device's table (or the one `device` names): bytes in use, reserved and requested,
-    fragmentation, allocations, out-of-memory errors, retries; current, peak and totals.
+    the largest free block, external and internal fragmentation, allocations, out-of-memory errors, retries;
+    current, peak and totals.
     With a compiled `model`: the summary `tensorpool train` prints after training, for the model's devices
-    (or the one `device` names): peak in use, reserved, planned peak, fragmentation, the live variables by
-    kind, the step's arena and its largest tensors. `batch_size` is the step's (default: the last fit's,
-    else 32).
+    (or the one `device` names): peak in use, reserved, planned peak, external and internal fragmentation, the
+    live variables by kind, the step's arena and its largest tensors. `batch_size` is the step's (default: the
+    last fit's, else 32).
     """
     if model is None:
         return "".join(_native.memory_device_summary(name) for name in _device_names(device))
@@ -85,9 +86,11 @@ def memory_stats(device=None, *, model=None, batch_size: Optional[int] = None) -
     """memory_summary()'s dict form: device name -> its figures.
 
     Without `model`: the memory stack's counters (bytes_in_use, peak_bytes_in_use, bytes_reserved,
-    bytes_limit, fragmentation, num_allocs, num_ooms...). With `model`: the keys of `tensorpool train
-    --summary-json`'s devices (peak_in_use_bytes, planned_peak_bytes, parameter_bytes, optimizer_state_bytes,
-    arena_bytes, largest_tensors...).
+    bytes_limit, largest_free_block, fragmentation, internal_fragmentation_bytes, num_allocs, num_ooms...).
+    With `model`: the keys of `tensorpool train --summary-json`'s devices (peak_in_use_bytes,
+    planned_peak_bytes, fragmentation, internal_fragmentation_bytes, parameter_bytes, optimizer_state_bytes,
+    arena_bytes, largest_tensors...). fragmentation is 1 - largest free block / (reserved - in use), 0..1;
+    internal_fragmentation_bytes is in use - requested (docs/memory.md, "Fragmentation").
     """
     if model is None:
         return {name: dict(_native.memory_device_stats(name)) for name in _device_names(device)}

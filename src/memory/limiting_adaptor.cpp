@@ -56,6 +56,9 @@ MemoryStats LimitingAdaptor::do_stats() const {
   MemoryStats stats = upstream().stats();
   stats.bytes_limit = stats.bytes_limit ? std::min(*stats.bytes_limit, limit_bytes_) : limit_bytes_;
   stats.num_ooms += num_ooms_.load(std::memory_order_relaxed);
+  // A source reports what it could still give as its largest free block; the stack holds none of that, so
+  // only the upstream's own free bytes count (fragmentation.hpp).
+  stats.largest_free_block = std::min(stats.largest_free_block, stats.free_bytes());
   return stats;
 }
 
@@ -65,8 +68,9 @@ void LimitingAdaptor::refuse(std::size_t requested, std::size_t bytes, std::size
   const MemoryStats upstream_stats = upstream().stats();
   auto report = OutOfMemoryReport::for_request(name(), requested, bytes, tag, limit_bytes_, outstanding,
                                                upstream_stats.bytes_reserved);
-  // Any request whose charged size fits the headroom would pass.
-  report.largest_free_block = limit_bytes_ - outstanding;
+  // The headroom is the limit less what is outstanding (free_bytes()); only what the upstream holds free can
+  // be in pieces.
+  report.largest_free_block = std::min(upstream_stats.largest_free_block, upstream_stats.free_bytes());
   report.detail = "The limit of " + format_bytes(limit_bytes_) + " counts bytes as the upstream hands them out; " +
                   format_bytes(outstanding) + " are outstanding and " + format_bytes(limit_bytes_ - outstanding) +
                   " remain.";

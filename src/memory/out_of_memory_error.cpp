@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
-#include <cstdio>
 #include <sstream>
 
 #include "tensorpool/core/units.hpp"
@@ -13,21 +12,18 @@ std::size_t OutOfMemoryReport::free_bytes() const noexcept {
   return ceiling > in_use_bytes ? ceiling - in_use_bytes : 0;
 }
 
-std::size_t OutOfMemoryReport::reserved_free_bytes() const noexcept {
-  const std::size_t reserved_free = reserved_bytes > in_use_bytes ? reserved_bytes - in_use_bytes : 0;
-  return reserved_free < free_bytes() ? reserved_free : free_bytes();
-}
+std::size_t OutOfMemoryReport::reserved_free_bytes() const noexcept { return fragmentation().free_bytes; }
 
-double OutOfMemoryReport::fragmentation() const noexcept {
-  // Only memory the allocator holds can be in pieces: what it has not reserved yet is one block to it.
-  const std::size_t free = reserved_free_bytes();
-  if (free == 0) return 0.0;
-  const std::size_t largest = largest_free_block < free ? largest_free_block : free;
-  return 1.0 - static_cast<double>(largest) / static_cast<double>(free);
+memory::Fragmentation OutOfMemoryReport::fragmentation() const noexcept {
+  return memory::measure_fragmentation(reserved_bytes, in_use_bytes, largest_free_block, requested_in_use_bytes);
 }
 
 bool OutOfMemoryReport::is_fragmentation() const noexcept {
-  return free_bytes() >= rounded_bytes && largest_free_block < rounded_bytes && reserved_free_bytes() > 0;
+  const memory::Fragmentation pieces = fragmentation();
+  const std::size_t unreserved =
+      limit_bytes.has_value() && *limit_bytes > reserved_bytes ? *limit_bytes - reserved_bytes : 0;
+  return free_bytes() >= rounded_bytes && pieces.free_bytes > 0 && pieces.largest_free_block < rounded_bytes &&
+         unreserved < rounded_bytes;
 }
 
 bool OutOfMemoryReport::exceeds_limit() const noexcept {
@@ -52,8 +48,6 @@ OutOfMemoryError::OutOfMemoryError(OutOfMemoryReport report) : report_(std::move
 
 std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
   std::ostringstream text;
-  char percent[16];
-  std::snprintf(percent, sizeof percent, "%.1f%%", report.fragmentation() * 100.0);
 
   text << "[memory] out of memory";
   if (!report.device.empty()) text << " on " << report.device;
@@ -63,8 +57,7 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
   if (!report.request_tag.empty()) text << " for " << report.request_tag.describe();
   text << ".\n  limit " << (report.limit_bytes ? format_bytes(*report.limit_bytes) : std::string("none")) << ", in use "
        << format_bytes(report.in_use_bytes) << ", reserved " << format_bytes(report.reserved_bytes) << ", free "
-       << format_bytes(report.free_bytes()) << ", largest free block " << format_bytes(report.largest_free_block)
-       << ", fragmentation " << percent << ".";
+       << format_bytes(report.free_bytes()) << ".\n  " << memory::describe(report.fragmentation()) << ".";
   if (!report.detail.empty()) text << "\n  " << report.detail;
 
   if (report.exceeds_limit()) {
@@ -80,8 +73,13 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
          << ", or split it over devices) or raise the limit"
          << " (MemoryConfig::limit_bytes / fraction, TP_MEMORY_FRACTION).";
   } else if (report.is_fragmentation()) {
+    const std::size_t reserved_free = report.reserved_free_bytes();
+    const std::size_t unreserved = report.free_bytes() > reserved_free ? report.free_bytes() - reserved_free : 0;
     text << "\n  Cause: fragmentation. " << format_bytes(report.free_bytes())
-         << " are free in total but no single block holds the request. Use the expandable allocator"
+         << " are free in total but no single block holds the request (the largest reserved free block is "
+         << format_bytes(report.fragmentation().largest_free_block);
+    if (unreserved > 0) text << "; " << format_bytes(unreserved) << " under the limit is not reserved yet";
+    text << "). Use the expandable allocator"
          << " (TP_ALLOCATOR=expandable), which maps pages on demand so free space needs no contiguous hole, or"
          << " allocate long-lived tensors (parameters, optimizer state) before short-lived ones so they do not"
          << " pin holes between activations.";

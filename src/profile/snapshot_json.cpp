@@ -27,6 +27,7 @@ json stats_json(const memory::MemoryStats& stats) {
           {"largest_alloc", stats.largest_alloc},
           {"largest_free_block", stats.largest_free_block},
           {"fragmentation", stats.fragmentation()},
+          {"internal_fragmentation_bytes", stats.internal_fragmentation_bytes()},
           {"num_ooms", stats.num_ooms},
           {"num_retries", stats.num_retries},
           {"upstream_allocs", stats.upstream_allocs},

@@ -25,7 +25,10 @@ std::string summary_table(const DeviceSnapshot& device) {
   row("reserved", format_bytes(stats.bytes_reserved), format_bytes(stats.peak_bytes_reserved),
       std::to_string(stats.upstream_allocs) + " calls", std::to_string(stats.upstream_frees) + " calls");
   row("requested", format_bytes(stats.bytes_requested), format_bytes(stats.peak_bytes_requested), none, none);
-  row("fragmentation", fmt::format("{:.1f}%", 100.0 * stats.fragmentation()), none, none, none);
+  const memory::Fragmentation fragmentation = stats.fragmentation_detail();
+  row("largest free", format_bytes(fragmentation.largest_free_block), none, none, none);
+  row("external frag.", fmt::format("{:.1f}%", 100.0 * fragmentation.external), none, none, none);
+  row("internal frag.", format_bytes(fragmentation.internal_bytes.value_or(0)), none, none, none);
   const std::uint64_t live = stats.num_allocs >= stats.num_frees ? stats.num_allocs - stats.num_frees : 0;
   row("allocs", std::to_string(live), none, std::to_string(stats.num_allocs), std::to_string(stats.num_frees));
   row("OOMs", none, none, std::to_string(stats.num_ooms), none);

@@ -58,8 +58,11 @@ nb::dict report_fields(const OutOfMemoryReport& report) {
   fields["in_use_bytes"] = report.in_use_bytes;
   fields["reserved_bytes"] = report.reserved_bytes;
   fields["free_bytes"] = report.free_bytes();
-  fields["largest_free_block"] = report.largest_free_block;
-  fields["fragmentation"] = report.fragmentation();
+  const memory::Fragmentation fragmentation = report.fragmentation();
+  fields["largest_free_block"] = fragmentation.largest_free_block;
+  fields["fragmentation"] = fragmentation.external;
+  fields["internal_fragmentation_bytes"] =
+      fragmentation.internal_bytes ? nb::cast(*fragmentation.internal_bytes) : nb::none();
   fields["cause"] = cause_of(report);
   fields["suggestion"] = text_or_none(report.suggestion);
   nb::list live;

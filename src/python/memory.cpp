@@ -79,6 +79,7 @@ nb::dict stats_dict(device::Device& device) {
   row["bytes_limit"] = stats.bytes_limit ? nb::cast(*stats.bytes_limit) : nb::none();
   row["largest_free_block"] = stats.largest_free_block;
   row["fragmentation"] = stats.fragmentation();
+  row["internal_fragmentation_bytes"] = stats.internal_fragmentation_bytes();
   row["num_allocs"] = stats.num_allocs;
   row["num_frees"] = stats.num_frees;
   row["num_ooms"] = stats.num_ooms;

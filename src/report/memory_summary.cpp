@@ -23,7 +23,7 @@ std::vector<DeviceSummary> memory_summary(device::DeviceManager& manager, const 
     summary.peak_in_use_bytes = stats.peak_bytes_in_use;
     summary.reserved_bytes = stats.bytes_reserved;
     summary.peak_reserved_bytes = stats.peak_bytes_reserved;
-    summary.fragmentation = stats.fragmentation();
+    summary.fragmentation = stats.fragmentation_detail();
     for (const runtime::DevicePlan& device_plan : plan.devices) {
       if (device_plan.device != name) continue;
       summary.planned_peak_bytes = device_plan.planned_peak_bytes;
@@ -71,10 +71,10 @@ std::vector<DeviceSummary> memory_summary(device::DeviceManager& manager, const 
 std::string summary_text(const std::vector<DeviceSummary>& devices) {
   std::string text = "\nMemory summary\n";
   for (const DeviceSummary& device : devices) {
-    text += fmt::format("  {}: peak in use {}, reserved {} (peak {}), planned peak {}, fragmentation {:.1f}%\n",
-                        device.device, format_bytes(device.peak_in_use_bytes), format_bytes(device.reserved_bytes),
-                        format_bytes(device.peak_reserved_bytes), format_bytes(device.planned_peak_bytes),
-                        100.0 * device.fragmentation);
+    text += fmt::format("  {}: peak in use {}, reserved {} (peak {}), planned peak {}\n", device.device,
+                        format_bytes(device.peak_in_use_bytes), format_bytes(device.reserved_bytes),
+                        format_bytes(device.peak_reserved_bytes), format_bytes(device.planned_peak_bytes));
+    text += "    " + memory::describe(device.fragmentation) + '\n';
     text += fmt::format("    parameters {}, optimizer state {}\n", format_bytes(device.parameter_bytes),
                         format_bytes(device.optimizer_state_bytes));
     text += "    " + live_at_peak_text(device.step, device.arena_bytes) + '\n';
@@ -104,7 +104,10 @@ nlohmann::json to_json(const std::vector<DeviceSummary>& devices) {
                      {"reserved_bytes", device.reserved_bytes},
                      {"peak_reserved_bytes", device.peak_reserved_bytes},
                      {"planned_peak_bytes", device.planned_peak_bytes},
-                     {"fragmentation", device.fragmentation},
+                     {"fragmentation", device.fragmentation.external},
+                     {"largest_free_block", device.fragmentation.largest_free_block},
+                     {"free_bytes", device.fragmentation.free_bytes},
+                     {"internal_fragmentation_bytes", device.fragmentation.internal_bytes.value_or(0)},
                      {"parameter_bytes", device.parameter_bytes},
                      {"optimizer_state_bytes", device.optimizer_state_bytes},
                      {"arena_bytes", device.arena_bytes},

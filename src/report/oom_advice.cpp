@@ -221,11 +221,13 @@ void add_oom_advice(OutOfMemoryError& error, train::Sequential& model, const std
             how);
       }
     }
-    if (report.is_fragmentation() && report.reserved_bytes > report.in_use_bytes + report.rounded_bytes) {
+    const memory::Fragmentation pieces = report.fragmentation();
+    if (report.is_fragmentation() && pieces.free_bytes > report.rounded_bytes) {
       advice += fmt::format(
-          "Or trim() (MemoryStack::trim) between phases: {} are reserved but free in pieces; "
-          "wholly free regions go back to the device and can be carved again in one piece.",
-          format_bytes(report.reserved_bytes - report.in_use_bytes));
+          "Or trim() (MemoryStack::trim) between phases: {} are reserved but free in pieces of at most {} "
+          "({:.1f}% external fragmentation); wholly free regions go back to the device and can be carved again "
+          "in one piece.",
+          format_bytes(pieces.free_bytes), format_bytes(pieces.largest_free_block), 100.0 * pieces.external);
     }
   } catch (const std::exception& planning) {
     advice += std::string("(no batch-size advice: planning failed: ") + planning.what() + ")";

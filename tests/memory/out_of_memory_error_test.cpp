@@ -6,9 +6,12 @@
 #include <string>
 
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_stats.hpp"
 
 namespace tp {
 namespace {
+
+using memory::MemoryStats;
 
 OutOfMemoryReport report_with(std::size_t request, std::size_t in_use, std::size_t largest_free) {
   OutOfMemoryReport report;
@@ -28,15 +31,27 @@ TEST(OutOfMemoryReport, TellsFragmentationFromShortage) {
   const OutOfMemoryReport fragmented = report_with(20 * kMiB, 24 * kMiB, 10 * kMiB);
   EXPECT_EQ(fragmented.free_bytes(), 40 * kMiB);
   EXPECT_TRUE(fragmented.is_fragmentation());
-  EXPECT_DOUBLE_EQ(fragmented.fragmentation(), 0.75);
+  EXPECT_DOUBLE_EQ(fragmented.fragmentation().external, 0.75);
   // 8 MiB free in total: a 20 MiB request cannot fit however memory is arranged.
   const OutOfMemoryReport short_of_memory = report_with(20 * kMiB, 56 * kMiB, 8 * kMiB);
   EXPECT_FALSE(short_of_memory.is_fragmentation());
-  EXPECT_DOUBLE_EQ(short_of_memory.fragmentation(), 0.0);
+  EXPECT_DOUBLE_EQ(short_of_memory.fragmentation().external, 0.0);
 
   const std::string fragmented_text = OutOfMemoryError(fragmented).what();
   EXPECT_NE(fragmented_text.find("Cause: fragmentation"), std::string::npos) << fragmented_text;
   EXPECT_NE(fragmented_text.find("TP_ALLOCATOR=expandable"), std::string::npos) << fragmented_text;
+  EXPECT_NE(fragmented_text.find("no single block holds the request (the largest reserved free block is 10.00 MiB)."),
+            std::string::npos)
+      << fragmented_text;
+  // Growing: 16 MiB under the limit not reserved yet, too little for the request as well.
+  OutOfMemoryReport growing = fragmented;
+  growing.reserved_bytes = 48 * kMiB;
+  EXPECT_TRUE(growing.is_fragmentation());
+  const std::string growing_text = OutOfMemoryError(growing).what();
+  EXPECT_NE(growing_text.find("(the largest reserved free block is 10.00 MiB; 16.00 MiB under the limit is not "
+                              "reserved yet)"),
+            std::string::npos)
+      << growing_text;
   const std::string shortage_text = OutOfMemoryError(short_of_memory).what();
   EXPECT_NE(shortage_text.find("real shortage"), std::string::npos) << shortage_text;
   EXPECT_NE(shortage_text.find("batch size"), std::string::npos) << shortage_text;
@@ -49,7 +64,7 @@ TEST(OutOfMemoryReport, NothingReservedIsNeverFragmentation) {
   report.reserved_bytes = 0;
   EXPECT_EQ(report.free_bytes(), 10 * kMiB);
   EXPECT_EQ(report.reserved_free_bytes(), 0u);
-  EXPECT_DOUBLE_EQ(report.fragmentation(), 0.0);
+  EXPECT_DOUBLE_EQ(report.fragmentation().external, 0.0);
   EXPECT_FALSE(report.is_fragmentation());
   EXPECT_TRUE(report.exceeds_limit());
   const std::string text = OutOfMemoryError(report).what();
@@ -66,7 +81,43 @@ TEST(OutOfMemoryReport, NothingReservedIsNeverFragmentation) {
   // Reserved memory all in use: nothing is free in pieces either.
   report.reserved_bytes = 6 * kMiB;
   report.in_use_bytes = 6 * kMiB;
-  EXPECT_DOUBLE_EQ(report.fragmentation(), 0.0);
+  EXPECT_DOUBLE_EQ(report.fragmentation().external, 0.0);
+}
+
+TEST(OutOfMemoryReport, ShowsExternalAndInternalFragmentationAsStatsDo) {
+  OutOfMemoryReport report = report_with(20 * kMiB, 24 * kMiB, 10 * kMiB);
+  std::string text = OutOfMemoryError(report).what();
+  EXPECT_NE(text.find("free 40.00 MiB.\n  fragmentation 75.0% external (largest free block 10.00 MiB of 40.00 MiB "
+                      "reserved and free)."),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("internal"), std::string::npos) << "unknown without the requested bytes: " << text;
+  report.requested_in_use_bytes = 24 * kMiB - 1536;  // filled by the stack's StatisticsAdaptor
+  EXPECT_EQ(report.fragmentation().internal_bytes, 1536u);
+  text = OutOfMemoryError(report).what();
+  EXPECT_NE(text.find("fragmentation 75.0% external (largest free block 10.00 MiB of 40.00 MiB reserved and free), "
+                      "1.50 KiB internal (rounding)."),
+            std::string::npos)
+      << text;
+  MemoryStats stats;
+  stats.bytes_reserved = report.reserved_bytes;
+  stats.bytes_in_use = report.in_use_bytes;
+  stats.bytes_requested = *report.requested_in_use_bytes;
+  stats.largest_free_block = report.largest_free_block;
+  EXPECT_EQ(memory::describe(stats.fragmentation_detail()), memory::describe(report.fragmentation()));
+}
+
+TEST(OutOfMemoryReport, ARefusalFromBelowWithRoomUnderTheLimitIsNotFragmentation) {
+  // 8 MiB reserved, 2 MiB of it free in pieces of 1 MiB, 56 MiB the limit leaves unreserved: a 4 MiB request
+  // refused there was refused by the memory below (held elsewhere), not by fragmentation.
+  OutOfMemoryReport report = report_with(4 * kMiB, 6 * kMiB, kMiB);
+  report.reserved_bytes = 8 * kMiB;
+  EXPECT_DOUBLE_EQ(report.fragmentation().external, 0.5);
+  EXPECT_FALSE(report.is_fragmentation());
+  // Preallocated (all 64 MiB reserved), the same holes make it fragmentation.
+  report.reserved_bytes = 64 * kMiB;
+  report.largest_free_block = 2 * kMiB;
+  EXPECT_TRUE(report.is_fragmentation());
 }
 
 TEST(OutOfMemoryReport, FreeBytesWithoutALimitIsTheReservedRemainder) {

@@ -156,8 +156,9 @@ TEST_P(ProfilerTest, TheSummaryTableHasEveryRowAndColumn) {
   profile::MemoryProfiler profiler(devices());
   auto kept = device_->allocate(kMiB, tag("kept", "Variable", AllocationKind::parameter));
   const std::string table = profile::memory_summary(*device_);
-  for (const char* word : {"current", "peak", "total allocated", "total freed", "in use", "reserved", "requested",
-                           "fragmentation", "allocs", "OOMs", "retries", "1.00 MiB"}) {
+  for (const char* word :
+       {"current", "peak", "total allocated", "total freed", "in use", "reserved", "requested", "largest free",
+        "external frag.", "internal frag.", "allocs", "OOMs", "retries", "1.00 MiB"}) {
     EXPECT_NE(table.find(word), std::string::npos) << word << " missing from\n" << table;
   }
 }

@@ -40,7 +40,8 @@ _OOM_SCRIPT = textwrap.dedent(
     except MemoryError as error:
         fields = {name: getattr(error, name, None) for name in (
             "tensor", "tensor_kind", "device", "allocator", "requested_bytes", "rounded_bytes", "limit_bytes",
-            "in_use_bytes", "free_bytes", "cause", "suggestion", "live_tensors", "report", "message",
+            "in_use_bytes", "reserved_bytes", "free_bytes", "largest_free_block", "fragmentation",
+            "internal_fragmentation_bytes", "cause", "suggestion", "live_tensors", "report", "message",
             "error_code")}
         fields["class"] = type(error).__name__
         fields["is_op_error"] = isinstance(error, tf.errors.OpError)
@@ -83,6 +84,12 @@ def test_out_of_memory_in_fit_is_resource_exhausted_with_the_report():
     assert {row["name"] for row in live} >= {"dense/kernel", "dense/kernel/adam_m", "dense/kernel/adam_v"}
     assert [row["bytes"] for row in live] == sorted((row["bytes"] for row in live), reverse=True)
     assert error["in_use_bytes"] >= sum(row["bytes"] for row in live)
+    # Fragmentation as memory_stats gives it: of the reserved free bytes, with the rounding in bytes beside it.
+    reserved_free = max(0, error["reserved_bytes"] - error["in_use_bytes"])
+    assert 0 <= error["largest_free_block"] <= reserved_free
+    assert error["fragmentation"] == (1.0 - error["largest_free_block"] / reserved_free if reserved_free else 0.0)
+    assert error["internal_fragmentation_bytes"] is not None and error["internal_fragmentation_bytes"] >= 0
+    assert f"fragmentation {100 * error['fragmentation']:.1f}% external" in error["report"]
     # The report is the C++ error's text, which names the cause and the suggestion.
     assert error["report"] == error["message"] == error["str"]
     assert error["report"].startswith("[memory] out of memory on sim:0")

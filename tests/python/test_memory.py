@@ -130,6 +130,11 @@ def test_memory_summary_of_a_trained_model(trained):
     assert text.startswith("\nMemory summary\n")
     assert f"  {device}: peak in use" in text and "parameters" in text and "step arena" in text
     stats = tf.memory.memory_stats(model=trained, batch_size=16)[device]
+    # The summary's fragmentation is the stack's, in the text and the dict alike.
+    now = tf.memory.memory_stats(device)[device]
+    assert stats["fragmentation"] == now["fragmentation"]
+    assert stats["internal_fragmentation_bytes"] == now["internal_fragmentation_bytes"]
+    assert f"fragmentation {100 * now['fragmentation']:.1f}% external" in text
     # Trained: the variables are live (parameters 20x32 + 32 + 32x10 + 10 floats), Adam's moments twice that.
     assert stats["parameter_bytes"] == (20 * 32 + 32 + 32 * 10 + 10) * 4
     assert stats["optimizer_state_bytes"] == 2 * stats["parameter_bytes"]
@@ -145,12 +150,18 @@ def test_memory_summary_of_a_trained_model(trained):
 def test_device_summary_and_stats(trained):
     device = trained._native.devices[0]
     table = tf.memory.memory_summary(device)
-    assert table.startswith(f"Memory summary of {device}") and "in use" in table and "fragmentation" in table
+    assert table.startswith(f"Memory summary of {device}") and "in use" in table
+    assert "external frag." in table and "internal frag." in table
     everything = tf.memory.memory_summary()
     assert table.splitlines()[0] in everything and "Memory summary of cpu:0" in everything
     stats = tf.memory.memory_stats(device)[device]
     assert stats["num_allocs"] > 0 and stats["peak_bytes_in_use"] >= stats["bytes_in_use"] > 0
     assert stats["bytes_limit"] is not None and 0.0 <= stats["fragmentation"] <= 1.0
+    # One definition: 1 - largest free block / (reserved - in use), and in use - requested beside it.
+    free = stats["bytes_reserved"] - stats["bytes_in_use"]
+    assert 0 <= stats["largest_free_block"] <= free
+    assert stats["fragmentation"] == (1.0 - stats["largest_free_block"] / free if free else 0.0)
+    assert stats["internal_fragmentation_bytes"] == stats["bytes_in_use"] - stats["bytes_requested"]
     assert set(tf.memory.memory_stats()) >= {"cpu:0", device}
     with pytest.raises(ValueError, match="sim:42"):
         tf.memory.memory_summary("sim:42")

@@ -2,16 +2,24 @@
 // The memory reports (report/): the estimate's rows add up to its per-device totals and its JSON says the same;
 // the out-of-memory advice names the largest batch the replay lets fit, in the caller's words (AdviceWords:
 // the CLI's flags by default, another front end's terms when given); the memory summary's data, text and
-// JSON agree with the plan.
+// JSON agree with the plan; fragmentation reads the same in the summary, the profiler's table and snapshot,
+// and the out-of-memory report for one state of the stack.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "runtime/support/mlp_graph.hpp"
+#include "tensorpool/core/buffer.hpp"
+#include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/fragmentation.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/profile/exporters.hpp"
+#include "tensorpool/profile/memory_profiler.hpp"
 #include "tensorpool/report/memory_estimate.hpp"
 #include "tensorpool/report/memory_summary.hpp"
 #include "tensorpool/report/oom_advice.hpp"
@@ -151,6 +159,56 @@ TEST_F(MemoryReport, SummaryDataTextAndJsonAgreeWithThePlan) {
   EXPECT_EQ(json[0]["parameter_bytes"], device.parameter_bytes);
   EXPECT_EQ(json[0]["largest_tensors"].size(), device.largest_tensors.size());
   EXPECT_FALSE(json[0].contains("shared_peak_in_use_bytes"));
+}
+
+// One state of sim:0's stack (live blocks with holes between them, requests that rounding enlarges): the
+// summary after training (data, text, JSON), the profiler's table and snapshot JSON and an out-of-memory
+// report all give the stack's own figures, through fragmentation.hpp.
+TEST_F(MemoryReport, FragmentationReadsTheSameEverywhereForOneState) {
+  device::Device& sim = manager_.device("sim:0");
+  std::vector<std::shared_ptr<Buffer>> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(sim.allocate(100 * 1024 + 1));
+  for (std::size_t i = 0; i < blocks.size(); i += 2) blocks[i].reset();
+  const memory::Fragmentation stack = sim.memory().stats().fragmentation_detail();
+  ASSERT_TRUE(stack.internal_bytes.has_value());
+  EXPECT_GT(*stack.internal_bytes, 0u);
+  EXPECT_LT(stack.external, 1.0);
+
+  const std::vector<DeviceSummary> summary = memory_summary(manager_, {"sim:0"}, model_.plan(32), model_);
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].fragmentation.external, stack.external);
+  EXPECT_EQ(summary[0].fragmentation.largest_free_block, stack.largest_free_block);
+  EXPECT_EQ(summary[0].fragmentation.internal_bytes, stack.internal_bytes);
+  const std::string text = summary_text(summary);
+  EXPECT_NE(text.find("    " + memory::describe(stack) + "\n"), std::string::npos) << text;
+  const nlohmann::json json = to_json(summary);
+  EXPECT_EQ(json[0]["fragmentation"], stack.external);
+  EXPECT_EQ(json[0]["largest_free_block"], stack.largest_free_block);
+  EXPECT_EQ(json[0]["free_bytes"], stack.free_bytes);
+  EXPECT_EQ(json[0]["internal_fragmentation_bytes"], *stack.internal_bytes);
+
+  const std::string table = profile::memory_summary(sim);
+  char percent[16];
+  std::snprintf(percent, sizeof percent, "%.1f%%", 100.0 * stack.external);
+  EXPECT_NE(table.find(percent), std::string::npos) << table;
+  EXPECT_NE(table.find("internal frag."), std::string::npos) << table;
+  EXPECT_NE(table.find(format_bytes(*stack.internal_bytes)), std::string::npos) << table;
+  const nlohmann::json snapshot =
+      nlohmann::json::parse(profile::snapshot_json(profile::memory_snapshot({&sim})))["devices"][0]["stats"];
+  EXPECT_EQ(snapshot["fragmentation"], stack.external);
+  EXPECT_EQ(snapshot["largest_free_block"], stack.largest_free_block);
+  EXPECT_EQ(snapshot["internal_fragmentation_bytes"], *stack.internal_bytes);
+
+  try {
+    (void)sim.allocate(64 * kMiB);
+    FAIL() << "64 MiB fit in an 8 MiB device";
+  } catch (const OutOfMemoryError& error) {
+    const memory::Fragmentation report = error.report().fragmentation();
+    EXPECT_EQ(report.external, stack.external);
+    EXPECT_EQ(report.largest_free_block, stack.largest_free_block);
+    EXPECT_EQ(report.internal_bytes, stack.internal_bytes);
+    EXPECT_NE(std::string(error.what()).find(memory::describe(stack)), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace

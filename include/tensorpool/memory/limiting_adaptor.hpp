@@ -5,7 +5,8 @@
 // pages), so that many tiny requests cannot exceed the budget in real memory. A request that would take the
 // outstanding total past the limit is refused with a tp::OutOfMemoryError carrying a full report (the limit,
 // what is outstanding, the upstream's reservation) and counted in num_ooms; nothing reaches the upstream
-// then. Everything else passes through unchanged, tag included.
+// then. Everything else passes through unchanged, tag included. stats() and the report give as the largest
+// free block only what the upstream holds free (none for a source: its headroom is no free block).
 //
 // Invariant: outstanding_ == sum of charged(bytes) of allocations served and not yet freed <= limit_bytes_.
 // Thread safety: the outstanding total is claimed with a compare-and-swap before the upstream is called and

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "tensorpool/memory/fragmentation.hpp"
+
 namespace tp::memory {
 
 struct MemoryStats {
@@ -19,7 +21,7 @@ struct MemoryStats {
   std::uint64_t num_allocs = 0;  // successful allocations since creation
   std::uint64_t num_frees = 0;
   std::size_t largest_alloc = 0;       // largest single request served
-  std::size_t largest_free_block = 0;  // largest request that could be served without touching the source
+  std::size_t largest_free_block = 0;  // largest contiguous piece of free_bytes() (fragmentation.hpp)
   std::uint64_t num_ooms = 0;          // requests that ended in OutOfMemoryError
   std::uint64_t num_retries = 0;       // requests served only after freeing caches / garbage collection
   std::uint64_t upstream_allocs = 0;   // calls into the source (regions, page commits)
@@ -61,13 +63,15 @@ struct MemoryStats {
   [[nodiscard]] std::size_t free_bytes() const noexcept {
     return bytes_reserved > bytes_in_use ? bytes_reserved - bytes_in_use : 0;
   }
-  // 1 - largest_free_block / free_bytes: 0 when the free memory is one block (or there is none), near 1
-  // when it is shattered into slivers.
-  [[nodiscard]] double fragmentation() const noexcept {
-    const std::size_t free = free_bytes();
-    if (free == 0) return 0.0;
-    const std::size_t largest = largest_free_block < free ? largest_free_block : free;
-    return 1.0 - static_cast<double>(largest) / static_cast<double>(free);
+  // External fragmentation and the bytes lost to rounding, as fragmentation.hpp defines them.
+  [[nodiscard]] Fragmentation fragmentation_detail() const noexcept {
+    return measure_fragmentation(bytes_reserved, bytes_in_use, largest_free_block, bytes_requested);
+  }
+  // 1 - largest_free_block / free_bytes(), 0..1: 0 when the free memory is one block (or there is none).
+  [[nodiscard]] double fragmentation() const noexcept { return fragmentation_detail().external; }
+  // bytes_in_use - bytes_requested: internal fragmentation, in bytes.
+  [[nodiscard]] std::size_t internal_fragmentation_bytes() const noexcept {
+    return fragmentation_detail().internal_bytes.value_or(0);
   }
 };
 

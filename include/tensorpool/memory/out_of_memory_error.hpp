@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensorpool/memory/allocation_tag.hpp"
+#include "tensorpool/memory/fragmentation.hpp"
 
 namespace tp {
 
@@ -30,7 +31,10 @@ struct OutOfMemoryReport {
   std::optional<std::size_t> limit_bytes;  // hard wall, if any
   std::size_t in_use_bytes = 0;
   std::size_t reserved_bytes = 0;
-  std::size_t largest_free_block = 0;        // largest block servable without growing
+  std::size_t largest_free_block = 0;  // largest contiguous piece of reserved - in use (fragmentation.hpp)
+  // The outstanding bytes as callers asked for them (before rounding): filled by the stack's
+  // StatisticsAdaptor, unset when the refusing layer is used alone.
+  std::optional<std::size_t> requested_in_use_bytes;
   std::vector<LiveAllocation> largest_live;  // biggest outstanding allocations, largest first
   std::string detail;                        // extra words from the refusing layer (e.g. the OS error)
   std::string suggestion;                    // the concrete fix, from a layer that knows the workload (e.g. a
@@ -43,13 +47,16 @@ struct OutOfMemoryReport {
 
   // Bytes that could still hold data: limit - in use, or reserved - in use without a limit.
   [[nodiscard]] std::size_t free_bytes() const noexcept;
-  // The part of free_bytes() the allocator has reserved: the only part that can be in pieces.
+  // The part of free_bytes() the allocator has reserved (reserved - in use): the only part that can be in
+  // pieces; what is not reserved yet is one block to a growing allocator.
   [[nodiscard]] std::size_t reserved_free_bytes() const noexcept;
-  // 1 - largest_free_block / reserved_free_bytes(); 0 when nothing reserved is free (nothing reserved, or
-  // all of it in use), so an allocator that has reserved nothing never reads as fragmented.
-  [[nodiscard]] double fragmentation() const noexcept;
-  // True when enough memory is free in total but no single block is large enough, and some of the free
-  // memory is reserved (in pieces the allocator holds).
+  // Fragmentation as MemoryStats reports it for the same state (fragmentation.hpp): external over
+  // reserved_free_bytes(), 0 when nothing reserved is free, so an allocator that has reserved nothing never
+  // reads as fragmented; internal when requested_in_use_bytes is known.
+  [[nodiscard]] memory::Fragmentation fragmentation() const noexcept;
+  // True when enough memory is free in total but no single block holds the request: no reserved free block
+  // is large enough, some reserved memory is free (in pieces), and what the limit leaves unreserved is
+  // smaller than the request too (otherwise a growing allocator refused because the memory below did).
   [[nodiscard]] bool is_fragmentation() const noexcept;
   // True when the request alone (after rounding) is larger than the limit: nothing freed would make it fit.
   [[nodiscard]] bool exceeds_limit() const noexcept;

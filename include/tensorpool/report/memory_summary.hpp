@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/memory/fragmentation.hpp"
 #include "tensorpool/runtime/memory_plan.hpp"
 #include "tensorpool/train/plan_bytes.hpp"
 #include "tensorpool/train/sequential.hpp"
@@ -38,7 +39,7 @@ struct DeviceSummary {
   std::size_t reserved_bytes = 0;
   std::size_t peak_reserved_bytes = 0;
   std::size_t planned_peak_bytes = 0;
-  double fragmentation = 0.0;             // of the device's memory stack now, 0..1
+  memory::Fragmentation fragmentation;    // of the device's memory stack now (fragmentation.hpp)
   std::size_t parameter_bytes = 0;        // live variables, by kind
   std::size_t optimizer_state_bytes = 0;  // ...
   std::size_t arena_bytes = 0;
