@@ -80,8 +80,9 @@ class MemoryProfiler {
 // The device's peaks (stack and recorder: breakdown, high-water marks; its shared memory's too) restart from
 // the current values.
 void reset_memory_stats(device::Device& device);
-// A text table: rows in use, reserved, requested, fragmentation, allocs, OOMs, retries; columns current, peak,
-// total allocated, total freed (totals of bytes need a recorder; without one they are counts or "-").
+// A text table: rows in use, reserved, requested, largest free block, external and internal fragmentation
+// (tensorpool/memory/fragmentation.hpp), allocs, OOMs, retries; columns current, peak, total allocated, total
+// freed (totals of bytes need a recorder; without one they are counts or "-").
 // Followed by one line on the device's shared memory (Device::shared_memory_note()) and, when it has one,
 // its bytes in use, peak and reserved, counted apart from the table.
 [[nodiscard]] std::string memory_summary(device::Device& device);
