@@ -58,6 +58,7 @@ bench: build
 	@$(BUILD_DIR)/bench/tp_profiler_bench
 	@$(BUILD_DIR)/bench/tp_collective_bench
 	@mpirun --allow-run-as-root --oversubscribe -np 2 $(BUILD_DIR)/bench/tp_collective_bench
+	@python3 bench/memory/reserved_vs_plan.py --cli $(BUILD_DIR)/bin/tensorpool
 
 # The sanitizer builds: line tables (-g1) are all a sanitizer report needs to name file and line, and full
 # debug info only makes their objects bigger and their compiles and links slower. Their library is a unity

@@ -208,12 +208,19 @@ std::string missing_device_hint(const DeviceId& id) {
 
 memory::MemoryConfig DeviceManagerOptions::default_device_memory_config() {
   memory::MemoryConfig config;
-  config.allocator = memory::AllocatorKind::bfc;
   // Grow on demand, unlike TensorFlow's preallocation: several logical devices and processes can then share
-  // a device without each taking its whole budget up front (TP_ALLOW_GROWTH=false restores preallocation).
+  // a device without each taking its whole budget up front (TP_ALLOW_GROWTH=false restores preallocation,
+  // with BFC: default_allocator).
   config.policy = memory::GrowthPolicy::grow;
+  config.allocator = memory::AllocatorKind::expandable;
   config.tracking = true;
   return config;
+}
+
+memory::AllocatorKind default_allocator(DeviceKind kind, memory::GrowthPolicy policy) noexcept {
+  const bool maps_pages = kind != DeviceKind::opencl;
+  return policy == memory::GrowthPolicy::grow && maps_pages ? memory::AllocatorKind::expandable
+                                                            : memory::AllocatorKind::bfc;
 }
 
 DeviceManager::DeviceManager(DeviceManagerOptions options, memory::GetEnv get_env)
@@ -313,11 +320,16 @@ void DeviceManager::materialise() {
   std::vector<std::unique_ptr<Device>> built;
   for (const PlannedDevice& device : plan) {
     const auto configured = options_.memory_configs.find(device.id);
-    memory::MemoryConfig config =
-        configured != options_.memory_configs.end() ? configured->second : options_.default_memory_config;
+    const bool own_config = configured != options_.memory_configs.end();
+    memory::MemoryConfig config = own_config ? configured->second : options_.default_memory_config;
     config.device = device.id.str();
-    const memory::AllocatorKind configured_allocator = config.allocator;
+    memory::AllocatorKind configured_allocator = config.allocator;
     config = memory::apply_env_overrides(std::move(config), get_env_);
+    if (!own_config && configured_allocator == memory::AllocatorKind::expandable) {
+      // The default's arena where it applies; BFC for a preallocated budget (TP_ALLOW_GROWTH=false) or opencl.
+      configured_allocator = default_allocator(device.id.kind, config.policy);
+      if (get_env_("TP_ALLOCATOR") == nullptr) config.allocator = configured_allocator;
+    }
     if (device.id.kind == DeviceKind::opencl && config.allocator == memory::AllocatorKind::expandable &&
         configured_allocator != memory::AllocatorKind::expandable) {
       // TP_ALLOCATOR is process-wide, and OpenCL cannot map pages into a reserved range: its devices keep the

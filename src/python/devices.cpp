@@ -168,12 +168,15 @@ void bind_devices(nb::module_& module) {
   module.def(
       "set_memory_growth",
       [](const std::string& name, bool grow) {
+        const device::DeviceId id = device::parse_device_id(name, "device");
         memory::MemoryConfig config = device::DeviceManagerOptions::default_device_memory_config();
         config.policy = grow ? memory::GrowthPolicy::grow : memory::GrowthPolicy::preallocate;
-        DeviceManager::instance().set_memory_config(device::parse_device_id(name, "device"), std::move(config));
+        config.allocator = device::default_allocator(id.kind, config.policy);
+        DeviceManager::instance().set_memory_config(id, std::move(config));
       },
       nb::arg("name"), nb::arg("grow"),
-      "The default device memory config (bfc, tracked) with growth on or off (preallocation), for one device.");
+      "The default device memory config (tracked) with growth on (the expandable arena) or off (preallocation, "
+      "BFC), for one device.");
   module.def("planned_devices", [] { return names_of(DeviceManager::instance().planned_devices()); });
 
   module.def(

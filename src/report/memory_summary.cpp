@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/report/memory_estimate.hpp"
 
@@ -20,6 +21,8 @@ std::vector<DeviceSummary> memory_summary(device::DeviceManager& manager, const 
     const memory::MemoryStats stats = device.memory().stats();
     DeviceSummary summary;
     summary.device = name;
+    summary.allocator = memory::to_string(device.memory().config().allocator);
+    summary.policy = device.memory().config().policy == memory::GrowthPolicy::grow ? "grow" : "preallocate";
     summary.peak_in_use_bytes = stats.peak_bytes_in_use;
     summary.reserved_bytes = stats.bytes_reserved;
     summary.peak_reserved_bytes = stats.peak_bytes_reserved;
@@ -75,6 +78,8 @@ std::string summary_text(const std::vector<DeviceSummary>& devices) {
                         format_bytes(device.peak_in_use_bytes), format_bytes(device.reserved_bytes),
                         format_bytes(device.peak_reserved_bytes), format_bytes(device.planned_peak_bytes));
     text += "    " + memory::describe(device.fragmentation) + '\n';
+    text += fmt::format("    allocator {}, {}\n", device.allocator,
+                        device.policy == "grow" ? "grows on demand" : "preallocated");
     text += fmt::format("    parameters {}, optimizer state {}\n", format_bytes(device.parameter_bytes),
                         format_bytes(device.optimizer_state_bytes));
     text += "    " + live_at_peak_text(device.step, device.arena_bytes) + '\n';
@@ -100,6 +105,8 @@ nlohmann::json to_json(const std::vector<DeviceSummary>& devices) {
           {{"name", tensor.name}, {"shape", tensor.shape}, {"kind", tensor.kind}, {"bytes", tensor.bytes}});
     }
     array.push_back({{"device", device.device},
+                     {"allocator", device.allocator},
+                     {"policy", device.policy},
                      {"peak_in_use_bytes", device.peak_in_use_bytes},
                      {"reserved_bytes", device.reserved_bytes},
                      {"peak_reserved_bytes", device.peak_reserved_bytes},

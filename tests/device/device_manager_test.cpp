@@ -132,7 +132,7 @@ TEST(DeviceEnv, BadValuesNameTheVariableTheValueAndTheAcceptedForm) {
   }
 }
 
-TEST(DeviceManager, ListsCpuThenSimDevicesWithGrowingTrackedBfcStacks) {
+TEST(DeviceManager, ListsCpuThenSimDevicesWithGrowingTrackedExpandableStacks) {
   DeviceManager manager(small_options(2), kNoEnv);
   EXPECT_FALSE(manager.initialised());
   const std::vector<Device*> devices = manager.devices();
@@ -141,7 +141,7 @@ TEST(DeviceManager, ListsCpuThenSimDevicesWithGrowingTrackedBfcStacks) {
   for (const Device* device : devices) {
     const memory::MemoryConfig& config = device->memory().config();
     EXPECT_EQ(config.device, device->name());
-    EXPECT_EQ(config.allocator, memory::AllocatorKind::bfc);
+    EXPECT_EQ(config.allocator, memory::AllocatorKind::expandable);
     EXPECT_EQ(config.policy, memory::GrowthPolicy::grow);
     EXPECT_TRUE(config.tracking);
     EXPECT_EQ(device->physical_id(), device->id());
@@ -305,17 +305,17 @@ TEST(DeviceManager, CpuCanBeSplitToo) {
 
 TEST(DeviceManager, PerDeviceMemoryConfigIsHonoured) {
   DeviceManager manager(small_options(2), kNoEnv);
-  memory::MemoryConfig expandable = DeviceManagerOptions::default_device_memory_config();
-  expandable.allocator = memory::AllocatorKind::expandable;
-  expandable.fraction = 0.5;
-  manager.set_memory_config(sim(1), expandable);
-  EXPECT_EQ(manager.device("sim:0").memory().config().allocator, memory::AllocatorKind::bfc);
+  memory::MemoryConfig bfc = DeviceManagerOptions::default_device_memory_config();
+  bfc.allocator = memory::AllocatorKind::bfc;
+  bfc.fraction = 0.5;
+  manager.set_memory_config(sim(1), bfc);
+  EXPECT_EQ(manager.device("sim:0").memory().config().allocator, memory::AllocatorKind::expandable);
   EXPECT_EQ(manager.device("sim:0").memory().limit_bytes(), 64 * kMiB);
   const memory::MemoryStack& stack = manager.device("sim:1").memory();
-  EXPECT_EQ(stack.config().allocator, memory::AllocatorKind::expandable);
+  EXPECT_EQ(stack.config().allocator, memory::AllocatorKind::bfc);
   EXPECT_EQ(stack.config().device, "sim:1");
   EXPECT_EQ(stack.limit_bytes(), 32 * kMiB);
-  EXPECT_EQ(manager.info()[2].allocator, "expandable");
+  EXPECT_EQ(manager.info()[2].allocator, "bfc");
 }
 
 TEST(DeviceManager, MemoryConfigForAMissingDeviceIsAnError) {
@@ -349,6 +349,30 @@ TEST(DeviceManager, MemoryEnvironmentOverridesApplyToEveryDevice) {
   DeviceManager bad(small_options(1), env_of({{"TP_ALLOCATOR", "tlsf"}}));
   EXPECT_TRUE(contains(invalid_argument_message([&] { bad.devices(); }), "TP_ALLOCATOR='tlsf'"));
   EXPECT_FALSE(bad.initialised());
+}
+
+// Issue 23: the default allocator follows the growth policy. Growing, the expandable arena (reserved follows
+// the plan); preallocating, BFC (TensorFlow's behaviour), unless TP_ALLOCATOR or the device's own config
+// chooses; a config that names expandable for itself keeps it.
+TEST(DeviceManager, TheDefaultAllocatorIsTheArenaWhenGrowingAndBfcWhenPreallocating) {
+  EXPECT_EQ(default_allocator(DeviceKind::sim, memory::GrowthPolicy::grow), memory::AllocatorKind::expandable);
+  EXPECT_EQ(default_allocator(DeviceKind::cpu, memory::GrowthPolicy::grow), memory::AllocatorKind::expandable);
+  EXPECT_EQ(default_allocator(DeviceKind::sim, memory::GrowthPolicy::preallocate), memory::AllocatorKind::bfc);
+  EXPECT_EQ(default_allocator(DeviceKind::opencl, memory::GrowthPolicy::grow), memory::AllocatorKind::bfc);
+
+  DeviceManager preallocated(small_options(2), env_of({{"TP_ALLOW_GROWTH", "false"}}));
+  memory::MemoryConfig own = DeviceManagerOptions::default_device_memory_config();
+  own.policy = memory::GrowthPolicy::preallocate;
+  preallocated.set_memory_config(sim(1), own);
+  const std::vector<DeviceInfo> info = preallocated.info();
+  ASSERT_EQ(info.size(), 3u);
+  EXPECT_EQ(info[1].allocator, "bfc");
+  EXPECT_EQ(info[1].policy, "preallocate");
+  EXPECT_EQ(info[2].allocator, "expandable");  // chosen by its own config
+  EXPECT_EQ(info[2].policy, "preallocate");
+
+  DeviceManager chosen(small_options(1), env_of({{"TP_ALLOW_GROWTH", "false"}, {"TP_ALLOCATOR", "expandable"}}));
+  EXPECT_EQ(chosen.info()[1].allocator, "expandable");
 }
 
 TEST(DeviceManager, ConfigurationAfterFirstUseFails) {
@@ -404,7 +428,7 @@ TEST(DeviceManager, InfoReportsLiveMemoryFigures) {
   EXPECT_GE(sim0.in_use_bytes, 4 * kMiB);
   EXPECT_GE(sim0.reserved_bytes, sim0.in_use_bytes);
   EXPECT_GE(sim0.peak_in_use_bytes, sim0.in_use_bytes);
-  EXPECT_EQ(sim0.allocator, "bfc");
+  EXPECT_EQ(sim0.allocator, "expandable");
   EXPECT_EQ(sim0.policy, "grow");
   EXPECT_EQ(sim0.streams, 2u);
   EXPECT_EQ(info[0].in_use_bytes, 0u);

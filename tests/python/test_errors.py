@@ -56,7 +56,8 @@ _OOM_SCRIPT = textwrap.dedent(
 
 
 def _run_out_of_memory(memory: str, batch: int, phase: str) -> dict:
-    env = dict(os.environ, TP_SIM_DEVICES="1", TP_SIM_MEMORY=memory)
+    # BFC's rounding: the figures below are its (the devices' default, the expandable arena, packs tighter).
+    env = dict(os.environ, TP_SIM_DEVICES="1", TP_SIM_MEMORY=memory, TP_ALLOCATOR="bfc")
     done = subprocess.run([sys.executable, "-c", _OOM_SCRIPT, str(batch), phase], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

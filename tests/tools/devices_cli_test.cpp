@@ -57,7 +57,7 @@ TEST_F(DevicesCli, JsonListsTheConfiguredDevicesWithTheProbesMemory) {
     EXPECT_EQ(device.size(), 12u) << device;
     EXPECT_EQ(device.at("name"), names[i]);
     EXPECT_EQ(device.at("physical"), names[i]);
-    EXPECT_EQ(device.at("allocator"), "bfc");
+    EXPECT_EQ(device.at("allocator"), "expandable");
     EXPECT_EQ(device.at("policy"), "grow");
     EXPECT_EQ(device.at("streams"), 1);
     for (const char* key : {"capacity_bytes", "limit_bytes", "in_use_bytes", "reserved_bytes", "peak_in_use_bytes"}) {
@@ -147,7 +147,7 @@ TEST_F(DevicesCli, PrintsATableWithOneRowPerDevice) {
   EXPECT_EQ(lines(result.output), 4) << result.output;
   for (const char* expected :
        {"name", "kind", "physical", "capacity", "limit", "in use", "reserved", "peak", "allocator", "policy", "streams",
-        "cpu:0", "sim:0", "sim:1", "1.00 GiB", "bfc", "grow"}) {
+        "cpu:0", "sim:0", "sim:1", "1.00 GiB", "expandable", "grow"}) {
     EXPECT_NE(result.output.find(expected), std::string::npos) << expected << " missing in\n" << result.output;
   }
 }

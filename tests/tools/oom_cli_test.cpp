@@ -40,7 +40,7 @@ TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
   ASSERT_EQ(run.exit_code, 3) << run.output;
   const std::string& text = run.output;
   // The request: which tensor, what it is, how many bytes.
-  EXPECT_NE(text.find("out of memory on sim:0 (allocator bfc): tried to allocate"), std::string::npos) << text;
+  EXPECT_NE(text.find("out of memory on sim:0 (allocator expandable): tried to allocate"), std::string::npos) << text;
   EXPECT_NE(text.find("for train/arena (Session, step_arena)"), std::string::npos) << text;
   // The device's figures and the cause with its numbers.
   EXPECT_NE(text.find("limit 16.00 MiB, in use"), std::string::npos) << text;
@@ -56,7 +56,7 @@ TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
   std::smatch match;
   ASSERT_TRUE(std::regex_search(text, match,
                                 std::regex("Suggested fix: .*--batch-size ([0-9]+) fits: its allocations, "
-                                           "replayed through the bfc \\(growing\\) allocator")))
+                                           "replayed through the expandable \\(growing\\) allocator")))
       << text;
   const int suggested = std::stoi(match[1]);
   EXPECT_GT(suggested, 0);
@@ -81,7 +81,7 @@ TEST_F(OomCli, TheReportExplainsAndTheSuggestedBatchSizeFits) {
 
 TEST_F(OomCli, FragmentationPointsToTheExpandableAllocator) {
   // 16 MiB, BFC growing 2 + 4 + 8 MiB regions: at batch 1093 the arena fits the free total but no region.
-  const CliRun run = run_cli("profile " + kSmallDevice + " --batch-size 1093");
+  const CliRun run = run_cli("profile " + kSmallDevice + " --batch-size 1093 --allocator bfc");
   ASSERT_EQ(run.exit_code, 3) << run.output;
   EXPECT_NE(run.output.find("Cause: fragmentation"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("--batch-size 1093 itself fits with --allocator expandable"), std::string::npos)
@@ -134,11 +134,13 @@ TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessio
 }
 
 // The case: at batch 128 on 8 MiB the growing BFC's rounding (whole chunks below twice the request)
-// leaves too little for the arena, though the planned bytes fit. The advice comes from replaying the
+// leaves too little for the arena, though the planned bytes fit (BFC by --allocator bfc: the default when
+// growing is the expandable arena, and --allow-growth false alone preallocates with BFC). The advice comes from replaying the
 // allocations through the same allocator, so its batch size is exact: it trains and one more does not.
 TEST_F(OomCli, AdviceFollowsTheAllocatorsRounding) {
   const std::string device = "profile --devices sim:0 --strategy one --sim-memory 8MiB --synthetic --steps 2";
-  const CliRun run = run_cli(device + " --batch-size 128");
+  const std::string bfc = device + " --allocator bfc";
+  const CliRun run = run_cli(bfc + " --batch-size 128");
   ASSERT_EQ(run.exit_code, 3) << run.output;
   EXPECT_EQ(run.output.find("not even --batch-size 1"), std::string::npos) << run.output;
   std::smatch match;
@@ -146,8 +148,8 @@ TEST_F(OomCli, AdviceFollowsTheAllocatorsRounding) {
       << run.output;
   const int suggested = std::stoi(match[1]);
   ASSERT_GT(suggested, 1);
-  EXPECT_EQ(run_cli(device + " --batch-size " + std::to_string(suggested)).exit_code, 0) << suggested;
-  EXPECT_EQ(run_cli(device + " --batch-size " + std::to_string(suggested + 1)).exit_code, 3) << suggested + 1;
+  EXPECT_EQ(run_cli(bfc + " --batch-size " + std::to_string(suggested)).exit_code, 0) << suggested;
+  EXPECT_EQ(run_cli(bfc + " --batch-size " + std::to_string(suggested + 1)).exit_code, 3) << suggested + 1;
   // The settings named for the requested batch, each of which trains it.
   const std::string named = "--batch-size 128 itself fits with --allocator expandable, --allow-growth false";
   ASSERT_NE(run.output.find(named), std::string::npos) << run.output;
@@ -194,7 +196,7 @@ TEST_F(OomCli, TrainWithProfileWritesTheReportsAtTheFailure) {
   const fs::path out = fs::temp_directory_path() / ("tp_oom_cli_profile_" + std::to_string(::getpid()));
   fs::remove_all(out);
   const CliRun run = run_cli(
-      "train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 --sim-memory 8MiB "
+      "train --epochs 1 --limit-train 2000 --strategy one --devices sim:0 --sim-memory 8MiB --allocator bfc "
       "--batch-size 128 --profile '" +
       out.string() + "'");
   EXPECT_EQ(run.exit_code, 3) << run.output;

@@ -65,6 +65,41 @@ TEST_F(TrainCli, AShortRunPrintsThePlanTheEpochsAndTheMemorySummary) {
   EXPECT_GT(json.at("devices").at(0).at("planned_peak_bytes").get<std::size_t>(), 0u);
 }
 
+// Issue 23: with default flags each device's stack reserves what the plan says, to a granule: peak reserved
+// <= 1.02 x planned peak + one granule (2 MiB, the sim devices' VirtualMemory granularity). Device memory is
+// deterministic, so this is a regression test, not a timing. `--allocator bfc` stays TensorFlow's allocator,
+// whose split rule reserves more than that bound on this model.
+TEST_F(TrainCli, WithDefaultFlagsEachDeviceReservesThePlanToAGranule) {
+  constexpr std::size_t kGranule = std::size_t{2} << 20;
+  const auto reserved_within_plan = [](const nlohmann::json& device) {
+    const auto planned = static_cast<double>(device.at("planned_peak_bytes").get<std::size_t>());
+    const auto reserved = static_cast<double>(device.at("peak_reserved_bytes").get<std::size_t>());
+    return planned > 0 && reserved <= 1.02 * planned + static_cast<double>(kGranule);
+  };
+  const fs::path summary = directory_ / "summary.json";
+  const CliRun run = run_cli("train --epochs 1 --limit-train 640 --summary-json '" + summary.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("allocator expandable, grows on demand"), std::string::npos) << run.output;
+  std::ifstream in(summary);
+  const nlohmann::json json = nlohmann::json::parse(in);
+  ASSERT_EQ(json.at("devices").size(), 2u);
+  for (const nlohmann::json& device : json.at("devices")) {
+    EXPECT_EQ(device.at("allocator"), "expandable") << device;
+    EXPECT_TRUE(reserved_within_plan(device)) << device;
+  }
+
+  const fs::path bfc_summary = directory_ / "bfc.json";
+  const CliRun bfc = run_cli(
+      "train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --allocator bfc "
+      "--summary-json '" +
+      bfc_summary.string() + "'");
+  ASSERT_EQ(bfc.exit_code, 0) << bfc.output;
+  std::ifstream bfc_in(bfc_summary);
+  const nlohmann::json bfc_device = nlohmann::json::parse(bfc_in).at("devices").at(0);
+  EXPECT_EQ(bfc_device.at("allocator"), "bfc");
+  EXPECT_FALSE(reserved_within_plan(bfc_device)) << bfc_device;
+}
+
 TEST_F(TrainCli, AKilledRunResumesFromItsLastCheckpoint) {
   const fs::path checkpoints = directory_ / "checkpoints";
   const std::string arguments =

@@ -29,8 +29,10 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->capture_default_str()
       ->check(one_of({"one", "mirrored", "multi_worker", "parameter_server", "ps"}));
   command.add_option("--batch-size", arguments.batch_size, "global batch size")->capture_default_str();
-  command.add_option("--allocator", arguments.allocator, "bfc | expandable | system")
-      ->capture_default_str()
+  command
+      .add_option("--allocator", arguments.allocator,
+                  "bfc | expandable | system; default: expandable with --allow-growth true (its reserved memory "
+                  "follows the plan), bfc when preallocating (TensorFlow's behaviour) and on opencl devices")
       ->check(one_of({"bfc", "expandable", "system"}));
   command
       .add_option("--bfc-split", arguments.bfc_split,
@@ -251,7 +253,9 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   }
   memory::MemoryConfig config = device::DeviceManagerOptions::default_device_memory_config();
   config.policy = arguments.allow_growth ? memory::GrowthPolicy::grow : memory::GrowthPolicy::preallocate;
-  if (arguments.allocator == "bfc") {
+  if (arguments.allocator.empty()) {  // each device's default; an accelerator's here, an opencl device's below
+    config.allocator = device::default_allocator(device::DeviceKind::sim, config.policy);
+  } else if (arguments.allocator == "bfc") {
     config.allocator = memory::AllocatorKind::bfc;
   } else if (arguments.allocator == "expandable") {
     config.allocator = memory::AllocatorKind::expandable;
@@ -269,8 +273,10 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   for (const std::string& name : setup.used_devices()) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (id.kind == device::DeviceKind::cpu) continue;
-    check_bfc_split(arguments, config.allocator, name, command);
-    manager.set_memory_config(id, config);
+    memory::MemoryConfig device_config = config;
+    if (arguments.allocator.empty()) device_config.allocator = device::default_allocator(id.kind, config.policy);
+    check_bfc_split(arguments, device_config.allocator, name, command);
+    manager.set_memory_config(id, device_config);
   }
   setup.manager = &manager;
   for (const std::string& name : setup.names) setup.devices.push_back(&manager.device(name));

@@ -22,7 +22,7 @@ struct ModelArguments {
   std::string devices = "sim:0,sim:1";
   std::string strategy = "mirrored";
   std::int64_t batch_size = 32;
-  std::string allocator = "bfc";
+  std::string allocator;  // bfc | expandable | system; empty: device::default_allocator of each device
   std::string bfc_split;  // exact | tensorflow; empty: the config's (tensorflow, or TP_BFC_SPLIT)
   bool allow_growth = true;
   std::string sim_memory;  // empty: TP_SIM_MEMORY, else 1GiB (a flag overrides the environment)

@@ -16,9 +16,11 @@
 //      of sim:0 into 2 plus an unsplit sim:1 gives sim:0 and sim:1, both physical sim:0, and sim:2, physical
 //      sim:1). Each logical device is a device of its own whose capacity is its limit.
 // Each device's memory stack comes from its MemoryConfig: memory_configs[final id], else
-// default_memory_config (bfc, grow on demand, tracked: unlike TensorFlow, which preallocates, we grow), with
-// `device` set to the device's name and the TP_ALLOW_GROWTH / TP_ALLOCATOR / TP_MEMORY_FRACTION overrides
-// applied.
+// default_memory_config (the expandable arena, grow on demand, tracked: unlike TensorFlow, which
+// preallocates, we grow), with `device` set to the device's name and the TP_ALLOW_GROWTH / TP_ALLOCATOR /
+// TP_MEMORY_FRACTION overrides applied. A device that takes default_memory_config with its expandable arena
+// and no TP_ALLOCATOR gets default_allocator(its kind, its policy) instead: BFC where the arena does not
+// apply (a preallocated budget, an opencl device).
 //
 // Errors: a visible entry, split or memory config naming a device that does not exist throws
 // tp::InvalidArgument naming it and listing the devices that do; so do duplicates and bad limits. These are
@@ -89,9 +91,17 @@ struct DeviceManagerOptions {
   DeviceOptions device_options;
   std::size_t cpu_memory_bytes = 0;  // cpu:0's capacity; 0: the host's physical memory
 
-  // bfc, GrowthPolicy::grow, tracking on, the whole capacity as the budget.
+  // The expandable arena, GrowthPolicy::grow, tracking on, the whole capacity as the budget.
   static memory::MemoryConfig default_device_memory_config();
 };
+
+// The allocator of a device of `kind` whose allocator nobody chose (the CLI without --allocator, the Python
+// package's set_memory_growth, default_memory_config): the expandable arena when memory grows on demand, BFC
+// when the budget is preallocated (TensorFlow's behaviour) or the device cannot map pages into a reserved
+// range (opencl). The arena follows a step's plan: it packs blocks at 256-byte granularity and commits a
+// granule only while a block touches it, so the variables and the step arena cost their sizes plus at most a
+// granule of rounding, where BFC's split rule (TensorFlow's) may keep up to twice a request.
+[[nodiscard]] memory::AllocatorKind default_allocator(DeviceKind kind, memory::GrowthPolicy policy) noexcept;
 
 class DeviceManager {
  public:
