@@ -85,7 +85,7 @@ TEST_F(CliMessages, ChoicesNameTheFlagTheValueAndTheChoices) {
       {"estimate --all-reduce x", "--all-reduce: 'x' is not one of ring, reduce_to_one, mpi"},
       {"train --shard x", "--shard: 'x' is not one of none, optimizer, gradients"},
       {"train --precision float8", "--precision: 'float8' is not one of float32, mixed_float16, mixed_bfloat16"},
-      {"profile --gemm mkl", "--gemm: 'mkl' is not one of openblas, onednn"},
+      {"profile --gemm mkl", "--gemm: 'mkl' is not one of auto, openblas, onednn"},
       {"replay --allocator tlsf", "--allocator: 'tlsf' is not one of bfc, bfc-grow, expandable, system, all"},
       {"estimate --bfc-split 2x", "--bfc-split: '2x' is not one of exact, tensorflow"},
       {"replay --bfc-split tf", "--bfc-split: 'tf' is not one of exact, tensorflow"},

@@ -29,9 +29,10 @@ namespace fs = std::filesystem;
 
 const fs::path kData = "/usr/share/datasets/fashion-mnist";
 const std::string kMpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 ";
-// 1,280 examples: 40 steps of the global batch 32, two checkpoints a second apart.
+// 1,280 examples: 40 steps of the global batch 32, two checkpoints a second apart. The runs compared across
+// processes pin the GEMM library: under "auto" each process times its own choice per shape.
 const std::string kTrain =
-    "train --strategy multi_worker --devices sim:0 --limit-train 1280 --intra-op-threads 1 --seed 3";
+    "train --strategy multi_worker --devices sim:0 --limit-train 1280 --intra-op-threads 1 --seed 3 --gemm openblas";
 
 class MultiWorkerCli : public ::testing::Test {
  protected:
@@ -96,6 +97,7 @@ TEST_F(MultiWorkerCli, TwoWorkersEndWithTheWeightsOfMirroredTraining) {
   EXPECT_NE(workers.output.find("multi_worker strategy on 2 workers x sim:0"), std::string::npos) << workers.output;
   const CliRun mirrored = run_cli(
       "train --strategy mirrored --devices sim:0,sim:1 --epochs 2 --limit-train 1280 --intra-op-threads 1 --seed 3 "
+      "--gemm openblas "
       "--checkpoint-dir " +
       (directory_ / "mirrored").string());
   ASSERT_EQ(mirrored.exit_code, 0) << mirrored.output;
@@ -106,7 +108,8 @@ TEST_F(MultiWorkerCli, TwoWorkersEndWithTheWeightsOfMirroredTraining) {
 // addition rounded to float16, as the in-process ring does), so two workers end with the weights of mirrored
 // training over two devices, within the tolerance of the float32 case.
 TEST_F(MultiWorkerCli, TwoWorkersTrainInFloat16LikeMirroredTraining) {
-  const std::string common = " --epochs 1 --limit-train 640 --intra-op-threads 1 --seed 3 --precision mixed_float16";
+  const std::string common =
+      " --epochs 1 --limit-train 640 --intra-op-threads 1 --seed 3 --gemm openblas --precision mixed_float16";
   const CliRun workers = run_cli("train --strategy multi_worker --devices sim:0" + common + " --checkpoint-dir " +
                                      (directory_ / "workers").string(),
                                  kMpirun);
@@ -125,7 +128,7 @@ TEST_F(MultiWorkerCli, TwoWorkersTrainInFloat16LikeMirroredTraining) {
 TEST_F(MultiWorkerCli, TwoWorkersWithZeroEndBitwiseAsMirroredZeroAfterAResume) {
   for (const std::string shard : {"optimizer", "gradients"}) {
     SCOPED_TRACE("--shard " + shard);
-    const std::string common = " --limit-train 640 --intra-op-threads 1 --seed 3 --shard " + shard;
+    const std::string common = " --limit-train 640 --intra-op-threads 1 --seed 3 --gemm openblas --shard " + shard;
     const fs::path workers = directory_ / ("workers_" + shard);
     const std::string train_workers =
         "train --strategy multi_worker --devices sim:0" + common + " --checkpoint-dir " + workers.string();
@@ -180,7 +183,8 @@ TEST_F(MultiWorkerCli, ZeroHalvesEachWorkersOptimizerStateBytes) {
 
 // Three workers: sums of three in MPI's order against the ring's, so within float tolerance, not bitwise.
 TEST_F(MultiWorkerCli, ThreeWorkersWithZeroMatchMirroredZeroOverThreeDevices) {
-  const std::string common = " --epochs 1 --limit-train 640 --intra-op-threads 1 --seed 3 --shard gradients";
+  const std::string common =
+      " --epochs 1 --limit-train 640 --intra-op-threads 1 --seed 3 --gemm openblas --shard gradients";
   const CliRun workers = run_cli("train --strategy multi_worker --devices sim:0" + common + " --checkpoint-dir " +
                                      (directory_ / "workers").string(),
                                  "mpirun --allow-run-as-root --oversubscribe -np 3 ");

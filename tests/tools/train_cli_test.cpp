@@ -63,6 +63,38 @@ TEST_F(TrainCli, AShortRunPrintsThePlanTheEpochsAndTheMemorySummary) {
   EXPECT_EQ(json.at("devices").size(), 2u);
   EXPECT_GT(json.at("devices").at(0).at("peak_in_use_bytes").get<std::size_t>(), 0u);
   EXPECT_GT(json.at("devices").at(0).at("planned_peak_bytes").get<std::size_t>(), 0u);
+  // The default GEMM library is chosen per shape class by measurement: the header names the setting, the end
+  // of the run and the summary the choice made for each of the step's GEMM shapes.
+  EXPECT_NE(run.output.find(", gemm auto\n"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("GEMM auto: onednn for "), std::string::npos) << run.output;
+  EXPECT_EQ(json.at("gemm").get<std::string>(), "auto");
+  const nlohmann::json& choices = json.at("gemm_choices");
+  ASSERT_GE(choices.size(), 5u) << "the step's forward and backward GEMMs: " << choices.dump();
+  bool forward_layer_1 = false;
+  for (const nlohmann::json& choice : choices) {
+    const std::string library = choice.at("library").get<std::string>();
+    EXPECT_TRUE(library == "openblas" || library == "onednn") << choice.dump();
+    EXPECT_GT(choice.at("openblas_gflops").get<double>(), 0.0) << choice.dump();
+    EXPECT_GT(choice.at("onednn_gflops").get<double>(), 0.0) << choice.dump();
+    forward_layer_1 |= choice.at("n").get<int>() == 512 && choice.at("k").get<int>() == 784 &&
+                       !choice.at("transpose_a").get<bool>() && !choice.at("transpose_b").get<bool>();
+  }
+  EXPECT_TRUE(forward_layer_1) << "no choice for the first layer's forward GEMM (m x 512 x 784): " << choices.dump();
+}
+
+TEST_F(TrainCli, APinnedGemmLibraryIsNamedAndMakesNoChoices) {
+  const fs::path summary = directory_ / "summary.json";
+  const CliRun run = run_cli(
+      "train --strategy one --devices sim:0 --epochs 1 --limit-train 320 --gemm openblas "
+      "--summary-json '" +
+      summary.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find(", gemm openblas\n"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("GEMM auto"), std::string::npos) << run.output;
+  std::ifstream in(summary);
+  const nlohmann::json json = nlohmann::json::parse(in);
+  EXPECT_EQ(json.at("gemm").get<std::string>(), "openblas");
+  EXPECT_TRUE(json.at("gemm_choices").empty()) << json.at("gemm_choices").dump();
 }
 
 // Issue 23: with default flags each device's stack reserves what the plan says, to a granule: peak reserved

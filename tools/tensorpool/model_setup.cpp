@@ -79,10 +79,11 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->check(whole_number(0, kMaxThreads));
   command
       .add_option("--gemm", arguments.gemm,
-                  "float32 GEMM library: openblas | onednn (oneDNN's AVX-512 kernels, faster on the MLP's GEMMs; "
-                  "results differ from OpenBLAS's in the last bits)")
+                  "float32 GEMM library: auto (per shape, the faster of the two on this machine, timed at its "
+                  "first use) | openblas | onednn (the two differ in the last bits: pin one to reproduce bits "
+                  "across runs)")
       ->capture_default_str()
-      ->check(one_of({"openblas", "onednn"}));
+      ->check(one_of({"auto", "openblas", "onednn"}));
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
       ->capture_default_str();
   command.add_option("--max-staleness", arguments.max_staleness,

@@ -33,7 +33,7 @@ struct ModelArguments {
   std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
   std::uint64_t seed = 42;
   int intra_op_threads = 0;         // 0: the cores divided between the devices
-  std::string gemm = "openblas";    // the float32 GEMM library: openblas | onednn
+  std::string gemm = "auto";        // the float32 GEMM library: auto | openblas | onednn
   int inter_op_threads = 0;         // SessionOptions::inter_op_threads
   std::string ps_device = "cpu:0";  // parameter_server: where the variables and optimizer state live
   std::string max_staleness;        // parameter_server: the bound K >= 0; empty: unbounded

@@ -79,6 +79,43 @@ nlohmann::json report_parameter_server(const train::ParameterServerResult& resul
           {"staleness_max", stats.max}};
 }
 
+std::string gemm_shape_name(const device::GemmChoice& choice) {
+  return fmt::format("{}x{}x{}{}{}", choice.m, choice.n, choice.k, choice.transpose_a ? " A^T" : "",
+                     choice.transpose_b ? " B^T" : "");
+}
+
+// "GEMM auto: onednn for N of M shape classes (one thread; m x n x k): 32x512x784 onednn X vs Y GFLOP/s, ...":
+// per class, the first shape met, the library chosen, its rate and the other's.
+std::string gemm_choices_line(const std::vector<device::GemmChoice>& choices) {
+  const auto onednn = std::count_if(choices.begin(), choices.end(),
+                                    [](const device::GemmChoice& choice) { return choice.library == "onednn"; });
+  std::string line = fmt::format("GEMM auto: onednn for {} of {} shape classes", onednn, choices.size());
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    const device::GemmChoice& choice = choices[i];
+    const bool chose_onednn = choice.library == "onednn";
+    line += fmt::format("{}{} {} {:.1f} vs {:.1f} GFLOP/s", i == 0 ? " (one thread; m x n x k): " : ", ",
+                        gemm_shape_name(choice), choice.library,
+                        chose_onednn ? choice.onednn_gflops : choice.openblas_gflops,
+                        chose_onednn ? choice.openblas_gflops : choice.onednn_gflops);
+  }
+  return line + (choices.empty() ? "\n" : ")\n");
+}
+
+nlohmann::json gemm_choices_json(const std::vector<device::GemmChoice>& choices) {
+  nlohmann::json array = nlohmann::json::array();
+  for (const device::GemmChoice& choice : choices) {
+    array.push_back({{"m", choice.m},
+                     {"n", choice.n},
+                     {"k", choice.k},
+                     {"transpose_a", choice.transpose_a},
+                     {"transpose_b", choice.transpose_b},
+                     {"library", choice.library},
+                     {"openblas_gflops", choice.openblas_gflops},
+                     {"onednn_gflops", choice.onednn_gflops}});
+  }
+  return array;
+}
+
 void run_train(const TrainArguments& arguments) {
   const ModelArguments& flags = arguments.model;
   // Line-buffered even into a pipe or a file (where stdout is fully buffered by default): a log shows each
@@ -143,9 +180,9 @@ void run_train(const TrainArguments& arguments) {
   if (profiler) report::set_planned_peaks(*profiler, plan);
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
-      "strategy on {}{}, precision {}\n",
+      "strategy on {}{}, precision {}, gemm {}\n",
       train.size(), test.size(), load_seconds, flags.batch_size, flags.strategy,
-      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name());
+      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name(), flags.gemm);
   std::cout << distribution.header_line(across_processes, workers);
   for (const runtime::DevicePlan& device_plan : plan.devices) {
     std::cout << fmt::format("  planned peak on {}: {} (variables {}, step arena {}, lower bound {})\n",
@@ -204,6 +241,9 @@ void run_train(const TrainArguments& arguments) {
   if (const std::optional<train::LossScaleState> scale = model.loss_scale_state()) {
     std::cout << fmt::format("Loss scale {:g} ({} steps skipped on overflow)\n", scale->scale, scale->skipped_steps);
   }
+  // The CPU kernels' "auto" choices are process-wide: cpu:0 reports them for every cpu and sim device.
+  const std::vector<device::GemmChoice> gemm_choices = manager.device("cpu:0").gemm_choices();
+  if (flags.gemm == "auto") std::cout << gemm_choices_line(gemm_choices);
   const std::vector<report::DeviceSummary> memory_report = report::memory_summary(manager, names, plan, model);
   std::cout << report::summary_text(memory_report);
   nlohmann::json devices = report::to_json(memory_report);
@@ -223,6 +263,8 @@ void run_train(const TrainArguments& arguments) {
         {"strategy", flags.strategy},
         {"shard", flags.shard},
         {"precision", std::string(policy.name())},
+        {"gemm", flags.gemm},
+        {"gemm_choices", gemm_choices_json(gemm_choices)},
         {"steps", result.steps},
         {"resumed_from_step", result.resumed_from_step},
         {"devices", devices}};

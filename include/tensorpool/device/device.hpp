@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tensorpool/device/device_id.hpp"
+#include "tensorpool/device/gemm_choice.hpp"
 #include "tensorpool/device/stream.hpp"
 #include "tensorpool/memory/allocation_tag.hpp"
 #include "tensorpool/memory/memory_config.hpp"
@@ -40,8 +41,10 @@ struct KernelOptions {
   // Threads of one CPU kernel (cpu and sim devices): the GEMM blocks and the element-wise loops. One pool
   // serves every CPU kernel of the process, so the latest value given to any device holds. 0: unchanged.
   int intra_op_threads = 0;
-  // The float32 GEMM library of the CPU kernels, per device: "openblas" (what a device starts with) or
-  // "onednn" (oneDNN's AVX-512 kernels; results differ from OpenBLAS's in the last bits). Empty: unchanged.
+  // The float32 GEMM library of the CPU kernels, per device: "auto" (what a device starts with: per shape
+  // class, the faster of the two on this machine, timed at its first product; Device::gemm_choices),
+  // "openblas" or "onednn" (oneDNN's AVX-512 kernels). The two sum in different orders, so their results
+  // differ in the last bits; pin one for bits reproducible across processes. Empty: unchanged.
   std::string gemm_library{};
 };
 
@@ -131,6 +134,9 @@ class Device {
   // values for a value the backend refuses (an unknown GEMM library, a negative thread count), changing
   // nothing.
   void configure_kernels(const KernelOptions& options);
+  // The float32 GEMM libraries gemm_library "auto" has chosen so far, one per shape class in the order chosen:
+  // on cpu and sim devices the process's one table, which they all share; empty on other backends.
+  [[nodiscard]] std::vector<GemmChoice> gemm_choices() const { return do_gemm_choices(); }
 
   // State that a higher layer keeps per device (the runtime's memory arbiter), created by `create` on the
   // first request for `key` and destroyed with the device. Thread-safe.
@@ -206,6 +212,7 @@ class Device {
   // The backend's part of configure_kernels (the base checked what every backend shares): validate every
   // field it reads, then apply. A backend without such settings ignores them.
   virtual void do_configure_kernels(const KernelOptions& options) { (void)options; }
+  virtual std::vector<GemmChoice> do_gemm_choices() const { return {}; }
 
   const DeviceId id_;
   const DeviceId physical_id_;

@@ -42,9 +42,9 @@ struct SessionOptions {                        // {} initialisers: designated in
   // > 0: threads of one CPU kernel, the GEMM blocks and the element-wise loops alike (one pool per process,
   // so the latest setting holds); 0: left as it is (one thread unless set before)
   int intra_op_threads = 0;
-  // The float32 GEMM library of the CPU kernels on the session's devices: "openblas" or "onednn" (faster
-  // AVX-512 kernels; results differ from OpenBLAS's in the last bits). Empty: left as it is (OpenBLAS unless
-  // set before).
+  // The float32 GEMM library of the CPU kernels on the session's devices: "auto" (per shape class, the faster
+  // of the two on this machine, timed at its first product), "openblas" or "onednn" (results differ between
+  // the two in the last bits). Empty: left as it is ("auto" unless set before).
   std::string gemm_library{};
   // How many independent ops of a step may run at once (TensorFlow's inter_op_parallelism_threads). 0 or 1:
   // ops run one after another in schedule order, launched by the calling thread. N > 1: N host threads

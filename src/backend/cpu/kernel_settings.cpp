@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernels/gemm_auto.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -27,6 +28,21 @@ void CpuKernelSettings::apply(const device::KernelOptions& options, std::string_
 GemmLibrary gemm_library_of(const device::Device& device) noexcept {
   const auto* settings = dynamic_cast<const CpuKernelSettings*>(&device);
   return settings != nullptr ? settings->gemm_library() : GemmLibrary::openblas;
+}
+
+std::vector<device::GemmChoice> gemm_choices() {
+  std::vector<device::GemmChoice> choices;
+  for (const GemmAutoChoice& choice : gemm_auto_choices()) {
+    choices.push_back({.m = choice.shape.m,
+                       .n = choice.shape.n,
+                       .k = choice.shape.k,
+                       .transpose_a = choice.shape.transpose_a == Transpose::yes,
+                       .transpose_b = choice.shape.transpose_b == Transpose::yes,
+                       .library = std::string(name_of(choice.library)),
+                       .openblas_gflops = choice.openblas_gflops,
+                       .onednn_gflops = choice.onednn_gflops});
+  }
+  return choices;
 }
 
 }  // namespace tp::backend::cpu

@@ -4,15 +4,19 @@
 // practice (k in the worst case); we allow (abs + rel * magnitude) * sqrt(max(k, 1)), where magnitude is
 // |alpha| * sum |a||b| + |beta * c| (the sum of the magnitudes of the terms), with float rel 1e-5 /
 // abs 1e-6 and double rel 1e-13 / abs 1e-14. A wrong transpose or leading dimension is off by O(1).
+// GemmLibrary::automatic: a class's first product measures once, later ones reuse the choice, measuring
+// never clobbers the caller's C, and threads meeting a new class at once share one measurement.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/kernel_test_support.hpp"
 #include "backend/cpu/kernels/gemm.hpp"
+#include "backend/cpu/kernels/gemm_auto.hpp"
 
 namespace {
 
@@ -180,10 +184,110 @@ TEST(OneDnnMatmul, ComputesWithOtherKernelsThanOpenBlas) {
 
 TEST(GemmLibrary, NamesParseAndAnUnknownOneIsRefused) {
   using tp::backend::cpu::parse_gemm_library;
+  EXPECT_EQ(parse_gemm_library("auto", "--gemm"), GemmLibrary::automatic);
   EXPECT_EQ(parse_gemm_library("openblas", "--gemm"), GemmLibrary::openblas);
   EXPECT_EQ(parse_gemm_library("onednn", "--gemm"), GemmLibrary::onednn);
   EXPECT_EQ(tp::backend::cpu::name_of(GemmLibrary::onednn), "onednn");
-  expect_invalid([] { parse_gemm_library("mkl", "--gemm"); }, {"--gemm", "'mkl'", "openblas", "onednn"});
+  EXPECT_EQ(tp::backend::cpu::name_of(GemmLibrary::automatic), "auto");
+  expect_invalid([] { parse_gemm_library("mkl", "--gemm"); }, {"--gemm", "'mkl'", "auto", "openblas", "onednn"});
+  expect_invalid([] { parse_gemm_library("automatic", "--gemm"); }, {"--gemm", "'automatic'", "auto"});
+}
+
+// The same checks with the library chosen per shape class by measurement: the first product of each class
+// measures both libraries and still leaves C = alpha * op(A) op(B) + beta * C (beta != 0 included).
+TEST(AutoMatmul, MatchesFloat64ReferenceForAllTransposes) {
+  matches_float64_reference_for_all_transposes<float>(GemmLibrary::automatic);
+}
+TEST(AutoMatmul, EmptyOutputTouchesNothingAndEmptyKScalesC) {
+  empty_output_touches_nothing_and_empty_k_scales_c<float>(GemmLibrary::automatic);
+}
+TEST(AutoMatmul, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<float>(GemmLibrary::automatic); }
+
+// The choice for `shape`'s class made so far in the process; fails the test when there is none.
+tp::backend::cpu::GemmAutoChoice choice_for(std::int64_t m, std::int64_t n, std::int64_t k) {
+  for (const auto& choice : tp::backend::cpu::gemm_auto_choices()) {
+    if (choice.shape.m == m && choice.shape.n == n && choice.shape.k == k) return choice;
+  }
+  ADD_FAILURE() << "no choice recorded for " << m << " x " << n << " x " << k;
+  return {};
+}
+
+// Each test below uses shape classes (sizes rounded up to powers of two) that no other test of this file
+// meets, so that the first product of the class is the test's own.
+TEST(AutoMatmul, TheFirstProductOfAClassMeasuresOnceAndLaterOnesUseTheChoice) {
+  using tp::backend::cpu::gemm_auto_measurements;
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::int64_t m = 1500, n = 70, k = 900;  // class 2048 x 128 x 1024
+  const std::vector<float> a = tp_test::random_vector<float>(rng, m * k);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, k * n);
+  std::vector<float> c(static_cast<std::size_t>(m * n));
+  const std::int64_t before = gemm_auto_measurements();
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, c.data(),
+                GemmLibrary::automatic);
+  EXPECT_EQ(gemm_auto_measurements(), before + 1);
+  const tp::backend::cpu::GemmAutoChoice choice = choice_for(m, n, k);
+  EXPECT_TRUE(choice.library == GemmLibrary::openblas || choice.library == GemmLibrary::onednn);
+  EXPECT_GT(choice.openblas_gflops, 0.0);
+  EXPECT_GT(choice.onednn_gflops, 0.0);
+  // The product is the chosen library's, bit for bit.
+  std::vector<float> chosen(c.size());
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, chosen.data(), choice.library);
+  EXPECT_EQ(c, chosen);
+  // Again, and a smaller product of the same class: the cached choice, no measurement.
+  std::vector<float> again(c.size());
+  matmul<float>(Transpose::no, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, again.data(),
+                GemmLibrary::automatic);
+  EXPECT_EQ(again, chosen);
+  matmul<float>(Transpose::no, Transpose::no, 1100, 65, 600, 1.0F, a.data(), b.data(), 0.0F, again.data(),
+                GemmLibrary::automatic);
+  EXPECT_EQ(gemm_auto_measurements(), before + 1);
+  // The transposes make other classes.
+  matmul<float>(Transpose::yes, Transpose::no, m, n, k, 1.0F, a.data(), b.data(), 0.0F, again.data(),
+                GemmLibrary::automatic);
+  EXPECT_EQ(gemm_auto_measurements(), before + 2);
+}
+
+// Measuring writes only scratch memory: with beta != 0 the measured product reads the caller's C as it was.
+TEST(AutoMatmul, MeasuringLeavesTheCallersCForTheProductToScale) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::int64_t m = 40, n = 3000, k = 20;  // class 64 x 4096 x 32
+  const std::vector<float> a = tp_test::random_vector<float>(rng, m * k);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, k * n);
+  const std::vector<float> c_before = tp_test::random_vector<float>(rng, m * n);
+  std::vector<float> c = c_before;
+  const std::int64_t before = tp::backend::cpu::gemm_auto_measurements();
+  matmul<float>(Transpose::no, Transpose::yes, m, n, k, 2.0F, a.data(), b.data(), 0.5F, c.data(),
+                GemmLibrary::automatic);
+  ASSERT_EQ(tp::backend::cpu::gemm_auto_measurements(), before + 1) << "the product did not measure";
+  std::vector<float> expected = c_before;
+  matmul<float>(Transpose::no, Transpose::yes, m, n, k, 2.0F, a.data(), b.data(), 0.5F, expected.data(),
+                choice_for(m, n, k).library);
+  EXPECT_EQ(c, expected);
+}
+
+// Threads meeting a new class at once: one measures, the others wait for its choice; all compute with it.
+TEST(AutoMatmul, ThreadsMeetingANewClassAtOnceMeasureItOnce) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::int64_t m = 96, n = 200, k = 300;  // class 128 x 256 x 512
+  const std::vector<float> a = tp_test::random_vector<float>(rng, m * k);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, k * n);
+  constexpr int kThreads = 4;
+  std::vector<std::vector<float>> results(kThreads, std::vector<float>(static_cast<std::size_t>(m * n)));
+  const std::int64_t before = tp::backend::cpu::gemm_auto_measurements();
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        matmul<float>(Transpose::yes, Transpose::yes, m, n, k, 1.0F, a.data(), b.data(), 0.0F,
+                      results[static_cast<std::size_t>(t)].data(), GemmLibrary::automatic);
+      });
+    }
+  }
+  EXPECT_EQ(tp::backend::cpu::gemm_auto_measurements(), before + 1);
+  for (int t = 1; t < kThreads; ++t) EXPECT_EQ(results[static_cast<std::size_t>(t)], results[0]) << "thread " << t;
 }
 
 TEST(Matmul, RejectsNegativeSizesNullPointersAndBlasOverflow) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -63,13 +64,14 @@ TEST_F(KernelSettings, TwoDevicesWithDifferentGemmLibrariesEachComputeWithTheirs
   openblas.configure_kernels({.gemm_library = "openblas"});
   EXPECT_EQ(gemm_library_of(onednn), GemmLibrary::onednn);
   EXPECT_EQ(gemm_library_of(openblas), GemmLibrary::openblas);
-  EXPECT_EQ(gemm_library_of(cpu), GemmLibrary::openblas);  // what a device starts with
+  EXPECT_EQ(gemm_library_of(cpu), GemmLibrary::automatic);  // what a device starts with
 
   std::mt19937 rng(tp_test::test_seed());
   TP_TRACE_SEED(tp_test::test_seed());
   const std::vector<float> a = tp_test::random_vector<float>(rng, kM * kK);
   const std::vector<float> b = tp_test::random_vector<float>(rng, kK * kN);
   // Each library's bits, from cpu:0 switched between them.
+  cpu.configure_kernels({.gemm_library = "openblas"});
   const std::vector<float> reference_openblas = product_on(cpu, a, b);
   cpu.configure_kernels({.gemm_library = "onednn"});
   const std::vector<float> reference_onednn = product_on(cpu, a, b);
@@ -78,6 +80,31 @@ TEST_F(KernelSettings, TwoDevicesWithDifferentGemmLibrariesEachComputeWithTheirs
 
   EXPECT_EQ(differing(product_on(onednn, a, b), reference_onednn), 0U) << "sim:0 did not compute with oneDNN";
   EXPECT_EQ(differing(product_on(openblas, a, b), reference_openblas), 0U) << "sim:1 did not compute with OpenBLAS";
+}
+
+// "auto" (a device's default): the product goes to the library measured faster for its shape class, and every
+// cpu and sim device reports the process's choices.
+TEST_F(KernelSettings, AutoComputesWithTheChoiceEveryDeviceReports) {
+  device::DeviceManager manager(two_sim_devices(), kNoEnv);
+  device::Device& sim = manager.device("sim:0");
+  ASSERT_EQ(gemm_library_of(sim), GemmLibrary::automatic);
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::vector<float> a = tp_test::random_vector<float>(rng, kM * kK);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, kK * kN);
+  const std::vector<float> automatic = product_on(sim, a, b);
+  std::optional<device::GemmChoice> choice;
+  for (const device::GemmChoice& made : sim.gemm_choices()) {
+    if (made.m == kM && made.n == kN && made.k == kK && !made.transpose_a && !made.transpose_b) choice = made;
+  }
+  ASSERT_TRUE(choice.has_value()) << "no choice reported for " << kM << " x " << kN << " x " << kK;
+  EXPECT_TRUE(choice->library == "openblas" || choice->library == "onednn") << choice->library;
+  EXPECT_GT(choice->openblas_gflops, 0.0);
+  EXPECT_GT(choice->onednn_gflops, 0.0);
+  device::Device& pinned = manager.device("sim:1");
+  pinned.configure_kernels({.gemm_library = choice->library});
+  EXPECT_EQ(differing(automatic, product_on(pinned, a, b)), 0U) << "auto did not compute with " << choice->library;
+  EXPECT_EQ(manager.device("cpu:0").gemm_choices().size(), sim.gemm_choices().size()) << "one table per process";
 }
 
 TEST_F(KernelSettings, DeviceOptionsGiveEveryDeviceItsLibraryFromTheStart) {
@@ -94,7 +121,7 @@ TEST_F(KernelSettings, ASessionConfiguresItsDevicesAndCpu0Only) {
       {.visible_devices = {"sim:0"}, .intra_op_threads = 3, .gemm_library = "onednn", .devices = &manager});
   EXPECT_EQ(gemm_library_of(manager.device("sim:0")), GemmLibrary::onednn);
   EXPECT_EQ(gemm_library_of(manager.device("cpu:0")), GemmLibrary::onednn);  // fetches and soft placement land here
-  EXPECT_EQ(gemm_library_of(manager.device("sim:1")), GemmLibrary::openblas);
+  EXPECT_EQ(gemm_library_of(manager.device("sim:1")), GemmLibrary::automatic);
   EXPECT_EQ(intra_op_threads(), 3);
   // Empty and 0 leave the settings as they are.
   const runtime::Session plain(graph::Graph(), {.devices = &manager});
@@ -107,7 +134,7 @@ TEST_F(KernelSettings, ABadValueIsRefusedNamingTheOptionAndTheChoicesAndChangesN
   device::Device& sim = manager.device("sim:0");
   sim.configure_kernels({.intra_op_threads = 2, .gemm_library = "onednn"});
   tp_test::expect_invalid([&] { sim.configure_kernels({.intra_op_threads = 4, .gemm_library = "mkl"}); },
-                          {"sim:0", "gemm_library", "'mkl'", "openblas", "onednn"});
+                          {"sim:0", "gemm_library", "'mkl'", "auto", "openblas", "onednn"});
   tp_test::expect_invalid([&] { sim.configure_kernels({.intra_op_threads = -1}); },
                           {"sim:0", "intra_op_threads = -1", ">= 0"});
   tp_test::expect_invalid([&] { sim.configure_kernels({.intra_op_threads = kMaxIntraOpThreads + 1}); },
@@ -117,8 +144,8 @@ TEST_F(KernelSettings, ABadValueIsRefusedNamingTheOptionAndTheChoicesAndChangesN
 
   tp_test::expect_invalid(
       [&] { const runtime::Session session(graph::Graph(), {.gemm_library = "MKL", .devices = &manager}); },
-      {"gemm_library", "'MKL'", "openblas", "onednn"});
-  EXPECT_EQ(gemm_library_of(manager.device("cpu:0")), GemmLibrary::openblas);
+      {"gemm_library", "'MKL'", "auto", "openblas", "onednn"});
+  EXPECT_EQ(gemm_library_of(manager.device("cpu:0")), GemmLibrary::automatic);
 
   device::DeviceManager refused(two_sim_devices({.gemm_library = "blis"}), kNoEnv);
   tp_test::expect_invalid([&] { refused.devices(); }, {"gemm_library", "'blis'", "openblas", "onednn"});

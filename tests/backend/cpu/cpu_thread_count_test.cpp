@@ -58,7 +58,8 @@ TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
   const std::vector<GemmShape> shapes{{32, 512, 784},  {784, 512, 32}, {128, 512, 784}, {784, 512, 128},
                                       {512, 10, 128},  {128, 10, 512}, {128, 512, 10},  {300, 300, 300},
                                       {1001, 37, 513}, {45, 700, 99},  {64, 64, 64},    {32, 10, 512}};
-  for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+  // automatic: each shape's product goes whole to its class's library, whatever the blocks.
+  for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn, GemmLibrary::automatic}) {
     for (const GemmShape& shape : shapes) {
       for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
         for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/gemm_auto.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -42,7 +43,7 @@ struct Operands {
   T* c;
   int ldc;
   T alpha, beta;
-  GemmLibrary library = GemmLibrary::openblas;  // float32 only
+  GemmLibrary library = GemmLibrary::openblas;  // float32 only; never automatic (matmul resolves that first)
 
   void gemm(std::int64_t m, std::int64_t n, std::int64_t k) const {
     if constexpr (std::is_same_v<T, float>) {
@@ -159,15 +160,21 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
 }  // namespace
 
 std::string_view name_of(GemmLibrary library) noexcept {
-  return library == GemmLibrary::onednn ? "onednn" : "openblas";
+  switch (library) {
+    case GemmLibrary::openblas: return "openblas";
+    case GemmLibrary::onednn: return "onednn";
+    case GemmLibrary::automatic: break;
+  }
+  return "auto";
 }
 
 GemmLibrary parse_gemm_library(std::string_view text, std::string_view what) {
-  for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+  for (const GemmLibrary library : {GemmLibrary::automatic, GemmLibrary::openblas, GemmLibrary::onednn}) {
     if (text == name_of(library)) return library;
   }
   TP_THROW(InvalidArgument, detail::kComponent, what, " = '", text,
-           "' is not a GEMM library; use 'openblas' (the default) or 'onednn'");
+           "' is not a GEMM library; use 'auto' (the default: the faster one per shape, measured), 'openblas' "
+           "or 'onednn'");
 }
 
 template <typename T>
@@ -203,6 +210,25 @@ void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::i
                              .alpha = alpha,
                              .beta = beta,
                              .library = library};
+  if constexpr (std::is_same_v<T, float>) {
+    if (library == GemmLibrary::automatic) {
+      Operands<T> chosen = operands;
+      chosen.library =
+          auto_gemm_library({.m = m, .n = n, .k = k, .transpose_a = transpose_a, .transpose_b = transpose_b},
+                            [&operands](GemmLibrary candidate, std::int64_t rows, std::int64_t columns,
+                                        std::int64_t depth, float* scratch) {
+                              // The leading block of the caller's product into the scratch C, on this thread alone.
+                              Operands<T> probe = operands;
+                              probe.c = scratch;
+                              probe.ldc = leading_dimension(columns);
+                              probe.beta = 0.0F;
+                              probe.library = candidate;
+                              probe.gemm(rows, columns, depth);
+                            });
+      split_gemm(chosen, m, n, k);
+      return;
+    }
+  }
   split_gemm(operands, m, n, k);
 }
 

@@ -2,11 +2,11 @@
 #pragma once
 // Dense matrix multiply on the CPU through a BLAS library; no hand-written loop. float64 always goes to
 // OpenBLAS (cblas_dgemm); float32 to the caller's GemmLibrary (a device's setting, kernel_settings.hpp):
-// OpenBLAS's cblas_sgemm (the default) or oneDNN's dnnl_sgemm, whose AVX-512 kernels can run the MLP's GEMMs
-// faster (tp_kernel_bench --sgemm-rate; docs/benchmarks.md, "Training throughput against PyTorch", oneDNN
-// GEMMs). The two libraries sum in different orders: the same
-// product differs between them in the last bits, while each keeps its results independent of the intra-op
-// thread count (cpu_thread_count_test runs both).
+// OpenBLAS's cblas_sgemm, oneDNN's dnnl_sgemm, or "auto" (what a device starts with): the faster of the two
+// on this machine for the product's shape class, measured at its first product (gemm_auto.hpp). Which one
+// wins depends on the CPU (tp_kernel_bench --sgemm-rate; docs/benchmarks.md). The two libraries sum in
+// different orders: the same product differs between them in the last bits, while each keeps its results
+// independent of the intra-op thread count (cpu_thread_count_test runs both, and auto).
 //
 //   C[m,n] = alpha * op(A) * op(B) + beta * C
 //
@@ -23,13 +23,16 @@ namespace tp::backend::cpu {
 
 enum class Transpose : bool { no = false, yes = true };
 
-enum class GemmLibrary { openblas, onednn };
+// automatic: per shape class, the library a short measurement found faster (gemm_auto.hpp); named "auto".
+enum class GemmLibrary { openblas, onednn, automatic };
 
-// "openblas" or "onednn"; tp::InvalidArgument naming `what` and the choices otherwise.
+// "auto", "openblas" or "onednn"; tp::InvalidArgument naming `what` and the choices otherwise.
 GemmLibrary parse_gemm_library(std::string_view text, std::string_view what);
 std::string_view name_of(GemmLibrary library) noexcept;
 
-// `library` computes float32 products (float64 ignores it).
+// `library` computes float32 products (float64 ignores it). With GemmLibrary::automatic the whole product goes
+// to the library chosen for its shape class before it is split into blocks, so every block of it uses the
+// same library and the bits stay independent of the thread count.
 template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
             const T* a, const T* b, T beta, T* c, GemmLibrary library = GemmLibrary::openblas);

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// GemmLibrary::automatic: which float32 GEMM library computes a product is chosen per shape class by timing
+// both at the class's first product, and the winner is kept for the rest of the process. Which library is
+// faster depends on the CPU (oneDNN's AVX-512 kernels against OpenBLAS's), so no fixed default is right on
+// every machine; measuring on the machine is.
+//
+// The table of choices is process-wide (every cpu and sim device shares it) and only grows: a class once
+// chosen keeps its library, so a product's bits depend only on its shape and on the choice for its class.
+// One measurement runs at a time in the process: a thread meeting a class being measured waits for that
+// result, and a thread meeting a new class while another is measured waits its turn, because two timings
+// running at once on a small machine disturb each other.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "backend/cpu/kernels/gemm.hpp"
+
+namespace tp::backend::cpu {
+
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+  Transpose transpose_a = Transpose::no, transpose_b = Transpose::no;
+};
+
+// The library chosen for one shape class, and the rates that chose it.
+struct GemmAutoChoice {
+  GemmShape shape;  // the first product met in the class (a large one was timed on its leading block)
+  GemmLibrary library = GemmLibrary::openblas;  // openblas or onednn
+  double openblas_gflops = 0, onednn_gflops = 0;
+};
+
+// Computes the leading m x n x k block of the caller's product (same operands and leading dimensions, so
+// any m, n, k up to the product's) with `library` on the calling thread alone, into `c` (m x n, contiguous,
+// beta = 0).
+using GemmProbe = std::function<void(GemmLibrary library, std::int64_t m, std::int64_t n, std::int64_t k, float* c)>;
+
+// The library for `shape`'s class: the cached choice, or, at the class's first product, the one `probe`
+// times faster (then cached). Never writes the caller's C: the timed products go to a scratch buffer.
+// Thread-safe. `shape` has m, n, k >= 1.
+[[nodiscard]] GemmLibrary auto_gemm_library(const GemmShape& shape, const GemmProbe& probe);
+
+// Every choice made so far in the process, in the order they were made.
+[[nodiscard]] std::vector<GemmAutoChoice> gemm_auto_choices();
+
+// How many measurements the process has run (one per shape class): a cached choice adds none.
+[[nodiscard]] std::int64_t gemm_auto_measurements() noexcept;
+
+}  // namespace tp::backend::cpu
