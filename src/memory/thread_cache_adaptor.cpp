@@ -5,6 +5,7 @@
 #include <array>
 #include <bit>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -30,11 +31,17 @@ class ThreadCacheLock {
   std::atomic<bool> locked_{false};
 };
 
+// A cached block and what the allocator set aside for it (its footprint, counted in use while a caller holds it).
+struct CachedBlock {
+  void* ptr = nullptr;
+  std::size_t allocated = 0;
+};
+
 // Blocks of one requested size; the most recently cached is blocks[count - 1].
 struct ThreadCacheBin {
   std::size_t size = 0;  // meaningful while count > 0
   std::size_t count = 0;
-  std::array<void*, ThreadCacheAdaptor::kBlocksPerBin> blocks{};
+  std::array<CachedBlock, ThreadCacheAdaptor::kBlocksPerBin> blocks{};
 };
 
 // What a cache did that the allocator did not see: the caller-facing counts are the allocator's plus these.
@@ -50,14 +57,15 @@ struct ThreadCacheCounts {
   }
 };
 
-// One thread's cache for one adaptor. Invariant: bytes = sum over bins of size x count, blocks = sum of
-// count = counts.absorbed - counts.hits - counts.returned, bytes <= the adaptor's max_bytes; every cached block
-// is live in *upstream. upstream is null once the cache is detached (its thread exited or its adaptor was
+// One thread's cache for one adaptor. Invariant: bytes = sum over bins of size x count, allocated = sum of the
+// cached blocks' footprints, blocks = sum of count = counts.absorbed - counts.hits - counts.returned, bytes <=
+// the adaptor's max_bytes; every cached block is live in *upstream. upstream is null once the cache is detached (its thread exited or its adaptor was
 // destroyed), and then the cache is empty.
 struct ThreadCache {
   ThreadCacheLock lock;  // guards everything below
   MemoryResource* upstream = nullptr;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;      // as requested
+  std::size_t allocated = 0;  // as the allocator set aside (the footprints)
   std::size_t blocks = 0;
   ThreadCacheCounts counts;
   std::array<ThreadCacheBin, ThreadCacheAdaptor::kBins> bins{};
@@ -66,10 +74,11 @@ struct ThreadCache {
   std::size_t drain() noexcept {
     const std::size_t returned = blocks;
     for (ThreadCacheBin& bin : bins) {
-      for (std::size_t i = 0; i < bin.count; ++i) upstream->deallocate(bin.blocks[i], bin.size);
+      for (std::size_t i = 0; i < bin.count; ++i) upstream->deallocate(bin.blocks[i].ptr, bin.size);
       bin.count = 0;
     }
     bytes = 0;
+    allocated = 0;
     blocks = 0;
     counts.returned += returned;
     return returned;
@@ -86,6 +95,7 @@ struct ThreadCacheRegistry {
 
 namespace {
 
+using detail::CachedBlock;
 using detail::ThreadCache;
 using detail::ThreadCacheBin;
 using detail::ThreadCacheCounts;
@@ -140,6 +150,12 @@ LocalCaches::~LocalCaches() {
 std::size_t thread_cache_bin(std::size_t bytes) noexcept {
   constexpr int kShift = 64 - std::countr_zero(ThreadCacheAdaptor::kBins);
   return static_cast<std::size_t>((static_cast<std::uint64_t>(bytes) * 0x9E3779B97F4A7C15ULL) >> kShift);
+}
+
+// Raises `maximum` to `value` unless it is already at least that; a load alone when it is.
+void raise_peak(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
+  std::size_t current = maximum.load(std::memory_order_relaxed);
+  while (current < value && !maximum.compare_exchange_weak(current, value, std::memory_order_relaxed)) {}
 }
 
 bool aligned_to(const void* ptr, std::size_t alignment) noexcept {
@@ -222,22 +238,37 @@ ThreadCache& ThreadCacheAdaptor::local_cache() {
   return find_or_add_local_cache(id_, registry_, upstream());
 }
 
+std::size_t ThreadCacheAdaptor::footprint(const void* ptr, std::size_t bytes) const noexcept {
+  if (const std::optional<std::size_t> fixed = upstream().fixed_allocated_size(bytes)) return *fixed;
+  return std::max(upstream().allocated_size(ptr, bytes), round_up(bytes, upstream().allocation_granularity()));
+}
+
+void ThreadCacheAdaptor::add_in_use(std::size_t allocated) noexcept {
+  raise_peak(peak_in_use_, in_use_.fetch_add(allocated, std::memory_order_relaxed) + allocated);
+}
+
 void* ThreadCacheAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
   if (bytes <= options_.max_block_bytes && !local_caches_destroyed) {
     ThreadCache& cache = local_cache();
     ThreadCacheBin& bin = cache.bins[thread_cache_bin(bytes)];
-    void* ptr = nullptr;
+    CachedBlock block;
     cache.lock.lock();
-    if (bin.count > 0 && bin.size == bytes && aligned_to(bin.blocks[bin.count - 1], alignment)) {
-      ptr = bin.blocks[--bin.count];
+    if (bin.count > 0 && bin.size == bytes && aligned_to(bin.blocks[bin.count - 1].ptr, alignment)) {
+      block = bin.blocks[--bin.count];
       cache.bytes -= bytes;
+      cache.allocated -= block.allocated;
       --cache.blocks;
       ++cache.counts.hits;
     }
     cache.lock.unlock();
-    if (ptr != nullptr) return ptr;
+    if (block.ptr != nullptr) {
+      add_in_use(block.allocated);
+      return block.ptr;
+    }
   }
-  return allocate_upstream(bytes, alignment, tag);
+  void* ptr = allocate_upstream(bytes, alignment, tag);
+  add_in_use(footprint(ptr, bytes));
+  return ptr;
 }
 
 void* ThreadCacheAdaptor::allocate_upstream(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
@@ -261,6 +292,9 @@ void* ThreadCacheAdaptor::allocate_upstream(std::size_t bytes, std::size_t align
 }
 
 void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
+  // Free to callers from here on, wherever the block goes: counted before it can be handed out again.
+  const std::size_t allocated = footprint(ptr, bytes);
+  in_use_.fetch_sub(allocated, std::memory_order_relaxed);
   if (bytes <= options_.max_block_bytes && !local_caches_destroyed) {
     ThreadCache* cache = nullptr;
     try {
@@ -273,7 +307,10 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
       const std::lock_guard lock(cache->lock);
       if (bin.count > 0 && bin.size != bytes) {
         // The bin now serves the newer size: its older blocks go back.
-        for (std::size_t i = 0; i < bin.count; ++i) upstream().deallocate(bin.blocks[i], bin.size);
+        for (std::size_t i = 0; i < bin.count; ++i) {
+          upstream().deallocate(bin.blocks[i].ptr, bin.size);
+          cache->allocated -= bin.blocks[i].allocated;
+        }
         cache->bytes -= bin.size * bin.count;
         cache->blocks -= bin.count;
         cache->counts.returned += bin.count;
@@ -281,8 +318,9 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
       }
       if (bin.count < kBlocksPerBin && cache->bytes + bytes <= options_.max_bytes) {
         bin.size = bytes;
-        bin.blocks[bin.count++] = ptr;
+        bin.blocks[bin.count++] = CachedBlock{ptr, allocated};
         cache->bytes += bytes;
+        cache->allocated += allocated;
         ++cache->blocks;
         ++cache->counts.absorbed;
         return;
@@ -327,14 +365,20 @@ std::size_t ThreadCacheAdaptor::cached_bytes() const {
   return bytes;
 }
 
+std::size_t ThreadCacheAdaptor::cached_allocated_bytes() const {
+  std::size_t bytes = 0;
+  const std::lock_guard registry_lock(registry_->mutex);
+  for (const std::shared_ptr<ThreadCache>& cache : registry_->caches) {
+    const std::lock_guard cache_lock(cache->lock);
+    bytes += cache->allocated;
+  }
+  return bytes;
+}
+
 MemoryStats ThreadCacheAdaptor::do_stats() const {
   MemoryStats stats = upstream().stats();
-  // What the allocator set aside for the cached blocks (their chunk, or the request rounded to its
-  // granularity where it does not say): in use to it, free to callers.
-  const std::size_t granularity = upstream().allocation_granularity();
-  std::size_t cached_in_use = 0;
-  std::size_t largest_cached = 0;
   std::size_t cached_requested = 0;
+  std::size_t largest_cached = 0;
   ThreadCacheCounts counts;
   {
     const std::lock_guard registry_lock(registry_->mutex);
@@ -344,16 +388,13 @@ MemoryStats ThreadCacheAdaptor::do_stats() const {
       counts.add(cache->counts);
       cached_requested += cache->bytes;
       for (const ThreadCacheBin& bin : cache->bins) {
-        for (std::size_t i = 0; i < bin.count; ++i) {
-          const std::size_t size =
-              std::max(upstream().allocated_size(bin.blocks[i], bin.size), round_up(bin.size, granularity));
-          cached_in_use += size;
-          largest_cached = std::max(largest_cached, size);
-        }
+        for (std::size_t i = 0; i < bin.count; ++i) largest_cached = std::max(largest_cached, bin.blocks[i].allocated);
       }
     }
   }
-  stats.bytes_in_use -= std::min(cached_in_use, stats.bytes_in_use);
+  // In use and its peak are this layer's own: what callers hold, a cached block being free to them.
+  stats.bytes_in_use = in_use_.load(std::memory_order_relaxed);
+  stats.peak_bytes_in_use = peak_in_use_.load(std::memory_order_relaxed);
   stats.bytes_requested -= std::min(cached_requested, stats.bytes_requested);
   stats.num_allocs += counts.hits;
   // The allocator counted a kept block's free when the cache gave it back: count it once, when it was kept.
@@ -361,6 +402,11 @@ MemoryStats ThreadCacheAdaptor::do_stats() const {
   stats.largest_free_block = std::max(stats.largest_free_block, largest_cached);
   stats.num_retries += num_retries_.load(std::memory_order_relaxed);
   return stats;
+}
+
+void ThreadCacheAdaptor::do_reset_peak() {
+  upstream().reset_peak();
+  peak_in_use_.store(in_use_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 }  // namespace tp::memory

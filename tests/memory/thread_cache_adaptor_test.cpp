@@ -245,10 +245,12 @@ TEST_P(ThreadCacheStack, StatsMatchAStackWithoutACacheAfterMixedSequences) {
     }
     return in_use;
   };
+  std::size_t peak_live_in_use = 0;  // the true peak: cached blocks are free
   for (int step = 0; step < 2000; ++step) {
     if (live.empty() || (live.size() < 20 && random() % 2 == 0)) {
       const std::size_t bytes = sizes[random() % std::size(sizes)];
       live.push_back(Live{cached->allocate(bytes), plain->allocate(bytes), bytes});
+      peak_live_in_use = std::max(peak_live_in_use, live_in_use());
     } else {
       const std::size_t index = random() % live.size();
       cached->deallocate(live[index].cached, live[index].bytes);
@@ -258,6 +260,7 @@ TEST_P(ThreadCacheStack, StatsMatchAStackWithoutACacheAfterMixedSequences) {
     if (step % 97 == 0) {
       SCOPED_TRACE(step);
       expect_same_caller_view(cached->stats(), plain->stats(), live_in_use());
+      EXPECT_EQ(cached->stats().peak_bytes_in_use, peak_live_in_use);
       if (GetParam() == AllocatorKind::system) {
         // Every request is rounded the same way wherever it lands: in use matches the stack without a cache.
         EXPECT_EQ(cached->stats().bytes_in_use, plain->stats().bytes_in_use);
@@ -277,6 +280,58 @@ TEST_P(ThreadCacheStack, StatsMatchAStackWithoutACacheAfterMixedSequences) {
   plain->trim();
   EXPECT_EQ(cached->thread_cache()->cached_blocks(), 0u);
   EXPECT_EQ(cached->stats().bytes_reserved, plain->stats().bytes_reserved);
+}
+
+TEST_P(ThreadCacheStack, ACachedBlockIsFreeInUseInItsPeakAndInTracking) {
+  MemoryConfig config;
+  config.device = "sim:0";
+  config.allocator = GetParam();
+  config.tracking = true;
+  config.thread_cache_bytes = 4 * kMiB;
+  auto stack = tp::memory::make_sim_device_memory_stack(config, 64 * kMiB);
+  ASSERT_NE(stack->thread_cache(), nullptr);
+  const std::size_t granularity = stack->allocation_granularity();
+  auto footprint = [&](void* ptr, std::size_t bytes) {
+    return std::max(stack->allocated_size(ptr, bytes), round_up(bytes, granularity));
+  };
+
+  void* small = stack->allocate(1000);
+  const std::size_t small_footprint = footprint(small, 1000);
+  stack->deallocate(small, 1000);
+  ASSERT_EQ(stack->thread_cache()->cached_blocks(), 1u) << "the freed block waits in this thread's cache";
+  MemoryStats stats = stack->stats();
+  EXPECT_EQ(stats.bytes_in_use, 0u);
+  EXPECT_EQ(stats.peak_bytes_in_use, small_footprint);
+  EXPECT_EQ(stats.bytes_requested, 0u);
+  EXPECT_GE(stats.bytes_reserved, small_footprint) << "a cached block stays reserved";
+  EXPECT_EQ(stack->thread_cache()->cached_allocated_bytes(), small_footprint);
+  EXPECT_TRUE(stack->tracking()->live_allocations().empty()) << "a cached block is no live tensor";
+
+  // Another size misses the cache: the allocator now holds both blocks, callers one.
+  void* other = stack->allocate(3000);
+  const std::size_t other_footprint = footprint(other, 3000);
+  stats = stack->stats();
+  EXPECT_EQ(stats.bytes_in_use, other_footprint);
+  EXPECT_EQ(stats.peak_bytes_in_use, std::max(small_footprint, other_footprint));
+  ASSERT_EQ(stack->tracking()->live_allocations().size(), 1u);
+  EXPECT_EQ(stack->tracking()->live_allocations().front().ptr, other);
+
+  // A hit is an allocation like any other: in use and the peak rise by the block's footprint.
+  void* again = stack->allocate(1000);
+  EXPECT_EQ(again, small);
+  stats = stack->stats();
+  EXPECT_EQ(stats.bytes_in_use, small_footprint + other_footprint);
+  EXPECT_EQ(stats.peak_bytes_in_use, small_footprint + other_footprint);
+  EXPECT_EQ(stack->tracking()->live_allocations().size(), 2u);
+
+  stack->deallocate(again, 1000);
+  stack->deallocate(other, 3000);
+  stack->reset_peak();
+  stats = stack->stats();
+  EXPECT_EQ(stats.bytes_in_use, 0u);
+  EXPECT_EQ(stats.peak_bytes_in_use, 0u) << "the peak restarts from what callers hold, not what caches hold";
+  EXPECT_EQ(stats.free_bytes(), stats.bytes_reserved);
+  EXPECT_TRUE(stack->tracking()->live_allocations().empty());
 }
 
 TEST_P(ThreadCacheStack, TwoThreadsHammeringOneStackKeepExactCounts) {

@@ -12,6 +12,7 @@
 // Adaptors own their upstream when constructed from a std::unique_ptr and borrow it when given a reference.
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -53,6 +54,12 @@ class MemoryResource {
   [[nodiscard]] virtual std::size_t max_alignment() const noexcept { return kDefaultAlignment; }
   // Requests are served in whole units of this many bytes: a request of n takes n rounded up to it.
   [[nodiscard]] virtual std::size_t allocation_granularity() const noexcept { return 1; }
+  // The size allocated_size() reports for every live allocation of `bytes`, when it depends on `bytes` alone,
+  // so a caller can know it without a look-up (which may take the resource's lock); std::nullopt when it
+  // depends on the block (BFC hands a chunk out whole below twice the request) or the resource does not say.
+  [[nodiscard]] virtual std::optional<std::size_t> fixed_allocated_size(std::size_t /*bytes*/) const noexcept {
+    return std::nullopt;
+  }
 
  private:
   virtual void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) = 0;

@@ -60,6 +60,9 @@ class MemoryStack final : public MemoryResource {
 
   std::size_t max_alignment() const noexcept override { return top_->max_alignment(); }
   std::size_t allocation_granularity() const noexcept override { return top_->allocation_granularity(); }
+  std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override {
+    return top_->fixed_allocated_size(bytes);
+  }
 
  private:
   friend std::unique_ptr<MemoryStack> detail::build_memory_stack(const MemoryConfig&, std::unique_ptr<MemoryResource>,

@@ -3,13 +3,14 @@
 // ResourceAdaptor: the base of the one-concern wrappers (limiting, statistics, tracking, failure callback).
 // It holds the upstream, owned through a std::unique_ptr or borrowed through a reference, and forwards
 // everything an adaptor does not change: allocate (with its AllocationTag), deallocate, trim, stats,
-// reset_peak and max_alignment. A derived adaptor overrides only the hooks its concern touches.
+// reset_peak, max_alignment and the allocated sizes. A derived adaptor overrides only the hooks its concern touches.
 //
 // Invariant: upstream_ refers to a live resource for the adaptor's whole life; when owned_upstream_ is set,
 // upstream_ refers to it.
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tensorpool/memory/memory_resource.hpp"
@@ -22,6 +23,9 @@ class ResourceAdaptor : public MemoryResource {
   const MemoryResource& upstream() const noexcept { return upstream_; }
   std::size_t max_alignment() const noexcept override { return upstream_.max_alignment(); }
   std::size_t allocation_granularity() const noexcept override { return upstream_.allocation_granularity(); }
+  std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override {
+    return upstream_.fixed_allocated_size(bytes);
+  }
 
  protected:
   // Owns the upstream; throws tp::InvalidArgument naming this adaptor when it is null.

@@ -10,12 +10,17 @@
 // as asked. Everything else goes upstream. A bin that holds another size gives its blocks back upstream when a
 // new size claims it.
 //
-// Cached blocks stay allocated upstream: they are free to callers, held by the stack. stats() reports them so:
-// bytes_in_use and bytes_requested exclude them (upstream's minus what the allocator set aside for, and what
-// was requested of, each cached block); num_allocs adds the allocations served from a cache, and num_frees
-// counts a free when the caller made it (not again when a cache gives the block back); bytes_reserved includes
-// them, and a cached block counts as a free block for largest_free_block. The peaks are the allocator's,
-// which count the blocks the caches held at that moment.
+// Cached blocks stay allocated upstream: they are free to callers, held by the stack (PyTorch's "inactive"
+// blocks). stats() reports them so: bytes_in_use and peak_bytes_in_use are this adaptor's own counts of the
+// footprints (what the allocator set aside) of the blocks callers hold, raised on every allocation served and
+// lowered on every free, whether the block goes to a cache or upstream; so in use and its peak are exact, as
+// if there were no cache. bytes_requested excludes the cached blocks; num_allocs adds the allocations served
+// from a cache, and num_frees counts a free when the caller made it (not again when a cache gives the block
+// back); bytes_reserved includes them (reserved - in use = the allocator's free bytes + the cached
+// footprints, cached_allocated_bytes()), and a cached block counts as a free block for largest_free_block.
+// A block's footprint is upstream().fixed_allocated_size(n) when the allocator promises one (the expandable
+// arena: no look-up, so a cached pair takes no allocator lock), else its allocated_size() (one look-up under
+// the allocator's lock per allocation and free: BFC, whose chunks depend on its free list).
 //
 // Caches are emptied (their blocks returned upstream) by flush(), by trim() before the allocator trims, by
 // an upstream tp::OutOfMemoryError (every thread's cache is flushed and the request retried once, counted in
@@ -35,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tensorpool/core/units.hpp"
@@ -72,15 +78,21 @@ class ThreadCacheAdaptor final : public ResourceAdaptor {
   // Blocks and bytes (as requested) held by all caches now.
   [[nodiscard]] std::size_t cached_blocks() const;
   [[nodiscard]] std::size_t cached_bytes() const;
+  // The allocator's footprints of the blocks all caches hold now: reserved bytes free to callers.
+  [[nodiscard]] std::size_t cached_allocated_bytes() const;
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
+  void do_reset_peak() override;
 
   detail::ThreadCache& local_cache();
   void* allocate_upstream(std::size_t bytes, std::size_t alignment, const AllocationTag& tag);
+  // What the allocator set aside for a live block of `bytes` at `ptr`.
+  std::size_t footprint(const void* ptr, std::size_t bytes) const noexcept;
+  void add_in_use(std::size_t allocated) noexcept;
 
   // Immutable after construction.
   const ThreadCacheOptions options_;
@@ -88,6 +100,9 @@ class ThreadCacheAdaptor final : public ResourceAdaptor {
   const std::uint64_t id_;  // unique per adaptor for the process's life: keys the thread-local lookup
   const std::shared_ptr<detail::ThreadCacheRegistry> registry_;
   std::atomic<std::uint64_t> num_retries_{0};
+  // Footprints of the blocks callers hold (allocated through this adaptor, not yet freed), and their peak.
+  std::atomic<std::size_t> in_use_{0};
+  std::atomic<std::size_t> peak_in_use_{0};
 };
 
 }  // namespace tp::memory
