@@ -94,6 +94,17 @@ ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size
   std::uint32_t taken = kNone;  // the first piece's physical granule, which the last piece may share
   std::uint64_t taken_mask = 0;
   for (std::size_t granule = first; granule < end; ++granule) {
+    if (granule != first && granule != end - 1) {
+      // Wholly covered by the free block or the growth: no in-use block touches it, and no other granule's
+      // chunks leave room in a physical granule for all of it, so it takes a fresh one (cached or new).
+      ++placement.fresh_granules;
+      continue;
+    }
+    if (!options_.share_granules) {
+      // Each granule with users has a physical granule of its own: a piece keeps it or takes a fresh one.
+      if (granule >= granules_.size() || granules_[granule].users == 0) ++placement.fresh_granules;
+      continue;
+    }
     const std::uint64_t mask = piece_mask(granule, offset, offset + size);
     const Choice choice = choose(granule, mask, taken, taken_mask);
     if (choice.need == Need::invalid) return Placement{};
@@ -125,7 +136,9 @@ ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::s
 ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const {
   if (size > range_bytes_ || extent_ > range_bytes_ - size) return Placement{};
   const Placement at_extent = place(kNone, extent_, size);
-  if ((at_extent.valid && at_extent.fresh_granules == 0) || extent_ % granularity_ == 0) return at_extent;
+  if (!options_.share_granules || (at_extent.valid && at_extent.fresh_granules == 0) || extent_ % granularity_ == 0) {
+    return at_extent;
+  }
   // The extent's last granule may not take the head piece (its physical granule's other users overlap it),
   // or a fresh granule's bottom may share better: try the next granule boundary, leaving a free block.
   const std::size_t aligned = round_up(extent_, granularity_);

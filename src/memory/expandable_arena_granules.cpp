@@ -15,6 +15,7 @@ namespace tp::memory {
 
 void ExpandableArena::partial_insert(std::uint32_t physical) noexcept {
   Physical& entry = physicals_[physical];
+  // Only sharing looks for partly used granules (take_piece and drop_piece keep the lists only then).
   if (entry.users == 0 || entry.mask == kAllChunks) return;
   const std::array<unsigned, 2> free_chunks = {static_cast<unsigned>(std::countr_zero(entry.mask)),
                                                static_cast<unsigned>(std::countl_zero(entry.mask))};
@@ -135,23 +136,25 @@ void ExpandableArena::take_piece(std::size_t granule, std::uint64_t mask) noexce
   Granule& entry = granules_[granule];
   const std::uint32_t physical = entry.physical;
   Physical& target = physicals_[physical];
-  partial_remove(physical);
+  const bool share = options_.share_granules;  // without sharing: no masks, no partial lists
+  if (share) partial_remove(physical);
   if (entry.users++ == 0 && target.users++ == 0 && target.cached) lru_remove(physical);
   entry.mask |= mask;
   target.mask |= mask;
-  partial_insert(physical);
+  if (share) partial_insert(physical);
 }
 
 void ExpandableArena::drop_piece(std::size_t granule, std::uint64_t mask) noexcept {
   Granule& entry = granules_[granule];
   const std::uint32_t physical = entry.physical;
   Physical& target = physicals_[physical];
-  partial_remove(physical);
+  const bool share = options_.share_granules;
+  if (share) partial_remove(physical);
   entry.mask &= ~mask;
   target.mask &= ~mask;
   if (--entry.users == 0 && --target.users == 0) {
     lru_push_newest(physical);
-  } else {
+  } else if (share) {
     partial_insert(physical);
   }
 }
@@ -227,7 +230,10 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
   try {
     for (; granule < end; ++granule) {
       const std::uint64_t mask = piece_mask(granule, offset, offset + size);
-      Choice choice = choose(granule, mask, kNone, 0);
+      // Without sharing a granule with users keeps its own physical granule.
+      Choice choice = options_.share_granules || granules_[granule].users == 0
+                          ? choose(granule, mask, kNone, 0)
+                          : Choice{Need::keep, granules_[granule].physical};
       if (choice.need == Need::invalid) {  // placements are checked first: cannot happen
         refused = true;
         break;
@@ -267,6 +273,12 @@ void ExpandableArena::release_granules(std::uint32_t block) noexcept {
   const Block& freed = nodes_[block];
   const std::size_t offset = freed.offset;
   const std::size_t end = offset + freed.size;
+  if (!options_.share_granules) {  // no chunk masks: only the user counts change, highest granule first
+    for (std::size_t granule = end_granule(offset, freed.size); granule-- > first_granule(offset);) {
+      drop_piece(granule, 0);
+    }
+    return;
+  }
   const std::size_t chunk = std::size_t{1} << chunk_shift_;
   // The end chunks stay taken when an in-use neighbour (beyond a free one, at most) reaches into them.
   const std::size_t first_chunk = offset >> chunk_shift_;

@@ -163,7 +163,7 @@ std::string ExpandableArena::check_granules(const std::vector<std::uint32_t>& us
         return where + " mapping list is corrupt";
       }
     }
-    const bool partial = physical.users != 0 && physical.mask != kAllChunks;
+    const bool partial = options_.share_granules && physical.users != 0 && physical.mask != kAllChunks;
     const std::array<unsigned, 2> free_ends = {partial ? static_cast<unsigned>(std::countr_zero(physical.mask)) : 0u,
                                                partial ? static_cast<unsigned>(std::countl_zero(physical.mask)) : 0u};
     for (std::size_t end = 0; end < 2; ++end) {

@@ -47,6 +47,7 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       }
       ArenaOptions options;
       options.limit_bytes = limit_bytes;
+      options.share_granules = config.share_granules;
       // preallocate: memory once obtained is kept (until trim), like BFC's single region; grow: freed pages
       // beyond the arena's small cache go back to the source at once.
       if (config.policy == GrowthPolicy::preallocate) options.release_threshold = limit_bytes;

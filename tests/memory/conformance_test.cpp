@@ -19,10 +19,11 @@
 namespace tp::memory::testing {
 namespace {
 
-using Subjects = ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject,
-                                  BfcGrowSubject, ExpandableSubject, LimitingSubject, StatisticsSubject,
-                                  ThreadCacheSubject, TrackingSubject, FailureCallbackSubject, LoggingSubject,
-                                  BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
+using Subjects =
+    ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject, BfcGrowSubject,
+                     ExpandableSubject, ExpandableSharedSubject, LimitingSubject, StatisticsSubject, ThreadCacheSubject,
+                     TrackingSubject, FailureCallbackSubject, LoggingSubject, BfcStackSubject, BfcGrowStackSubject,
+                     ExpandableStackSubject, SystemStackSubject>;
 
 template <typename T>
 class Conformance : public ::testing::Test {

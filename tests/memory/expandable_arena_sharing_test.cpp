@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/support/arena_test_options.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/expandable_arena.hpp"
@@ -27,20 +28,13 @@ namespace {
 
 using tp::kKiB;
 using tp::kMiB;
-using tp::memory::ArenaOptions;
 using tp::memory::ExpandableArena;
 using tp::memory::HostVirtualMemory;
 using tp::memory::SimDeviceMemory;
 using tp::memory::TraceAction;
+using tp::memory::testing::arena_options;
 
 constexpr std::size_t kGranule = 2 * kMiB;
-
-ArenaOptions options(std::size_t limit, std::size_t release_threshold = 0) {
-  ArenaOptions result;
-  result.limit_bytes = limit;
-  result.release_threshold = release_threshold;
-  return result;
-}
 
 TEST(PhysicalGranules, OneGranuleMappedAtTwoPlacesShowsTheSameBytes) {
   HostVirtualMemory memory(4 * kGranule);
@@ -126,7 +120,7 @@ std::size_t touched_granules(const ExpandableArena& arena) {
 }
 
 TEST(ExpandableArenaSharing, TailAndHeadOfDistantBlocksShareOneGranule) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(64 * kMiB, 0, true));
   // a: granule 0 and the bottom half of granule 1; b: the top half of granule 1 and granule 2.
   void* a = arena.allocate(3 * kMiB);
   void* b = arena.allocate(3 * kMiB);
@@ -164,9 +158,7 @@ void run_random_operations(bool share) {
   std::mt19937_64 random(seed);
   auto memory = std::make_unique<HostVirtualMemory>();
   HostVirtualMemory& source = *memory;
-  ArenaOptions arena_options = options(96 * kMiB, 4 * kMiB);
-  arena_options.share_granules = share;
-  ExpandableArena arena(std::move(memory), arena_options);
+  ExpandableArena arena(std::move(memory), arena_options(96 * kMiB, 4 * kMiB, share));
   std::map<unsigned char*, std::pair<std::size_t, unsigned char>> live;
   std::size_t shared_seen = 0;
   for (int op = 0; op < 3000; ++op) {
@@ -218,7 +210,7 @@ TEST(ExpandableArenaSharing, RandomOperationsKeepContentsAndInvariants) {
 TEST(ExpandableArenaSharing, RandomTraceFootprint) {
   const tp::memory::Trace trace = tp::memory::generate_random_trace();
   SimDeviceMemory device(4 * trace.peak_live_bytes());
-  ExpandableArena arena(device, options(4 * trace.peak_live_bytes(), 64 * kMiB));
+  ExpandableArena arena(device, arena_options(4 * trace.peak_live_bytes(), 64 * kMiB, true));
   std::vector<void*> pointers(trace.size(), nullptr);
   const auto& events = trace.events();
   for (std::size_t index = 0; index < events.size(); ++index) {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "memory/support/arena_test_options.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/host_virtual_memory.hpp"
@@ -66,15 +67,9 @@ using tp::memory::ArenaOptions;
 using tp::memory::ExpandableArena;
 using tp::memory::HostVirtualMemory;
 using tp::memory::SimDeviceMemory;
+using tp::memory::testing::arena_options;
 
 constexpr std::size_t kGranule = 2 * kMiB;
-
-ArenaOptions options(std::size_t limit, std::size_t release_threshold = 0) {
-  ArenaOptions result;
-  result.limit_bytes = limit;
-  result.release_threshold = release_threshold;
-  return result;
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -101,7 +96,7 @@ bool verify(const void* ptr, std::size_t bytes, std::uint64_t seed) {
 }
 
 TEST(ExpandableArena, AllocatesAlignedBlocksAndReportsThem) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB), "arena");
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(64 * kMiB), "arena");
   EXPECT_EQ(arena.max_alignment(), 256u);
   EXPECT_GE(arena.reserved_range_bytes(), 256 * kMiB);
   void* a = arena.allocate(100);
@@ -129,13 +124,13 @@ TEST(ExpandableArena, AllocatesAlignedBlocksAndReportsThem) {
 }
 
 TEST(ExpandableArena, RejectsAZeroLimit) {
-  EXPECT_THROW(ExpandableArena(std::make_unique<HostVirtualMemory>(), options(0)), tp::InvalidArgument);
+  EXPECT_THROW(ExpandableArena(std::make_unique<HostVirtualMemory>(), arena_options(0)), tp::InvalidArgument);
 }
 
 TEST(ExpandableArena, CommitsTouchedGranulesAndDecommitsFreeOnes) {
   HostVirtualMemory memory;
   {
-    ExpandableArena arena(memory, options(64 * kMiB, 0));
+    ExpandableArena arena(memory, arena_options(64 * kMiB, 0));
     void* a = arena.allocate(3 * kMiB);  // granules 0, 1
     EXPECT_EQ(arena.committed_bytes(), 4 * kMiB);
     EXPECT_EQ(memory.committed_bytes(), 4 * kMiB);
@@ -164,7 +159,7 @@ TEST(ExpandableArena, GrowingRequestsKeepCommittedNearLive) {
   // Sizes 1, 2, 3... MiB, each freeing the previous one.
   for (const std::size_t threshold : {std::size_t{0}, ArenaOptions{}.release_threshold}) {
     SCOPED_TRACE("release_threshold " + std::to_string(threshold));
-    ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(256 * kMiB, threshold));
+    ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(256 * kMiB, threshold));
     void* previous = nullptr;
     std::size_t previous_bytes = 0;
     std::size_t peak_live = 0;
@@ -196,7 +191,7 @@ TEST(ExpandableArena, PrefersTheFreeBlockTouchingFewerFreshGranules) {
   // Holes X = [0.25, 4.75) MiB and Y = [6, 10.25) MiB; in-use blocks touch granules 0, 2 and 5 only. A
   // 4.125 MiB request fits the smaller Y, which would touch two fresh granules (3, 4); X costs one (1).
   constexpr std::size_t kQuarter = kMiB / 4;
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(64 * kMiB));
   auto* p0 = static_cast<char*>(arena.allocate(kQuarter));
   void* x = arena.allocate(4 * kMiB + 2 * kQuarter);
   (void)arena.allocate(kMiB + kQuarter);
@@ -214,7 +209,7 @@ TEST(ExpandableArena, PrefersTheFreeBlockTouchingFewerFreshGranules) {
 TEST(ExpandableArena, BestFitSpansSizeBinsAndShrinksHolesInPlace) {
   // Holes of 1, 3, 5 and 64 KiB (three size bins) between in-use blocks, all in one committed granule: each
   // request takes the smallest hole that holds it, the remainder staying a free block.
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(64 * kMiB));
   const std::size_t holes[] = {64 * kKiB, 1 * kKiB, 5 * kKiB, 3 * kKiB};
   std::vector<char*> hole_at;
   for (const std::size_t bytes : holes) {
@@ -249,7 +244,7 @@ TEST(ExpandableArena, BestFitSpansSizeBinsAndShrinksHolesInPlace) {
 TEST(ExpandableArena, GrowingRequestNeedsNoContiguousPhysicalHole) {
   // 32 MiB live in 2 MiB pieces with 2 MiB holes between them: a BFC allocator at a 64 MiB limit would need
   // a new 30 MiB region; here only the touched granules cost memory.
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(64 * kMiB));
   std::vector<void*> pieces;
   for (int i = 0; i < 32; ++i) pieces.push_back(arena.allocate(kGranule));
   for (int i = 0; i < 32; i += 2) arena.deallocate(pieces[static_cast<std::size_t>(i)], kGranule);
@@ -263,7 +258,7 @@ TEST(ExpandableArena, GrowingRequestNeedsNoContiguousPhysicalHole) {
 }
 
 TEST(ExpandableArena, CachesUpToTheThresholdAndTrimReleasesTheRest) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(256 * kMiB, 8 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(256 * kMiB, 8 * kMiB));
   void* small = arena.allocate(kKiB);
   void* large = arena.allocate(20 * kMiB);  // granules 0..10
   arena.deallocate(large, 20 * kMiB);
@@ -286,7 +281,7 @@ TEST(ExpandableArena, CachesUpToTheThresholdAndTrimReleasesTheRest) {
 }
 
 TEST(ExpandableArena, OutOfMemoryReportsAndLeavesTheArenaUsable) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(16 * kMiB), "expandable:test");
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(16 * kMiB), "expandable:test");
   void* a = arena.allocate(10 * kMiB);
   try {
     (void)arena.allocate(10 * kMiB - 100);
@@ -319,7 +314,7 @@ TEST(ExpandableArena, OutOfMemoryReportsAndLeavesTheArenaUsable) {
 
 TEST(ExpandableArena, CachingNeverRaisesThePeak) {
   // Cached granules are given back before committed bytes rise above their high-water mark.
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(64 * kMiB, 64 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(64 * kMiB, 64 * kMiB));
   void* a = arena.allocate(4 * kMiB);  // granules 0, 1
   void* b = arena.allocate(256);       // granule 2
   arena.deallocate(a, 4 * kMiB);       // granules 0, 1 cached
@@ -337,7 +332,7 @@ TEST(ExpandableArena, CachedGranulesServeBeforeTheSourceIsAsked) {
   // Another user of the device takes what the arena's cache leaves: the request takes the cached physical
   // granule and shares the one the small block uses, so the source is never asked and nothing is retried.
   SimDeviceMemory device(16 * kMiB);
-  ExpandableArena arena(device, options(64 * kMiB, kGranule));
+  ExpandableArena arena(device, arena_options(64 * kMiB, kGranule));
   void* x = arena.allocate(12 * kMiB);  // granules 0..5
   void* s = arena.allocate(256);        // granule 6
   arena.deallocate(x, 12 * kMiB);       // one granule (0) stays cached
@@ -358,7 +353,7 @@ TEST(ExpandableArena, CachedGranulesServeBeforeTheSourceIsAsked) {
 TEST(ExpandableArena, RetriesCountOnlyRequestsTheRetryServed) {
   // num_retries: requests served only after the cache was given back; a request that fails anyway is an OOM.
   SimDeviceMemory device(16 * kMiB);
-  ExpandableArena arena(device, options(64 * kMiB, kGranule));
+  ExpandableArena arena(device, arena_options(64 * kMiB, kGranule));
   EXPECT_THROW((void)arena.allocate(65 * kMiB), tp::OutOfMemoryError);  // larger than the limit
   auto stats = arena.stats();
   EXPECT_EQ(stats.num_ooms, 1u);
@@ -395,7 +390,7 @@ TEST(ExpandableArena, AllocateIsStronglyExceptionSafe) {
     for (long succeed = 0; !served; ++succeed) {
       ASSERT_LT(succeed, 64);
       HostVirtualMemory memory;
-      ExpandableArena arena(memory, options(64 * kMiB, 0));
+      ExpandableArena arena(memory, arena_options(64 * kMiB, 0));
       void* keep = nullptr;
       if (scenario.hole != 0) {  // [hole | 2 MiB in use]: the request splits the hole (granule 0, uncommitted)
         void* hole = arena.allocate(scenario.hole);
@@ -437,7 +432,7 @@ TEST(ExpandableArena, DeallocateAndTrimNeverAllocate) {
   for (const std::size_t threshold : {std::size_t{0}, 4 * kMiB}) {
     SCOPED_TRACE("release_threshold " + std::to_string(threshold));
     HostVirtualMemory memory;
-    ExpandableArena arena(memory, options(64 * kMiB, threshold));
+    ExpandableArena arena(memory, arena_options(64 * kMiB, threshold));
     std::vector<void*> pieces;
     for (int i = 0; i < 24; ++i) pieces.push_back(arena.allocate(kGranule + 256 * static_cast<std::size_t>(i)));
     long attempted = 0;
@@ -462,7 +457,7 @@ TEST(ExpandableArena, DeallocateAndTrimNeverAllocate) {
 
 TEST(ExpandableArena, SourceCapacityBoundsTheArena) {
   SimDeviceMemory device(12 * kMiB, "sim:0");
-  ExpandableArena arena(device, options(64 * kMiB));
+  ExpandableArena arena(device, arena_options(64 * kMiB));
   void* a = arena.allocate(8 * kMiB);
   try {
     (void)arena.allocate(8 * kMiB);
@@ -482,7 +477,7 @@ TEST(ExpandableArena, SourceCapacityBoundsTheArena) {
 
 TEST(ExpandableArenaDeathTest, UnknownPointerAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(16 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(16 * kMiB));
   int local = 0;
   EXPECT_DEATH(arena.deallocate(&local, sizeof local), "did not hand out");
   void* ptr = arena.allocate(1000);
@@ -498,7 +493,7 @@ void run_property_test(std::uint64_t seed, int operations) {
   std::mt19937_64 random(seed);
   const std::size_t limit = 48 * kMiB;
   const std::size_t thresholds[] = {0, 4 * kMiB, 16 * kMiB};
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(limit, thresholds[seed % 3]));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(limit, thresholds[seed % 3]));
   struct Live {
     std::size_t bytes;
     std::uint64_t tag;
@@ -564,7 +559,7 @@ TEST(ExpandableArena, RandomOperationsKeepEveryInvariant) {
 }
 
 TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options(256 * kMiB, 4 * kMiB));
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(256 * kMiB, 4 * kMiB));
   std::vector<std::thread> threads;
   std::vector<int> failures(8, 0);
   for (int t = 0; t < 8; ++t) {

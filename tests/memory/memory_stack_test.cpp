@@ -251,6 +251,13 @@ TEST(MemoryStack, LayersFollowTheConfig) {
   ASSERT_NE(arena, nullptr);
   EXPECT_EQ(arena->options().limit_bytes, 16 * kMiB);
   EXPECT_EQ(arena->options().release_threshold, 16 * kMiB) << "preallocate keeps freed pages";
+  EXPECT_FALSE(arena->options().share_granules) << "sharing physical granules is opt-in";
+  config.share_granules = true;
+  stack = tp::memory::make_sim_device_memory_stack(config, 32 * kMiB);
+  arena = dynamic_cast<tp::memory::ExpandableArena*>(&stack->allocator());
+  ASSERT_NE(arena, nullptr);
+  EXPECT_TRUE(arena->options().share_granules);
+  config.share_granules = false;
 
   config.allocator = AllocatorKind::system;
   stack = tp::memory::make_sim_device_memory_stack(config, 32 * kMiB);

@@ -60,14 +60,14 @@
 //   walk over all bins is strictly increasing in (size, offset), each node's priority is >= its children's
 //   and the bin mask names the non-empty bins; the slot of each in-use block's offset names it and every
 //   other slot is empty; each virtual granule's user count and chunk mask equal the count and the union of
-//   the chunks of the in-use blocks touching it; a virtual granule with users is mapped; a mapped virtual
-//   granule is on the mapping list of a committed physical granule and of no other; the masks of a
-//   physical granule's mappings are pairwise disjoint and their union is its mask; its user count is the
-//   number of its mappings with users; it is cached (on the list, which is consistent) iff it has no users,
-//   and on the partial lists of its free bottom and top chunk counts iff it has users and a free end;
-//   uncommitted physical granules have no mappings and are on the free list; committed_bytes ==
-//   granularity x committed physical granules <= limit_bytes; the in-use and requested sums equal the sums
-//   over in-use blocks.
+//   the chunks of the in-use blocks touching it (no chunks without sharing); a virtual granule with users is
+//   mapped; a mapped virtual granule is on the mapping list of a committed physical granule and of no other;
+//   the masks of a physical granule's mappings are pairwise disjoint and their union is its mask; its user
+//   count is the number of its mappings with users; it is cached (on the list, which is consistent) iff it
+//   has no users, and on the partial lists of its free bottom and top chunk counts iff sharing is on, it has
+//   users and a free end; uncommitted physical granules have no mappings and are on the free list;
+//   committed_bytes == granularity x committed physical granules <= limit_bytes; the in-use and requested
+//   sums equal the sums over in-use blocks.
 //
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
 // upstream_allocs/frees = physical granules created/released, largest_free_block = the longest run of mapped
@@ -82,6 +82,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,10 +103,11 @@ struct ArenaOptions {
   // call (latency stays in BFC's league), and harmless to the peak, since cached granules are given back
   // before committed bytes rise above their high-water mark. Lower it to hand idle memory back sooner.
   std::size_t release_threshold = std::size_t{64} << 20;
-  // Lets one physical granule back several virtual granules whose in-use blocks touch disjoint chunks of it
-  // (less memory under fragmenting patterns, at the cost of more placement work and remapping system calls).
-  // Off: each virtual granule with users has a physical granule of its own, as without sharing.
-  bool share_granules = true;
+  // Lets one physical granule back several virtual granules whose in-use blocks touch disjoint chunks of it:
+  // less memory under fragmenting patterns (random sizes), at the cost of placement work on every request
+  // and remapping system calls (docs/memory.md has the trade-off), hence opt-in. Off: each virtual granule
+  // with users has a physical granule of its own.
+  bool share_granules = false;
 };
 
 class ExpandableArena final : public MemoryResource {
@@ -134,6 +136,11 @@ class ExpandableArena final : public MemoryResource {
   [[nodiscard]] std::string check_invariants() const;
 
   static constexpr std::size_t kBlockAlignment = kDefaultAlignment;
+
+  // Every block is its request rounded up to kBlockAlignment: a remainder is always a block of its own.
+  std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override {
+    return round_up(bytes, kBlockAlignment);
+  }
 
  private:
   struct Block {
@@ -269,8 +276,10 @@ class ExpandableArena final : public MemoryResource {
   // Granule invariants, given each virtual granule's users and chunk mask recounted from the blocks.
   std::string check_granules(const std::vector<std::uint32_t>& users, const std::vector<std::uint64_t>& masks) const;
   // Granule sharing (expandable_arena_granules.cpp).
-  // The chunks of `granule` that [offset, end) touches.
+  // The chunks of `granule` that [offset, end) touches; none without sharing, where no decision reads chunks
+  // (a granule with users keeps its physical granule, one without takes a fresh one), so masks stay 0.
   std::uint64_t piece_mask(std::size_t granule, std::size_t offset, std::size_t end) const noexcept {
+    if (!options_.share_granules) return 0;
     const std::size_t start = granule * granularity_;
     const std::size_t low = (std::max(offset, start) - start) >> chunk_shift_;
     const std::size_t high =

@@ -46,6 +46,9 @@ struct MemoryConfig {
   std::optional<double> split_fraction;        // BFC: split threshold = split_fraction x budget, in (0, 1]
                                                // (TensorFlow's fragmentation_fraction); exclusive with
                                                // split_threshold
+  bool share_granules = false;                 // expandable: physical granules shared between virtual ones
+                                               // (ArenaOptions::share_granules: less memory under random
+                                               // sizes, slower requests); the other allocators ignore it
   bool tracking = true;                        // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
   // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by

@@ -65,15 +65,20 @@ struct BfcGrowSubject {
   static constexpr const char* kName = "bfc_grow";
   static Subject make() { return {nullptr, make_bfc(GrowthPolicy::grow), kSubjectCapacity}; }
 };
-struct ExpandableSubject {
-  static constexpr const char* kName = "expandable";
+// The expandable arena as configured by default, and with physical granules shared (ArenaOptions).
+template <bool kShareGranules>
+struct ExpandableSubjectOf {
+  static constexpr const char* kName = kShareGranules ? "expandable_shared" : "expandable";
   static Subject make() {
     ArenaOptions options;
     options.limit_bytes = kSubjectCapacity;
+    options.share_granules = kShareGranules;
     return {nullptr, std::make_unique<ExpandableArena>(std::make_unique<SimDeviceMemory>(kSubjectCapacity), options),
             kSubjectCapacity};
   }
 };
+using ExpandableSubject = ExpandableSubjectOf<false>;
+using ExpandableSharedSubject = ExpandableSubjectOf<true>;
 struct LimitingSubject {
   static constexpr const char* kName = "limiting(host)";
   static Subject make() {
