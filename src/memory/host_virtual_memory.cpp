@@ -90,6 +90,14 @@ void HostVirtualMemory::take(std::size_t bytes) {
   }
 }
 
+void HostVirtualMemory::refuse(std::size_t bytes, std::size_t taken, const std::string& detail) {
+  committed_.fetch_sub(taken, std::memory_order_relaxed);
+  const std::size_t now = committed_.load(std::memory_order_relaxed);
+  auto report = OutOfMemoryReport::for_request(name_, bytes, bytes, {}, capacity_, now, now);
+  report.detail = name_ + ": " + detail;
+  throw OutOfMemoryError(std::move(report));
+}
+
 void HostVirtualMemory::raise_peak(std::size_t now) noexcept {
   std::size_t peak = peak_committed_.load(std::memory_order_relaxed);
   while (now > peak && !peak_committed_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
@@ -100,12 +108,9 @@ void HostVirtualMemory::commit(void* ptr, std::size_t bytes) {
   take(bytes);
   if (mprotect(ptr, bytes, PROT_READ | PROT_WRITE) != 0) {
     const int error_number = errno;
-    committed_.fetch_sub(bytes, std::memory_order_relaxed);
-    const std::size_t now_committed = committed_.load(std::memory_order_relaxed);
-    auto report = OutOfMemoryReport::for_request(name_, bytes, bytes, {}, capacity_, now_committed, now_committed);
-    report.detail = name_ + ": the OS refused to commit " + format_bytes(bytes) +
-                    " (mprotect: " + std::strerror(error_number) + "); check vm.max_map_count and the memory available";
-    throw OutOfMemoryError(std::move(report));
+    refuse(bytes, bytes,
+           "the OS refused to commit " + format_bytes(bytes) + " (mprotect: " + std::strerror(error_number) +
+               "); check vm.max_map_count and the memory available");
   }
   raise_peak(committed_.load(std::memory_order_relaxed));
 }
@@ -136,12 +141,9 @@ VirtualMemory::PhysicalHandle HostVirtualMemory::create_physical() {
       const std::size_t grown = std::max((handle + 1) * granularity_, 2 * file_bytes_);
       if (ftruncate(memfd_, static_cast<off_t>(grown)) != 0) {
         const int error_number = errno;
-        committed_.fetch_sub(granularity_, std::memory_order_relaxed);
-        const std::size_t now = committed_.load(std::memory_order_relaxed);
-        auto report = OutOfMemoryReport::for_request(name_, granularity_, granularity_, {}, capacity_, now, now);
-        report.detail = name_ + ": growing the physical granules' memfd to " + format_bytes(grown) +
-                        " failed (ftruncate: " + std::strerror(error_number) + ")";
-        throw OutOfMemoryError(std::move(report));
+        refuse(granularity_, granularity_,
+               "growing the physical granules' memfd to " + format_bytes(grown) +
+                   " failed (ftruncate: " + std::strerror(error_number) + ")");
       }
       file_bytes_ = grown;
     }
@@ -166,11 +168,9 @@ void HostVirtualMemory::map(void* ptr, PhysicalHandle handle) {
   if (mmap(ptr, granularity_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd_,
            static_cast<off_t>(handle * granularity_)) == MAP_FAILED) {
     const int error_number = errno;
-    const std::size_t now = committed_.load(std::memory_order_relaxed);
-    auto report = OutOfMemoryReport::for_request(name_, granularity_, granularity_, {}, capacity_, now, now);
-    report.detail = name_ + ": the OS refused to map a physical granule (mmap: " + std::strerror(error_number) +
-                    "); check vm.max_map_count and the memory available";
-    throw OutOfMemoryError(std::move(report));
+    refuse(granularity_, 0,
+           std::string("the OS refused to map a physical granule (mmap: ") + std::strerror(error_number) +
+               "); check vm.max_map_count and the memory available");
   }
 }
 

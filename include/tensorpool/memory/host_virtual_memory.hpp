@@ -57,6 +57,9 @@ class HostVirtualMemory final : public VirtualMemory {
  private:
   // Counts `bytes` as committed, or throws tp::OutOfMemoryError naming the capacity.
   void take(std::size_t bytes);
+  // The OS refused a request of `bytes`: gives back the `taken` bytes it counted (take()), then throws
+  // tp::OutOfMemoryError with `detail` (after this source's name) and what stays committed.
+  [[noreturn]] void refuse(std::size_t bytes, std::size_t taken, const std::string& detail);
   void raise_peak(std::size_t now) noexcept;
 
   const std::optional<std::size_t> capacity_;
