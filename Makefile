@@ -59,6 +59,8 @@ bench: build
 	@$(BUILD_DIR)/bench/tp_collective_bench
 	@mpirun --allow-run-as-root --oversubscribe -np 2 $(BUILD_DIR)/bench/tp_collective_bench
 	@python3 bench/memory/reserved_vs_plan.py --cli $(BUILD_DIR)/bin/tensorpool
+	@python3 bench/peers/compare_peers.py --tensorpool $(BUILD_DIR)/bin/tensorpool \
+	  --kernel-bench $(BUILD_DIR)/bench/tp_kernel_bench
 
 # The sanitizer builds: line tables (-g1) are all a sanitizer report needs to name file and line, and full
 # debug info only makes their objects bigger and their compiles and links slower. Their library is a unity
