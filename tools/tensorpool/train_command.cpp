@@ -85,7 +85,8 @@ std::string gemm_shape_name(const device::GemmChoice& choice) {
 }
 
 // "GEMM auto: onednn for N of M shape classes (one thread; m x n x k): 32x512x784 onednn X vs Y GFLOP/s, ...":
-// per class, the first shape met, the library chosen, its rate and the other's.
+// per class, the first shape met, the library chosen, its rate and the other's. Only for a run that made
+// choices: one whose devices compute their own GEMMs (opencl) makes none and prints no line.
 std::string gemm_choices_line(const std::vector<device::GemmChoice>& choices) {
   const auto onednn = std::count_if(choices.begin(), choices.end(),
                                     [](const device::GemmChoice& choice) { return choice.library == "onednn"; });
@@ -98,7 +99,7 @@ std::string gemm_choices_line(const std::vector<device::GemmChoice>& choices) {
                         chose_onednn ? choice.onednn_gflops : choice.openblas_gflops,
                         chose_onednn ? choice.openblas_gflops : choice.onednn_gflops);
   }
-  return line + (choices.empty() ? "\n" : ")\n");
+  return line + ")\n";
 }
 
 nlohmann::json gemm_choices_json(const std::vector<device::GemmChoice>& choices) {
@@ -243,7 +244,7 @@ void run_train(const TrainArguments& arguments) {
   }
   // The CPU kernels' "auto" choices are process-wide: cpu:0 reports them for every cpu and sim device.
   const std::vector<device::GemmChoice> gemm_choices = manager.device("cpu:0").gemm_choices();
-  if (flags.gemm == "auto") std::cout << gemm_choices_line(gemm_choices);
+  if (flags.gemm == "auto" && !gemm_choices.empty()) std::cout << gemm_choices_line(gemm_choices);
   const std::vector<report::DeviceSummary> memory_report = report::memory_summary(manager, names, plan, model);
   std::cout << report::summary_text(memory_report);
   nlohmann::json devices = report::to_json(memory_report);
