@@ -43,6 +43,7 @@ Exit status: 0; 1 when a run failed (or, with --check, a target is missed); 77 (
 Fashion-MNIST files are missing. Standard library only. From the repository root:
 
   bench/peers/compare_peers.py --runs 5 --json /tmp/peers.json          # the measurement (minutes)
+  bench/peers/compare_peers.py --wait-load 0.5 --wait-max 900 --runs 5  # the same once the machine is quiet
   bench/peers/compare_peers.py --multi-worker --runs 5                  # and multi-worker against DDP
   bench/peers/compare_peers.py --quick                                  # every side once, 2000 examples
   bench/peers/compare_peers.py --peers none --runs 1 --limit-train 512  # ours only (the ctest smoke test)
@@ -575,6 +576,8 @@ def parse_arguments():
     ap.add_argument("--sgemm-gflops", type=float, help="use this one-core sgemm rate instead of measuring it")
     ap.add_argument("--sgemm-rounds", type=positive, help="rounds of tp_kernel_bench --sgemm-rate (default 7)")
     ap.add_argument("--skip-roofline", action="store_true", help="neither measure nor judge the roofline")
+    ap.add_argument("--wait-load", type=float, help="first wait for the 1-minute load average to fall below this")
+    ap.add_argument("--wait-max", type=positive, default=600, help="seconds to wait at most for --wait-load")
     ap.add_argument("--run-timeout", type=positive, default=1200, help="seconds before a run is killed")
     ap.add_argument("--json", help="write every run, the versions, the machine and the summary here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
@@ -630,6 +633,11 @@ def main():
         else:
             log(f"{args.kernel_bench} not built: no roofline (/tmp/tp-build tp_kernel_bench)")
 
+    if args.wait_load is not None:
+        deadline = time.monotonic() + args.wait_max
+        while os.getloadavg()[0] >= args.wait_load and time.monotonic() < deadline:
+            log(f"waiting: 1-minute load {os.getloadavg()[0]:.2f} >= {args.wait_load}")
+            time.sleep(10)
     started = datetime.now(timezone.utc)
     load_before = list(os.getloadavg())
     log(f"load average before: {' / '.join(f'{x:.2f}' for x in load_before)}")
