@@ -157,7 +157,7 @@ class Bench:
     def __init__(self, args, workdir):
         self.args = args
         self.workdir = workdir
-        self.runs_started = 0
+        self.ddp_runs = 0
         self.peer_data = None
         if args.limit_train:
             self.peer_data = cut_data(args.data, args.limit_train, os.path.join(workdir, "data"))
@@ -191,8 +191,8 @@ class Bench:
             # One more epoch than asked: the first traces and compiles, the figure is over the rest.
             return ([a.peers_python, os.path.join(a.peers_dir, "keras_mlp.py"), "--batch", str(batch), "--epochs",
                      str(a.epochs + 1)], env, None)
-        self.runs_started += 1
-        port = 29533 + self.runs_started % 400  # a fresh rendezvous port for every run: none left in TIME_WAIT
+        self.ddp_runs += 1
+        port = 29533 + self.ddp_runs % 400  # a fresh rendezvous port for every run: none left in TIME_WAIT
         return ([a.peers_python, os.path.join(a.peers_dir, "torch_ddp_mlp.py"), "--workers", "2", "--threads", "1",
                  "--batch", str(batch), "--epochs", epochs, "--port", str(port)], env, None)
 
