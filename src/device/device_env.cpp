@@ -97,6 +97,15 @@ std::vector<DeviceId> parse_visible_devices(std::string_view value) {
   return visible;
 }
 
+// The CPU kernels' float32 GEMM library (KernelOptions::gemm_library), the value a device starts with.
+std::string parse_gemm(std::string_view value) {
+  const std::string_view text = trim(value);
+  for (const std::string_view library : {"auto", "openblas", "onednn"}) {
+    if (text == library) return std::string(library);
+  }
+  bad_variable("TP_GEMM", value, "not a GEMM library", "auto, openblas or onednn");
+}
+
 }  // namespace
 
 void apply_device_env(DeviceManagerOptions& options, const memory::GetEnv& get_env) {
@@ -113,6 +122,9 @@ void apply_device_env(DeviceManagerOptions& options, const memory::GetEnv& get_e
   }
   if (const char* value = get_env("TP_VISIBLE_DEVICES"); value != nullptr) {
     updated.visible_devices = parse_visible_devices(value);
+  }
+  if (const char* value = get_env("TP_GEMM"); value != nullptr) {
+    updated.device_options.kernels.gemm_library = parse_gemm(value);
   }
   options = std::move(updated);
 }

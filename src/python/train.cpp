@@ -133,12 +133,11 @@ void compile(train::Sequential& model, const std::string& optimizer, double lear
   const train::Strategy spec = strategy.is_none() ? train::Strategy::one_device() : nb::cast<train::Strategy>(strategy);
   nb::gil_scoped_release release;
   model.compile(options, spec, {.name = "keras"});
-  // `tensorpool train`'s rule: each CPU kernel gets the cores divided between the replicas; the GEMM library
-  // chosen per shape by measurement ("auto").
+  // `tensorpool train`'s rule: each CPU kernel gets the cores divided between the replicas. The GEMM library
+  // stays the devices' own: "auto" (per shape, the faster one by measurement) unless TP_GEMM says otherwise.
   const auto cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const device::KernelOptions kernels{
-      .intra_op_threads = std::max(1, cores / static_cast<int>(std::max<std::size_t>(1, model.replicas()))),
-      .gemm_library = "auto"};
+      .intra_op_threads = std::max(1, cores / static_cast<int>(std::max<std::size_t>(1, model.replicas())))};
   device::DeviceManager& manager = *model.session().options().devices;
   manager.device("cpu:0").configure_kernels(kernels);
   for (const std::string& name : model.devices()) {

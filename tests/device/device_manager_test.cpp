@@ -63,9 +63,11 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 TEST(DeviceEnv, ReadsEachVariable) {
   DeviceManagerOptions options;
-  apply_device_env(
-      options,
-      env_of({{"TP_SIM_DEVICES", " 3 "}, {"TP_SIM_MEMORY", "512MiB"}, {"TP_VISIBLE_DEVICES", "sim:2, sim:0"}}));
+  apply_device_env(options, env_of({{"TP_SIM_DEVICES", " 3 "},
+                                    {"TP_SIM_MEMORY", "512MiB"},
+                                    {"TP_VISIBLE_DEVICES", "sim:2, sim:0"},
+                                    {"TP_GEMM", "openblas"}}));
+  EXPECT_EQ(options.device_options.kernels.gemm_library, "openblas");
   EXPECT_EQ(options.sim_devices, 3);
   EXPECT_EQ(options.sim_memory_bytes, 512 * kMiB);
   ASSERT_TRUE(options.visible_devices.has_value());
@@ -117,6 +119,9 @@ TEST(DeviceEnv, BadValuesNameTheVariableTheValueAndTheAcceptedForm) {
       {"TP_VISIBLE_DEVICES", "gpu:0"},
       {"TP_VISIBLE_DEVICES", "sim:-1"},
       {"TP_VISIBLE_DEVICES", "sim:1,sim:1"},
+      {"TP_GEMM", "mkl"},
+      {"TP_GEMM", ""},
+      {"TP_GEMM", "Auto"},
   };
   for (const Case& c : cases) {
     DeviceManagerOptions options = small_options(1);
@@ -129,6 +134,7 @@ TEST(DeviceEnv, BadValuesNameTheVariableTheValueAndTheAcceptedForm) {
     EXPECT_EQ(options.sim_devices, 1) << c.variable << "=" << c.value;
     EXPECT_EQ(options.sim_memory_bytes, 64 * kMiB);
     EXPECT_FALSE(options.visible_devices.has_value());
+    EXPECT_TRUE(options.device_options.kernels.gemm_library.empty());
   }
 }
 

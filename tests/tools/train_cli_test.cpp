@@ -191,7 +191,7 @@ TEST_F(TrainCli, MixedPrecisionRunReportsTheSplitAndRejectsUnknownPolicies) {
 CliRun run_clean(const std::string& arguments, const std::string& variables = "") {
   return run_cli(arguments,
                  "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
-                 "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION -u TP_OPENCL_DEVICES " +
+                 "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION -u TP_OPENCL_DEVICES -u TP_GEMM " +
                      variables);
 }
 
@@ -302,6 +302,23 @@ TEST_F(TrainCli, DeviceListsAndBatchSizesAreCheckedBeforeTraining) {
 }
 
 // Issue 18, item 4: --sim-memory applies when TP_SIM_DEVICES is set (it was ignored: this run trained in 1 GiB).
+// TP_GEMM gives the GEMM library when --gemm is not given; the flag overrides it; a bad value names the
+// variable and the choices.
+TEST_F(TrainCli, TpGemmSetsTheLibraryAndTheFlagOverridesIt) {
+  const std::string quick = "train --epochs 1 --limit-train 320 --strategy one --devices sim:0";
+  const CliRun from_environment = run_clean(quick, "TP_GEMM=onednn");
+  ASSERT_EQ(from_environment.exit_code, 0) << from_environment.output;
+  EXPECT_NE(from_environment.output.find(", gemm onednn\n"), std::string::npos) << from_environment.output;
+  EXPECT_EQ(from_environment.output.find("GEMM auto"), std::string::npos) << from_environment.output;
+  const CliRun flag = run_clean(quick + " --gemm openblas", "TP_GEMM=onednn");
+  ASSERT_EQ(flag.exit_code, 0) << flag.output;
+  EXPECT_NE(flag.output.find(", gemm openblas\n"), std::string::npos) << flag.output;
+  const CliRun bad = run_clean(quick, "TP_GEMM=mkl");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("TP_GEMM='mkl'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("auto, openblas or onednn"), std::string::npos) << bad.output;
+}
+
 TEST_F(TrainCli, SimMemoryFlagOverridesTheEnvironment) {
   const CliRun run = run_clean("train --epochs 1 --limit-train 640 --strategy one --devices sim:0 --sim-memory 2MiB",
                                "TP_SIM_DEVICES=1 TP_SIM_MEMORY=1GiB");

@@ -81,8 +81,7 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       .add_option("--gemm", arguments.gemm,
                   "float32 GEMM library: auto (per shape, the faster of the two on this machine, timed at its "
                   "first use) | openblas | onednn (the two differ in the last bits: pin one to reproduce bits "
-                  "across runs)")
-      ->capture_default_str()
+                  "across runs); overrides TP_GEMM (default: TP_GEMM, else auto)")
       ->check(one_of({"auto", "openblas", "onednn"}));
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
       ->capture_default_str();
@@ -303,6 +302,14 @@ std::vector<train::Dense> dense_layers(const std::string& hidden) {
   return layers;
 }
 
+std::string gemm_setting(const ModelArguments& arguments) {
+  if (!arguments.gemm.empty()) return arguments.gemm;
+  device::DeviceManagerOptions environment;
+  device::apply_device_env(environment, ::getenv);
+  const std::string& from_environment = environment.device_options.kernels.gemm_library;
+  return from_environment.empty() ? "auto" : from_environment;
+}
+
 std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, const ModelSetup& setup) {
   if (arguments.intra_op_threads < 0) TP_THROW(InvalidArgument, "cli", "--intra-op-threads must be >= 0");
   if (arguments.inter_op_threads < 0) TP_THROW(InvalidArgument, "cli", "--inter-op-threads must be >= 0");
@@ -319,7 +326,7 @@ std::unique_ptr<train::Sequential> build_mlp(const ModelArguments& arguments, co
                  setup.strategy,
                  {.name = "train",
                   .intra_op_threads = threads,
-                  .gemm_library = arguments.gemm,
+                  .gemm_library = gemm_setting(arguments),
                   .inter_op_threads = arguments.inter_op_threads});
   return model;
 }

@@ -33,7 +33,7 @@ struct ModelArguments {
   std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
   std::uint64_t seed = 42;
   int intra_op_threads = 0;         // 0: the cores divided between the devices
-  std::string gemm = "auto";        // the float32 GEMM library: auto | openblas | onednn
+  std::string gemm;                 // the float32 GEMM library: auto | openblas | onednn; empty: gemm_setting
   int inter_op_threads = 0;         // SessionOptions::inter_op_threads
   std::string ps_device = "cpu:0";  // parameter_server: where the variables and optimizer state live
   std::string max_staleness;        // parameter_server: the bound K >= 0; empty: unbounded
@@ -57,6 +57,9 @@ struct ModelSetup {
   device::Device& batch_device() const;
 };
 ModelSetup configure_model_devices(const ModelArguments& arguments, const char* command);
+
+// The run's float32 GEMM library, flag over environment: --gemm when given, else TP_GEMM, else "auto".
+std::string gemm_setting(const ModelArguments& arguments);
 
 // The hidden Dense relu layers ("512", "4096,4096"), then the Dense 10 softmax output; throws naming the flag.
 std::vector<train::Dense> dense_layers(const std::string& hidden);

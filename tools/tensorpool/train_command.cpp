@@ -133,6 +133,7 @@ void run_train(const TrainArguments& arguments) {
   const train::Strategy& strategy = setup.strategy;
   const train::DTypePolicy policy = train::DTypePolicy::from_name(flags.precision, "--precision");
   const train::DistributionStrategy& distribution = *setup.distribution;
+  const std::string gemm = gemm_setting(flags);  // --gemm, else TP_GEMM, else auto
   // A multi-worker job: rank 0 reports, writes checkpoints and the summary; the others train silently.
   const bool multi_worker = distribution.replicates_across_processes();
   // Parameter server: in-process workers, or under mpirun rank 0 serves and ranks 1.. work.
@@ -183,7 +184,7 @@ void run_train(const TrainArguments& arguments) {
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
       "strategy on {}{}, precision {}, gemm {}\n",
       train.size(), test.size(), load_seconds, flags.batch_size, flags.strategy,
-      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name(), flags.gemm);
+      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name(), gemm);
   std::cout << distribution.header_line(across_processes, workers);
   for (const runtime::DevicePlan& device_plan : plan.devices) {
     std::cout << fmt::format("  planned peak on {}: {} (variables {}, step arena {}, lower bound {})\n",
@@ -244,7 +245,7 @@ void run_train(const TrainArguments& arguments) {
   }
   // The CPU kernels' "auto" choices are process-wide: cpu:0 reports them for every cpu and sim device.
   const std::vector<device::GemmChoice> gemm_choices = manager.device("cpu:0").gemm_choices();
-  if (flags.gemm == "auto" && !gemm_choices.empty()) std::cout << gemm_choices_line(gemm_choices);
+  if (gemm == "auto" && !gemm_choices.empty()) std::cout << gemm_choices_line(gemm_choices);
   const std::vector<report::DeviceSummary> memory_report = report::memory_summary(manager, names, plan, model);
   std::cout << report::summary_text(memory_report);
   nlohmann::json devices = report::to_json(memory_report);
@@ -264,7 +265,7 @@ void run_train(const TrainArguments& arguments) {
         {"strategy", flags.strategy},
         {"shard", flags.shard},
         {"precision", std::string(policy.name())},
-        {"gemm", flags.gemm},
+        {"gemm", gemm},
         {"gemm_choices", gemm_choices_json(gemm_choices)},
         {"steps", result.steps},
         {"resumed_from_step", result.resumed_from_step},

@@ -111,7 +111,7 @@ class DeviceManager {
   DeviceManager& operator=(const DeviceManager&) = delete;
 
   // The process-wide manager, configured from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
-  // TP_VISIBLE_DEVICES and the memory overrides) at its first use.
+  // TP_VISIBLE_DEVICES, TP_GEMM and the memory overrides) at its first use.
   static DeviceManager& instance();
 
   // Configuration: each throws tp::InvalidArgument once devices exist, or naming the bad value (a count
@@ -151,7 +151,8 @@ class DeviceManager {
 // Reads TP_SIM_DEVICES (an integer in 0..kMaxSimDevices), TP_SIM_MEMORY (bytes >= 2MiB, e.g. "1GiB"),
 // TP_OPENCL_DEVICES (an integer in 0..kMaxOpenClDevices: DeviceManagerOptions::opencl_devices) and
 // TP_VISIBLE_DEVICES (a comma-separated list of device ids, spaces allowed; an empty value hides every
-// accelerator, as CUDA_VISIBLE_DEVICES="") into `options`; unset variables leave it as it is. A bad value
+// accelerator, as CUDA_VISIBLE_DEVICES="") and TP_GEMM (auto, openblas or onednn: the float32 GEMM library the
+// devices start with, DeviceOptions::kernels) into `options`; unset variables leave it as it is. A bad value
 // (malformed, out of range, an empty or duplicate list entry) throws tp::InvalidArgument naming the variable,
 // its value and the accepted form.
 void apply_device_env(DeviceManagerOptions& options, const memory::GetEnv& get_env = ::getenv);
