@@ -89,7 +89,8 @@ TEST_F(CliMessages, ChoicesNameTheFlagTheValueAndTheChoices) {
       {"replay --allocator tlsf", "--allocator: 'tlsf' is not one of bfc, bfc-grow, expandable, system, all"},
       {"estimate --bfc-split 2x", "--bfc-split: '2x' is not one of exact, tensorflow"},
       {"replay --bfc-split tf", "--bfc-split: 'tf' is not one of exact, tensorflow"},
-      {"trace generate --kind x", "--kind: 'x' is not one of random, training, varying_shape, all"},
+      {"trace generate --kind x",
+       "--kind: 'x' is not one of random, training, varying_shape, llm_serving, growing_batch, all"},
   });
 }
 

@@ -213,7 +213,7 @@ TEST_F(ReplayCli, GenerateAllRefusesAFileAsItsOutput) {
   EXPECT_TRUE(fs::is_regular_file(existing));
   const CliRun directory = run("trace generate --kind all --seed 2 --output " + path("traces"));
   ASSERT_EQ(directory.exit_code, 0) << directory.output;
-  for (const char* kind : {"random", "training", "varying_shape"}) {
+  for (const char* kind : {"random", "training", "varying_shape", "llm_serving", "growing_batch"}) {
     EXPECT_TRUE(fs::is_regular_file(directory_ / "traces" / (std::string(kind) + ".csv"))) << kind;
   }
 }

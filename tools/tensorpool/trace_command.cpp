@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// tensorpool trace generate --kind random|training|varying_shape|all --output PATH [--seed N]
+// tensorpool trace generate --kind random|training|varying_shape|llm_serving|growing_batch|all --output PATH
+//                          [--seed N]
 // One kind writes one file (PATH, or PATH/KIND.csv when PATH is a directory); --kind all writes KIND.csv for
 // each kind into the directory PATH, created if missing, and refuses a PATH that is a file or is named like
 // one (*.csv) rather than make a directory of that name.
@@ -46,8 +47,8 @@ void run_generate(const GenerateArguments& arguments) {
     const bool is_file = std::filesystem::exists(output) && !std::filesystem::is_directory(output);
     if (is_file || output.extension() == ".csv") {
       TP_THROW(InvalidArgument, "trace", "--output '", arguments.output, "' ", is_file ? "is a file" : "names a file",
-               "; --kind all writes one file per kind (random.csv, training.csv, varying_shape.csv) into a "
-               "directory: pass a directory, or one --kind to write one file");
+               "; --kind all writes one file per kind (KIND.csv) into a directory: pass a directory, or one ",
+               "--kind to write one file");
     }
   }
   if (to_directory) {
@@ -72,12 +73,14 @@ void run_generate(const GenerateArguments& arguments) {
 void add_trace_command(CLI::App& app) {
   CLI::App* trace = app.add_subcommand("trace", "Allocation trace utilities");
   trace->require_subcommand(1);
-  CLI::App* generate = trace->add_subcommand(
-      "generate", "Write the synthetic traces (random, training, varying_shape) used by tests and benchmarks");
-  auto arguments = std::make_shared<GenerateArguments>();
   std::vector<std::string> kinds = memory::trace_kinds();
+  std::string listed;
+  for (const std::string& kind : kinds) listed += (listed.empty() ? "" : ", ") + kind;
+  CLI::App* generate = trace->add_subcommand(
+      "generate", fmt::format("Write the synthetic traces ({}) used by tests and benchmarks", listed));
+  auto arguments = std::make_shared<GenerateArguments>();
   kinds.emplace_back("all");
-  generate->add_option("--kind", arguments->kind, "random | training | varying_shape | all (default: all)")
+  generate->add_option("--kind", arguments->kind, fmt::format("{}, or all (default: all)", listed))
       ->check(one_of(kinds));
   generate->add_option("--output", arguments->output,
                        "file to write (a directory: KIND.csv in it), or the directory for --kind all, where each kind "

@@ -11,6 +11,17 @@
 //     each update (set_to_none). A second thread (the data loader) prefetches each next batch.
 //   - varying_shape: the same model, but batch and sequence length change every step, so every activation
 //     size changes too: the pattern that fragments best-fit allocators.
+//   - llm_serving: a decoder-only model serving requests of random prompt and generated lengths. The weights
+//     are allocated first and stay live. Up to max_concurrent requests run at once: a request's prefill
+//     allocates its prompt ids and a KV cache of whole blocks of kv_block_tokens tokens, runs its prompt
+//     through the layers (activations freed as soon as the next layer has read them); then one decode step
+//     per token for the whole batch of running requests allocates and frees that step's activations (their
+//     sizes follow the batch and its longest request); a full cache is reallocated one block larger (new
+//     first, then the old freed, as a copy needs); a finished request frees its cache and ids. Request r's
+//     prefill, cache and frees run on thread r mod threads; decode steps on thread 0.
+//   - growing_batch: the training model with a batch-size ramp: the batch doubles every steps_per_doubling
+//     steps from initial_batch up to max_batch, so every activation grows: the pattern that defeats caches
+//     sized for the first steps. A second thread (the data loader) prefetches each next batch.
 // Pointers are synthetic (0x7f0000000000 upwards, 256-byte aligned, never reused); Time is integer ns.
 
 #include <cstddef>
@@ -62,12 +73,42 @@ struct VaryingShapeTraceOptions {
   std::size_t max_tokens = 1024;  // batch * sequence is redrawn until it fits
 };
 
+// Decoder-only model served by llm_serving (float32, KV cache of 2 x layers x hidden floats per token).
+struct LlmServingTraceOptions {
+  std::uint64_t seed = 1;
+  ModelOptions model{.layers = 4, .hidden = 768, .heads = 12, .vocabulary = 8192, .max_sequence = 1024};
+  std::size_t requests = 48;
+  std::size_t max_concurrent = 8;  // requests decoded together at most
+  std::size_t min_prompt = 16;
+  std::size_t max_prompt = 512;
+  std::size_t min_generated = 16;
+  std::size_t max_generated = 256;   // max_prompt + max_generated <= model.max_sequence
+  std::size_t kv_block_tokens = 32;  // a full KV cache grows by this many tokens
+  std::size_t threads = 2;           // request r runs its prefill and cache on thread r mod threads
+};
+
+struct GrowingBatchTraceOptions {
+  std::uint64_t seed = 1;
+  std::size_t steps = 40;
+  ModelOptions model;
+  std::size_t sequence = 128;
+  std::size_t initial_batch = 1;
+  std::size_t max_batch = 8;
+  std::size_t steps_per_doubling = 10;
+};
+
+// The batch of step `step` (from 0) under `options`' schedule: initial_batch doubled once per
+// steps_per_doubling steps, capped at max_batch.
+[[nodiscard]] std::size_t growing_batch_at(const GrowingBatchTraceOptions& options, std::size_t step) noexcept;
+
 [[nodiscard]] Trace generate_random_trace(const RandomTraceOptions& options = {});
 [[nodiscard]] Trace generate_training_trace(const TrainingTraceOptions& options = {});
 [[nodiscard]] Trace generate_varying_shape_trace(const VaryingShapeTraceOptions& options = {});
+[[nodiscard]] Trace generate_llm_serving_trace(const LlmServingTraceOptions& options = {});
+[[nodiscard]] Trace generate_growing_batch_trace(const GrowingBatchTraceOptions& options = {});
 
-// The bundled trace kinds by name: "random", "training", "varying_shape", each with default options and the
-// given seed. Throws tp::InvalidArgument for another name, listing these.
+// The bundled trace kinds by name: "random", "training", "varying_shape", "llm_serving", "growing_batch", each
+// with default options and the given seed. Throws tp::InvalidArgument for another name, listing these.
 [[nodiscard]] Trace generate_trace(std::string_view kind, std::uint64_t seed = 1);
 [[nodiscard]] std::vector<std::string> trace_kinds();
 
