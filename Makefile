@@ -51,7 +51,8 @@ test: build
 	@cd $(BUILD_DIR) && POCL_CACHE_DIR=$(POCL_CACHE_DIR) ctest -j $(JOBS) --output-on-failure --timeout 600
 
 bench: build
-	@$(BUILD_DIR)/bench/tp_replay_bench --traces bench/traces/data
+	@$(BUILD_DIR)/bench/tp_replay_bench --traces bench/traces/data --trace random --trace training \
+		--trace varying_shape --trace llm_serving --trace growing_batch
 	@$(BUILD_DIR)/bench/tp_kernel_bench
 	@$(BUILD_DIR)/bench/tp_kernel_bench --half-gemm
 	@$(BUILD_DIR)/bench/tp_planner_bench
