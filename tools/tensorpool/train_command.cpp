@@ -84,7 +84,7 @@ std::string gemm_shape_name(const device::GemmChoice& choice) {
                      choice.transpose_b ? " B^T" : "");
 }
 
-// "GEMM auto: onednn for N of M shape classes (one thread; m x n x k): 32x512x784 onednn X vs Y GFLOP/s, ...":
+// "GEMM auto: onednn for N of M shape classes; one thread, m x n x k: 32x512x784 onednn X vs Y GFLOP/s, ...":
 // per class, the first shape met, the library chosen, its rate and the other's. Only for a run that made
 // choices: one whose devices compute their own GEMMs (opencl) makes none and prints no line.
 std::string gemm_choices_line(const std::vector<device::GemmChoice>& choices) {
@@ -94,12 +94,12 @@ std::string gemm_choices_line(const std::vector<device::GemmChoice>& choices) {
   for (std::size_t i = 0; i < choices.size(); ++i) {
     const device::GemmChoice& choice = choices[i];
     const bool chose_onednn = choice.library == "onednn";
-    line += fmt::format("{}{} {} {:.1f} vs {:.1f} GFLOP/s", i == 0 ? " (one thread; m x n x k): " : ", ",
+    line += fmt::format("{}{} {} {:.1f} vs {:.1f} GFLOP/s", i == 0 ? "; one thread, m x n x k: " : ", ",
                         gemm_shape_name(choice), choice.library,
                         chose_onednn ? choice.onednn_gflops : choice.openblas_gflops,
                         chose_onednn ? choice.openblas_gflops : choice.onednn_gflops);
   }
-  return line + ")\n";
+  return line + "\n";
 }
 
 nlohmann::json gemm_choices_json(const std::vector<device::GemmChoice>& choices) {
