@@ -262,6 +262,13 @@ void DeviceManager::set_sim_devices(int count, std::size_t memory_bytes) {
   options_.sim_memory_bytes = memory_bytes;
 }
 
+void DeviceManager::set_opencl_devices(std::optional<int> count) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the opencl devices");
+  validate_opencl_devices(count);
+  options_.opencl_devices = count;
+}
+
 void DeviceManager::set_visible_devices(std::vector<DeviceId> visible) {
   const std::lock_guard lock(mutex_);
   check_not_initialised("the visible devices");

@@ -391,6 +391,7 @@ TEST(DeviceManager, ConfigurationAfterFirstUseFails) {
   };
   const Case cases[] = {
       {[&] { manager.set_sim_devices(1, 32 * kMiB); }, "the simulated devices"},
+      {[&] { manager.set_opencl_devices(0); }, "the opencl devices"},
       {[&] { manager.set_visible_devices({sim(0)}); }, "the visible devices"},
       {[&] { manager.set_logical_devices(sim(0), {{kMiB}}); }, "the logical devices of sim:0"},
       {[&] { manager.set_memory_config(sim(0), {}); }, "the memory config of sim:0"},
@@ -411,6 +412,9 @@ TEST(DeviceManager, BadConfigurationValuesAreRejected) {
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_sim_devices(65, kGiB); }), "sim_devices = 65"));
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_sim_devices(-1, kGiB); }), "sim_devices = -1"));
   EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_sim_devices(1, kKiB); }), "sim_memory_bytes"));
+  EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_opencl_devices(kMaxOpenClDevices + 1); }),
+                       "opencl_devices = " + std::to_string(kMaxOpenClDevices + 1)));
+  EXPECT_TRUE(contains(invalid_argument_message([&] { manager.set_opencl_devices(-1); }), "opencl_devices = -1"));
   EXPECT_TRUE(
       contains(invalid_argument_message([&] { manager.set_device_options({.num_streams = 0}); }), "num_streams"));
   memory::MemoryConfig both;

@@ -195,6 +195,37 @@ CliRun run_clean(const std::string& arguments, const std::string& variables = ""
                      variables);
 }
 
+// The lines in which the dynamic loader (LD_DEBUG=files) reports a library that the OpenCL ICD loader opened:
+// the OpenCL driver.
+std::size_t opencl_driver_loads(const std::string& output) {
+  std::size_t count = 0;
+  std::size_t line_start = 0;
+  while (line_start < output.size()) {
+    const std::size_t line_end = std::min(output.find('\n', line_start), output.size());
+    const std::string_view line(output.data() + line_start, line_end - line_start);
+    if (line.find("dynamically loaded by") != std::string_view::npos &&
+        line.find("libOpenCL") != std::string_view::npos) {
+      ++count;
+    }
+    line_start = line_end + 1;
+  }
+  return count;
+}
+
+TEST_F(TrainCli, ARunWithoutOpenClDevicesLeavesTheOpenClDriverUnloaded) {
+  const CliRun listing = run_clean("devices", "LD_DEBUG=files");
+  ASSERT_EQ(listing.exit_code, 0) << listing.output;
+  if (opencl_driver_loads(listing.output) == 0) GTEST_SKIP() << "no OpenCL driver is installed here to stay unloaded";
+  const CliRun sim = run_clean("train --epochs 1 --limit-train 64 --strategy one --devices sim:0", "LD_DEBUG=files");
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  EXPECT_EQ(opencl_driver_loads(sim.output), 0u);
+  // TP_OPENCL_DEVICES asks for the opencl devices: the driver is loaded even though the run uses none.
+  const CliRun asked = run_clean("train --epochs 1 --limit-train 64 --strategy one --devices sim:0",
+                                 "TP_OPENCL_DEVICES=1 LD_DEBUG=files");
+  ASSERT_EQ(asked.exit_code, 0) << asked.output;
+  EXPECT_GT(opencl_driver_loads(asked.output), 0u);
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::string text;

@@ -187,6 +187,21 @@ void configure_sim_devices(device::DeviceManager& manager, const ModelArguments&
   manager.set_sim_devices(count, memory_bytes);
 }
 
+// The OpenCL driver is loaded only for a run that can use an opencl device: one that names one, or sets
+// TP_OPENCL_DEVICES or a TP_VISIBLE_DEVICES list with one. Any other run plans none, so it does not map the
+// driver (PoCL brings LLVM) into the process.
+void configure_opencl_devices(device::DeviceManager& manager, const std::vector<std::string>& used) {
+  const char* visible = std::getenv("TP_VISIBLE_DEVICES");
+  if (std::getenv("TP_OPENCL_DEVICES") != nullptr ||
+      (visible != nullptr && std::string_view(visible).find("opencl") != std::string_view::npos)) {
+    return;
+  }
+  const bool uses_opencl = std::any_of(used.begin(), used.end(), [](const std::string& name) {
+    return device::parse_device_id(name, "--devices entry").kind == device::DeviceKind::opencl;
+  });
+  if (!uses_opencl) manager.set_opencl_devices(0);
+}
+
 // Each device the run uses must exist; the error names the missing one, the devices this process has, and
 // the setting that would provide it.
 void check_devices_exist(const device::DeviceManager& manager, const ModelSetup& setup, const char* command) {
@@ -269,6 +284,7 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   }
   device::DeviceManager& manager = device::DeviceManager::instance();
   configure_sim_devices(manager, arguments, setup.used_devices(), command);
+  configure_opencl_devices(manager, setup.used_devices());
   check_devices_exist(manager, setup, command);
   for (const std::string& name : setup.used_devices()) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");

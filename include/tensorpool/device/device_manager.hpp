@@ -115,9 +115,13 @@ class DeviceManager {
   static DeviceManager& instance();
 
   // Configuration: each throws tp::InvalidArgument once devices exist, or naming the bad value (a count
-  // outside 0..kMaxSimDevices, memory below kMinSimMemoryBytes, a duplicate visible entry, an empty split or
+  // outside 0..kMaxSimDevices or 0..kMaxOpenClDevices, memory below kMinSimMemoryBytes, a duplicate visible entry, an empty split or
   // a zero limit).
   void set_sim_devices(int count, std::size_t memory_bytes);
+  // How many opencl devices to plan (DeviceManagerOptions::opencl_devices; std::nullopt: one per device the
+  // ICD loader reports). 0 keeps the OpenCL driver unloaded: a run that uses no opencl device then does not
+  // pay for the driver (PoCL maps LLVM into the process).
+  void set_opencl_devices(std::optional<int> count);
   void set_visible_devices(std::vector<DeviceId> visible);
   void set_logical_devices(DeviceId visible_device, std::vector<LogicalDeviceConfig> logical);
   void set_memory_config(DeviceId device, memory::MemoryConfig config);
