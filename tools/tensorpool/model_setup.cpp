@@ -191,15 +191,15 @@ void configure_sim_devices(device::DeviceManager& manager, const ModelArguments&
 // TP_OPENCL_DEVICES or a TP_VISIBLE_DEVICES list with one. Any other run plans none, so it does not map the
 // driver (PoCL brings LLVM) into the process.
 void configure_opencl_devices(device::DeviceManager& manager, const std::vector<std::string>& used) {
-  const char* visible = std::getenv("TP_VISIBLE_DEVICES");
-  if (std::getenv("TP_OPENCL_DEVICES") != nullptr ||
-      (visible != nullptr && std::string_view(visible).find("opencl") != std::string_view::npos)) {
-    return;
-  }
-  const bool uses_opencl = std::any_of(used.begin(), used.end(), [](const std::string& name) {
-    return device::parse_device_id(name, "--devices entry").kind == device::DeviceKind::opencl;
+  device::DeviceManagerOptions environment;
+  device::apply_device_env(environment, ::getenv);
+  const auto is_opencl = [](const device::DeviceId& id) { return id.kind == device::DeviceKind::opencl; };
+  const bool visible_opencl = environment.visible_devices && std::any_of(environment.visible_devices->begin(),
+                                                                         environment.visible_devices->end(), is_opencl);
+  const bool used_opencl = std::any_of(used.begin(), used.end(), [&](const std::string& name) {
+    return is_opencl(device::parse_device_id(name, "--devices entry"));
   });
-  if (!uses_opencl) manager.set_opencl_devices(0);
+  if (!environment.opencl_devices && !visible_opencl && !used_opencl) manager.set_opencl_devices(0);
 }
 
 // Each device the run uses must exist; the error names the missing one, the devices this process has, and
