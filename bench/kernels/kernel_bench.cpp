@@ -8,7 +8,7 @@
 //   Copy: Device::copy_from_host + stream synchronize into a sim device (staged through pinned memory) against
 //   one memcpy of the same size between host buffers.
 //
-// --sgemm-rate prints instead one JSON line, the roofline input of bench/peers/compare_torch.py: the
+// --sgemm-rate prints instead one JSON line, the roofline input of bench/peers/compare_peers.py: the
 // single-threaded (openblas_set_num_threads(1)) raw cblas_sgemm rate (--library onednn: oneDNN's dnnl_sgemm
 // on one OpenMP thread) over the GEMMs of one MLP training step
 // (784-512-10; forward 2 GEMMs, layer-2 input gradient, both weight gradients) at batch 32 and 128, weighted
@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
   app.add_flag("--sgemm-rate", sgemm_rate_only,
                "print only one JSON line: the single-threaded raw cblas_sgemm rate over the MLP training GEMMs "
                "at batch 32 and 128 (FLOP-weighted, median of --rounds), the roofline input of "
-               "bench/peers/compare_torch.py");
+               "bench/peers/compare_peers.py");
   std::string library = "openblas";
   app.add_option("--library", library, "--sgemm-rate: the library timed, openblas (cblas_sgemm) or onednn (dnnl_sgemm)")
       ->capture_default_str()
