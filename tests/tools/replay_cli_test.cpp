@@ -124,6 +124,31 @@ TEST_F(ReplayCli, BfcSplitExactServesWhatTensorFlowsRuleRefuses) {
   EXPECT_EQ(lines(refused.output), 1) << refused.output;
 }
 
+// --share-granules reaches the expandable row's arena (and only it), and is refused without an expandable row.
+TEST_F(ReplayCli, ShareGranulesSetsTheExpandableRowOnly) {
+  const std::string base = "replay --trace " + path("good.csv");
+  for (const auto& [flags, shared] : {std::pair<std::string, bool>{"", false}, {" --share-granules", true}}) {
+    const CliRun result = run(base + " --allocator all --json" + flags);
+    ASSERT_EQ(result.exit_code, 0) << flags << "\n" << result.output;
+    for (const nlohmann::json& row : nlohmann::json::parse(result.output)["results"]) {
+      if (row["allocator"] == "expandable") {
+        EXPECT_EQ(row["share_granules"], shared) << flags;
+      } else {
+        EXPECT_FALSE(row.contains("share_granules")) << row.dump();
+      }
+    }
+  }
+  const CliRun table = run(base + " --allocator expandable --share-granules");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("expandable (shared granules)"), std::string::npos) << table.output;
+  const CliRun refused = run(base + " --allocator bfc --share-granules");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--share-granules applies to --allocator expandable or all, not bfc"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(lines(refused.output), 1) << refused.output;
+}
+
 TEST_F(ReplayCli, SmallCapacityReportsOomsNotAnError) {
   const CliRun result = run("replay --trace " + path("good.csv") + " --allocator system --capacity 3MiB --json");
   ASSERT_EQ(result.exit_code, 0) << result.output;

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
-//                   [--find-min-capacity] [--repeat N] [--bfc-split exact|tensorflow]
+//                   [--find-min-capacity] [--repeat N] [--bfc-split exact|tensorflow] [--share-granules]
 // Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
 // offline planner's heap next to the lower bound. --bfc-split sets the split policy of the bfc and bfc-grow
-// rows (TensorFlow's rule by default). Bad input throws tp::InvalidArgument / tp::DataError,
+// rows (TensorFlow's rule by default); --share-granules lets the expandable row's arena share physical granules
+// between virtual ones (MemoryConfig::share_granules, off by default). Bad input throws tp::InvalidArgument / tp::DataError,
 // which main() turns into exit code 2 and a one-line message. Out of memory under pressure (live allocations
 // fill a small --capacity) is the measurement, counted in the OOMs column; an allocation that no freeing could
 // serve (a fresh, empty device refuses it too: it exceeds the capacity, or the host cannot back it) means the
@@ -43,23 +44,31 @@ struct ReplayArguments {
   std::string bfc_split;  // exact | tensorflow; empty: tensorflow
   bool json = false;
   bool find_min_capacity = false;
+  bool share_granules = false;
 };
 
-// The stack one replay runs on: the allocator's replay configuration with the chosen BFC split policy.
+// The stack one replay runs on: the allocator's replay configuration with the chosen BFC split policy and,
+// for the expandable arena, granule sharing.
 struct ReplayStack {
   memory::ReplayAllocator allocator;
   memory::BfcSplit split;
+  bool share_granules = false;
 
   bool is_bfc() const { return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::bfc; }
+  bool is_expandable() const {
+    return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::expandable;
+  }
   std::unique_ptr<memory::MemoryStack> make(std::size_t capacity) const {
     memory::MemoryConfig config = memory::replay_memory_config(allocator);
     config.bfc_split = split;
+    config.share_granules = share_granules && is_expandable();
     return memory::make_sim_device_memory_stack(config, capacity);
   }
   // The row's name: the allocator's, with the split policy when it is not TensorFlow's ("bfc (exact)").
   std::string label() const {
     std::string text(memory::to_string(allocator));
     if (is_bfc() && split != memory::BfcSplit::tensorflow) text += fmt::format(" ({})", memory::to_string(split));
+    if (is_expandable() && share_granules) text += " (shared granules)";
     return text;
   }
 };
@@ -93,6 +102,19 @@ memory::BfcSplit parse_bfc_split(const ReplayArguments& arguments,
              "; pass one of those, or leave --bfc-split out");
   }
   return arguments.bfc_split == "exact" ? memory::BfcSplit::exact : memory::BfcSplit::tensorflow;
+}
+
+// --share-granules with no expandable allocator among `allocators` is refused (it would change nothing).
+bool parse_share_granules(const ReplayArguments& arguments, const std::vector<memory::ReplayAllocator>& allocators) {
+  if (!arguments.share_granules) return false;
+  const bool any_expandable = std::any_of(allocators.begin(), allocators.end(), [](memory::ReplayAllocator allocator) {
+    return ReplayStack{allocator, memory::BfcSplit::tensorflow}.is_expandable();
+  });
+  if (!any_expandable) {
+    TP_THROW(InvalidArgument, "replay", "--share-granules applies to --allocator expandable or all, not ",
+             arguments.allocator, "; pass one of those, or leave --share-granules out");
+  }
+  return true;
 }
 
 std::size_t parse_repeat(const std::string& text) {
@@ -145,6 +167,7 @@ void check_replayable(const memory::Trace& trace, const ReplayStack& stack, std:
     report.request_tag.name = "trace line " + line;
     report.request_tag.op = fmt::format("replay --allocator {}", memory::to_string(stack.allocator));
     if (stack.is_bfc()) report.request_tag.op += fmt::format(" --bfc-split {}", memory::to_string(stack.split));
+    if (stack.is_expandable() && stack.share_granules) report.request_tag.op += " --share-granules";
     const std::size_t needed = std::max(size, report.rounded_bytes);  // the allocator's rounding included
     if (needed > capacity) {
       report.suggestion = fmt::format("pass --capacity {} or more (or leave --capacity out: twice the peak live)",
@@ -256,6 +279,7 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
     nlohmann::ordered_json row;
     row["allocator"] = memory::to_string(report.stack.allocator);
     if (report.stack.is_bfc()) row["bfc_split"] = memory::to_string(report.stack.split);
+    if (report.stack.is_expandable()) row["share_granules"] = report.stack.share_granules;
     row["ops"] = result.ops;
     row["median_ns"] = result.median_pair_ns;
     row["p99_ns"] = result.p99_pair_ns;
@@ -281,6 +305,7 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
 void run_replay(const ReplayArguments& arguments) {
   const std::vector<memory::ReplayAllocator> allocators = parse_allocators(arguments.allocator);
   const memory::BfcSplit split = parse_bfc_split(arguments, allocators);
+  const bool share_granules = parse_share_granules(arguments, allocators);
   const std::size_t repeat = parse_repeat(arguments.repeat);
   if (!arguments.capacity.empty()) (void)parse_bytes(arguments.capacity, "--capacity");  // fail before reading
   const memory::Trace trace = load_trace(arguments.trace);
@@ -288,7 +313,7 @@ void run_replay(const ReplayArguments& arguments) {
 
   std::vector<AllocatorReport> reports;
   for (const memory::ReplayAllocator allocator : allocators) {
-    const ReplayStack stack{allocator, split};
+    const ReplayStack stack{allocator, split, share_granules};
     std::vector<memory::ReplayResult> runs;
     for (std::size_t run = 0; run < repeat; ++run) runs.push_back(memory::replay(trace, *stack.make(capacity)));
     AllocatorReport report{stack, memory::merge_replays(runs), std::nullopt};
@@ -333,6 +358,9 @@ void add_replay_command(CLI::App& app) {
                    "the bfc rows' split policy: tensorflow (TensorFlow's rule) | exact (no chunk holds more than the "
                    "request rounded to 256 bytes); default tensorflow")
       ->check(one_of({"exact", "tensorflow"}));
+  command->add_flag("--share-granules", arguments->share_granules,
+                    "the expandable row's arena shares physical granules between virtual ones (less memory when small "
+                    "blocks scatter over many granules, slower remaps); default off");
   command->callback([arguments] { run_replay(*arguments); });
 }
 
