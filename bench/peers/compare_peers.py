@@ -33,7 +33,7 @@ Targets (issue 22), each judged on the median over runs, never on the best run: 
 peer at batch 32 and >= 1.5x at batch 128; the main job >= 1.5x and >= 1.2x; multi-worker >= 1.5x DDP at both;
 batch 128 one device >= 75% of the two-core roofline (2 x the faster library's one-core sgemm rate from
 `tp_kernel_bench --sgemm-rate --library openblas|onednn` / 1,636,352 FLOP per sample); peak RSS of every side
-of ours below every peer's. The quality target (5 seeds, 5 epochs) is not measured here.
+of ours below every peer's. The quality target (5 seeds, 5 epochs) is quality.py's, beside this file.
 
 --limit-train N trains every side on the first N training examples: ours through its --limit-train; the peers
 have no such flag, so they read a copy of the Fashion-MNIST files cut to the first N training examples
