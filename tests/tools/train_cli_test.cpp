@@ -97,6 +97,51 @@ TEST_F(TrainCli, APinnedGemmLibraryIsNamedAndMakesNoChoices) {
   EXPECT_TRUE(json.at("gemm_choices").empty()) << json.at("gemm_choices").dump();
 }
 
+// The GEMM auto choices persist per machine: a second run of the same command takes every choice from the
+// cache file the first wrote, without timing, and so repeats the first run's results exactly.
+TEST_F(TrainCli, ASecondRunTakesTheGemmChoicesFromTheCacheAndRepeatsTheFirst) {
+  const std::string cache = "TP_CACHE_DIR='" + (directory_ / "cache").string() + "'";
+  std::vector<nlohmann::json> summaries;
+  for (const char* name : {"first.json", "second.json"}) {
+    const fs::path summary = directory_ / name;
+    const CliRun run = run_cli(
+        "train --strategy one --devices sim:0 --epochs 1 --limit-train 320 --summary-json '" + summary.string() + "'",
+        cache);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::ifstream in(summary);
+    summaries.push_back(nlohmann::json::parse(in));
+    const nlohmann::json& choices = summaries.back().at("gemm_choices");
+    ASSERT_GE(choices.size(), 5U) << choices.dump();
+    const std::string source = summaries.size() == 1 ? "measured" : "cached";
+    for (const nlohmann::json& choice : choices) EXPECT_EQ(choice.at("source"), source) << choice.dump();
+    const std::string classes = std::to_string(choices.size());
+    const std::string counts =
+        summaries.size() == 1 ? "(0 cached, " + classes + " measured)" : "(" + classes + " cached, 0 measured)";
+    EXPECT_NE(run.output.find(counts), std::string::npos) << run.output;
+  }
+  EXPECT_TRUE(fs::exists(directory_ / "cache" / "gemm-auto.json"));
+  const nlohmann::json& first = summaries[0];
+  const nlohmann::json& second = summaries[1];
+  EXPECT_EQ(first.at("test_accuracy"), second.at("test_accuracy"));
+  EXPECT_EQ(first.at("test_loss"), second.at("test_loss"));
+  EXPECT_EQ(first.at("final_train_loss"), second.at("final_train_loss"));
+  ASSERT_EQ(first.at("gemm_choices").size(), second.at("gemm_choices").size());
+  for (std::size_t i = 0; i < first.at("gemm_choices").size(); ++i) {
+    EXPECT_EQ(first.at("gemm_choices")[i].at("library"), second.at("gemm_choices")[i].at("library")) << i;
+  }
+}
+
+// A cache location that cannot be written costs one warning, never the run.
+TEST_F(TrainCli, AnUnwritableGemmCacheLocationWarnsAndTrainingRuns) {
+  std::ofstream(directory_ / "a-file") << "not a directory";
+  const CliRun run = run_cli("train --strategy one --devices sim:0 --epochs 1 --limit-train 320",
+                             "TP_CACHE_DIR='" + (directory_ / "a-file" / "cache").string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("GEMM auto cache not saved"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("Test accuracy"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("measured)"), std::string::npos) << run.output;
+}
+
 // Issue 23: with default flags each device's stack reserves what the plan says, to a granule: peak reserved
 // <= 1.02 x planned peak + one granule (2 MiB, the sim devices' VirtualMemory granularity). Device memory is
 // deterministic, so this is a regression test, not a timing. `--allocator bfc` stays TensorFlow's allocator,

@@ -84,20 +84,25 @@ std::string gemm_shape_name(const device::GemmChoice& choice) {
                      choice.transpose_b ? " B^T" : "");
 }
 
-// "GEMM auto: onednn for N of M shape classes; one thread, m x n x k: 32x512x784 onednn X vs Y GFLOP/s, ...":
-// per class, the first shape met, the library chosen, its rate and the other's. Only for a run that made
-// choices: one whose devices compute their own GEMMs (opencl) makes none and prints no line.
+// "GEMM auto: onednn for N of M shape classes (C cached, M measured); one thread, m x n x k: 32x512x784 onednn
+// X vs Y GFLOP/s cached, ...": per class, the shape timed, the library chosen, its rate and the other's, and
+// whether this run timed it or took it from the machine's cache file (where the run that timed it saved it).
+// Only for a run that made choices: one whose devices compute their own GEMMs (opencl) makes none and prints
+// no line.
 std::string gemm_choices_line(const std::vector<device::GemmChoice>& choices) {
   const auto onednn = std::count_if(choices.begin(), choices.end(),
                                     [](const device::GemmChoice& choice) { return choice.library == "onednn"; });
-  std::string line = fmt::format("GEMM auto: onednn for {} of {} shape classes", onednn, choices.size());
+  const auto cached = std::count_if(choices.begin(), choices.end(),
+                                    [](const device::GemmChoice& choice) { return choice.source == "cached"; });
+  std::string line = fmt::format("GEMM auto: onednn for {} of {} shape classes ({} cached, {} measured)", onednn,
+                                 choices.size(), cached, choices.size() - static_cast<std::size_t>(cached));
   for (std::size_t i = 0; i < choices.size(); ++i) {
     const device::GemmChoice& choice = choices[i];
     const bool chose_onednn = choice.library == "onednn";
-    line += fmt::format("{}{} {} {:.1f} vs {:.1f} GFLOP/s", i == 0 ? "; one thread, m x n x k: " : ", ",
+    line += fmt::format("{}{} {} {:.1f} vs {:.1f} GFLOP/s {}", i == 0 ? "; one thread, m x n x k: " : ", ",
                         gemm_shape_name(choice), choice.library,
                         chose_onednn ? choice.onednn_gflops : choice.openblas_gflops,
-                        chose_onednn ? choice.openblas_gflops : choice.onednn_gflops);
+                        chose_onednn ? choice.openblas_gflops : choice.onednn_gflops, choice.source);
   }
   return line + "\n";
 }
@@ -112,7 +117,8 @@ nlohmann::json gemm_choices_json(const std::vector<device::GemmChoice>& choices)
                      {"transpose_b", choice.transpose_b},
                      {"library", choice.library},
                      {"openblas_gflops", choice.openblas_gflops},
-                     {"onednn_gflops", choice.onednn_gflops}});
+                     {"onednn_gflops", choice.onednn_gflops},
+                     {"source", choice.source}});
   }
   return array;
 }

@@ -2,7 +2,9 @@
 #pragma once
 // What KernelOptions::gemm_library "auto" chose: for one class of float32 GEMM shapes (sizes rounded up to
 // powers of two, and the two transposes), the library a short single-threaded timing of both found faster on
-// this machine at the class's first product, kept for the rest of the process (Device::gemm_choices).
+// this machine at the class's first product, kept for the rest of the process (Device::gemm_choices). The
+// timing runs once per machine: its choice is saved in a per-machine cache file, which later processes
+// choose from without timing (source "cached"), so they compute the same bits.
 
 #include <cstdint>
 #include <string>
@@ -10,12 +12,15 @@
 namespace tp::device {
 
 struct GemmChoice {
-  // The first product met in the class: C (m x n) = op(A) (m x k) op(B) (k x n).
+  // The product timed, the class's first: C (m x n) = op(A) (m x k) op(B) (k x n).
   std::int64_t m = 0, n = 0, k = 0;
   bool transpose_a = false, transpose_b = false;
   std::string library;  // "openblas" or "onednn"
   // The rates each library reached on it, one thread (a large product timed on its leading block).
   double openblas_gflops = 0, onednn_gflops = 0;
+  // "measured": timed by this process; "cached": read from the machine's cache file, where the process that
+  // timed it saved it (the shape and rates above are that process's).
+  std::string source;
 };
 
 }  // namespace tp::device

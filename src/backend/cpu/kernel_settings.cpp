@@ -40,7 +40,8 @@ std::vector<device::GemmChoice> gemm_choices() {
                        .transpose_b = choice.shape.transpose_b == Transpose::yes,
                        .library = std::string(name_of(choice.library)),
                        .openblas_gflops = choice.openblas_gflops,
-                       .onednn_gflops = choice.onednn_gflops});
+                       .onednn_gflops = choice.onednn_gflops,
+                       .source = choice.cached ? "cached" : "measured"});
   }
   return choices;
 }

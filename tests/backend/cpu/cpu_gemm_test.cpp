@@ -5,12 +5,18 @@
 // |alpha| * sum |a||b| + |beta * c| (the sum of the magnitudes of the terms), with float rel 1e-5 /
 // abs 1e-6 and double rel 1e-13 / abs 1e-14. A wrong transpose or leading dimension is off by O(1).
 // GemmLibrary::automatic: a class's first product measures once, later ones reuse the choice, measuring
-// never clobbers the caller's C, and threads meeting a new class at once share one measurement.
+// never clobbers the caller's C, and threads meeting a new class at once share one measurement (the
+// per-machine cache file: cpu_gemm_auto_cache_test).
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,6 +30,24 @@ using tp::backend::cpu::GemmLibrary;
 using tp::backend::cpu::matmul;
 using tp::backend::cpu::Transpose;
 using tp_test::expect_invalid;
+
+// The process keeps its GEMM auto choices in a cache directory of its own, removed at the end: a test that
+// expects a class's first product to measure must not find the class in the file an earlier run saved.
+class OwnGemmCacheDirectory : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    directory_ = std::filesystem::temp_directory_path() / ("tp_cpu_gemm_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(directory_);
+    ::setenv("TP_CACHE_DIR", directory_.c_str(), /*overwrite=*/1);
+    tp::backend::cpu::reset_gemm_auto_choices();
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+ private:
+  std::filesystem::path directory_;
+};
+[[maybe_unused]] ::testing::Environment* const kOwnGemmCacheDirectory =
+    ::testing::AddGlobalTestEnvironment(new OwnGemmCacheDirectory);  // gtest owns it
 
 template <typename T>
 struct Tolerance;

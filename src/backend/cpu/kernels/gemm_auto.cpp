@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/gemm_auto.hpp"
 
+#include "backend/cpu/kernels/gemm_auto_cache.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -9,8 +11,10 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -52,6 +56,15 @@ constexpr std::chrono::milliseconds kTimedRoundsBudget{10};
 // OpenBLAS stays unless oneDNN is faster by this fraction: near a tie either library is as good, and leaning
 // one way makes the choice, and with it the results' last bits, the same from run to run more often.
 constexpr double kOneDnnMargin = 0.05;
+// A change to what is timed or to the rule above bumps kChoiceRule in gemm_auto_cache.cpp, so the machines'
+// cache files stop answering with the old rule's choices.
+
+// The class's name in the cache file: the size bounds and the transposes, e.g. "2048x128x1024 A^T".
+std::string class_name(const GemmShapeClass& shape_class) {
+  const auto bound = [](int bits) { return std::to_string(std::int64_t{1} << bits); };
+  return bound(shape_class.m_bits) + "x" + bound(shape_class.n_bits) + "x" + bound(shape_class.k_bits) +
+         (shape_class.transpose_a ? " A^T" : "") + (shape_class.transpose_b ? " B^T" : "");
+}
 
 GemmShape timed_block(GemmShape shape) {
   const auto size = [](std::int64_t extent) { return static_cast<double>(extent); };
@@ -102,7 +115,8 @@ GemmAutoChoice measure_libraries(const GemmShape& shape, const GemmProbe& probe)
 
 // The process's choices. A class is in classes_ from the moment a thread starts measuring it: without a
 // library while the measurement runs, with it once made; a measurement that throws removes its class again,
-// so a later product measures afresh.
+// so a later product measures afresh. The cache file is read at the first class the process meets, and a
+// class it holds is chosen from it without measuring.
 class GemmChoiceTable {
  public:
   static GemmChoiceTable& instance() {
@@ -120,12 +134,19 @@ class GemmChoiceTable {
         if (found->second.has_value()) return *found->second;
         settled_.wait(lock);
       }
+      if (!cache_) cache_ = std::make_unique<GemmAutoCache>();
+      if (std::optional<GemmAutoChoice> cached = cache_->find(class_name(key))) {
+        classes_.emplace(key, cached->library);
+        choices_.push_back(*cached);
+        return cached->library;
+      }
       classes_.emplace(key, std::nullopt);  // this thread measures it
     }
     GemmAutoChoice choice;
     try {
       const std::lock_guard one_at_a_time(measuring_);
       choice = measure_libraries(shape, probe);
+      cache().store(class_name(key), choice);
     } catch (...) {
       {
         const std::lock_guard lock(mutex_);
@@ -151,14 +172,28 @@ class GemmChoiceTable {
 
   std::int64_t measurements() const noexcept { return measurements_.load(std::memory_order_relaxed); }
 
+  void reset() {
+    const std::lock_guard lock(mutex_);
+    classes_.clear();
+    choices_.clear();
+    cache_.reset();
+  }
+
  private:
   GemmChoiceTable() = default;
+
+  // The cache, once the first class has created it (cache_ is only reset while no product runs).
+  GemmAutoCache& cache() {
+    const std::lock_guard lock(mutex_);
+    return *cache_;
+  }
 
   mutable std::mutex mutex_;         // guards classes_ and choices_
   std::condition_variable settled_;  // a class's measurement ended: chosen, or removed after an error
   std::map<GemmShapeClass, std::optional<GemmLibrary>> classes_;
-  std::vector<GemmAutoChoice> choices_;  // in the order made; one per class with a library
-  std::mutex measuring_;                 // held through one measurement: one at a time in the process
+  std::vector<GemmAutoChoice> choices_;   // in the order made; one per class with a library
+  std::unique_ptr<GemmAutoCache> cache_;  // the machine's cache file, read at the first class met
+  std::mutex measuring_;                  // held through one measurement: one at a time in the process
   std::atomic<std::int64_t> measurements_{0};
 };
 
@@ -171,5 +206,7 @@ GemmLibrary auto_gemm_library(const GemmShape& shape, const GemmProbe& probe) {
 std::vector<GemmAutoChoice> gemm_auto_choices() { return GemmChoiceTable::instance().choices(); }
 
 std::int64_t gemm_auto_measurements() noexcept { return GemmChoiceTable::instance().measurements(); }
+
+void reset_gemm_auto_choices() { GemmChoiceTable::instance().reset(); }
 
 }  // namespace tp::backend::cpu

@@ -5,6 +5,10 @@
 // faster depends on the CPU (oneDNN's AVX-512 kernels against OpenBLAS's), so no fixed default is right on
 // every machine; measuring on the machine is.
 //
+// A choice also persists per machine (gemm_auto_cache.hpp): a class this machine measured in an earlier
+// process takes that choice from the file instead of timing again, so runs of the same command choose, and
+// compute, the same.
+//
 // The table of choices is process-wide (every cpu and sim device shares it) and only grows: a class once
 // chosen keeps its library, so a product's bits depend only on its shape and on the choice for its class.
 // One measurement runs at a time in the process: a thread meeting a class being measured waits for that
@@ -26,9 +30,10 @@ struct GemmShape {
 
 // The library chosen for one shape class, and the rates that chose it.
 struct GemmAutoChoice {
-  GemmShape shape;  // the first product met in the class (a large one was timed on its leading block)
+  GemmShape shape;  // the product timed: the class's first (a large one was timed on its leading block)
   GemmLibrary library = GemmLibrary::openblas;  // openblas or onednn
   double openblas_gflops = 0, onednn_gflops = 0;
+  bool cached = false;  // taken from the machine's cache file (shape and rates as the measuring process had them)
 };
 
 // Computes the leading m x n x k block of the caller's product (same operands and leading dimensions, so
@@ -36,8 +41,8 @@ struct GemmAutoChoice {
 // beta = 0).
 using GemmProbe = std::function<void(GemmLibrary library, std::int64_t m, std::int64_t n, std::int64_t k, float* c)>;
 
-// The library for `shape`'s class: the cached choice, or, at the class's first product, the one `probe`
-// times faster (then cached). Never writes the caller's C: the timed products go to a scratch buffer.
+// The library for `shape`'s class: the process's choice, else the machine's cache file's, else, at the
+// class's first product, the one `probe` times faster (then kept, and written to the file). Never writes the caller's C: the timed products go to a scratch buffer.
 // Thread-safe. `shape` has m, n, k >= 1.
 [[nodiscard]] GemmLibrary auto_gemm_library(const GemmShape& shape, const GemmProbe& probe);
 
@@ -46,5 +51,9 @@ using GemmProbe = std::function<void(GemmLibrary library, std::int64_t m, std::i
 
 // How many measurements the process has run (one per shape class): a cached choice adds none.
 [[nodiscard]] std::int64_t gemm_auto_measurements() noexcept;
+
+// Forgets every choice and the cache file as read, as a new process starts: the next product reads the
+// environment and the file again. For tests that play a later process; no product may be running.
+void reset_gemm_auto_choices();
 
 }  // namespace tp::backend::cpu
