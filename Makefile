@@ -107,7 +107,8 @@ tsan: deps
 	cmake --build $(TSAN_DIR) -j $(JOBS) --target $$tests; \
 	mkdir -p $(POCL_CACHE_DIR); \
 	printf '%s\n' $$tests | xargs -P $(TSAN_JOBS) -I '{}' sh -c 'log=$(TSAN_DIR)/{}.tsan.log; \
-	  if POCL_CACHE_DIR=$(POCL_CACHE_DIR) OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 \
+	  if POCL_CACHE_DIR=$(POCL_CACHE_DIR) TP_CACHE_DIR=$(TSAN_DIR)/test-cache OPENBLAS_NUM_THREADS=1 \
+	     TSAN_OPTIONS=halt_on_error=1 \
 	     $(TSAN_DIR)/tests/{} --gtest_brief=1 > "$$log" 2>&1; \
 	  then echo "tsan: {} passed"; else cat "$$log"; echo "tsan: {} FAILED (its log: $$log)"; exit 1; fi'
 
