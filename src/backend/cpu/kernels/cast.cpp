@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
 #include "tensorpool/core/error.hpp"
@@ -148,6 +149,16 @@ Stored convert(Value value) {
   }
 }
 
+// The conversions between float32 and the 16-bit floats (mixed precision's per-step casts of the weights
+// and the batch), split over the intra-op threads: element-wise, so the bits do not depend on the split.
+void convert_in_chunks(void (*convert)(const void*, void*, std::int64_t), std::int64_t src_size, std::int64_t dst_size,
+                       const void* src, void* dst, std::int64_t n) {
+  parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+    convert(static_cast<const unsigned char*>(src) + begin * src_size,
+            static_cast<unsigned char*>(dst) + begin * dst_size, end - begin);
+  });
+}
+
 template <DType From, DType To>
 void cast_elements(const void* src, void* dst, std::int64_t n) {
   using Source = Storage<From>;
@@ -157,13 +168,13 @@ void cast_elements(const void* src, void* dst, std::int64_t n) {
     std::memmove(dst, src, count * sizeof(Source));
   } else if constexpr (From == DType::f32 && To == DType::f16) {
     // Mixed precision's hot paths (half_convert.hpp): the same bits as convert(), vectorised.
-    detail::float_to_half(src, dst, n);
+    convert_in_chunks(detail::float_to_half, 4, 2, src, dst, n);
   } else if constexpr (From == DType::f16 && To == DType::f32) {
-    detail::half_to_float(src, dst, n);
+    convert_in_chunks(detail::half_to_float, 2, 4, src, dst, n);
   } else if constexpr (From == DType::f32 && To == DType::bf16) {
-    detail::float_to_bfloat16(src, dst, n);
+    convert_in_chunks(detail::float_to_bfloat16, 4, 2, src, dst, n);
   } else if constexpr (From == DType::bf16 && To == DType::f32) {
-    detail::bfloat16_to_float(src, dst, n);
+    convert_in_chunks(detail::bfloat16_to_float, 2, 4, src, dst, n);
   } else {
     // Element-wise memcpy: no alignment or aliasing assumptions about the buffers (it compiles to plain
     // loads and stores), and in-place casts between equal sizes read each element before overwriting it.

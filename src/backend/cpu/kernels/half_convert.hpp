@@ -9,7 +9,9 @@
 //             for blocks of 8, else and for tails a 65,536-entry table to widen and an inline rounding to
 //             narrow (normal results and zeros inline, every other value through tp::float_to_half_bits).
 //   bfloat16: a 16-bit shift to widen; an inline round-to-nearest-even on the bits to narrow; both
-//             branch-free, with NaNs made quiet as the core functions make them.
+//             branch-free, with NaNs made quiet as the core functions make them. The span functions run
+//             them as vectorised loops (one clone per instruction set, isa_clones.hpp) when the spans are
+//             aligned to their element types, as tensors are.
 // The span functions take any alignment (bytes are moved with unaligned loads or memcpy); src and dst must
 // not overlap.
 

@@ -7,7 +7,8 @@
 //
 // Each block of the gradient is widened and scaled into a T buffer on the stack, then the T kernel runs on
 // that block: the result is exactly the update of T(g[i]) * grad_scale (both Adam and SGD are elementwise,
-// so blocking does not change any value).
+// so blocking does not change any value). The blocks are split over the intra-op threads as the T kernels'
+// elements are.
 
 #include <cstdint>
 
