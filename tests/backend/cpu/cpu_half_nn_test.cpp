@@ -14,6 +14,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/kernel_test_support.hpp"
@@ -126,16 +127,29 @@ TYPED_TEST(HalfKernels, MatmulMatchesFloat64ForEveryTransposeAndShape) {
   expect_matmul_matches_float64<TypeParam>([](auto... arguments) { matmul_half<TypeParam>(arguments...); });
 }
 
-// The oneDNN path on its own (matmul_half takes it for bfloat16 on such CPUs), and proof that it is taken.
+TYPED_TEST(HalfKernels, WidenedMatmulMatchesFloat64ForEveryTransposeAndShape) {
+  expect_matmul_matches_float64<TypeParam>(
+      [](auto... arguments) { matmul_half_widened<TypeParam>(arguments..., GemmLibrary::automatic); });
+}
+
+// The oneDNN path on its own, and matmul_half<BFloat16> taking one of its two paths (the faster here) for
+// each shape, the same one at every product of the shape.
 TEST(Bfloat16Gemm, OneDnnOnTheCpusBfloat16InstructionsMatchesFloat64) {
   if (!bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX512_BF16: matmul_half converts around sgemm instead";
   expect_matmul_matches_float64<BFloat16>(matmul_bf16_onednn, /*with_empty=*/false);
   std::mt19937 rng(tp_test::test_seed());
   const std::vector<BFloat16> a = random_half<BFloat16>(rng, 32 * 784), b = random_half<BFloat16>(rng, 784 * 512);
-  std::vector<BFloat16> dispatched(32 * 512), direct(32 * 512);
-  matmul_half<BFloat16>(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), dispatched.data());
-  matmul_bf16_onednn(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), direct.data());
-  EXPECT_EQ(dispatched, direct) << "matmul_half<BFloat16> uses oneDNN here";
+  std::vector<BFloat16> dispatched(32 * 512), again(32 * 512), native(32 * 512), widened(32 * 512);
+  matmul_half<BFloat16>(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), dispatched.data(),
+                        GemmLibrary::onednn);
+  matmul_half<BFloat16>(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), again.data(),
+                        GemmLibrary::onednn);
+  matmul_bf16_onednn(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), native.data());
+  matmul_half_widened<BFloat16>(Transpose::no, Transpose::no, 32, 512, 784, a.data(), b.data(), widened.data(),
+                                GemmLibrary::onednn);
+  EXPECT_NE(native, widened) << "the two paths sum in different orders: the test below must tell them apart";
+  EXPECT_TRUE(dispatched == native || dispatched == widened) << "matmul_half<BFloat16> takes one of the two paths";
+  EXPECT_EQ(dispatched, again) << "and keeps it for the shape";
 }
 
 TYPED_TEST(HalfKernels, BiasAddAndItsGradientMatchFloat64) {
@@ -196,6 +210,41 @@ TYPED_TEST(HalfKernels, ReluAndReluGradAreExact) {
   }
 }
 
+// relu and relu_grad compare bits (sign and magnitude) instead of widened floats: on every 16-bit pattern
+// (zeros of both signs, subnormals, infinities, NaNs of both signs) the result is the float formula's.
+TYPED_TEST(HalfKernels, ReluAndReluGradMatchTheFloatFormulaOnEveryPattern) {
+  using H = TypeParam;
+  std::vector<H> x(65536);
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) x[bits] = H::from_bits(static_cast<std::uint16_t>(bits));
+  std::vector<H> dy(x.size(), H::from_float(0.75F)), y(x.size()), dx(x.size());
+  relu_half<H>(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+  relu_grad_half<H>(dy.data(), x.data(), dx.data(), static_cast<std::int64_t>(x.size()));
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+    const float value = static_cast<float>(x[bits]);
+    ASSERT_EQ(y[bits], value <= 0.0F ? H{} : x[bits]) << "relu of 0x" << std::hex << bits;
+    ASSERT_EQ(dx[bits], value > 0.0F ? dy[bits] : H{}) << "relu_grad at 0x" << std::hex << bits;
+  }
+  relu_grad_half<H>(dy.data(), x.data(), dy.data(), static_cast<std::int64_t>(x.size()));  // dx may alias dy
+  EXPECT_EQ(dy, dx);
+}
+
+// bias_add_half is the float32 sum rounded once: bitwise the core conversions' result, on every 16-bit
+// pattern of x (the vectorised loop against the scalar formula).
+TYPED_TEST(HalfKernels, BiasAddIsTheFloatSumRoundedOnceOnEveryPattern) {
+  using H = TypeParam;
+  constexpr std::int64_t kCols = 512;
+  constexpr std::int64_t kRows = 65536 / kCols;
+  std::mt19937 rng(tp_test::test_seed());
+  const std::vector<H> bias = random_half<H>(rng, kCols, -8, 8);
+  std::vector<H> x(65536), y(x.size());
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) x[bits] = H::from_bits(static_cast<std::uint16_t>(bits));
+  bias_add_half<H>(x.data(), bias.data(), y.data(), kRows, kCols);
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+    const float sum = static_cast<float>(x[bits]) + static_cast<float>(bias[bits % kCols]);
+    ASSERT_EQ(y[bits], H::from_float(sum)) << "x = 0x" << std::hex << bits;
+  }
+}
+
 // Every 16-bit pattern widened, and every float exponent with many mantissas (both signs, the rounding edges)
 // narrowed, element by element and through the span functions (F16C blocks of 8 plus tails), with MXCSR's
 // flush-to-zero and denormals-are-zero off and on (the streams turn them on): the same bits as core/half.
@@ -238,6 +287,20 @@ void expect_conversions_match_core() {
   for (std::size_t i = 0; i < floats.size(); ++i) {
     ASSERT_EQ(narrowed[i], float_to_bfloat16_bits(floats[i]))
         << "bfloat16 narrow of 0x" << std::hex << std::bit_cast<std::uint32_t>(floats[i]);
+  }
+  // Spans not aligned to their element types take the element-by-element path: the same bits.
+  constexpr std::int64_t kCount = 1001;
+  std::vector<unsigned char> source(4 * kCount + 1), target(4 * kCount + 1);
+  std::memcpy(source.data() + 1, floats.data(), 4 * kCount);
+  detail::float_to_bfloat16(source.data() + 1, target.data() + 1, kCount);
+  ASSERT_EQ(std::memcmp(target.data() + 1, narrowed.data(), 2 * kCount), 0) << "unaligned bfloat16 narrow";
+  detail::bfloat16_to_float(target.data() + 1, source.data() + 1, kCount);
+  for (std::int64_t i = 0; i < kCount; ++i) {
+    float value;
+    std::memcpy(&value, source.data() + 1 + 4 * i, 4);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(value),
+              std::bit_cast<std::uint32_t>(bfloat16_bits_to_float(narrowed[static_cast<std::size_t>(i)])))
+        << "unaligned bfloat16 widen of element " << i;
   }
 }
 

@@ -9,17 +9,23 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernel_test_support.hpp"
 #include "backend/cpu/kernels/activations.hpp"
+#include "backend/cpu/kernels/bf16_gemm.hpp"
 #include "backend/cpu/kernels/bias.hpp"
+#include "backend/cpu/kernels/cast.hpp"
 #include "backend/cpu/kernels/cross_entropy.hpp"
 #include "backend/cpu/kernels/elementwise.hpp"
 #include "backend/cpu/kernels/gemm.hpp"
+#include "backend/cpu/kernels/half_nn.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
+#include "backend/cpu/kernels/scaled_optimizer.hpp"
 #include "backend/cpu/kernels/softmax.hpp"
+#include "tensorpool/core/half.hpp"
 
 namespace tp::backend::cpu {
 namespace {
@@ -27,24 +33,24 @@ namespace {
 class ThreadCount : public ::testing::Test {
  protected:
   void TearDown() override { set_intra_op_threads(1); }
-
-  // Runs `compute` (which fills `output` from fresh copies of its inputs) with 1 thread, then with 2, 3 and
-  // 4, and expects the same bits every time.
-  template <typename T>
-  static void expect_same_bits(std::size_t size, const std::function<void(std::vector<T>&)>& compute) {
-    set_intra_op_threads(1);
-    std::vector<T> reference(size);
-    compute(reference);
-    for (int threads : {2, 3, 4}) {
-      set_intra_op_threads(threads);
-      std::vector<T> output(size);
-      compute(output);
-      std::size_t differing = 0;
-      for (std::size_t i = 0; i < size; ++i) differing += std::memcmp(&output[i], &reference[i], sizeof(T)) != 0;
-      EXPECT_EQ(differing, 0U) << threads << " threads: " << differing << " of " << size << " elements differ";
-    }
-  }
 };
+
+// Runs `compute` (which fills `output` from fresh copies of its inputs) with 1 thread, then with 2, 3 and 4,
+// and expects the same bits every time.
+template <typename T>
+void expect_same_bits(std::size_t size, const std::function<void(std::vector<T>&)>& compute) {
+  set_intra_op_threads(1);
+  std::vector<T> reference(size);
+  compute(reference);
+  for (int threads : {2, 3, 4}) {
+    set_intra_op_threads(threads);
+    std::vector<T> output(size);
+    compute(output);
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < size; ++i) differing += std::memcmp(&output[i], &reference[i], sizeof(T)) != 0;
+    EXPECT_EQ(differing, 0U) << threads << " threads: " << differing << " of " << size << " elements differ";
+  }
+}
 
 struct GemmShape {
   std::int64_t m, n, k;
@@ -124,6 +130,73 @@ TEST_F(ThreadCount, ElementWiseKernelsAreBitwiseIndependentOfTheThreadCount) {
       kN, [&](std::vector<float>& out) { bias_add<float>(x.data(), row.data(), out.data(), kRows, kCols); });
   expect_same_bits<float>(kCols,
                           [&](std::vector<float>& out) { bias_add_grad<float>(x.data(), out.data(), kRows, kCols); });
+}
+
+template <typename H>
+std::vector<H> random_16bit(std::mt19937& rng, std::int64_t n) {
+  std::vector<H> values;
+  for (const float value : tp_test::random_vector<float>(rng, n)) values.push_back(H::from_float(value));
+  return values;
+}
+
+// The bfloat16 GEMM on oneDNN is split into blocks over the threads as the float32 one is; this holds only if
+// oneDNN sums each element in the same order whatever the block (a 2-block product must equal the whole one).
+TEST_F(ThreadCount, Bfloat16MatmulOnOneDnnIsBitwiseIndependentOfTheThreadCount) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX512_BF16: bfloat16 matmul converts around sgemm";
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::vector<GemmShape> shapes{{32, 512, 784}, {784, 512, 32}, {128, 512, 784}, {784, 512, 128},
+                                      {512, 10, 128}, {128, 10, 512}, {128, 512, 10},  {1001, 37, 513},
+                                      {45, 700, 99},  {300, 300, 300}};
+  for (const GemmShape& shape : shapes) {
+    for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
+      for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "m " << shape.m << " n " << shape.n << " k " << shape.k << " ta "
+                     << (transpose_a == Transpose::yes) << " tb " << (transpose_b == Transpose::yes));
+        const std::vector<BFloat16> a = random_16bit<BFloat16>(rng, shape.m * shape.k);
+        const std::vector<BFloat16> b = random_16bit<BFloat16>(rng, shape.k * shape.n);
+        expect_same_bits<BFloat16>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<BFloat16>& c) {
+          matmul_bf16_onednn(transpose_a, transpose_b, shape.m, shape.n, shape.k, a.data(), b.data(), c.data());
+        });
+      }
+    }
+  }
+}
+
+// Mixed precision's element-wise kernels, the casts of the weights and the update on a 16-bit gradient.
+template <typename H>
+void expect_half_kernels_independent_of_thread_count() {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  constexpr std::int64_t kRows = 301;
+  constexpr std::int64_t kCols = 512;
+  constexpr std::int64_t kN = kRows * kCols;  // 5 chunks of kStreamingGrain
+  const std::vector<H> x = random_16bit<H>(rng, kN);
+  const std::vector<H> y = random_16bit<H>(rng, kN);
+  const std::vector<H> row = random_16bit<H>(rng, kCols);
+  const std::vector<float> wide = tp_test::random_vector<float>(rng, kN);
+  const DType dtype = std::is_same_v<H, Half> ? DType::f16 : DType::bf16;
+  expect_same_bits<H>(kN, [&](std::vector<H>& out) { relu_half<H>(x.data(), out.data(), kN); });
+  expect_same_bits<H>(kN, [&](std::vector<H>& out) { relu_grad_half<H>(y.data(), x.data(), out.data(), kN); });
+  expect_same_bits<H>(kN,
+                      [&](std::vector<H>& out) { bias_add_half<H>(x.data(), row.data(), out.data(), kRows, kCols); });
+  expect_same_bits<H>(kCols, [&](std::vector<H>& out) { bias_add_grad_half<H>(x.data(), out.data(), kRows, kCols); });
+  expect_same_bits<H>(kN, [&](std::vector<H>& out) { cast(wide.data(), DType::f32, out.data(), dtype, kN); });
+  expect_same_bits<float>(kN, [&](std::vector<float>& out) { cast(x.data(), dtype, out.data(), DType::f32, kN); });
+  // Output: the updated parameters followed by both moments.
+  expect_same_bits<float>(3 * kN, [&](std::vector<float>& out) {
+    std::vector<float> p = wide, m(kN, 0.01F), v(kN, 0.02F);
+    adam_update_scaled<float, H>(p.data(), x.data(), 0.5F, m.data(), v.data(), kN, 1e-3F, 0.9F, 0.999F, 1e-7F, 3);
+    std::copy(p.begin(), p.end(), out.begin());
+    std::copy(m.begin(), m.end(), out.begin() + kN);
+    std::copy(v.begin(), v.end(), out.begin() + 2 * kN);
+  });
+}
+
+TEST_F(ThreadCount, HalfKernelsCastsAndScaledUpdatesAreBitwiseIndependentOfTheThreadCount) {
+  expect_half_kernels_independent_of_thread_count<BFloat16>();
+  expect_half_kernels_independent_of_thread_count<Half>();
 }
 
 TEST_F(ThreadCount, SoftmaxAndCrossEntropyAreBitwiseIndependentOfTheThreadCount) {

@@ -6,9 +6,11 @@
 //
 // Used by matmul_half<BFloat16> when bf16_gemm_native() holds: oneDNN's effective ISA includes AVX512_BF16
 // (Cooper Lake, Sapphire Rapids with AMX, AMD Zen 4...). Elsewhere oneDNN would emulate bfloat16 and
-// matmul_half converts around sgemm instead. Primitives are cached per thread and shape (each device stream
-// is one thread, and a step repeats the same shapes), so a steady-state step builds none. The primitive uses
-// as many threads as the float32 GEMM does: the intra-op threads once set, else the BLAS's default.
+// matmul_half converts around sgemm instead. As the float32 GEMM (gemm.cpp), a large product is split into
+// blocks of C's rows or columns over the intra-op threads (intra_op_pool.hpp), one single-threaded oneDNN
+// call per block, and its bits do not depend on the thread count. Primitives and their memory objects are
+// cached per thread and block shape (each device stream and each intra-op helper is one thread, and a step
+// repeats the same shapes), so a steady-state step builds none.
 
 #include <cstdint>
 

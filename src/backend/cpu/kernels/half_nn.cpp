@@ -3,13 +3,22 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/bf16_gemm.hpp"
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/gemm_auto.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 
 namespace tp::backend::cpu {
 
@@ -31,8 +40,6 @@ float* sized(std::vector<float>& buffer, std::int64_t count) {
   return buffer.data();
 }
 
-}  // namespace
-
 // The widening helper of the elementwise loops: looks the float16 table up once per call, not per element.
 template <typename H>
 struct Widener {
@@ -46,34 +53,150 @@ struct Widener {
   }
 };
 
+// The bits of +Inf; a larger magnitude (bits & 0x7FFF) is a NaN. Both formats are sign-magnitude, so the
+// float comparisons of relu and relu_grad are comparisons of the bits (branch-free: the loops vectorise).
 template <typename H>
-void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                 const H* a, const H* b, H* c, GemmLibrary library) {
-  constexpr std::string_view kKernel = "matmul_half";
-  detail::check_size(kKernel, "m", m);
-  detail::check_size(kKernel, "n", n);
-  detail::check_size(kKernel, "k", k);
-  const std::int64_t a_size = detail::checked_product(kKernel, m, k);
-  const std::int64_t b_size = detail::checked_product(kKernel, k, n);
-  const std::int64_t c_size = detail::checked_product(kKernel, m, n);
-  detail::check_pointer(kKernel, "a", a, a_size);
-  detail::check_pointer(kKernel, "b", b, b_size);
-  detail::check_pointer(kKernel, "c", c, c_size);
-  if (c_size == 0) return;
-  if constexpr (std::is_same_v<H, BFloat16>) {
-    if (k > 0 && bf16_gemm_native()) {
-      matmul_bf16_onednn(transpose_a, transpose_b, m, n, k, a, b, c);
-      return;
-    }
+constexpr std::uint32_t kInfinityBits = std::is_same_v<H, Half> ? 0x7C00U : 0x7F80U;
+
+// The loops below run on chunks of the intra-op threads' split (parallel_for): each element (each column, for
+// the bias gradient) is computed by one thread in one order, so the bits do not depend on the thread count.
+// One clone per instruction set (isa_clones.hpp); -ffp-contract=off keeps the clones' bits equal.
+template <typename H>
+TP_ISA_CLONES void bias_add_half_rows(const H* x, const H* bias, H* y, std::int64_t rows, std::int64_t cols) {
+  const Widener<H> widen;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const H* x_row = x + row * cols;
+    H* y_row = y + row * cols;
+    for (std::int64_t col = 0; col < cols; ++col) y_row[col] = detail::narrow<H>(widen(x_row[col]) + widen(bias[col]));
   }
+}
+
+// Sums of the columns [begin, end) of dy, in row order, into sums[begin, end).
+template <typename H>
+TP_ISA_CLONES void column_sums_half(const H* dy, double* sums, std::int64_t rows, std::int64_t cols, std::int64_t begin,
+                                    std::int64_t end) {
+  const Widener<H> widen;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const H* dy_row = dy + row * cols;
+    for (std::int64_t col = begin; col < end; ++col) sums[col] += static_cast<double>(widen(dy_row[col]));
+  }
+}
+
+// y = x unless x <= 0 (then +0): x is kept when it is positive (bits 1 to 0x7FFF: positive finite, +Inf,
+// positive NaNs) or a NaN of either sign; -0, +0 and negative numbers give +0.
+template <typename H>
+TP_ISA_CLONES void relu_half_loop(const H* x, H* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = x[i].bits;
+    const bool keep = bits - 1U < 0x7FFFU || (bits & 0x7FFFU) > kInfinityBits<H>;
+    y[i] = H::from_bits(static_cast<std::uint16_t>(keep ? bits : 0U));
+  }
+}
+
+// dx = dy where x > 0 (bits 1 to +Inf's: not zero, not negative, not NaN), else +0. dy is loaded
+// unconditionally so that the loop vectorises.
+template <typename H>
+TP_ISA_CLONES void relu_grad_half_loop(const H* dy, const H* x, H* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = x[i].bits;
+    const std::uint32_t gradient = dy[i].bits;
+    dx[i] = H::from_bits(static_cast<std::uint16_t>(bits - 1U < kInfinityBits<H> ? gradient : 0U));
+  }
+}
+
+template <typename H>
+void check_matmul_operands(std::string_view kernel, std::int64_t m, std::int64_t n, std::int64_t k, const H* a,
+                           const H* b, const H* c) {
+  detail::check_size(kernel, "m", m);
+  detail::check_size(kernel, "n", n);
+  detail::check_size(kernel, "k", k);
+  detail::check_pointer(kernel, "a", a, detail::checked_product(kernel, m, k));
+  detail::check_pointer(kernel, "b", b, detail::checked_product(kernel, k, n));
+  detail::check_pointer(kernel, "c", c, detail::checked_product(kernel, m, n));
+}
+
+// Widened over the intra-op threads (element-wise: the bits do not depend on the split).
+template <typename H>
+void widen_in_chunks(const H* src, float* dst, std::int64_t n) {
+  parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+    detail::widen_span(src + begin, dst + begin, end - begin);
+  });
+}
+
+// Which bfloat16 product is faster on this CPU, per shape: oneDNN's kernels on the bfloat16 instructions
+// (AVX512_BF16's dot products do as many multiply-adds per cycle as float32 FMAs, so on a CPU without AMX
+// they need not beat a good float32 GEMM), or the float32 GEMM of the device's library on the widened
+// operands. Both give float32 sums of exact products, rounded once to bfloat16. Timed at the shape's first
+// product (each path once to warm it up, then the best of three alternating runs), then cached for the
+// process: a product's bits depend on its shape and that choice, never on the thread count. One measurement
+// runs at a time, and the table only grows.
+struct Bf16Choices {
+  std::mutex mutex;
+  std::map<std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t>, bool> native;
+};
+
+template <typename Native, typename Widened>
+bool bf16_native_is_faster(const GemmShape& shape, const Native& native, const Widened& widened) {
+  static auto* const choices = new Bf16Choices;  // never destroyed: device threads may multiply during exit
+  const std::tuple key{shape.transpose_a == Transpose::yes, shape.transpose_b == Transpose::yes, shape.m, shape.n,
+                       shape.k};
+  const std::lock_guard lock(choices->mutex);
+  const auto found = choices->native.find(key);
+  if (found != choices->native.end()) return found->second;
+  const auto seconds = [](const auto& product) {
+    const auto start = std::chrono::steady_clock::now();
+    product();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  native();
+  widened();
+  double best_native = std::numeric_limits<double>::infinity(), best_widened = best_native;
+  for (int round = 0; round < 3; ++round) {
+    best_native = std::min(best_native, seconds(native));
+    best_widened = std::min(best_widened, seconds(widened));
+  }
+  return choices->native.emplace(key, best_native <= best_widened).first->second;
+}
+
+}  // namespace
+
+template <typename H>
+void matmul_half_widened(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                         const H* a, const H* b, H* c, GemmLibrary library) {
+  constexpr std::string_view kKernel = "matmul_half_widened";
+  check_matmul_operands(kKernel, m, n, k, a, b, c);
+  const std::int64_t a_size = m * k, b_size = k * n, c_size = m * n;  // checked above
+  if (c_size == 0) return;
   GemmScratch& scratch = gemm_scratch();
   float* a32 = sized(scratch.a, a_size);
   float* b32 = sized(scratch.b, b_size);
   float* c32 = sized(scratch.c, c_size);
-  detail::widen_span(a, a32, a_size);
-  detail::widen_span(b, b32, b_size);
+  widen_in_chunks(a, a32, a_size);
+  widen_in_chunks(b, b32, b_size);
   matmul<float>(transpose_a, transpose_b, m, n, k, 1.0F, a32, b32, 0.0F, c32, library);  // its k == 0 rule too
-  detail::narrow_span(c32, c, c_size);
+  parallel_for(c_size, kStreamingGrain,
+               [&](std::int64_t begin, std::int64_t end) { detail::narrow_span(c32 + begin, c + begin, end - begin); });
+}
+
+template <typename H>
+void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const H* a, const H* b, H* c, GemmLibrary library) {
+  check_matmul_operands("matmul_half", m, n, k, a, b, c);
+  if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<H, BFloat16>) {
+    if (k > 0 && bf16_gemm_native()) {
+      const auto native = [&] { matmul_bf16_onednn(transpose_a, transpose_b, m, n, k, a, b, c); };
+      const auto widened = [&] { matmul_half_widened<H>(transpose_a, transpose_b, m, n, k, a, b, c, library); };
+      if (bf16_native_is_faster({.m = m, .n = n, .k = k, .transpose_a = transpose_a, .transpose_b = transpose_b},
+                                native, widened)) {
+        native();
+      } else {
+        widened();
+      }
+      return;
+    }
+  }
+  matmul_half_widened<H>(transpose_a, transpose_b, m, n, k, a, b, c, library);
 }
 
 template <typename H>
@@ -85,13 +208,9 @@ void bias_add_half(const H* x, const H* bias, H* y, std::int64_t rows, std::int6
   detail::check_pointer(kKernel, "x", x, count);
   detail::check_pointer(kKernel, "bias", bias, count == 0 ? 0 : cols);
   detail::check_pointer(kKernel, "y", y, count);
-  const Widener<H> widen;
-  for (std::int64_t row = 0; row < rows; ++row) {
-    for (std::int64_t col = 0; col < cols; ++col) {
-      const std::int64_t i = row * cols + col;
-      y[i] = detail::narrow<H>(widen(x[i]) + widen(bias[col]));
-    }
-  }
+  parallel_for(rows, rows_per_chunk(cols), [&](std::int64_t begin, std::int64_t end) {
+    bias_add_half_rows(x + begin * cols, bias, y + begin * cols, end - begin, cols);
+  });
 }
 
 template <typename H>
@@ -102,10 +221,11 @@ void bias_add_grad_half(const H* dy, H* dbias, std::int64_t rows, std::int64_t c
   detail::check_pointer(kKernel, "dy", dy, detail::checked_product(kKernel, rows, cols));
   detail::check_pointer(kKernel, "dbias", dbias, cols);
   std::vector<double> sums(static_cast<std::size_t>(cols), 0.0);  // cols doubles: the bias size, small
-  for (std::int64_t row = 0; row < rows; ++row) {
-    for (std::int64_t col = 0; col < cols; ++col)
-      sums[static_cast<std::size_t>(col)] += detail::widen(dy[row * cols + col]);
-  }
+  // Chunks of whole columns, about kStreamingGrain elements each.
+  const std::int64_t columns_per_chunk = std::max<std::int64_t>(1, kStreamingGrain / std::max<std::int64_t>(rows, 1));
+  parallel_for(cols, columns_per_chunk, [&](std::int64_t begin, std::int64_t end) {
+    column_sums_half(dy, sums.data(), rows, cols, begin, end);
+  });
   for (std::int64_t col = 0; col < cols; ++col) {
     dbias[col] = detail::narrow<H>(static_cast<float>(sums[static_cast<std::size_t>(col)]));
   }
@@ -117,9 +237,9 @@ void relu_half(const H* x, H* y, std::int64_t n) {
   detail::check_size(kKernel, "n", n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "y", y, n);
-  // `value <= 0` is false for NaN, so NaN passes through unchanged, as the float kernel does.
-  const Widener<H> widen;
-  for (std::int64_t i = 0; i < n; ++i) y[i] = widen(x[i]) <= 0.0F ? H{} : x[i];
+  // As the float kernel: `x <= 0` is false for NaN, so NaN passes through unchanged.
+  parallel_for(n, kStreamingGrain,
+               [&](std::int64_t begin, std::int64_t end) { relu_half_loop(x + begin, y + begin, end - begin); });
 }
 
 template <typename H>
@@ -129,8 +249,9 @@ void relu_grad_half(const H* dy, const H* x, H* dx, std::int64_t n) {
   detail::check_pointer(kKernel, "dy", dy, n);
   detail::check_pointer(kKernel, "x", x, n);
   detail::check_pointer(kKernel, "dx", dx, n);
-  const Widener<H> widen;
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = widen(x[i]) > 0.0F ? dy[i] : H{};
+  parallel_for(n, kStreamingGrain, [&](std::int64_t begin, std::int64_t end) {
+    relu_grad_half_loop(dy + begin, x + begin, dx + begin, end - begin);
+  });
 }
 
 template <typename H>

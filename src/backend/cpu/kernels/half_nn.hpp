@@ -9,7 +9,9 @@
 // f16/bf16"). The scratch is per thread and grows to the largest matrices seen, so a steady-state step
 // allocates nothing after the first. Either way products accumulate in float32 and C is rounded once. Every other
 // kernel widens, computes in float32 (bias_add_grad accumulates in double, as the float kernels do) and rounds each
-// result once.
+// result once. Like the float kernels, they split over the intra-op threads (intra_op_pool.hpp) in element-wise
+// (bias_add_grad: column-wise) chunks, so their bits do not depend on the thread count; relu and relu_grad
+// compare the sign and magnitude bits, which is the float comparison for every pattern.
 //
 //   matmul_half:        C[m,n] = op(A) op(B), the layouts and empty-size rules of gemm.hpp (alpha 1, beta 0)
 //   bias_add_half:      y[r,c] = x[r,c] + bias[c]          (y may alias x)
@@ -28,9 +30,15 @@
 namespace tp::backend::cpu {
 
 // `library`: the float32 GEMM that float16 (and bfloat16 without native instructions) is computed with.
+// bfloat16 with native instructions: per shape, the faster on this CPU of oneDNN's bfloat16 kernels and
+// matmul_half_widened with `library`, timed at the shape's first product and then kept for the process.
 template <typename H>
 void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                  const H* a, const H* b, H* c, GemmLibrary library = GemmLibrary::openblas);
+// A and B widened to float32 scratch, the float32 GEMM of `library`, C rounded once to H.
+template <typename H>
+void matmul_half_widened(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                         const H* a, const H* b, H* c, GemmLibrary library = GemmLibrary::openblas);
 template <typename H>
 void bias_add_half(const H* x, const H* bias, H* y, std::int64_t rows, std::int64_t cols);
 template <typename H>
@@ -45,6 +53,8 @@ void add_scaled_half(H* y, float alpha, const H* x, std::int64_t n);
 #define TP_DECLARE_HALF_NN(H, prefix)                                                                           \
   prefix template void matmul_half<H>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t, const H*, \
                                       const H*, H*, GemmLibrary);                                               \
+  prefix template void matmul_half_widened<H>(Transpose, Transpose, std::int64_t, std::int64_t, std::int64_t,   \
+                                              const H*, const H*, H*, GemmLibrary);                             \
   prefix template void bias_add_half<H>(const H*, const H*, H*, std::int64_t, std::int64_t);                    \
   prefix template void bias_add_grad_half<H>(const H*, H*, std::int64_t, std::int64_t);                         \
   prefix template void relu_half<H>(const H*, H*, std::int64_t);                                                \
