@@ -40,7 +40,7 @@ void* LimitingAdaptor::do_allocate(std::size_t requested, std::size_t alignment,
   } while (!outstanding_.compare_exchange_weak(current, current + bytes, std::memory_order_acq_rel,
                                                std::memory_order_relaxed));
   try {
-    return upstream().allocate(requested, alignment, tag);
+    return upstream_allocate(requested, alignment, tag);
   } catch (...) {
     outstanding_.fetch_sub(bytes, std::memory_order_acq_rel);
     throw;
@@ -48,7 +48,7 @@ void* LimitingAdaptor::do_allocate(std::size_t requested, std::size_t alignment,
 }
 
 void LimitingAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
-  upstream().deallocate(ptr, bytes);
+  upstream_deallocate(ptr, bytes);
   outstanding_.fetch_sub(charged(bytes), std::memory_order_acq_rel);
 }
 

@@ -5,7 +5,7 @@
 
 namespace tp::memory {
 
-void* MemoryResource::allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+void MemoryResource::reject(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) const {
   if (bytes == 0) {
     TP_THROW(InvalidArgument, "memory", name_, ": allocate(bytes = 0) for ", tag.describe(),
              "; request at least 1 byte (zero-element tensors need no allocation)");
@@ -18,16 +18,8 @@ void* MemoryResource::allocate(std::size_t bytes, std::size_t alignment, const A
     TP_THROW(InvalidArgument, "memory", name_, ": alignment = ", alignment, " exceeds this resource's maximum of ",
              max_alignment(), "; request at most ", max_alignment());
   }
-  if (bytes > kMaxAllocationBytes) {
-    TP_THROW(InvalidArgument, "memory", name_, ": bytes = ", bytes, " overflows when rounded (maximum ",
-             kMaxAllocationBytes, "); the size was probably computed from a negative or overflowed count");
-  }
-  return do_allocate(bytes, alignment, tag);
-}
-
-void MemoryResource::deallocate(void* ptr, std::size_t bytes) noexcept {
-  if (ptr == nullptr) return;
-  do_deallocate(ptr, bytes);
+  TP_THROW(InvalidArgument, "memory", name_, ": bytes = ", bytes, " overflows when rounded (maximum ",
+           kMaxAllocationBytes, "); the size was probably computed from a negative or overflowed count");
 }
 
 }  // namespace tp::memory

@@ -110,6 +110,7 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
     layer = std::move(tracking);
   }
   top_ = std::make_unique<StatisticsAdaptor>(std::move(layer));
+  max_alignment_ = top_->max_alignment();
 }
 
 MemoryStack::~MemoryStack() {
@@ -118,14 +119,14 @@ MemoryStack::~MemoryStack() {
 
 void* MemoryStack::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
   try {
-    return top_->allocate(bytes, alignment, tag);
+    return allocate_validated(*top_, bytes, alignment, tag);  // max_alignment() is top_'s: checked once
   } catch (OutOfMemoryError& error) {
     error.amend([this](OutOfMemoryReport& report) { report.device = config_.device; });
     throw;
   }
 }
 
-void MemoryStack::do_deallocate(void* ptr, std::size_t bytes) noexcept { top_->deallocate(ptr, bytes); }
+void MemoryStack::do_deallocate(void* ptr, std::size_t bytes) noexcept { deallocate_validated(*top_, ptr, bytes); }
 
 std::size_t MemoryStack::do_trim() { return top_->trim(); }
 

@@ -20,16 +20,17 @@ MemoryResource& checked(const std::unique_ptr<MemoryResource>& upstream, const s
 ResourceAdaptor::ResourceAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name)
     : MemoryResource(std::move(name)),
       owned_upstream_(std::move(upstream)),
-      upstream_(checked(owned_upstream_, this->name())) {}
+      upstream_(checked(owned_upstream_, this->name())),
+      max_alignment_(upstream_.max_alignment()) {}
 
 ResourceAdaptor::ResourceAdaptor(MemoryResource& upstream, std::string name)
-    : MemoryResource(std::move(name)), upstream_(upstream) {}
+    : MemoryResource(std::move(name)), upstream_(upstream), max_alignment_(upstream_.max_alignment()) {}
 
 void* ResourceAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
-  return upstream_.allocate(bytes, alignment, tag);
+  return upstream_allocate(bytes, alignment, tag);
 }
 
-void ResourceAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept { upstream_.deallocate(ptr, bytes); }
+void ResourceAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept { upstream_deallocate(ptr, bytes); }
 
 std::size_t ResourceAdaptor::do_trim() { return upstream_.trim(); }
 

@@ -17,15 +17,15 @@ void raise_to(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
 }  // namespace
 
 StatisticsAdaptor::StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name)
-    : ResourceAdaptor(std::move(upstream), std::move(name)), max_alignment_(this->upstream().max_alignment()) {}
+    : ResourceAdaptor(std::move(upstream), std::move(name)) {}
 
 StatisticsAdaptor::StatisticsAdaptor(MemoryResource& upstream, std::string name)
-    : ResourceAdaptor(upstream, std::move(name)), max_alignment_(this->upstream().max_alignment()) {}
+    : ResourceAdaptor(upstream, std::move(name)) {}
 
 void* StatisticsAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
   void* ptr = nullptr;
   try {
-    ptr = upstream().allocate(bytes, alignment, tag);
+    ptr = upstream_allocate(bytes, alignment, tag);
   } catch (OutOfMemoryError& error) {
     num_ooms_.fetch_add(1, std::memory_order_relaxed);
     // The refusing layer counts in-use bytes after rounding, this one as asked: with both, the report gives
@@ -45,7 +45,7 @@ void StatisticsAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   // Counted before the block goes back: bytes_requested_ never counts a block twice, so it cannot wrap.
   bytes_requested_.fetch_sub(bytes, std::memory_order_relaxed);
   num_frees_.fetch_add(1, std::memory_order_relaxed);
-  upstream().deallocate(ptr, bytes);
+  upstream_deallocate(ptr, bytes);
 }
 
 MemoryStats StatisticsAdaptor::do_stats() const {

@@ -125,10 +125,8 @@ void retire(const LocalCacheEntry& entry) noexcept {
   std::erase(registry->caches, entry.cache);
 }
 
-// This thread's caches, one per adaptor it has used; `last` memoizes the latest lookup.
+// This thread's caches, one per adaptor it has used.
 struct LocalCaches {
-  std::uint64_t last_id = 0;
-  ThreadCache* last = nullptr;
   std::vector<LocalCacheEntry> entries;
 
   LocalCaches() = default;
@@ -140,9 +138,15 @@ struct LocalCaches {
 // Set once this thread's LocalCaches is destroyed: a free from a later thread_local destructor goes upstream.
 thread_local bool local_caches_destroyed = false;
 thread_local LocalCaches local_caches;
+// The latest lookup among local_caches (id 0: none; adaptor ids start at 1). Plain thread_locals with no
+// destructor, so reading them needs no thread_local initialization check: the per-call path.
+thread_local std::uint64_t local_last_id = 0;
+thread_local ThreadCache* local_last = nullptr;
 
 LocalCaches::~LocalCaches() {
   local_caches_destroyed = true;
+  local_last_id = 0;
+  local_last = nullptr;
   for (const LocalCacheEntry& entry : entries) retire(entry);
 }
 
@@ -179,14 +183,12 @@ ThreadCacheAdaptor::ThreadCacheAdaptor(std::unique_ptr<MemoryResource> upstream,
                                        std::string name)
     : ResourceAdaptor(std::move(upstream), std::move(name)),
       options_(checked_options(options, this->name())),
-      max_alignment_(this->upstream().max_alignment()),
       id_(next_thread_cache_id.fetch_add(1, std::memory_order_relaxed)),
       registry_(std::make_shared<ThreadCacheRegistry>()) {}
 
 ThreadCacheAdaptor::ThreadCacheAdaptor(MemoryResource& upstream, ThreadCacheOptions options, std::string name)
     : ResourceAdaptor(upstream, std::move(name)),
       options_(checked_options(options, this->name())),
-      max_alignment_(this->upstream().max_alignment()),
       id_(next_thread_cache_id.fetch_add(1, std::memory_order_relaxed)),
       registry_(std::make_shared<ThreadCacheRegistry>()) {}
 
@@ -223,17 +225,16 @@ namespace {
     local.entries.push_back(LocalCacheEntry{id, std::move(cache), registry});
     found = local.entries.end() - 1;
   }
-  local.last_id = id;
-  local.last = found->cache.get();
-  return *local.last;
+  local_last_id = id;
+  local_last = found->cache.get();
+  return *local_last;
 }
 
 }  // namespace
 
 ThreadCache& ThreadCacheAdaptor::local_cache() {
-  LocalCaches& local = local_caches;
-  if (local.last_id == id_) [[likely]] {
-    return *local.last;
+  if (local_last_id == id_) [[likely]] {
+    return *local_last;
   }
   return find_or_add_local_cache(id_, registry_, upstream());
 }
@@ -266,23 +267,30 @@ void* ThreadCacheAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, 
       return block.ptr;
     }
   }
-  void* ptr = allocate_upstream(bytes, alignment, tag);
-  add_in_use(footprint(ptr, bytes));
-  return ptr;
+  // The footprint: promised by the allocator, or given with the block (no second look-up).
+  const std::optional<std::size_t> fixed = upstream().fixed_allocated_size(bytes);
+  const SizedAllocation block = allocate_with_retry(bytes, alignment, tag, !fixed.has_value());
+  add_in_use(fixed ? *fixed : std::max(block.allocated, round_up(bytes, upstream().allocation_granularity())));
+  return block.ptr;
 }
 
-void* ThreadCacheAdaptor::allocate_upstream(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+MemoryResource::SizedAllocation ThreadCacheAdaptor::allocate_with_retry(std::size_t bytes, std::size_t alignment,
+                                                                        const AllocationTag& tag, bool sized) {
+  const auto allocate_once = [&] {
+    return sized ? allocate_sized_validated(upstream(), bytes, alignment, tag)
+                 : SizedAllocation{upstream_allocate(bytes, alignment, tag), 0};
+  };
   std::size_t flushed = 0;
   try {
-    return upstream().allocate(bytes, alignment, tag);
+    return allocate_once();
   } catch (const OutOfMemoryError&) {
     flushed = flush();
     if (flushed == 0) throw;
   }
   try {
-    void* ptr = upstream().allocate(bytes, alignment, tag);
+    const SizedAllocation block = allocate_once();
     num_retries_.fetch_add(1, std::memory_order_relaxed);
-    return ptr;
+    return block;
   } catch (OutOfMemoryError& error) {
     const std::string line = "The thread caches returned " + std::to_string(flushed) +
                              " cached block(s) to the allocator and the request still failed.";
@@ -308,7 +316,7 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
       if (bin.count > 0 && bin.size != bytes) {
         // The bin now serves the newer size: its older blocks go back.
         for (std::size_t i = 0; i < bin.count; ++i) {
-          upstream().deallocate(bin.blocks[i].ptr, bin.size);
+          upstream_deallocate(bin.blocks[i].ptr, bin.size);
           cache->allocated -= bin.blocks[i].allocated;
         }
         cache->bytes -= bin.size * bin.count;
@@ -327,7 +335,7 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
       }
     }
   }
-  upstream().deallocate(ptr, bytes);
+  upstream_deallocate(ptr, bytes);
 }
 
 std::size_t ThreadCacheAdaptor::flush() noexcept {

@@ -25,7 +25,7 @@ TrackingAdaptor::TrackingAdaptor(MemoryResource& upstream, std::string name)
 void* TrackingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
   void* ptr = nullptr;
   try {
-    ptr = upstream().allocate(bytes, alignment, tag);
+    ptr = upstream_allocate(bytes, alignment, tag);
   } catch (OutOfMemoryError& error) {
     std::vector<LiveAllocation> largest;
     for (TrackedAllocation& live : largest_live(kReportedLiveAllocations)) {
@@ -41,7 +41,7 @@ void* TrackingAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, con
   try {
     record(ptr, bytes, tag);
   } catch (...) {
-    upstream().deallocate(ptr, bytes);  // could not record it (out of host memory): give it back
+    upstream_deallocate(ptr, bytes);  // could not record it (out of host memory): give it back
     throw;
   }
   return ptr;
@@ -62,7 +62,7 @@ void TrackingAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
     live_.erase(ptr);
     for (AllocationObserver* observer : observers_) observer->on_deallocate(ptr, bytes);
   }
-  upstream().deallocate(ptr, bytes);
+  upstream_deallocate(ptr, bytes);
 }
 
 std::vector<TrackedAllocation> TrackingAdaptor::live_allocations() const {

@@ -24,6 +24,18 @@ namespace tp::memory {
 // Alignment used when a caller does not ask for one; also the granularity of the sub-allocators.
 inline constexpr std::size_t kDefaultAlignment = 256;
 
+// The largest size any resource accepts: rounding it up to a page or a 2 MiB granule must not overflow.
+inline constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 56;
+
+// Rounds `value` up to a multiple of `multiple` (a power of two). Caller guarantees no overflow.
+[[nodiscard]] constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
+  return (value + multiple - 1) & ~(multiple - 1);
+}
+
+[[nodiscard]] constexpr bool is_power_of_two(std::size_t value) noexcept {
+  return value != 0 && (value & (value - 1)) == 0;
+}
+
 class MemoryResource {
  public:
   explicit MemoryResource(std::string name) : name_(std::move(name)) {}
@@ -34,9 +46,17 @@ class MemoryResource {
   // Throws tp::InvalidArgument for bytes == 0, an alignment that is not a power of two or exceeds
   // max_alignment(), or a size that overflows when rounded; tp::OutOfMemoryError when memory runs out.
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = kDefaultAlignment,
-                               const AllocationTag& tag = {});
+                               const AllocationTag& tag = {}) {
+    if (bytes == 0 || bytes > kMaxAllocationBytes || !is_power_of_two(alignment) || alignment > max_alignment())
+        [[unlikely]] {
+      reject(bytes, alignment, tag);
+    }
+    return do_allocate(bytes, alignment, tag);
+  }
   // ptr == nullptr is a no-op. `bytes` must be the size passed to allocate.
-  void deallocate(void* ptr, std::size_t bytes) noexcept;
+  void deallocate(void* ptr, std::size_t bytes) noexcept {
+    if (ptr != nullptr) do_deallocate(ptr, bytes);
+  }
 
   // Returns cached free memory to the source; the number of bytes given back.
   std::size_t trim() { return do_trim(); }
@@ -61,27 +81,49 @@ class MemoryResource {
     return std::nullopt;
   }
 
+  // A block and what the resource set aside for it (allocated_size() of the block).
+  struct SizedAllocation {
+    void* ptr = nullptr;
+    std::size_t allocated = 0;
+  };
+
+ protected:
+  // For a layer handing a request its own allocate() has validated to the resource below it, whose
+  // max_alignment() is at least this layer's (so the checks would pass again): calls the hook directly, so a
+  // stack validates each request once, at its top, not once per layer.
+  static void* allocate_validated(MemoryResource& below, std::size_t bytes, std::size_t alignment,
+                                  const AllocationTag& tag) {
+    return below.do_allocate(bytes, alignment, tag);
+  }
+  // allocate_validated, also giving the block's allocated_size(): from the allocation itself where the
+  // resource overrides do_allocate_sized (BFC knows its chunk then), saving a look-up under its lock.
+  static SizedAllocation allocate_sized_validated(MemoryResource& below, std::size_t bytes, std::size_t alignment,
+                                                  const AllocationTag& tag) {
+    return below.do_allocate_sized(bytes, alignment, tag);
+  }
+  // `ptr` is not null (deallocate() returned early for it).
+  static void deallocate_validated(MemoryResource& below, void* ptr, std::size_t bytes) noexcept {
+    below.do_deallocate(ptr, bytes);
+  }
+
  private:
+  // Throws the tp::InvalidArgument allocate() documents, for the first check the request fails; kept out of
+  // line so the checks that pass cost a few compares.
+  [[noreturn, gnu::cold]] void reject(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) const;
+
   virtual void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) = 0;
   virtual void do_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
   virtual std::size_t do_trim() { return 0; }
   virtual MemoryStats do_stats() const = 0;
   virtual void do_reset_peak() {}
   virtual std::size_t do_allocated_size(const void* /*ptr*/, std::size_t bytes) const noexcept { return bytes; }
+  // do_allocate, then do_allocated_size, unless the resource knows the size as it allocates.
+  virtual SizedAllocation do_allocate_sized(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+    void* ptr = do_allocate(bytes, alignment, tag);
+    return SizedAllocation{ptr, do_allocated_size(ptr, bytes)};
+  }
 
   std::string name_;
 };
-
-// The largest size any resource accepts: rounding it up to a page or a 2 MiB granule must not overflow.
-inline constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 56;
-
-// Rounds `value` up to a multiple of `multiple` (a power of two). Caller guarantees no overflow.
-[[nodiscard]] constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
-  return (value + multiple - 1) & ~(multiple - 1);
-}
-
-[[nodiscard]] constexpr bool is_power_of_two(std::size_t value) noexcept {
-  return value != 0 && (value & (value - 1)) == 0;
-}
 
 }  // namespace tp::memory

@@ -58,7 +58,7 @@ class MemoryStack final : public MemoryResource {
   // tools that inspect it (e.g. dynamic_cast to BfcAllocator for check_invariants()).
   MemoryResource& allocator() const noexcept { return *allocator_; }
 
-  std::size_t max_alignment() const noexcept override { return top_->max_alignment(); }
+  std::size_t max_alignment() const noexcept override { return max_alignment_; }
   std::size_t allocation_granularity() const noexcept override { return top_->allocation_granularity(); }
   std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override {
     return top_->fixed_allocated_size(bytes);
@@ -87,6 +87,7 @@ class MemoryStack final : public MemoryResource {
   MemoryResource* allocator_ = nullptr;                  // inside top_
   TrackingAdaptor* tracking_ = nullptr;                  // inside top_, or null
   ThreadCacheAdaptor* thread_cache_ = nullptr;           // inside top_, or null
+  std::size_t max_alignment_ = 0;                        // top_'s, read once: every allocate checks it
 };
 
 // Builds a stack over separate sources, both owned: `source` serves bfc and system, `virtual_memory` serves

@@ -21,7 +21,9 @@ class ResourceAdaptor : public MemoryResource {
  public:
   MemoryResource& upstream() noexcept { return upstream_; }
   const MemoryResource& upstream() const noexcept { return upstream_; }
-  std::size_t max_alignment() const noexcept override { return upstream_.max_alignment(); }
+  // The upstream's, read once (a resource's maximum alignment never changes): an adaptor accepts exactly the
+  // alignments its upstream does, which is what lets it forward requests without validating them again.
+  std::size_t max_alignment() const noexcept final { return max_alignment_; }
   std::size_t allocation_granularity() const noexcept override { return upstream_.allocation_granularity(); }
   std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override {
     return upstream_.fixed_allocated_size(bytes);
@@ -32,6 +34,13 @@ class ResourceAdaptor : public MemoryResource {
   ResourceAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name);
   // Borrows the upstream, which must outlive this adaptor.
   ResourceAdaptor(MemoryResource& upstream, std::string name);
+
+  // Hand a request this adaptor's allocate() validated (or a non-null pointer) to the upstream without
+  // validating it again (MemoryResource::allocate_validated): what a derived adaptor's hooks call.
+  void* upstream_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+    return allocate_validated(upstream_, bytes, alignment, tag);
+  }
+  void upstream_deallocate(void* ptr, std::size_t bytes) noexcept { deallocate_validated(upstream_, ptr, bytes); }
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
@@ -44,6 +53,7 @@ class ResourceAdaptor : public MemoryResource {
   // Immutable after construction.
   std::unique_ptr<MemoryResource> owned_upstream_;  // null when borrowed
   MemoryResource& upstream_;
+  const std::size_t max_alignment_;
 };
 
 }  // namespace tp::memory

@@ -28,16 +28,12 @@ class StatisticsAdaptor final : public ResourceAdaptor {
   explicit StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name = "statistics");
   explicit StatisticsAdaptor(MemoryResource& upstream, std::string name = "statistics");
 
-  // The upstream's, read once: every allocate checks it, and a resource's maximum alignment never changes.
-  std::size_t max_alignment() const noexcept override { return max_alignment_; }
-
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
 
-  const std::size_t max_alignment_;  // immutable after construction
   std::atomic<std::size_t> bytes_requested_{0};
   std::atomic<std::size_t> peak_bytes_requested_{0};
   std::atomic<std::uint64_t> num_allocs_{0};

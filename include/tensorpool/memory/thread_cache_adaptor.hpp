@@ -19,8 +19,9 @@
 // back); bytes_reserved includes them (reserved - in use = the allocator's free bytes + the cached
 // footprints, cached_allocated_bytes()), and a cached block counts as a free block for largest_free_block.
 // A block's footprint is upstream().fixed_allocated_size(n) when the allocator promises one (the expandable
-// arena: no look-up, so a cached pair takes no allocator lock), else its allocated_size() (one look-up under
-// the allocator's lock per allocation and free: BFC, whose chunks depend on its free list).
+// arena, BFC with BfcSplit::exact: no look-up, so a cached pair takes no allocator lock), else the size the
+// allocator returns with the block it allocates (allocate_sized_validated) and, at a free, its allocated_size()
+// (one look-up under the allocator's lock: TensorFlow's BFC, whose chunks depend on its free list).
 //
 // Caches are emptied (their blocks returned upstream) by flush(), by trim() before the allocator trims, by
 // an upstream tp::OutOfMemoryError (every thread's cache is flushed and the request retried once, counted in
@@ -70,8 +71,6 @@ class ThreadCacheAdaptor final : public ResourceAdaptor {
   ThreadCacheAdaptor(MemoryResource& upstream, ThreadCacheOptions options = {}, std::string name = "thread_cache");
   ~ThreadCacheAdaptor() override;
 
-  // The upstream's, read once: every allocate checks it, and a resource's maximum alignment never changes.
-  std::size_t max_alignment() const noexcept override { return max_alignment_; }
   const ThreadCacheOptions& options() const noexcept { return options_; }
   // Returns every thread's cached blocks upstream; the number of blocks returned.
   std::size_t flush() noexcept;
@@ -89,14 +88,15 @@ class ThreadCacheAdaptor final : public ResourceAdaptor {
   void do_reset_peak() override;
 
   detail::ThreadCache& local_cache();
-  void* allocate_upstream(std::size_t bytes, std::size_t alignment, const AllocationTag& tag);
+  // Upstream, after flushing every cache and retrying once on an upstream tp::OutOfMemoryError. `sized`: with
+  // the block's allocated size (else `allocated` is 0).
+  SizedAllocation allocate_with_retry(std::size_t bytes, std::size_t alignment, const AllocationTag& tag, bool sized);
   // What the allocator set aside for a live block of `bytes` at `ptr`.
   std::size_t footprint(const void* ptr, std::size_t bytes) const noexcept;
   void add_in_use(std::size_t allocated) noexcept;
 
   // Immutable after construction.
   const ThreadCacheOptions options_;
-  const std::size_t max_alignment_;
   const std::uint64_t id_;  // unique per adaptor for the process's life: keys the thread-local lookup
   const std::shared_ptr<detail::ThreadCacheRegistry> registry_;
   std::atomic<std::uint64_t> num_retries_{0};
