@@ -8,7 +8,9 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <new>
+#include <optional>
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
@@ -117,12 +119,12 @@ void BfcAllocator::insert_free(ChunkHandle handle) {
   Chunk& chunk = chunks_[handle];
   const int bin = bin_for_size(chunk.size);
   chunk.bin = static_cast<std::uint8_t>(bin);
-  bins_[static_cast<std::size_t>(bin)].insert(handle);
+  chunk.in_bin = bins_[static_cast<std::size_t>(bin)].insert(handle).first;
 }
 
 void BfcAllocator::remove_free(ChunkHandle handle) noexcept {
   Chunk& chunk = chunks_[handle];
-  bins_[chunk.bin].erase(handle);
+  bins_[chunk.bin].erase(chunk.in_bin);
   chunk.bin = kNoBin;
 }
 
@@ -163,34 +165,52 @@ void BfcAllocator::recycle_chunk(ChunkHandle handle) noexcept {
   free_chunk_slots_ = handle;
 }
 
-// Cuts `handle` (free, out of its bin) to `size`; the remainder becomes a new free chunk after it. If the
-// host cannot allocate the bookkeeping, the chunk stays whole, which is still a correct (if wasteful) state.
-void BfcAllocator::split_chunk(Region& region, ChunkHandle handle, std::size_t size) {
-  ChunkHandle rest = kInvalidChunk;
-  try {
-    rest = new_chunk();  // may grow chunks_: take references only after
-  } catch (const std::bad_alloc&) {
-    return;
-  }
+// Cuts the first `size` bytes of free chunk `handle` (in its bin) off as a chunk in no bin, which it returns;
+// the rest stays free. When the rest's smaller key still sorts after the element before `handle` in the same
+// bin, the rest keeps `handle` and its bin element (no bin work) and the cut piece is a new chunk; otherwise the
+// rest is a new chunk, inserted first, and `handle` leaves its bin as the cut piece. Strong guarantee: when the
+// host cannot allocate the bookkeeping it throws std::bad_alloc with nothing changed.
+BfcAllocator::ChunkHandle BfcAllocator::split_chunk(Region& region, ChunkHandle handle, std::size_t size) {
+  const ChunkHandle other = new_chunk();  // may grow chunks_: take references only after
   Chunk& chunk = chunks_[handle];
-  Chunk& remainder = chunks_[rest];
-  remainder.ptr = chunk.ptr + size;
-  remainder.size = chunk.size - size;
-  remainder.prev = handle;
-  remainder.next = chunk.next;
-  if (chunk.next != kInvalidChunk) chunks_[chunk.next].prev = rest;
-  chunk.next = rest;
-  chunk.size = size;
-  region.handles[static_cast<std::size_t>(remainder.ptr - region.base) / kGranularity] = rest;
-  try {
-    insert_free(rest);
-  } catch (const std::bad_alloc&) {
-    merge_into(region, handle, rest);  // undo the split
+  Chunk& piece = chunks_[other];
+  const SizeKey rest_key{chunk.size - size, reinterpret_cast<std::uintptr_t>(chunk.ptr + size)};
+  const Bin& bin = bins_[chunk.bin];
+  if (bin_for_size(rest_key.size) == chunk.bin &&
+      (chunk.in_bin == bin.begin() || BinOrder{&chunks_}(*std::prev(chunk.in_bin), rest_key))) {
+    piece.ptr = chunk.ptr;
+    piece.size = size;
+    piece.prev = chunk.prev;
+    piece.next = handle;
+    if (chunk.prev != kInvalidChunk) chunks_[chunk.prev].next = other;
+    chunk.prev = other;
+    chunk.ptr += size;
+    chunk.size = rest_key.size;
+    region.handles[static_cast<std::size_t>(piece.ptr - region.base) / kGranularity] = other;
+    region.handles[static_cast<std::size_t>(chunk.ptr - region.base) / kGranularity] = handle;
+    return other;
   }
+  piece.ptr = chunk.ptr + size;
+  piece.size = rest_key.size;
+  try {
+    insert_free(other);
+  } catch (const std::bad_alloc&) {
+    recycle_chunk(other);
+    throw;
+  }
+  remove_free(handle);
+  piece.prev = handle;
+  piece.next = chunk.next;
+  if (chunk.next != kInvalidChunk) chunks_[chunk.next].prev = other;
+  chunk.next = other;
+  chunk.size = size;
+  region.handles[static_cast<std::size_t>(piece.ptr - region.base) / kGranularity] = other;
+  return handle;
 }
 
-// Absorbs `second` (the chunk right after `first`, both out of the bins) into `first`.
-void BfcAllocator::merge_into(Region& region, ChunkHandle first, ChunkHandle second) {
+// Absorbs `second` (the chunk right after `first`, in no bin) into `first`. `first` may be in its bin: its key
+// only grows, and the caller puts it in place (regrow_free).
+void BfcAllocator::merge_into(Region& region, ChunkHandle first, ChunkHandle second) noexcept {
   Chunk& absorbed = chunks_[second];
   Chunk& chunk = chunks_[first];
   chunk.size += absorbed.size;
@@ -198,6 +218,20 @@ void BfcAllocator::merge_into(Region& region, ChunkHandle first, ChunkHandle sec
   if (absorbed.next != kInvalidChunk) chunks_[absorbed.next].prev = first;
   region.handles[static_cast<std::size_t>(absorbed.ptr - region.base) / kGranularity] = kInvalidChunk;
   recycle_chunk(second);
+}
+
+// Extends `second` (free, in its bin) down over `first`, the chunk right before it (free, in no bin): the
+// merged chunk keeps `second`'s handle, so its bin element stays; `first`'s handle is recycled.
+void BfcAllocator::extend_down(Region& region, ChunkHandle first, ChunkHandle second) noexcept {
+  Chunk& absorbed = chunks_[first];
+  Chunk& chunk = chunks_[second];
+  region.handles[static_cast<std::size_t>(chunk.ptr - region.base) / kGranularity] = kInvalidChunk;
+  region.handles[static_cast<std::size_t>(absorbed.ptr - region.base) / kGranularity] = second;
+  chunk.ptr = absorbed.ptr;
+  chunk.size += absorbed.size;
+  chunk.prev = absorbed.prev;
+  if (absorbed.prev != kInvalidChunk) chunks_[absorbed.prev].next = second;
+  recycle_chunk(first);
 }
 
 // ---- regions -----------------------------------------------------------------------------------------
@@ -325,8 +359,13 @@ bool BfcAllocator::collect_garbage(std::size_t rounded) {
 
 // ---- allocate / deallocate ---------------------------------------------------------------------------
 
-void* BfcAllocator::do_allocate(std::size_t bytes, std::size_t /*alignment: <= 256, always honoured*/,
-                                const AllocationTag& tag) {
+void* BfcAllocator::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
+  return do_allocate_sized(bytes, alignment, tag).ptr;
+}
+
+MemoryResource::SizedAllocation BfcAllocator::do_allocate_sized(std::size_t bytes,
+                                                                std::size_t /*alignment: <= 256, always honoured*/,
+                                                                const AllocationTag& tag) {
   const std::size_t rounded = round_up(bytes, kGranularity);
   std::lock_guard lock(mutex_);
   ChunkHandle handle = find_chunk(rounded);
@@ -339,45 +378,82 @@ void* BfcAllocator::do_allocate(std::size_t bytes, std::size_t /*alignment: <= 2
   return use_chunk(handle, rounded, bytes);
 }
 
-void* BfcAllocator::use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested) {
-  remove_free(handle);
+MemoryResource::SizedAllocation BfcAllocator::use_chunk(ChunkHandle handle, std::size_t rounded,
+                                                        std::size_t requested) {
   const std::size_t size = chunks_[handle].size;
   // Sizes are multiples of kGranularity, so any leftover is a valid chunk; tensorflow keeps small leftovers.
   const bool split = size > rounded && (options_.split == BfcSplit::exact || size >= 2 * rounded ||
                                         size - rounded >= options_.split_threshold);
+  ChunkHandle taken = handle;
+  bool whole = !split;
   if (split) {
-    split_chunk(*region_for(chunks_[handle].ptr), handle, rounded);
+    try {
+      taken = split_chunk(*region_for(chunks_[handle].ptr), handle, rounded);
+    } catch (const std::bad_alloc&) {
+      // No host memory for the split's bookkeeping. tensorflow hands the chunk out whole (correct, if
+      // wasteful); exact promises the rounded size (fixed_allocated_size), so the request fails, nothing changed.
+      if (options_.split == BfcSplit::exact) throw;
+      whole = true;
+    }
   }
-  Chunk& chunk = chunks_[handle];
+  if (whole) remove_free(handle);
+  Chunk& chunk = chunks_[taken];
   chunk.in_use = true;
   chunk.requested = requested;
   stats_.record_allocation(requested, chunk.size, 0);
-  return chunk.ptr;
+  return SizedAllocation{chunk.ptr, chunk.size};
+}
+
+std::optional<std::size_t> BfcAllocator::fixed_allocated_size(std::size_t bytes) const noexcept {
+  if (options_.split == BfcSplit::exact) return round_up(bytes, kGranularity);
+  return std::nullopt;
 }
 
 void BfcAllocator::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
   Region* region = region_for(ptr);
-  ChunkHandle handle = chunk_for(region, ptr, bytes);
+  const ChunkHandle handle = chunk_for(region, ptr, bytes);
   Chunk& chunk = chunks_[handle];
   stats_.record_free(chunk.requested, chunk.size, 0);
   chunk.in_use = false;
   chunk.requested = 0;
   const ChunkHandle next = chunk.next;
   const ChunkHandle prev = chunk.prev;
-  if (next != kInvalidChunk && !chunks_[next].in_use) {
-    remove_free(next);
-    merge_into(*region, handle, next);
-  }
+  const bool next_free = next != kInvalidChunk && !chunks_[next].in_use;
+  // A free neighbour already in a bin takes the freed bytes and keeps its element there when its larger key
+  // still sorts before its successor's: prev (keeping its address), else next (starting lower).
   if (prev != kInvalidChunk && !chunks_[prev].in_use) {
-    remove_free(prev);
+    if (next_free) {
+      remove_free(next);
+      merge_into(*region, handle, next);
+    }
     merge_into(*region, prev, handle);
-    handle = prev;
+    regrow_free(prev);
+  } else if (next_free) {
+    extend_down(*region, handle, next);
+    regrow_free(next);
+  } else {
+    try {
+      insert_free(handle);
+    } catch (const std::bad_alloc&) {  // no memory for a bin node: nothing sane is left to do
+      abort_bad_free(ptr, bytes, "out of host memory while returning the chunk to its bin");
+    }
   }
+}
+
+// `handle` (free, in its bin) grew: its key (size, address) only rose, so it can have passed only later
+// elements of its bin, or left the bin's size range. Re-inserted only then.
+void BfcAllocator::regrow_free(ChunkHandle handle) noexcept {
+  const Chunk& chunk = chunks_[handle];
+  if (bin_for_size(chunk.size) == chunk.bin) {
+    const auto after = std::next(chunk.in_bin);
+    if (after == bins_[chunk.bin].end() || BinOrder{&chunks_}(handle, *after)) return;
+  }
+  remove_free(handle);  // by position: no key comparison, so the stale order of this element is harmless
   try {
-    insert_free(handle);
-  } catch (const std::bad_alloc&) {  // no memory for a bin node: nothing sane is left to do
-    abort_bad_free(ptr, bytes, "out of host memory while returning the chunk to its bin");
+    insert_free(handle);  // reuses the node remove_free just gave back to bin_nodes_
+  } catch (const std::bad_alloc&) {
+    abort_bad_free(chunks_[handle].ptr, 0, "out of host memory while returning the chunk to its bin");
   }
 }
 

@@ -85,6 +85,7 @@ std::string BfcAllocator::check_region(const Region& region, std::size_t& free_c
       if (previous != kInvalidChunk && !chunks_[previous].in_use) return where("two adjacent free chunks");
       if (chunk.bin != bin_for_size(chunk.size)) return where("free chunk in the wrong bin");
       if (bins_[chunk.bin].count(handle) == 0) return where("free chunk missing from its bin");
+      if (*chunk.in_bin != handle) return where("free chunk's bin position names another chunk");
       ++free_chunks;
     }
     offset += chunk.size;

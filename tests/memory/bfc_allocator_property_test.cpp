@@ -11,9 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "memory/support/bfc_test_support.hpp"
@@ -177,6 +179,104 @@ TEST(BfcAllocatorProperty, RandomTracesUnderExactSplitHandOutNoSlack) {
     EXPECT_GT(tensorflow.slack_ops, 0u) << "seed " << seed;
     EXPECT_EQ(exact.slack_ops, 0u) << "seed " << seed;
     EXPECT_GT(exact.stats.num_allocs, 4000u) << "seed " << seed;
+  }
+}
+
+// ---- TensorFlow's placements, address for address ---------------------------------------------------------
+
+// TensorFlow's BFC on one region, as plainly as it can be written (a list of chunks in address order, a linear
+// best-fit scan): the reference the allocator's bins, split and merge bookkeeping must match exactly.
+class ReferenceBfc {
+ public:
+  ReferenceBfc(std::size_t region, std::size_t split_threshold)
+      : chunks_{{0, region, false}}, split_threshold_(split_threshold) {}
+
+  // The offset TensorFlow hands out, or nullopt when no free chunk holds the request.
+  std::optional<std::size_t> allocate(std::size_t bytes) {
+    const std::size_t rounded = round_up(bytes, BfcAllocator::kGranularity);
+    std::optional<std::size_t> best;  // smallest free chunk that holds it, lowest address among equals
+    for (std::size_t i = 0; i < chunks_.size(); ++i) {
+      if (!chunks_[i].in_use && chunks_[i].size >= rounded && (!best || chunks_[i].size < chunks_[*best].size))
+        best = i;
+    }
+    if (!best) return std::nullopt;
+    Chunk& chunk = chunks_[*best];
+    if (chunk.size >= 2 * rounded || chunk.size - rounded >= split_threshold_) {
+      const Chunk rest{chunk.offset + rounded, chunk.size - rounded, false};
+      chunk.size = rounded;
+      chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(*best) + 1, rest);
+    }
+    chunks_[*best].in_use = true;
+    return chunks_[*best].offset;
+  }
+
+  void deallocate(std::size_t offset) {
+    auto it = std::find_if(chunks_.begin(), chunks_.end(), [offset](const Chunk& c) { return c.offset == offset; });
+    ASSERT_NE(it, chunks_.end());
+    it->in_use = false;
+    if (it + 1 != chunks_.end() && !(it + 1)->in_use) {
+      it->size += (it + 1)->size;
+      chunks_.erase(it + 1);
+    }
+    if (it != chunks_.begin() && !(it - 1)->in_use) {
+      (it - 1)->size += it->size;
+      chunks_.erase(it);
+    }
+  }
+
+ private:
+  struct Chunk {
+    std::size_t offset;
+    std::size_t size;
+    bool in_use;
+  };
+  std::vector<Chunk> chunks_;
+  std::size_t split_threshold_;
+};
+
+// Random requests (sizes that often land just under twice a free chunk, so both split rules are exercised),
+// frees and refusals: every address and every refusal matches the reference.
+TEST(BfcAllocatorProperty, PlacesEveryRequestWhereTensorflowDoes) {
+  constexpr std::size_t kRegion = 8 * kMiBytes;
+  for (const std::size_t threshold : {std::size_t{128} << 20, std::size_t{64} * kKiBytes}) {
+    TestSource source;
+    BfcOptions options = one_region(kRegion);
+    options.split_threshold = threshold;
+    BfcAllocator bfc(source, options);
+    ReferenceBfc reference(kRegion, threshold);
+    std::mt19937_64 rng(threshold);
+    std::vector<std::pair<void*, std::size_t>> live;
+    std::uintptr_t base = 0;
+    std::size_t refusals = 0;
+    for (int op = 0; op < 20000; ++op) {
+      if (live.empty() || rng() % 100 < 55) {
+        const std::size_t bytes = rng() % 4 == 0 ? 1 + rng() % (512 * kKiBytes) : 1 + rng() % (16 * kKiBytes);
+        const std::optional<std::size_t> expected = reference.allocate(bytes);
+        if (!expected) {
+          EXPECT_THROW((void)bfc.allocate(bytes), OutOfMemoryError) << "op " << op;
+          ++refusals;
+          continue;
+        }
+        void* ptr = bfc.allocate(bytes);
+        if (base == 0) {
+          base = bfc.regions().at(0).base;
+        }
+        ASSERT_EQ(address(ptr) - base, *expected) << "op " << op << ": allocate(" << bytes << ")";
+        live.emplace_back(ptr, bytes);
+      } else {
+        const std::size_t index = rng() % live.size();
+        reference.deallocate(address(live[index].first) - base);
+        bfc.deallocate(live[index].first, live[index].second);
+        live[index] = live.back();
+        live.pop_back();
+      }
+      if (op % 1000 == 0) {
+        ASSERT_EQ(bfc.check_invariants(), "") << "op " << op;
+      }
+    }
+    EXPECT_GT(refusals, 0u) << "the trace must fill the region";
+    for (const auto& [ptr, bytes] : live) bfc.deallocate(ptr, bytes);
+    EXPECT_CONSISTENT(bfc);
   }
 }
 

@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "memory/support/bfc_test_support.hpp"
@@ -253,6 +255,34 @@ TEST(BfcSplit, ExactStillCoalescesFreedNeighbours) {
   bfc.deallocate(blocks[3], 3 * kKiBytes + 1);
   EXPECT_EQ(chunk_sizes(bfc), std::vector<std::size_t>{kMiBytes});  // one free chunk covers the region again
   EXPECT_EQ(bfc.stats().largest_free_block, kMiBytes);
+  EXPECT_CONSISTENT(bfc);
+}
+
+// exact promises each chunk's size (so a thread cache needs no look-up); tensorflow cannot, since a chunk below
+// twice the request is handed out whole.
+TEST(BfcSplit, ExactPromisesTheAllocatedSizeOfEveryRequest) {
+  TestSource source;
+  BfcAllocator tensorflow(source, one_region(kMiBytes));
+  BfcAllocator bfc(source, exact(one_region(16 * kMiBytes)));  // room for 40 live blocks however placed
+  EXPECT_EQ(tensorflow.fixed_allocated_size(1000), std::nullopt);
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<std::size_t> size(1, 64 * kKiBytes);
+  std::vector<std::pair<void*, std::size_t>> live;
+  for (int step = 0; step < 2000; ++step) {
+    if (live.empty() || (live.size() < 40 && rng() % 2 == 0)) {
+      const std::size_t bytes = size(rng);
+      void* ptr = bfc.allocate(bytes);
+      ASSERT_EQ(bfc.fixed_allocated_size(bytes), round_up(bytes, BfcAllocator::kGranularity));
+      ASSERT_EQ(bfc.allocated_size(ptr, bytes), *bfc.fixed_allocated_size(bytes)) << "step " << step;
+      live.emplace_back(ptr, bytes);
+    } else {
+      const std::size_t victim = rng() % live.size();
+      bfc.deallocate(live[victim].first, live[victim].second);
+      live[victim] = live.back();
+      live.pop_back();
+    }
+  }
+  for (const auto& [ptr, bytes] : live) bfc.deallocate(ptr, bytes);
   EXPECT_CONSISTENT(bfc);
 }
 

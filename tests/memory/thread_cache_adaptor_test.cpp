@@ -29,6 +29,7 @@ using tp::kMiB;
 using tp::memory::AllocatorKind;
 using tp::memory::BfcAllocator;
 using tp::memory::BfcOptions;
+using tp::memory::BfcSplit;
 using tp::memory::GrowthPolicy;
 using tp::memory::MemoryConfig;
 using tp::memory::MemoryStack;
@@ -38,11 +39,19 @@ using tp::memory::SimDeviceMemory;
 using tp::memory::ThreadCacheAdaptor;
 using tp::memory::ThreadCacheOptions;
 
-std::unique_ptr<MemoryStack> make_stack(AllocatorKind kind, std::size_t thread_cache_bytes,
+// The allocators under test; bfc twice: TensorFlow's split (the cache looks chunk sizes up) and exact (it is
+// told them: fixed_allocated_size).
+struct StackKind {
+  AllocatorKind allocator;
+  BfcSplit split = BfcSplit::tensorflow;
+};
+
+std::unique_ptr<MemoryStack> make_stack(StackKind kind, std::size_t thread_cache_bytes,
                                         std::size_t capacity = 64 * kMiB) {
   MemoryConfig config;
   config.device = "sim:0";
-  config.allocator = kind;
+  config.allocator = kind.allocator;
+  config.bfc_split = kind.split;
   config.policy = GrowthPolicy::grow;
   config.tracking = false;
   config.thread_cache_bytes = thread_cache_bytes;
@@ -222,7 +231,7 @@ void expect_same_caller_view(const MemoryStats& cached, const MemoryStats& plain
   EXPECT_LE(cached.largest_free_block, cached.free_bytes());
 }
 
-class ThreadCacheStack : public ::testing::TestWithParam<AllocatorKind> {};
+class ThreadCacheStack : public ::testing::TestWithParam<StackKind> {};
 
 TEST_P(ThreadCacheStack, StatsMatchAStackWithoutACacheAfterMixedSequences) {
   auto cached = make_stack(GetParam(), 4 * kMiB);
@@ -261,7 +270,7 @@ TEST_P(ThreadCacheStack, StatsMatchAStackWithoutACacheAfterMixedSequences) {
       SCOPED_TRACE(step);
       expect_same_caller_view(cached->stats(), plain->stats(), live_in_use());
       EXPECT_EQ(cached->stats().peak_bytes_in_use, peak_live_in_use);
-      if (GetParam() == AllocatorKind::system) {
+      if (GetParam().allocator == AllocatorKind::system) {
         // Every request is rounded the same way wherever it lands: in use matches the stack without a cache.
         EXPECT_EQ(cached->stats().bytes_in_use, plain->stats().bytes_in_use);
       }
@@ -285,7 +294,8 @@ TEST_P(ThreadCacheStack, StatsMatchAStackWithoutACacheAfterMixedSequences) {
 TEST_P(ThreadCacheStack, ACachedBlockIsFreeInUseInItsPeakAndInTracking) {
   MemoryConfig config;
   config.device = "sim:0";
-  config.allocator = GetParam();
+  config.allocator = GetParam().allocator;
+  config.bfc_split = GetParam().split;
   config.tracking = true;
   config.thread_cache_bytes = 4 * kMiB;
   auto stack = tp::memory::make_sim_device_memory_stack(config, 64 * kMiB);
@@ -365,9 +375,13 @@ TEST_P(ThreadCacheStack, TwoThreadsHammeringOneStackKeepExactCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Allocators, ThreadCacheStack,
-                         ::testing::Values(AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system),
-                         [](const ::testing::TestParamInfo<AllocatorKind>& param_info) {
-                           return std::string(tp::memory::to_string(param_info.param));
+                         ::testing::Values(StackKind{AllocatorKind::bfc},
+                                           StackKind{AllocatorKind::bfc, BfcSplit::exact},
+                                           StackKind{AllocatorKind::expandable}, StackKind{AllocatorKind::system}),
+                         [](const ::testing::TestParamInfo<StackKind>& param_info) {
+                           std::string name(tp::memory::to_string(param_info.param.allocator));
+                           if (param_info.param.split == BfcSplit::exact) name += "_exact";
+                           return name;
                          });
 
 TEST(ThreadCacheConfig, TheEnvironmentSetsOrTurnsOffTheCache) {

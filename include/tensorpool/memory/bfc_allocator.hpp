@@ -10,8 +10,9 @@
 // BfcSplit::tensorflow (the default, TensorFlow's rule) the chunk is split when it is at least twice the
 // rounded request, or when the leftover is at least options.split_threshold, otherwise it is handed out whole;
 // with BfcSplit::exact it is split whenever anything is left over (the leftover is then at least one
-// 256-byte granule, the smallest chunk), so an in-use chunk is exactly the rounded request (unless the host
-// cannot allocate the split's bookkeeping: the chunk then stays whole under either rule). On free, the
+// 256-byte granule, the smallest chunk), so an in-use chunk is exactly the rounded request, which
+// fixed_allocated_size() promises. When the host cannot allocate the split's bookkeeping, tensorflow hands the
+// chunk out whole and exact fails the request with std::bad_alloc (the chunk stays free). On free, the
 // chunk merges with free address neighbours (coalescing). When no free chunk fits, a new region is obtained:
 // with GrowthPolicy::grow its size starts at initial_region_bytes and doubles with each new region up to
 // max_region_bytes (at least the rounded request, never past limit_bytes - reserved); with
@@ -31,7 +32,8 @@
 //     deallocate finds a chunk from a pointer in O(log regions). Its cost is host memory: 4 bytes per 256
 //     reserved (1/64 of the reserved bytes; a 16 GiB region costs 256 MiB of host RAM), as in TensorFlow.
 //   - bins_: bin i holds exactly the free chunks whose size is in [256 << i, 256 << (i + 1)) (the last bin
-//     is unbounded), ordered by (size, address). Every free chunk is in exactly one bin; no in-use chunk is.
+//     is unbounded), ordered by (size, address). Every free chunk is in exactly one bin, and its in_bin is its
+//     element there; no in-use chunk is in a bin.
 //   - stats_: bytes_in_use == sum of in-use chunk sizes, bytes_requested == sum of their requested sizes,
 //     bytes_reserved == sum of region sizes <= limit_bytes.
 //
@@ -51,6 +53,7 @@
 #include <memory>
 #include <memory_resource>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -117,6 +120,9 @@ class BfcAllocator final : public MemoryResource {
   const BfcOptions& options() const noexcept { return options_; }
   std::size_t max_alignment() const noexcept override { return kGranularity; }
   std::size_t allocation_granularity() const noexcept override { return kGranularity; }
+  // BfcSplit::exact: the request rounded up to kGranularity (every in-use chunk is exactly that), so a caller
+  // needs no look-up under the lock; tensorflow: std::nullopt (a chunk below twice the request stays whole).
+  std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override;
 
   // Bin that holds a free chunk of `bytes` (>= kGranularity): floor(log2(bytes / 256)), capped at 20.
   [[nodiscard]] static int bin_for_size(std::size_t bytes) noexcept;
@@ -126,20 +132,7 @@ class BfcAllocator final : public MemoryResource {
   static constexpr ChunkHandle kInvalidChunk = ~ChunkHandle{0};
   static constexpr std::uint8_t kNoBin = 0xff;
 
-  struct Chunk {
-    char* ptr = nullptr;
-    std::size_t size = 0;              // multiple of kGranularity
-    std::size_t requested = 0;         // caller's bytes while in use
-    ChunkHandle prev = kInvalidChunk;  // address neighbours within the region (next: free list when unused)
-    ChunkHandle next = kInvalidChunk;
-    std::uint8_t bin = kNoBin;  // bin index while free, kNoBin while in use or unused
-    bool in_use = false;
-  };
-  struct Region {
-    char* base = nullptr;
-    std::size_t size = 0;
-    std::vector<ChunkHandle> handles;  // one per 256-byte slot: the chunk starting there, or kInvalidChunk
-  };
+  struct Chunk;
   // Orders a bin by (size, address). Transparent so a bin can be searched by SizeKey.
   struct SizeKey {
     std::size_t size;
@@ -153,8 +146,24 @@ class BfcAllocator final : public MemoryResource {
     bool operator()(const SizeKey& a, ChunkHandle b) const noexcept;
   };
   using Bin = std::pmr::set<ChunkHandle, BinOrder>;
+  struct Chunk {
+    char* ptr = nullptr;
+    std::size_t size = 0;              // multiple of kGranularity
+    std::size_t requested = 0;         // caller's bytes while in use
+    ChunkHandle prev = kInvalidChunk;  // address neighbours within the region (next: free list when unused)
+    ChunkHandle next = kInvalidChunk;
+    std::uint8_t bin = kNoBin;  // bin index while free, kNoBin while in use or unused
+    bool in_use = false;
+    Bin::iterator in_bin{};  // while free: its element of bins_[bin], so leaving the bin needs no search
+  };
+  struct Region {
+    char* base = nullptr;
+    std::size_t size = 0;
+    std::vector<ChunkHandle> handles;  // one per 256-byte slot: the chunk starting there, or kInvalidChunk
+  };
 
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
+  SizedAllocation do_allocate_sized(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
@@ -163,15 +172,17 @@ class BfcAllocator final : public MemoryResource {
 
   // All below require mutex_ held.
   ChunkHandle find_chunk(std::size_t rounded) const;
-  void* use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested);
+  SizedAllocation use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested);
   bool extend(std::size_t rounded);
   char* obtain_from_source(std::size_t bytes) noexcept;  // nullptr when the source refuses
   bool add_region(char* base, std::size_t size);
   bool is_wholly_free(const Region& region) const noexcept;
   bool collect_garbage(std::size_t rounded);  // frees wholly free regions if that can make room
   std::size_t release_free_regions();
-  void split_chunk(Region& region, ChunkHandle handle, std::size_t size);
-  void merge_into(Region& region, ChunkHandle first, ChunkHandle second);
+  ChunkHandle split_chunk(Region& region, ChunkHandle handle, std::size_t size);
+  void merge_into(Region& region, ChunkHandle first, ChunkHandle second) noexcept;
+  void extend_down(Region& region, ChunkHandle first, ChunkHandle second) noexcept;
+  void regrow_free(ChunkHandle handle) noexcept;
   ChunkHandle new_chunk();
   void recycle_chunk(ChunkHandle handle) noexcept;
   void insert_free(ChunkHandle handle);
