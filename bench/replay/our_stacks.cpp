@@ -14,6 +14,8 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   if (options.split_threshold) config.split_threshold = options.split_threshold;
   if (options.thread_cache_bytes) config.thread_cache_bytes = *options.thread_cache_bytes;
   config.tracking = options.tracking;
+  if (options.bfc_split) config.bfc_split = *options.bfc_split;
+  if (options.policy) config.policy = *options.policy;
   return config;
 }
 

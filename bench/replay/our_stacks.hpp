@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "tensorpool/memory/bfc_allocator.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/trace.hpp"
 
@@ -22,6 +23,8 @@ struct OurStackOptions {
   std::optional<std::size_t> split_threshold;     // BFC: MemoryConfig::split_threshold; unset = the default
   std::optional<std::size_t> thread_cache_bytes;  // MemoryConfig::thread_cache_bytes (0: off); unset = the default
   bool tracking = false;  // add the TrackingAdaptor (the devices' default; `tensorpool replay` runs without)
+  std::optional<memory::BfcSplit> bfc_split;   // MemoryConfig::bfc_split; unset = the default (tensorflow)
+  std::optional<memory::GrowthPolicy> policy;  // MemoryConfig::policy; unset = the allocator name's
 };
 
 // peak_live_bytes x factor, rounded up to the 2 MiB granule (at least one granule).

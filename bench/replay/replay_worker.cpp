@@ -4,7 +4,9 @@
 // Built three times from this file: linked as is (glibc malloc), with jemalloc and with mimalloc (both
 // replace malloc/free for the whole process), so `--allocator malloc` measures whichever malloc the binary
 // got; the report names the library that actually provides `malloc`. `--allocator bfc|bfc-grow|expandable`
-// replays through one of our memory stacks over a simulated device (make_sim_device_memory_stack).
+// replays through one of our memory stacks over a simulated device (make_sim_device_memory_stack);
+// --bfc-split and --policy change the stack's MemoryConfig (e.g. `--allocator expandable --policy grow`, the
+// default stack for unplanned memory; `--allocator bfc --bfc-split exact`).
 //
 // Modes:
 //   latency    --rounds N times the trace in event order, single-threaded; each round is timed as a whole
@@ -64,7 +66,9 @@ struct MallocAllocator {
 
 struct StackAllocator {
   tp::memory::MemoryResource& resource;
-  void* allocate(std::size_t bytes) { return resource.allocate(bytes); }
+  // Callers pass a tag they already have: the replay does not build an empty one per request.
+  const tp::memory::AllocationTag tag;
+  void* allocate(std::size_t bytes) { return resource.allocate(bytes, tp::memory::kDefaultAlignment, tag); }
   void deallocate(void* ptr, std::size_t bytes) noexcept { resource.deallocate(ptr, bytes); }
 };
 
@@ -197,13 +201,14 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     const std::size_t capacity =
         tp::bench::device_capacity(plan.peak_live_bytes * static_cast<std::size_t>(threads), capacity_factor);
     auto stack = tp::bench::make_our_stack(allocator_name, capacity, stack_options);
-    StackAllocator allocator{*stack};
+    StackAllocator allocator{*stack, {}};
     report["capacity_bytes"] = capacity;
     report["limit_bytes"] = stack->limit_bytes();
     if (stack_options.split_threshold) report["split_threshold"] = *stack_options.split_threshold;
     report["thread_cache_bytes"] = stack->config().thread_cache_bytes;
     report["tracking"] = stack->config().tracking;
     report["policy"] = stack->config().policy == tp::memory::GrowthPolicy::grow ? "grow" : "preallocate";
+    report["bfc_split"] = std::string(tp::memory::to_string(stack->config().bfc_split));
     if (mode == "latency") {
       measure_latency(plan, allocator, rounds, threads, report);
     } else {
@@ -244,8 +249,22 @@ int main(int argc, char** argv) {
   app.add_option("--thread-cache", stack_options.thread_cache_bytes,
                  "per-thread cache of freed small blocks in bytes, 0 = off (default: MemoryConfig's)");
   app.add_flag("--tracking", stack_options.tracking, "our stacks: with the tracking adaptor (per-allocation records)");
+  std::string bfc_split;
+  std::string policy;
+  app.add_option("--bfc-split", bfc_split, "our bfc stacks: BFC split policy (default: tensorflow)")
+      ->check(CLI::IsMember({"tensorflow", "exact"}));
+  app.add_option("--policy", policy,
+                 "our stacks: growth policy (default: preallocate, grow for bfc-grow); with grow the expandable"
+                 " arena gives freed pages back (the default stack for unplanned memory)")
+      ->check(CLI::IsMember({"grow", "preallocate"}));
   try {
     app.parse(argc, argv);
+    if (!bfc_split.empty()) {
+      stack_options.bfc_split = bfc_split == "exact" ? tp::memory::BfcSplit::exact : tp::memory::BfcSplit::tensorflow;
+    }
+    if (!policy.empty()) {
+      stack_options.policy = policy == "grow" ? tp::memory::GrowthPolicy::grow : tp::memory::GrowthPolicy::preallocate;
+    }
     return run(trace_path, allocator_name, mode, rounds, threads, capacity_factor, stack_options);
   } catch (const CLI::ParseError& error) {
     return app.exit(error);
