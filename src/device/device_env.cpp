@@ -10,6 +10,7 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/device/gemm_choice.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 
 namespace tp::device {
@@ -100,7 +101,7 @@ std::vector<DeviceId> parse_visible_devices(std::string_view value) {
 // The CPU kernels' float32 GEMM library (KernelOptions::gemm_library), the value a device starts with.
 std::string parse_gemm(std::string_view value) {
   const std::string_view text = trim(value);
-  for (const std::string_view library : {"auto", "openblas", "onednn"}) {
+  for (const std::string_view library : kGemmLibraryNames) {
     if (text == library) return std::string(library);
   }
   bad_variable("TP_GEMM", value, "not a GEMM library", "auto, openblas or onednn");

@@ -11,6 +11,7 @@
 #include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/device/gemm_choice.hpp"
 #include "tensorpool/device/missing_device.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 
@@ -80,9 +81,9 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command
       .add_option("--gemm", arguments.gemm,
                   "float32 GEMM library: auto (per shape, the faster of the two on this machine, timed at its "
-                  "first use) | openblas | onednn (the two differ in the last bits: pin one to reproduce bits "
-                  "across runs); overrides TP_GEMM (default: TP_GEMM, else auto)")
-      ->check(one_of({"auto", "openblas", "onednn"}));
+                  "first use and cached per machine) | openblas | onednn (the two differ in the last bits: pin "
+                  "one to reproduce bits across machines); overrides TP_GEMM (default: TP_GEMM, else auto)")
+      ->check(one_of({device::kGemmLibraryNames.begin(), device::kGemmLibraryNames.end()}));
   command.add_option("--ps-device", arguments.ps_device, "parameter_server: the device holding the variables")
       ->capture_default_str();
   command.add_option("--max-staleness", arguments.max_staleness,

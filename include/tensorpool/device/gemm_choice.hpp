@@ -6,10 +6,16 @@
 // timing runs once per machine: its choice is saved in a per-machine cache file, which later processes
 // choose from without timing (source "cached"), so they compute the same bits.
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tp::device {
+
+// The float32 GEMM libraries by name: the values of KernelOptions::gemm_library, `--gemm` and TP_GEMM, "auto"
+// first (the default). The CPU backend maps each to its library (tested against this list).
+inline constexpr std::array<std::string_view, 3> kGemmLibraryNames{"auto", "openblas", "onednn"};
 
 struct GemmChoice {
   // The product timed, the class's first: C (m x n) = op(A) (m x k) op(B) (k x n).

@@ -17,12 +17,14 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "backend/cpu/kernel_test_support.hpp"
 #include "backend/cpu/kernels/gemm.hpp"
 #include "backend/cpu/kernels/gemm_auto.hpp"
+#include "tensorpool/device/gemm_choice.hpp"
 
 namespace {
 
@@ -215,6 +217,20 @@ TEST(GemmLibrary, NamesParseAndAnUnknownOneIsRefused) {
   EXPECT_EQ(tp::backend::cpu::name_of(GemmLibrary::automatic), "auto");
   expect_invalid([] { parse_gemm_library("mkl", "--gemm"); }, {"--gemm", "'mkl'", "auto", "openblas", "onednn"});
   expect_invalid([] { parse_gemm_library("automatic", "--gemm"); }, {"--gemm", "'automatic'", "auto"});
+}
+
+// The names `--gemm` and TP_GEMM accept (tp::device::kGemmLibraryNames) are exactly the backend's libraries.
+TEST(GemmLibrary, TheDeviceLayersNamesAreTheBackendsLibraries) {
+  std::vector<std::string_view> backend;
+  for (const GemmLibrary library : {GemmLibrary::automatic, GemmLibrary::openblas, GemmLibrary::onednn}) {
+    backend.push_back(tp::backend::cpu::name_of(library));
+  }
+  const std::vector<std::string_view> device(tp::device::kGemmLibraryNames.begin(),
+                                             tp::device::kGemmLibraryNames.end());
+  EXPECT_EQ(device, backend);
+  for (const std::string_view name : tp::device::kGemmLibraryNames) {
+    EXPECT_EQ(tp::backend::cpu::name_of(tp::backend::cpu::parse_gemm_library(name, "--gemm")), name);
+  }
 }
 
 // The same checks with the library chosen per shape class by measurement: the first product of each class
