@@ -52,6 +52,13 @@ Matmul& matmul_for(Context& state, const Shape& shape) {
   const dnnl::memory::desc a({m, k}, tag::bf16, transpose_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   const dnnl::memory::desc b({k, n}, tag::bf16, transpose_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   const dnnl::memory::desc c({m, n}, tag::bf16, dnnl::memory::dims{ldc, 1});
+  // oneDNN shares primitive implementations between threads through its global primitive cache, which it
+  // publishes with synchronisation inside the uninstrumented library (ThreadSanitizer reports the key
+  // comparison of one thread against another's insertion as a race). Creating primitives one thread at a time
+  // orders every cache access by a lock we own; it costs nothing in steady state, where each thread finds its
+  // primitive in `state.primitives` without creating one.
+  static std::mutex creation;
+  const std::lock_guard lock(creation);
   const dnnl::matmul::primitive_desc description(dnnl::matmul::desc(a, b, c), state.engine);
   Matmul matmul{dnnl::memory(a, state.engine, nullptr), dnnl::memory(b, state.engine, nullptr),
                 dnnl::memory(c, state.engine, nullptr), dnnl::matmul(description)};
