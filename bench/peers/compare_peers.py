@@ -530,14 +530,19 @@ def all_runs_table(summary, batches, sides, missing):
     return lines
 
 
-def parse_batches(text):
+def int_list(text, what, minimum, example):
+    """The comma-separated integers of an argument, each >= minimum; argparse's error naming `what` otherwise."""
     try:
-        batches = [int(b) for b in text.split(",") if b]
+        values = [int(v) for v in text.split(",") if v]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of batch sizes, e.g. 32,128")
-    if not batches or min(batches) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: batch sizes must be >= 1, e.g. 32,128")
-    return batches
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}, e.g. {example}")
+    if not values or min(values) < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r}: {what} must be >= {minimum}, e.g. {example}")
+    return values
+
+
+def parse_batches(text):
+    return int_list(text, "batch sizes", 1, "32,128")
 
 
 def positive(text):
@@ -606,6 +611,7 @@ def parse_arguments():
     args.peers = sides("--peers", args.peers, PEERS, "torch2-ddp")
     if not args.ours and not args.peers:
         ap.error("--ours none and --peers none: nothing to run")
+    args.tensorpool = os.path.abspath(args.tensorpool)  # the runs' working directory is a scratch one
     if args.ours and not os.access(args.tensorpool, os.X_OK):
         ap.error(f"--tensorpool {args.tensorpool}: not found (build it: /tmp/tp-build tensorpool_cli)")
     return args

@@ -84,12 +84,9 @@ def run(args, side, seed, workdir, peer_data):
 
 
 def parse_seeds(text):
-    try:
-        seeds = [int(s) for s in text.split(",") if s]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integer seeds, e.g. 1,2,3,4,5")
-    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"{text!r}: seeds must be distinct integers >= 0, e.g. 1,2,3,4,5")
+    seeds = cp.int_list(text, "seeds", 0, "1,2,3,4,5")
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds must be distinct, e.g. 1,2,3,4,5")
     return seeds
 
 
@@ -117,6 +114,7 @@ def parse_arguments():
         for p in args.peers:
             if p not in PEERS:
                 ap.error(f"--peers: unknown peer {p!r}; known: {', '.join(PEERS)}, none")
+    args.tensorpool = os.path.abspath(args.tensorpool)  # the runs' working directory is a scratch one
     if not os.access(args.tensorpool, os.X_OK):
         ap.error(f"--tensorpool {args.tensorpool}: not found (build it: cmake --build build --target tensorpool_cli)")
     return args
