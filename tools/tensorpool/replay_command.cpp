@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -88,33 +89,26 @@ std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text) {
            "' is unknown; use bfc, bfc-grow, expandable, system or all");
 }
 
-// The split policy of the bfc rows; --bfc-split with no bfc allocator among `allocators` is refused (it would
-// change nothing the table shows).
+// Refuses `flag` when no allocator among `allocators` has the rows it applies to (`applies`): it would change
+// nothing the table shows.
+void require_rows(const std::vector<memory::ReplayAllocator>& allocators, bool (ReplayStack::*applies)() const,
+                  const std::string& flag, std::string_view rows, const std::string& allocator) {
+  const bool any = std::any_of(allocators.begin(), allocators.end(), [applies](memory::ReplayAllocator each) {
+    return (ReplayStack{each, memory::BfcSplit::tensorflow}.*applies)();
+  });
+  if (!any) {
+    TP_THROW(InvalidArgument, "replay", flag, " applies to --allocator ", rows, " or all, not ", allocator,
+             "; pass one of those, or leave ", flag, " out");
+  }
+}
+
+// The split policy of the bfc rows.
 memory::BfcSplit parse_bfc_split(const ReplayArguments& arguments,
                                  const std::vector<memory::ReplayAllocator>& allocators) {
   if (arguments.bfc_split.empty()) return memory::BfcSplit::tensorflow;
-  const bool any_bfc = std::any_of(allocators.begin(), allocators.end(), [](memory::ReplayAllocator allocator) {
-    return ReplayStack{allocator, memory::BfcSplit::tensorflow}.is_bfc();
-  });
-  if (!any_bfc) {
-    TP_THROW(InvalidArgument, "replay", "--bfc-split ", arguments.bfc_split,
-             " applies to --allocator bfc, bfc-grow or all, not ", arguments.allocator,
-             "; pass one of those, or leave --bfc-split out");
-  }
+  require_rows(allocators, &ReplayStack::is_bfc, "--bfc-split " + arguments.bfc_split, "bfc, bfc-grow",
+               arguments.allocator);
   return arguments.bfc_split == "exact" ? memory::BfcSplit::exact : memory::BfcSplit::tensorflow;
-}
-
-// --share-granules with no expandable allocator among `allocators` is refused (it would change nothing).
-bool parse_share_granules(const ReplayArguments& arguments, const std::vector<memory::ReplayAllocator>& allocators) {
-  if (!arguments.share_granules) return false;
-  const bool any_expandable = std::any_of(allocators.begin(), allocators.end(), [](memory::ReplayAllocator allocator) {
-    return ReplayStack{allocator, memory::BfcSplit::tensorflow}.is_expandable();
-  });
-  if (!any_expandable) {
-    TP_THROW(InvalidArgument, "replay", "--share-granules applies to --allocator expandable or all, not ",
-             arguments.allocator, "; pass one of those, or leave --share-granules out");
-  }
-  return true;
 }
 
 std::size_t parse_repeat(const std::string& text) {
@@ -305,7 +299,9 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
 void run_replay(const ReplayArguments& arguments) {
   const std::vector<memory::ReplayAllocator> allocators = parse_allocators(arguments.allocator);
   const memory::BfcSplit split = parse_bfc_split(arguments, allocators);
-  const bool share_granules = parse_share_granules(arguments, allocators);
+  if (arguments.share_granules) {
+    require_rows(allocators, &ReplayStack::is_expandable, "--share-granules", "expandable", arguments.allocator);
+  }
   const std::size_t repeat = parse_repeat(arguments.repeat);
   if (!arguments.capacity.empty()) (void)parse_bytes(arguments.capacity, "--capacity");  // fail before reading
   const memory::Trace trace = load_trace(arguments.trace);
@@ -313,7 +309,7 @@ void run_replay(const ReplayArguments& arguments) {
 
   std::vector<AllocatorReport> reports;
   for (const memory::ReplayAllocator allocator : allocators) {
-    const ReplayStack stack{allocator, split, share_granules};
+    const ReplayStack stack{allocator, split, arguments.share_granules};
     std::vector<memory::ReplayResult> runs;
     for (std::size_t run = 0; run < repeat; ++run) runs.push_back(memory::replay(trace, *stack.make(capacity)));
     AllocatorReport report{stack, memory::merge_replays(runs), std::nullopt};
