@@ -16,6 +16,7 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   config.tracking = options.tracking;
   if (options.bfc_split) config.bfc_split = *options.bfc_split;
   if (options.policy) config.policy = *options.policy;
+  if (options.release_decay_events) config.release_decay_events = *options.release_decay_events;
   return config;
 }
 

@@ -7,6 +7,7 @@
 // docs/benchmarks.md uses the defaults.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@ struct OurStackOptions {
   bool tracking = false;  // add the TrackingAdaptor (the devices' default; `tensorpool replay` runs without)
   std::optional<memory::BfcSplit> bfc_split;   // MemoryConfig::bfc_split; unset = the default (tensorflow)
   std::optional<memory::GrowthPolicy> policy;  // MemoryConfig::policy; unset = the allocator name's
+  std::optional<std::uint64_t> release_decay_events;  // MemoryConfig::release_decay_events; unset = the default
 };
 
 // peak_live_bytes x factor, rounded up to the 2 MiB granule (at least one granule).

@@ -5,8 +5,9 @@
 // replace malloc/free for the whole process), so `--allocator malloc` measures whichever malloc the binary
 // got; the report names the library that actually provides `malloc`. `--allocator bfc|bfc-grow|expandable`
 // replays through one of our memory stacks over a simulated device (make_sim_device_memory_stack);
-// --bfc-split and --policy change the stack's MemoryConfig (e.g. `--allocator expandable --policy grow`, the
-// default stack for unplanned memory; `--allocator bfc --bfc-split exact`).
+// --bfc-split, --policy and --release-decay-events change the stack's MemoryConfig (e.g. `--allocator
+// expandable --policy grow`, the default stack for unplanned memory; `--allocator bfc --bfc-split exact`;
+// `--release-decay-events 0` for the grow arena's release policy before cached granules decayed).
 //
 // Modes:
 //   latency    --rounds N times the trace in event order, single-threaded; each round is timed as a whole
@@ -49,6 +50,7 @@
 #include "our_stacks.hpp"
 #include "process_memory.hpp"
 #include "replay_plan.hpp"
+#include "tensorpool/memory/expandable_arena.hpp"
 #include "tensorpool/memory/trace.hpp"
 
 namespace {
@@ -209,6 +211,9 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     report["tracking"] = stack->config().tracking;
     report["policy"] = stack->config().policy == tp::memory::GrowthPolicy::grow ? "grow" : "preallocate";
     report["bfc_split"] = std::string(tp::memory::to_string(stack->config().bfc_split));
+    if (const auto* arena = dynamic_cast<const tp::memory::ExpandableArena*>(&stack->allocator())) {
+      report["release_decay_events"] = arena->options().release_decay_events;
+    }
     if (mode == "latency") {
       measure_latency(plan, allocator, rounds, threads, report);
     } else {
@@ -257,6 +262,9 @@ int main(int argc, char** argv) {
                  "our stacks: growth policy (default: preallocate, grow for bfc-grow); with grow the expandable"
                  " arena gives freed pages back (the default stack for unplanned memory)")
       ->check(CLI::IsMember({"grow", "preallocate"}));
+  app.add_option("--release-decay-events", stack_options.release_decay_events,
+                 "our expandable stacks: allocator events a freed granule beyond the release threshold stays"
+                 " committed unused (default: ArenaOptions'; 0 = released at once, the policy before decay)");
   try {
     app.parse(argc, argv);
     if (!bfc_split.empty()) {

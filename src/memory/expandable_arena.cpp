@@ -319,6 +319,7 @@ void ExpandableArena::release_block(std::uint32_t index) {
 void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/, const AllocationTag& tag) {
   const std::size_t size = round_up(bytes, kBlockAlignment);
   std::lock_guard lock(mutex_);
+  ++events_;
   // Strong exception safety: prepare_carve reserves what carve needs before acquire_for maps anything, and
   // nothing from the commit to the return allocates or throws.
   Placement placement = best_fit(size);
@@ -349,6 +350,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   ++in_use_count_;
 
   stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_for
+  decay_cached();
   return base_ + block.offset;
 }
 
@@ -385,15 +387,14 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
     log::write_always(log::Level::error, "memory", line);
     std::abort();
   }
+  ++events_;
   set_slot(offset, kNone);
   --in_use_count_;
   const std::size_t size = nodes_[index].size;
   stats_.record_free(nodes_[index].requested, size, 0);
   release_granules(index);
   release_block(index);
-  if (cached_count_ * granularity_ > options_.release_threshold) {
-    decommit_cached(options_.release_threshold);
-  }
+  decay_cached();
 }
 
 std::size_t ExpandableArena::do_trim() {

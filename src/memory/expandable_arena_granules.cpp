@@ -310,6 +310,7 @@ void ExpandableArena::release_granules(std::uint32_t block) noexcept {
 void ExpandableArena::lru_push_newest(std::uint32_t physical) noexcept {
   Physical& entry = physicals_[physical];
   entry.cached = true;
+  entry.cached_since = events_;
   entry.older = lru_newest_;
   entry.newer = kNone;
   if (lru_newest_ != kNone) {
@@ -365,6 +366,16 @@ std::size_t ExpandableArena::decommit_cached(std::size_t keep_bytes) noexcept {
   }
   stats_.bytes_reserved = committed_granules_ * granularity_;
   return released;
+}
+
+void ExpandableArena::decommit_idle(std::size_t keep) noexcept {
+  // The list is in stamp order: stop at the first granule freed within the window.
+  while (cached_count_ > keep && events_ - physicals_[lru_oldest_].cached_since >= options_.release_decay_events) {
+    const std::uint32_t oldest = lru_oldest_;
+    lru_remove(oldest);
+    decommit_physical(oldest);
+  }
+  stats_.bytes_reserved = committed_granules_ * granularity_;
 }
 
 }  // namespace tp::memory

@@ -191,6 +191,10 @@ std::string ExpandableArena::check_granules(const std::vector<std::uint32_t>& us
         ++listed > cached) {
       return "the cached-granule list is corrupt at physical granule " + std::to_string(index);
     }
+    if (physicals_[index].cached_since > events_ ||
+        (older != kNone && physicals_[index].cached_since < physicals_[older].cached_since)) {
+      return "the cached-granule list is out of stamp order at physical granule " + std::to_string(index);
+    }
     older = index;
   }
   if (older != lru_newest_) return "the cached-granule list's newest end is stale";

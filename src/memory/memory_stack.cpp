@@ -49,8 +49,9 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       options.limit_bytes = limit_bytes;
       options.share_granules = config.share_granules;
       // preallocate: memory once obtained is kept (until trim), like BFC's single region; grow: freed pages
-      // beyond the arena's small cache go back to the source at once.
+      // beyond the arena's release threshold go back to the source once unused for the decay window.
       if (config.policy == GrowthPolicy::preallocate) options.release_threshold = limit_bytes;
+      if (config.release_decay_events.has_value()) options.release_decay_events = *config.release_decay_events;
       return std::make_unique<ExpandableArena>(*virtual_memory, options);
     }
     case AllocatorKind::system: return std::make_unique<LimitingAdaptor>(*source, limit_bytes);

@@ -280,6 +280,102 @@ TEST(ExpandableArena, CachesUpToTheThresholdAndTrimReleasesTheRest) {
   EXPECT_EQ(arena.check_invariants(), "");
 }
 
+// One training-like step: 16 blocks of one granule each (32 MiB), then all freed.
+void run_step(ExpandableArena& arena) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) {
+    blocks.push_back(arena.allocate(kGranule));
+    std::memset(blocks.back(), i, kGranule);
+  }
+  for (void* block : blocks) arena.deallocate(block, kGranule);
+}
+
+TEST(ExpandableArena, DecayKeepsWhatTheNextStepTakesAgain) {
+  // Each step frees 32 MiB, eight times the threshold. With a decay window longer than a step (32 events)
+  // the next step takes the cached granules again: no commit after the first step, none decommitted. Without
+  // one (release_decay_events = 0, the earlier policy) every step decommits 28 MiB and commits it again.
+  for (const std::uint64_t decay : {std::uint64_t{0}, std::uint64_t{1000}}) {
+    SCOPED_TRACE("release_decay_events " + std::to_string(decay));
+    HostVirtualMemory memory;
+    ExpandableArena arena(memory, arena_options(256 * kMiB, 4 * kMiB, false, decay));
+    for (int step = 0; step < 10; ++step) {
+      run_step(arena);
+      ASSERT_EQ(arena.check_invariants(), "");
+    }
+    const auto stats = arena.stats();
+    EXPECT_EQ(stats.peak_bytes_reserved, 32 * kMiB);
+    if (decay == 0) {
+      EXPECT_EQ(stats.upstream_allocs, 16u + 9u * 14u);
+      EXPECT_EQ(arena.committed_bytes(), 4 * kMiB);
+    } else {
+      EXPECT_EQ(stats.upstream_allocs, 16u);
+      EXPECT_EQ(stats.upstream_frees, 0u);
+      EXPECT_EQ(arena.committed_bytes(), 32 * kMiB);
+      EXPECT_EQ(memory.committed_bytes(), 32 * kMiB);
+    }
+  }
+}
+
+TEST(ExpandableArena, DecayReleasesGranulesUnusedForTheWindow) {
+  constexpr std::uint64_t kWindow = 1000;
+  HostVirtualMemory memory;
+  ExpandableArena arena(memory, arena_options(256 * kMiB, 4 * kMiB, false, kWindow));
+  run_step(arena);
+  EXPECT_EQ(arena.committed_bytes(), 32 * kMiB);
+  // A smaller phase: 2 events per cycle, reusing one cached granule; the other 15 age.
+  const auto cycle = [&arena](std::uint64_t events) {
+    for (std::uint64_t event = 0; event < events; event += 2) arena.deallocate(arena.allocate(kMiB), kMiB);
+  };
+  // Events 33..992: granule 1, the least recently freed of the aging ones (event 18), is still in the window.
+  cycle(kWindow - 40);
+  EXPECT_EQ(arena.committed_bytes(), 32 * kMiB);
+  EXPECT_EQ(arena.stats().upstream_frees, 0u);
+  cycle(40);  // to event 1032: the window has passed for every granule the small phase did not touch
+  EXPECT_EQ(arena.committed_bytes(), 4 * kMiB);  // the threshold's worth stays cached
+  EXPECT_EQ(memory.committed_bytes(), 4 * kMiB);
+  EXPECT_EQ(arena.stats().upstream_frees, 14u);
+  EXPECT_EQ(arena.stats().peak_bytes_reserved, 32 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+  // What stays is served without a commit.
+  const auto commits = arena.stats().upstream_allocs;
+  void* again = arena.allocate(4 * kMiB);
+  EXPECT_EQ(arena.stats().upstream_allocs, commits);
+  arena.deallocate(again, 4 * kMiB);
+}
+
+TEST(ExpandableArena, TrimReleasesRecentlyCachedGranules) {
+  HostVirtualMemory memory;
+  ExpandableArena arena(memory, arena_options(256 * kMiB, 0, false, 1000));
+  run_step(arena);
+  EXPECT_EQ(arena.committed_bytes(), 32 * kMiB);  // all freed within the window
+  EXPECT_EQ(arena.trim(), 32 * kMiB);
+  EXPECT_EQ(arena.committed_bytes(), 0u);
+  EXPECT_EQ(memory.committed_bytes(), 0u);
+  EXPECT_EQ(arena.stats().upstream_frees, 16u);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
+TEST(ExpandableArena, DecayNeverPassesTheLimit) {
+  // Limit 32 MiB, a window longer than the test: cached granules are taken (remapped where needed) before a
+  // commit would cross the limit, so a request that needs other virtual granules is served without an OOM.
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(32 * kMiB, 0, false, 1u << 20));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(arena.allocate(kGranule));
+  for (std::size_t i = 1; i < blocks.size(); i += 2) arena.deallocate(blocks[i], kGranule);  // 8 granules cached
+  EXPECT_EQ(arena.committed_bytes(), 32 * kMiB);
+  void* big = arena.allocate(16 * kMiB);  // no 16 MiB hole: eight granules past the extent, all from the cache
+  EXPECT_EQ(arena.committed_bytes(), 32 * kMiB);
+  auto stats = arena.stats();
+  EXPECT_EQ(stats.upstream_allocs, 16u);
+  EXPECT_EQ(stats.num_retries, 0u);
+  EXPECT_EQ(stats.num_ooms, 0u);
+  EXPECT_THROW((void)arena.allocate(kGranule), tp::OutOfMemoryError);  // nothing cached, at the limit
+  EXPECT_LE(arena.stats().peak_bytes_reserved, 32 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(big, 16 * kMiB);
+  for (std::size_t i = 0; i < blocks.size(); i += 2) arena.deallocate(blocks[i], kGranule);
+}
+
 TEST(ExpandableArena, OutOfMemoryReportsAndLeavesTheArenaUsable) {
   ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(16 * kMiB), "expandable:test");
   void* a = arena.allocate(10 * kMiB);
@@ -493,7 +589,9 @@ void run_property_test(std::uint64_t seed, int operations) {
   std::mt19937_64 random(seed);
   const std::size_t limit = 48 * kMiB;
   const std::size_t thresholds[] = {0, 4 * kMiB, 16 * kMiB};
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(limit, thresholds[seed % 3]));
+  const std::uint64_t decays[] = {0, 100};  // seeds from 3 on: cached granules beyond the threshold decay
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(),
+                        arena_options(limit, thresholds[seed % 3], false, decays[(seed / 3) % 2]));
   struct Live {
     std::size_t bytes;
     std::uint64_t tag;
@@ -555,7 +653,7 @@ void run_property_test(std::uint64_t seed, int operations) {
 }
 
 TEST(ExpandableArena, RandomOperationsKeepEveryInvariant) {
-  for (const std::uint64_t seed : {1u, 2u, 3u}) run_property_test(seed, 7000);
+  for (const std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) run_property_test(seed, 7000);
 }
 
 TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {

@@ -252,6 +252,13 @@ TEST(MemoryStack, LayersFollowTheConfig) {
   EXPECT_EQ(arena->options().limit_bytes, 16 * kMiB);
   EXPECT_EQ(arena->options().release_threshold, 16 * kMiB) << "preallocate keeps freed pages";
   EXPECT_FALSE(arena->options().share_granules) << "sharing physical granules is opt-in";
+  EXPECT_EQ(arena->options().release_decay_events, tp::memory::ArenaOptions{}.release_decay_events);
+  config.release_decay_events = 0;
+  stack = tp::memory::make_sim_device_memory_stack(config, 32 * kMiB);
+  arena = dynamic_cast<tp::memory::ExpandableArena*>(&stack->allocator());
+  ASSERT_NE(arena, nullptr);
+  EXPECT_EQ(arena->options().release_decay_events, 0u);
+  config.release_decay_events.reset();
   config.share_granules = true;
   stack = tp::memory::make_sim_device_memory_stack(config, 32 * kMiB);
   arena = dynamic_cast<tp::memory::ExpandableArena*>(&stack->allocator());

@@ -42,9 +42,15 @@
 //     overlap the physical granule's other users).
 //   - Release policy. (1) Caching never raises the peak: a new physical granule is created only when no
 //     cached one is left, so peak committed == the peak of physical granules in use, whatever the cache
-//     holds. (2) Frees keep at most options.release_threshold bytes cached, decommitting (unmapping every
-//     mapping, then VirtualMemory::release_physical, which punches the memfd hole) the least recently freed
-//     beyond it. (3) trim() decommits every cached physical granule.
+//     holds. (2) Decay: every allocate and deallocate call is one tick of an event clock, and a granule going
+//     on the cached list is stamped with it. Up to options.release_threshold bytes stay cached however long;
+//     beyond it, a cached granule is decommitted (unmapping every mapping, then VirtualMemory::release_physical,
+//     which punches the memfd hole) once it has stayed cached for options.release_decay_events ticks, the
+//     least recently freed first, checked at the end of every allocate and deallocate. So what a step frees and
+//     the next step takes again stays committed (no system call per step), and what is not used again within
+//     the window goes back gradually; the cache holds at most the granules used within the window (plus the
+//     threshold). release_decay_events = 0 decommits beyond the threshold at once. (3) trim() decommits every
+//     cached physical granule, however recent.
 //   - Committed bytes never exceed options.limit_bytes. When a new physical granule would cross the limit,
 //     or the source refuses it (its capacity), every cached granule is decommitted, the request is placed
 //     wherever it needs the fewest new granules, and it is retried once before tp::OutOfMemoryError (num_retries
@@ -64,7 +70,8 @@
 //   mapped; a mapped virtual granule is on the mapping list of a committed physical granule and of no other;
 //   the masks of a physical granule's mappings are pairwise disjoint and their union is its mask; its user
 //   count is the number of its mappings with users; it is cached (on the list, which is consistent) iff it
-//   has no users, and on the partial lists of its free bottom and top chunk counts iff sharing is on, it has
+//   has no users (the list's stamps do not decrease from its oldest end and none is past the event clock), and
+//   on the partial lists of its free bottom and top chunk counts iff sharing is on, it has
 //   users and a free end; uncommitted physical granules have no mappings and are on the free list;
 //   committed_bytes == granularity x committed physical granules <= limit_bytes; the in-use and requested
 //   sums equal the sums over in-use blocks.
@@ -103,6 +110,14 @@ struct ArenaOptions {
   // call (latency stays in BFC's league), and harmless to the peak, since cached granules are given back
   // before committed bytes rise above their high-water mark. Lower it to hand idle memory back sooner.
   std::size_t release_threshold = std::size_t{64} << 20;
+  // Cached granules beyond release_threshold are decommitted only after staying unused for this many
+  // allocator events (allocate and deallocate calls reaching the arena), like jemalloc's dirty_decay_ms but
+  // counted in events, so it is deterministic and costs no clock read. 65,536: many steps of a training loop
+  // (a step frees what the next allocates again, which then makes no system call), while memory a phase no
+  // longer uses goes back within the window once the workload moves on. An idle arena keeps its cache until
+  // trim(), the next events or an allocation the cache must make room for. 0 = decommit beyond
+  // release_threshold at once.
+  std::uint64_t release_decay_events = std::uint64_t{1} << 16;
   // Lets one physical granule back several virtual granules whose in-use blocks touch disjoint chunks of it:
   // less memory under fragmenting patterns (random sizes), at the cost of placement work on every request
   // and remapping system calls (docs/memory.md has the trade-off), hence opt-in. Off: each virtual granule
@@ -173,6 +188,7 @@ class ExpandableArena final : public MemoryResource {
     std::array<std::uint32_t, 2> prev_partial{kNone, kNone};  // partial lists: [0] by free bottom chunks,
     std::array<std::uint32_t, 2> next_partial{kNone, kNone};  // [1] by free top chunks
     std::array<std::uint8_t, 2> partial_list{0, 0};           // free chunks at that end; 0 = not listed
+    std::uint64_t cached_since = 0;                           // events_ when it went on the LRU list
     bool committed = false;
     bool cached = false;  // committed with no users: on the LRU list
   };
@@ -241,6 +257,15 @@ class ExpandableArena final : public MemoryResource {
   // Frees an in-use block, merging it with free neighbours (or cutting it off at the tail).
   void release_block(std::uint32_t index);
   std::size_t decommit_cached(std::size_t keep_bytes) noexcept;
+  // The decay: decommits the least recently freed cached granules beyond release_threshold that have stayed
+  // cached for release_decay_events events. O(1) when none has.
+  void decay_cached() noexcept {
+    const std::size_t keep = options_.release_threshold / granularity_;
+    if (cached_count_ > keep && events_ - physicals_[lru_oldest_].cached_since >= options_.release_decay_events) {
+      decommit_idle(keep);
+    }
+  }
+  void decommit_idle(std::size_t keep) noexcept;
   // Unmaps every mapping of a cached physical granule and gives it back to the source.
   void decommit_physical(std::uint32_t physical) noexcept;
   std::uint32_t new_node();
@@ -340,6 +365,7 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t lru_oldest_ = kNone;                        // cached physical granules, least recently freed first
   std::uint32_t lru_newest_ = kNone;
   std::size_t cached_count_ = 0;
+  std::uint64_t events_ = 0;  // allocate and deallocate calls so far: the decay's clock
   std::size_t committed_granules_ = 0;  // committed physical granules
   std::size_t chunk_shift_ = 0;         // log2(granularity_ / kChunks)
   MemoryStats stats_;

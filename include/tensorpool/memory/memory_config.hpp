@@ -8,6 +8,7 @@
 // never silently ignored.
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -33,7 +34,8 @@ struct MemoryConfig {
   std::string device = "host";  // names the stack in reports and OOM errors
   // preallocate: BFC takes the whole budget as one region at first use (TensorFlow's default); the
   // expandable arena keeps freed pages committed up to the budget until trim(). grow: BFC grows region by
-  // region (allow_growth); the arena gives freed pages back beyond a few MiB. system ignores it.
+  // region (allow_growth); the arena gives freed pages beyond its release threshold back once they have gone
+  // unused for release_decay_events allocator events. system ignores it.
   GrowthPolicy policy = GrowthPolicy::preallocate;
   std::optional<double> fraction;          // budget as a fraction of the source's capacity, (0, 1]
   std::optional<std::size_t> limit_bytes;  // budget in bytes; exclusive with fraction
@@ -49,6 +51,9 @@ struct MemoryConfig {
   bool share_granules = false;                 // expandable: physical granules shared between virtual ones
                                                // (ArenaOptions::share_granules: less memory under random
                                                // sizes, slower requests); the other allocators ignore it
+  // expandable, grow: freed granules beyond the arena's release threshold are decommitted once unused for this
+  // many allocate/free calls (ArenaOptions::release_decay_events; 0 = at once); unset = the arena's default.
+  std::optional<std::uint64_t> release_decay_events;
   bool tracking = true;                        // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
   // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by
