@@ -350,6 +350,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   ++in_use_count_;
 
   stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_for
+  last_compaction_.reset();
   decay_cached();
   return base_ + block.offset;
 }
@@ -416,6 +417,7 @@ void ExpandableArena::throw_out_of_memory(std::size_t requested, std::size_t rou
   // As stats() reports it (fragmentation.hpp); what the limit leaves beyond `pinned` is the report's
   // limit - reserved.
   report.largest_free_block = largest_committed_free_block();
+  report.compaction = last_compaction_;
   report.detail = name() + ": " + detail + " (" + std::to_string(committed_granules_) + " granules committed, " +
                   std::to_string(in_use_count_) + " blocks in use)";
   throw OutOfMemoryError(std::move(report));

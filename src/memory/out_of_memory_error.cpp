@@ -59,6 +59,20 @@ std::string OutOfMemoryError::render(const OutOfMemoryReport& report) {
        << format_bytes(report.in_use_bytes) << ", reserved " << format_bytes(report.reserved_bytes) << ", free "
        << format_bytes(report.free_bytes()) << ".\n  " << memory::describe(report.fragmentation()) << ".";
   if (!report.detail.empty()) text << "\n  " << report.detail;
+  if (report.compaction.has_value()) {
+    const memory::CompactionResult& compaction = *report.compaction;
+    if (compaction.ran) {
+      text << "\n  Compaction ran before this request: it moved " << compaction.blocks_moved << " block(s) ("
+           << format_bytes(compaction.bytes_copied) << " copied, " << format_bytes(compaction.bytes_remapped)
+           << " remapped) and freed " << compaction.granules_freed << " granule(s) ("
+           << format_bytes(compaction.granules_freed * compaction.granularity) << "; committed "
+           << format_bytes(compaction.committed_before) << " -> " << format_bytes(compaction.committed_after)
+           << "), not enough for the request.";
+    } else {
+      text << "\n  Compaction was asked for but cannot run on this allocator (it shares physical granules;"
+           << " set share_granules off to compact).";
+    }
+  }
 
   if (report.exceeds_limit()) {
     // Variables do not depend on the batch: a smaller batch only shrinks the step's tensors.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -13,6 +14,8 @@
 #include <utility>
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/expandable_arena.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::memory {
 namespace {
@@ -41,6 +44,39 @@ void keep_larger_oom(ReplayResult& result, std::size_t event, std::size_t bytes)
   result.largest_oom_bytes = bytes;
 }
 
+// The contents check's pattern: 8-byte words that differ per allocation and per position, so a block
+// copied from the wrong place, shifted, or cut short reads differently.
+std::uint64_t pattern_word(std::size_t event, std::size_t word) noexcept {
+  std::uint64_t z = (static_cast<std::uint64_t>(event) << 32) ^ word ^ 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void fill_pattern(void* ptr, std::size_t bytes, std::size_t event) noexcept {
+  auto* out = static_cast<unsigned char*>(ptr);
+  for (std::size_t word = 0; word * 8 < bytes; ++word) {
+    const std::uint64_t value = pattern_word(event, word);
+    std::memcpy(out + word * 8, &value, std::min<std::size_t>(8, bytes - word * 8));
+  }
+}
+
+// The first byte that differs from the pattern, or `bytes` when none does.
+std::size_t find_pattern_mismatch(const void* ptr, std::size_t bytes, std::size_t event) noexcept {
+  const auto* in = static_cast<const unsigned char*>(ptr);
+  for (std::size_t word = 0; word * 8 < bytes; ++word) {
+    const std::uint64_t value = pattern_word(event, word);
+    const std::size_t length = std::min<std::size_t>(8, bytes - word * 8);
+    if (std::memcmp(in + word * 8, &value, length) == 0) continue;
+    unsigned char expected[8];
+    std::memcpy(expected, &value, sizeof expected);
+    for (std::size_t byte = 0; byte < length; ++byte) {
+      if (in[word * 8 + byte] != expected[byte]) return word * 8 + byte;
+    }
+  }
+  return bytes;
+}
+
 void summarize_pairs(ReplayResult& result) {
   std::vector<std::uint64_t> sorted = result.pair_ns;
   std::sort(sorted.begin(), sorted.end());
@@ -65,10 +101,11 @@ std::vector<std::size_t> assign_workers(const Trace& trace) {
 // generation (release), so a worker that read its generation before checking turn_ cannot sleep through it.
 class ReplayRun {
  public:
-  ReplayRun(const Trace& trace, MemoryResource& resource, std::size_t alignment)
+  ReplayRun(const Trace& trace, MemoryResource& resource, const ReplayOptions& options)
       : trace_(trace),
         resource_(resource),
-        alignment_(alignment),
+        alignment_(options.alignment),
+        options_(options),
         worker_of_event_(assign_workers(trace)),
         wake_ups_(std::min(trace.threads().size(), kMaxReplayThreads)),
         pointers_(trace.size(), nullptr),
@@ -108,6 +145,7 @@ class ReplayRun {
       result.skipped_frees += tally.skipped_frees;
       keep_larger_oom(result, tally.largest_oom_event, tally.largest_oom_bytes);
     }
+    result.compaction = compaction_;
     const MemoryStats stats = resource_.stats();
     release_leftovers();
     for (std::size_t index = 0; index < trace_.size(); ++index) {
@@ -176,11 +214,12 @@ class ReplayRun {
         ++tally.ops;
         try {
           const Clock::time_point start = Clock::now();
-          void* ptr = resource_.allocate(event.size, alignment_);
+          void* ptr = options_.compact != nullptr ? allocate_or_compact(index) : resource_.allocate(event.size, alignment_);
           const Clock::time_point end = Clock::now();
           pointers_[index] = ptr;
           allocate_ns_[index] = nanoseconds_between(start, end);
           ++tally.allocations;
+          if (options_.check_contents) fill_pattern(ptr, event.size, index);
         } catch (const std::bad_alloc&) {
           ++tally.ooms;
           if (tally.largest_oom_event == kNoEvent || event.size > tally.largest_oom_bytes) {
@@ -201,12 +240,70 @@ class ReplayRun {
           return;
         }
         ++tally.ops;
+        if (options_.check_contents) check_pattern(ptr, event.size, allocation);
         const Clock::time_point start = Clock::now();
         resource_.deallocate(ptr, event.size);
         const Clock::time_point end = Clock::now();
         free_ns_[allocation] = nanoseconds_between(start, end);
         return;
       }
+    }
+  }
+
+  // The live blocks of the replay while event `current` is performed, by pointer: the Relocator of a compaction.
+  class LiveTable final : public Relocator {
+   public:
+    LiveTable(const Trace& trace, std::vector<void*>& pointers, std::size_t current) : pointers_(pointers) {
+      for (std::size_t index = 0; index < current; ++index) {
+        const std::size_t free = trace.partner(index);
+        if (pointers[index] != nullptr && trace.events()[index].action == TraceAction::allocate &&
+            (free == kNoEvent || free > current)) {
+          by_pointer_.emplace(pointers[index], index);
+        }
+      }
+    }
+    bool can_move(const void* ptr, std::size_t /*bytes*/) override { return by_pointer_.contains(ptr); }
+    void relocated(void* from, void* to, std::size_t /*bytes*/) noexcept override {
+      const auto found = by_pointer_.find(from);
+      if (found == by_pointer_.end()) return;  // can_move said no to it: not moved
+      pointers_[found->second] = to;
+    }
+
+   private:
+    std::vector<void*>& pointers_;
+    std::unordered_map<const void*, std::size_t> by_pointer_;
+  };
+
+  // Allocates event `index`; when refused with tp::OutOfMemoryError, compacts the arena and retries once.
+  void* allocate_or_compact(std::size_t index) {
+    const std::size_t bytes = trace_.events()[index].size;
+    try {
+      return resource_.allocate(bytes, alignment_);
+    } catch (const OutOfMemoryError&) {
+      LiveTable table(trace_, pointers_, index);
+      const CompactionResult compaction = options_.compact->compact(table);
+      ++compaction_.compactions;
+      compaction_.blocks_moved += compaction.blocks_moved;
+      compaction_.bytes_copied += compaction.bytes_copied;
+      compaction_.bytes_remapped += compaction.bytes_remapped;
+      compaction_.granules_freed += compaction.granules_freed;
+      compaction_.granularity = compaction.granularity;
+    }
+    void* ptr = resource_.allocate(bytes, alignment_);  // a second refusal is the replay's OOM
+    ++compaction_.retries_served;
+    return ptr;
+  }
+
+  void check_pattern(const void* ptr, std::size_t bytes, std::size_t allocation) {
+    const std::size_t mismatch = find_pattern_mismatch(ptr, bytes, allocation);
+    if (mismatch == bytes) return;
+    try {
+      TP_THROW(DataError, "replay", trace_.source(), ":", trace_.line(allocation), ": the ", bytes,
+               "-byte allocation's contents changed at byte ", mismatch,
+               " before its free: the allocator lost or mixed its bytes (a wrong move or an overlap)");
+    } catch (...) {
+      const std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
     }
   }
 
@@ -223,6 +320,8 @@ class ReplayRun {
   const Trace& trace_;
   MemoryResource& resource_;
   const std::size_t alignment_;
+  const ReplayOptions options_;
+  ReplayCompaction compaction_;  // written by the worker holding the turn only
   const std::vector<std::size_t> worker_of_event_;  // per event: the worker that performs it
   std::vector<WakeUp> wake_ups_;                    // per worker; sized once, never moved
   std::vector<void*> pointers_;                     // per allocate event: the replayed pointer, null if refused
@@ -237,7 +336,22 @@ class ReplayRun {
 }  // namespace
 
 ReplayResult replay(const Trace& trace, MemoryResource& resource, std::size_t alignment) {
-  return ReplayRun(trace, resource, alignment).run();
+  ReplayOptions options;
+  options.alignment = alignment;
+  return ReplayRun(trace, resource, options).run();
+}
+
+ReplayResult replay(const Trace& trace, MemoryResource& resource, const ReplayOptions& options) {
+  return ReplayRun(trace, resource, options).run();
+}
+
+ExpandableArena* compactable_arena(MemoryResource& resource) noexcept {
+  if (auto* arena = dynamic_cast<ExpandableArena*>(&resource)) return arena;
+  auto* stack = dynamic_cast<MemoryStack*>(&resource);
+  // The tracking adaptor keys its records by pointer: a move would leave them stale. The thread cache keeps
+  // freed blocks only, which no owner lets move, and flushes itself before an OOM leaves it.
+  if (stack == nullptr || stack->tracking() != nullptr) return nullptr;
+  return dynamic_cast<ExpandableArena*>(&stack->allocator());
 }
 
 ReplayResult merge_replays(const std::vector<ReplayResult>& results) {
@@ -306,7 +420,9 @@ MinCapacityResult find_min_capacity(const Trace& trace, const ResourceFactory& f
       last_refusal = error.what();  // too small to build a stack: as good as an OOM
       return false;
     }
-    return replay(trace, *resource).oom_count == 0;
+    ReplayOptions replay_options;
+    if (options.compact) replay_options.compact = compactable_arena(*resource);
+    return replay(trace, *resource, replay_options).oom_count == 0;
   };
   // No capacity below the peak of live bytes can hold them all at once.
   std::size_t failing = trace.peak_live_bytes() - 1;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The random trace and the dispatch by kind; the model-driven generators live in trace_generators_training.cpp
-// (training, varying_shape, growing_batch) and trace_generators_serving.cpp (llm_serving).
+// (training, varying_shape, growing_batch), trace_generators_serving.cpp (llm_serving) and
+// trace_generators_fragmenting.cpp (fragmenting).
 #include "tensorpool/memory/trace_generators.hpp"
 
 #include <string>
@@ -52,7 +53,7 @@ Trace generate_random_trace(const RandomTraceOptions& options) {
 }
 
 std::vector<std::string> trace_kinds() {
-  return {"random", "training", "varying_shape", "llm_serving", "growing_batch"};
+  return {"random", "training", "varying_shape", "llm_serving", "growing_batch", "fragmenting"};
 }
 
 Trace generate_trace(std::string_view kind, std::uint64_t seed) {
@@ -80,6 +81,11 @@ Trace generate_trace(std::string_view kind, std::uint64_t seed) {
     GrowingBatchTraceOptions options;
     options.seed = seed;
     return generate_growing_batch_trace(options);
+  }
+  if (kind == "fragmenting") {
+    FragmentingTraceOptions options;
+    options.seed = seed;
+    return generate_fragmenting_trace(options);
   }
   std::string kinds;
   for (const std::string& name : trace_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;

@@ -90,7 +90,7 @@ TEST_F(CliMessages, ChoicesNameTheFlagTheValueAndTheChoices) {
       {"estimate --bfc-split 2x", "--bfc-split: '2x' is not one of exact, tensorflow"},
       {"replay --bfc-split tf", "--bfc-split: 'tf' is not one of exact, tensorflow"},
       {"trace generate --kind x",
-       "--kind: 'x' is not one of random, training, varying_shape, llm_serving, growing_batch, all"},
+       "--kind: 'x' is not one of random, training, varying_shape, llm_serving, growing_batch, fragmenting, all"},
   });
 }
 

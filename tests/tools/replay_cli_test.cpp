@@ -149,6 +149,37 @@ TEST_F(ReplayCli, ShareGranulesSetsTheExpandableRowOnly) {
   EXPECT_EQ(lines(refused.output), 1) << refused.output;
 }
 
+// Issue 23's target end to end: the fragmenting trace runs out of memory under bfc and expandable at 64 MiB
+// and replays without an OOM at the same capacity with --compact, every block's bytes checked.
+TEST_F(ReplayCli, CompactServesTheFragmentingTraceAtTheSameCapacity) {
+  const CliRun generated = run("trace generate --kind fragmenting --output " + path("fragmenting.csv"));
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  const std::string base = "replay --trace " + path("fragmenting.csv") + " --capacity 64MiB --json";
+  const CliRun plain = run(base + " --allocator all");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  for (const nlohmann::json& row : nlohmann::json::parse(plain.output)["results"]) {
+    if (row["allocator"] == "bfc" || row["allocator"] == "expandable") {
+      EXPECT_GT(row["oom_count"].get<int>(), 0) << row.dump();
+      EXPECT_FALSE(row.contains("compaction")) << row.dump();
+    }
+  }
+  const CliRun compacted = run(base + " --allocator expandable --compact");
+  ASSERT_EQ(compacted.exit_code, 0) << compacted.output;
+  const nlohmann::json row = nlohmann::json::parse(compacted.output)["results"][0];
+  EXPECT_EQ(row["oom_count"], 0) << row.dump();
+  EXPECT_EQ(row["compact"], true);
+  EXPECT_GT(row["compaction"]["blocks_moved"].get<int>(), 0) << row.dump();
+  EXPECT_EQ(row["compaction"]["retries_served"], row["compaction"]["compactions"]) << row.dump();
+  const CliRun table = run("replay --trace " + path("fragmenting.csv") + " --capacity 64MiB --allocator expandable --compact");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("expandable (compact): "), std::string::npos) << table.output;
+  for (const std::string flags : {" --allocator bfc", " --share-granules"}) {
+    const CliRun refused = run(base + " --compact" + flags);
+    EXPECT_EQ(refused.exit_code, 2) << flags << "\n" << refused.output;
+    EXPECT_NE(refused.output.find("--compact"), std::string::npos) << refused.output;
+  }
+}
+
 TEST_F(ReplayCli, SmallCapacityReportsOomsNotAnError) {
   const CliRun result = run("replay --trace " + path("good.csv") + " --allocator system --capacity 3MiB --json");
   ASSERT_EQ(result.exit_code, 0) << result.output;
@@ -238,7 +269,7 @@ TEST_F(ReplayCli, GenerateAllRefusesAFileAsItsOutput) {
   EXPECT_TRUE(fs::is_regular_file(existing));
   const CliRun directory = run("trace generate --kind all --seed 2 --output " + path("traces"));
   ASSERT_EQ(directory.exit_code, 0) << directory.output;
-  for (const char* kind : {"random", "training", "varying_shape", "llm_serving", "growing_batch"}) {
+  for (const char* kind : {"random", "training", "varying_shape", "llm_serving", "growing_batch", "fragmenting"}) {
     EXPECT_TRUE(fs::is_regular_file(directory_ / "traces" / (std::string(kind) + ".csv"))) << kind;
   }
 }

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
 //                   [--find-min-capacity] [--repeat N] [--bfc-split exact|tensorflow] [--share-granules]
+//                   [--compact]
 // Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
 // offline planner's heap next to the lower bound. --bfc-split sets the split policy of the bfc and bfc-grow
 // rows (TensorFlow's rule by default); --share-granules lets the expandable row's arena share physical granules
-// between virtual ones (MemoryConfig::share_granules, off by default). Bad input throws tp::InvalidArgument / tp::DataError,
+// between virtual ones (MemoryConfig::share_granules, off by default); --compact makes the expandable row compact
+// its arena when an allocation is refused and retry it once (ExpandableArena::compact, the replay's table of
+// live pointers the owner that follows each move), every allocation's bytes checked at its free. Bad input throws tp::InvalidArgument / tp::DataError,
 // which main() turns into exit code 2 and a one-line message. Out of memory under pressure (live allocations
 // fill a small --capacity) is the measurement, counted in the OOMs column; an allocation that no freeing could
 // serve (a fresh, empty device refuses it too: it exceeds the capacity, or the host cannot back it) means the
@@ -46,6 +49,7 @@ struct ReplayArguments {
   bool json = false;
   bool find_min_capacity = false;
   bool share_granules = false;
+  bool compact = false;
 };
 
 // The stack one replay runs on: the allocator's replay configuration with the chosen BFC split policy and,
@@ -54,6 +58,7 @@ struct ReplayStack {
   memory::ReplayAllocator allocator;
   memory::BfcSplit split;
   bool share_granules = false;
+  bool compact = false;  // the expandable row compacts on a refusal
 
   bool is_bfc() const { return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::bfc; }
   bool is_expandable() const {
@@ -65,11 +70,22 @@ struct ReplayStack {
     config.share_granules = share_granules && is_expandable();
     return memory::make_sim_device_memory_stack(config, capacity);
   }
+  bool compacts() const { return compact && is_expandable(); }
+  // The row's replay options: compaction of the stack's arena, with every allocation's bytes checked.
+  memory::ReplayOptions replay_options(memory::MemoryStack& instance) const {
+    memory::ReplayOptions options;
+    if (compacts()) {
+      options.compact = memory::compactable_arena(instance);
+      options.check_contents = true;
+    }
+    return options;
+  }
   // The row's name: the allocator's, with the split policy when it is not TensorFlow's ("bfc (exact)").
   std::string label() const {
     std::string text(memory::to_string(allocator));
     if (is_bfc() && split != memory::BfcSplit::tensorflow) text += fmt::format(" ({})", memory::to_string(split));
     if (is_expandable() && share_granules) text += " (shared granules)";
+    if (compacts()) text += " (compact)";
     return text;
   }
 };
@@ -162,6 +178,7 @@ void check_replayable(const memory::Trace& trace, const ReplayStack& stack, std:
     report.request_tag.op = fmt::format("replay --allocator {}", memory::to_string(stack.allocator));
     if (stack.is_bfc()) report.request_tag.op += fmt::format(" --bfc-split {}", memory::to_string(stack.split));
     if (stack.is_expandable() && stack.share_granules) report.request_tag.op += " --share-granules";
+    if (stack.compacts()) report.request_tag.op += " --compact";
     const std::size_t needed = std::max(size, report.rounded_bytes);  // the allocator's rounding included
     if (needed > capacity) {
       report.suggestion = fmt::format("pass --capacity {} or more (or leave --capacity out: twice the peak live)",
@@ -251,6 +268,17 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
   const bool has_bfc = std::any_of(reports.begin(), reports.end(), [](const AllocatorReport& report) {
     return report.stack.allocator == memory::ReplayAllocator::bfc;
   });
+  for (const AllocatorReport& report : reports) {
+    if (!report.stack.compacts()) continue;
+    const memory::ReplayCompaction& compaction = report.result.compaction;
+    std::cout << fmt::format(
+        "{}: {} refusal{} compacted, {} then served; {} block{} moved ({} copied, {} remapped), {} granule{} "
+        "({}) freed\n",
+        report.stack.label(), compaction.compactions, compaction.compactions == 1 ? "" : "s",
+        compaction.retries_served, compaction.blocks_moved, compaction.blocks_moved == 1 ? "" : "s",
+        format_bytes(compaction.bytes_copied), format_bytes(compaction.bytes_remapped), compaction.granules_freed,
+        compaction.granules_freed == 1 ? "" : "s", format_bytes(compaction.granules_freed * compaction.granularity));
+  }
   if (has_bfc) {
     std::cout << "bfc preallocates the whole capacity at first use (TensorFlow's default); its real footprint is "
                  "its min capacity (--find-min-capacity)\n";
@@ -274,6 +302,7 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
     row["allocator"] = memory::to_string(report.stack.allocator);
     if (report.stack.is_bfc()) row["bfc_split"] = memory::to_string(report.stack.split);
     if (report.stack.is_expandable()) row["share_granules"] = report.stack.share_granules;
+    if (report.stack.is_expandable()) row["compact"] = report.stack.compacts();
     row["ops"] = result.ops;
     row["median_ns"] = result.median_pair_ns;
     row["p99_ns"] = result.p99_pair_ns;
@@ -282,6 +311,14 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
     row["reserved_to_live"] = result.reserved_to_live;
     row["oom_count"] = result.oom_count;
     row["skipped_frees"] = result.skipped_frees;
+    if (report.stack.compacts()) {
+      row["compaction"] = {
+          {"compactions", result.compaction.compactions},       {"retries_served", result.compaction.retries_served},
+          {"blocks_moved", result.compaction.blocks_moved},     {"bytes_copied", result.compaction.bytes_copied},
+          {"bytes_remapped", result.compaction.bytes_remapped}, {"granules_freed", result.compaction.granules_freed},
+          {"granule_bytes", result.compaction.granularity},
+      };
+    }
     if (report.min_capacity) {
       row["min_capacity_bytes"] = report.min_capacity->capacity_bytes;
       row["min_capacity_failing_bytes"] = report.min_capacity->failing_bytes;
@@ -302,6 +339,13 @@ void run_replay(const ReplayArguments& arguments) {
   if (arguments.share_granules) {
     require_rows(allocators, &ReplayStack::is_expandable, "--share-granules", "expandable", arguments.allocator);
   }
+  if (arguments.compact) {
+    require_rows(allocators, &ReplayStack::is_expandable, "--compact", "expandable", arguments.allocator);
+    if (arguments.share_granules) {
+      TP_THROW(InvalidArgument, "replay", "--compact and --share-granules: compaction moves blocks only in an ",
+               "arena whose physical granules are not shared; leave one of them out");
+    }
+  }
   const std::size_t repeat = parse_repeat(arguments.repeat);
   if (!arguments.capacity.empty()) (void)parse_bytes(arguments.capacity, "--capacity");  // fail before reading
   const memory::Trace trace = load_trace(arguments.trace);
@@ -309,14 +353,20 @@ void run_replay(const ReplayArguments& arguments) {
 
   std::vector<AllocatorReport> reports;
   for (const memory::ReplayAllocator allocator : allocators) {
-    const ReplayStack stack{allocator, split, arguments.share_granules};
+    const ReplayStack stack{allocator, split, arguments.share_granules, arguments.compact};
     std::vector<memory::ReplayResult> runs;
-    for (std::size_t run = 0; run < repeat; ++run) runs.push_back(memory::replay(trace, *stack.make(capacity)));
+    for (std::size_t run = 0; run < repeat; ++run) {
+      const std::unique_ptr<memory::MemoryStack> instance = stack.make(capacity);
+      runs.push_back(memory::replay(trace, *instance, stack.replay_options(*instance)));
+    }
     AllocatorReport report{stack, memory::merge_replays(runs), std::nullopt};
     check_replayable(trace, stack, capacity, arguments.capacity.empty(), report.result);
     if (arguments.find_min_capacity) {
+      memory::MinCapacityOptions search;
+      search.compact = stack.compacts();
       report.min_capacity = memory::find_min_capacity(
-          trace, [&stack](std::size_t bytes) -> std::unique_ptr<memory::MemoryResource> { return stack.make(bytes); });
+          trace, [&stack](std::size_t bytes) -> std::unique_ptr<memory::MemoryResource> { return stack.make(bytes); },
+          search);
     }
     reports.push_back(std::move(report));
   }
@@ -357,6 +407,9 @@ void add_replay_command(CLI::App& app) {
   command->add_flag("--share-granules", arguments->share_granules,
                     "the expandable row's arena shares physical granules between virtual ones (less memory when small "
                     "blocks scatter over many granules, slower remaps); default off");
+  command->add_flag("--compact", arguments->compact,
+                    "the expandable row compacts its arena when an allocation is refused (moves live blocks down, "
+                    "remapping whole granules) and retries it once; every allocation's bytes are checked");
   command->callback([arguments] { run_replay(*arguments); });
 }
 

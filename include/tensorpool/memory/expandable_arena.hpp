@@ -76,6 +76,18 @@
 //   committed_bytes == granularity x committed physical granules <= limit_bytes; the in-use and requested
 //   sums equal the sums over in-use blocks.
 //
+// Compaction (compact(relocator), expandable_arena_compaction.cpp), called by the blocks' owner at a point
+// where nothing uses them (a step boundary), typically after an allocation failed with free memory in pieces:
+// in-use blocks are taken from the highest address down (in up to kCompactionPasses passes, while a pass moves
+// something); each block the relocator lets move goes to the
+// lowest free block below it where the move takes no more physical granules than it gives back (every
+// granule the new place touches already has users, except those it needs fresh while as many of the block's
+// old granules lose their last user, and fresh ones must be within the limit). A block placed at the same
+// offset within a granule as before (the free block allows it) keeps its whole granules: their physical
+// granules are mapped at the new place, not copied; the rest is copied (VirtualMemory::copy). The relocator
+// is told each move; then every cached granule is decommitted. Only without granule sharing (ran = false
+// otherwise): there a written granule's physical memory may show through other mappings.
+//
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
 // upstream_allocs/frees = physical granules created/released, largest_free_block = the longest run of mapped
 // bytes no in-use block covers, in a free block or past the extent (fragmentation.hpp). deallocate of a
@@ -94,6 +106,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensorpool/memory/compaction.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/virtual_memory.hpp"
 
@@ -149,6 +162,11 @@ class ExpandableArena final : public MemoryResource {
   const ArenaOptions& options() const noexcept { return options_; }
   // "" when every invariant holds, otherwise a description of the first violation.
   [[nodiscard]] std::string check_invariants() const;
+  // Moves in-use blocks the relocator lets move to lower free blocks and gives back the physical granules
+  // that no block uses any more (see "Compaction" above). The caller guarantees that nothing reads or writes
+  // the blocks meanwhile. An allocation that fails after it (before any allocation succeeds) carries the
+  // result in its OutOfMemoryReport. Throws std::bad_alloc only before anything moved.
+  CompactionResult compact(Relocator& relocator);
 
   static constexpr std::size_t kBlockAlignment = kDefaultAlignment;
 
@@ -333,6 +351,24 @@ class ExpandableArena final : public MemoryResource {
   std::size_t end_granule(std::size_t offset, std::size_t size) const noexcept {
     return (offset + size + granularity_ - 1) / granularity_;
   }
+  // Compaction (expandable_arena_compaction.cpp). Passes over the in-use blocks, at most: each costs
+  // O(blocks x blocks below) (a block looks for the lowest hole that takes it).
+  static constexpr std::size_t kCompactionPasses = 4;
+  struct Move {
+    std::uint32_t hole = kNone;  // free block below the block that takes it
+    std::size_t offset = 0;      // the block's new offset, inside the hole
+    bool valid = false;
+  };
+  // Physical granules the block would take fresh at `offset` (in the hole) and those it would give back.
+  struct MoveCost {
+    std::size_t fresh = 0;
+    std::size_t freed = 0;
+  };
+  MoveCost move_cost(std::uint32_t block, std::size_t offset) const noexcept;
+  bool remaps(std::size_t block_offset, std::size_t offset, std::size_t size, std::size_t granule) const noexcept;
+  Move find_move(std::uint32_t block) const;
+  // Moves the block; false (nothing changed) when a granule cannot be taken or mapped.
+  bool move_block(std::uint32_t block, const Move& move, CompactionResult& result);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                         const std::string& detail);
 
@@ -368,6 +404,9 @@ class ExpandableArena final : public MemoryResource {
   std::uint64_t events_ = 0;  // allocate and deallocate calls so far: the decay's clock
   std::size_t committed_granules_ = 0;  // committed physical granules
   std::size_t chunk_shift_ = 0;         // log2(granularity_ / kChunks)
+  std::vector<std::size_t> move_scratch_;  // empty between calls: move_block's taken and remapped granules
+  // The last compaction, until an allocation succeeds: an OutOfMemoryReport thrown meanwhile carries it.
+  std::optional<CompactionResult> last_compaction_;
   MemoryStats stats_;
 };
 

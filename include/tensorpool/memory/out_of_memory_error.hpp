@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensorpool/memory/allocation_tag.hpp"
+#include "tensorpool/memory/compaction.hpp"
 #include "tensorpool/memory/fragmentation.hpp"
 
 namespace tp {
@@ -36,6 +37,9 @@ struct OutOfMemoryReport {
   // StatisticsAdaptor, unset when the refusing layer is used alone.
   std::optional<std::size_t> requested_in_use_bytes;
   std::vector<LiveAllocation> largest_live;  // biggest outstanding allocations, largest first
+  // The compaction that ran after the last allocation the refusing layer served, before this request (the
+  // caller compacted and retried): what it moved and gave back, and that it was not enough. Unset otherwise.
+  std::optional<memory::CompactionResult> compaction;
   std::string detail;                        // extra words from the refusing layer (e.g. the OS error)
   std::string suggestion;                    // the concrete fix, from a layer that knows the workload (e.g. a
                                              // batch size that fits according to the static plan); may be empty

@@ -7,6 +7,11 @@
 // the turn to it; the wait is not timed), logged pointers mapped to the pointers the resource returns. Each
 // allocate and each deallocate is timed alone with std::chrono::steady_clock.
 //
+// With ReplayOptions::compact, an allocation refused with tp::OutOfMemoryError compacts the given expandable
+// arena (the replay's table of live pointers is the Relocator: every live block may move, and the table
+// follows each move) and is retried once; the retry is timed with the allocation. Events are performed one
+// at a time in trace order, so the moment of the refusal is a safe point: no other event touches a block.
+//
 // Out of memory is a result, not an error: the failed allocation is counted (the largest one named), the
 // replay continues and the allocation's later free is skipped. "allocate failure" lines of
 // the trace are not replayed. Allocations the trace never frees are freed after the replay (timed, so that
@@ -31,6 +36,16 @@ namespace tp::memory {
 // The most OS threads one replay starts: traces of more threads share them (their order is kept either way).
 inline constexpr std::size_t kMaxReplayThreads = 64;
 
+struct ReplayCompaction {
+  std::size_t compactions = 0;      // refused allocations that compacted the arena
+  std::size_t retries_served = 0;   // ...and were then served by the retry
+  std::size_t blocks_moved = 0;     // over all compactions
+  std::size_t bytes_copied = 0;
+  std::size_t bytes_remapped = 0;
+  std::size_t granules_freed = 0;
+  std::size_t granularity = 0;      // bytes per granule of the arena
+};
+
 struct ReplayResult {
   std::size_t ops = 0;                       // allocate and deallocate calls made for the trace's events
   std::size_t allocations = 0;               // allocations served
@@ -45,12 +60,31 @@ struct ReplayResult {
   std::size_t largest_oom_event = kNoEvent;  // trace index of the largest refused allocation (the earliest of
                                              // equal sizes; Trace::line names it), kNoEvent without OOMs
   std::size_t largest_oom_bytes = 0;         // its size
+  ReplayCompaction compaction;               // zeros without ReplayOptions::compact
 };
+
+class ExpandableArena;
+
+struct ReplayOptions {
+  std::size_t alignment = kDefaultAlignment;  // passed to every allocate
+  // Compact this arena and retry once when an allocation is refused. It must be the allocator the resource
+  // allocates from, with no layer above it that keeps pointers (compactable_arena() finds one); null: off.
+  ExpandableArena* compact = nullptr;
+  // Fill every allocation with a pattern of its trace event and check it when it is freed: a move that loses
+  // or mixes bytes is a tp::DataError naming the trace line. Not timed.
+  bool check_contents = false;
+};
+
+// The arena compaction can run on under `resource`: the resource itself, or the allocator of a MemoryStack
+// without tracking (its records are keyed by pointer: a move would leave them stale; the thread cache holds
+// only freed blocks, which no owner lets move). Null otherwise.
+[[nodiscard]] ExpandableArena* compactable_arena(MemoryResource& resource) noexcept;
 
 // Resets the resource's peaks first, so peak_reserved_bytes covers this replay only. `alignment` is passed
 // to every allocate.
 [[nodiscard]] ReplayResult replay(const Trace& trace, MemoryResource& resource,
                                   std::size_t alignment = kDefaultAlignment);
+[[nodiscard]] ReplayResult replay(const Trace& trace, MemoryResource& resource, const ReplayOptions& options);
 
 // Median and p99 (nearest rank) of pair_ns over several results (e.g. --repeat), the largest refused
 // allocation of all, other fields from the last result.
@@ -78,6 +112,7 @@ struct MinCapacityOptions {
   double relative_tolerance = 0.01;              // stop when the bracket is within this fraction of the capacity...
   std::size_t absolute_tolerance = 256 * kKiB;   // ...or within this many bytes, whichever is larger
   std::size_t max_capacity_bytes = 1024 * kGiB;  // give up (tp::InvalidArgument) above this
+  bool compact = false;  // each probe compacts its resource's arena (compactable_arena) when it refuses
 };
 
 struct MinCapacityResult {

@@ -22,6 +22,13 @@
 //   - growing_batch: the training model with a batch-size ramp: the batch doubles every steps_per_doubling
 //     steps from initial_batch up to max_batch, so every activation grows: the pattern that defeats caches
 //     sized for the first steps. A second thread (the data loader) prefetches each next batch.
+//   - fragmenting: made for one replay capacity (capacity_bytes, `tensorpool replay --capacity 64MiB` by
+//     default). Each step fills 7/8 of it with groups of one large block (whole granules of 2 MiB) followed by
+//     pairs of a small kept block and a small temporary one (the group padded to a whole granule), frees every
+//     temporary and every other large block, then asks for one block larger than any hole and than the free
+//     tail, yet smaller than what the limit leaves beside the live bytes; then frees everything. A best-fit
+//     allocator (bfc) and the expandable arena (whose kept blocks pin every granule) both run out of memory
+//     with enough free in total: the case compaction (ExpandableArena::compact) serves.
 // Pointers are synthetic (0x7f0000000000 upwards, 256-byte aligned, never reused); Time is integer ns.
 
 #include <cstddef>
@@ -97,6 +104,22 @@ struct GrowingBatchTraceOptions {
   std::size_t steps_per_doubling = 10;
 };
 
+struct FragmentingTraceOptions {
+  std::uint64_t seed = 1;
+  std::size_t capacity_bytes = 64 * kMiB;  // the replay capacity the trace is made for; >= 32 MiB
+  std::size_t steps = 4;                   // fill, free, large request, free all
+  std::size_t pairs_per_group = 4;         // small kept/temporary pairs after each large block
+};
+
+// What generate_fragmenting_trace lays out in one step (for tests and docs): the bytes live when the large
+// request comes, the free tail of the capacity, the largest hole below it, and the request.
+struct FragmentingStep {
+  std::size_t live_bytes = 0;
+  std::size_t tail_bytes = 0;
+  std::size_t largest_hole_bytes = 0;
+  std::size_t request_bytes = 0;
+};
+
 // The batch of step `step` (from 0) under `options`' schedule: initial_batch doubled once per
 // steps_per_doubling steps, capped at max_batch.
 [[nodiscard]] std::size_t growing_batch_at(const GrowingBatchTraceOptions& options, std::size_t step) noexcept;
@@ -106,8 +129,13 @@ struct GrowingBatchTraceOptions {
 [[nodiscard]] Trace generate_varying_shape_trace(const VaryingShapeTraceOptions& options = {});
 [[nodiscard]] Trace generate_llm_serving_trace(const LlmServingTraceOptions& options = {});
 [[nodiscard]] Trace generate_growing_batch_trace(const GrowingBatchTraceOptions& options = {});
+// Throws tp::InvalidArgument for a capacity below 32 MiB, no steps or no pairs. `steps_out`, when given,
+// receives each step's layout.
+[[nodiscard]] Trace generate_fragmenting_trace(const FragmentingTraceOptions& options = {},
+                                               std::vector<FragmentingStep>* steps_out = nullptr);
 
-// The bundled trace kinds by name: "random", "training", "varying_shape", "llm_serving", "growing_batch", each
+// The bundled trace kinds by name: "random", "training", "varying_shape", "llm_serving", "growing_batch",
+// "fragmenting", each
 // with default options and the given seed. Throws tp::InvalidArgument for another name, listing these.
 [[nodiscard]] Trace generate_trace(std::string_view kind, std::uint64_t seed = 1);
 [[nodiscard]] std::vector<std::string> trace_kinds();

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -47,6 +48,10 @@ class VirtualMemory {
   virtual void map(void* ptr, PhysicalHandle handle) = 0;
   // Makes the granule at `ptr` reserved address space again (inaccessible); the physical memory stays.
   virtual void unmap(void* ptr) noexcept = 0;
+  // Copies `bytes` between two mapped places of reserved ranges (they may overlap), as compaction moves a
+  // block. The default is a host memmove, right for host-mapped memory (host and simulated devices); a
+  // device whose mappings the host cannot read overrides it with a device copy.
+  virtual void copy(void* to, const void* from, std::size_t bytes) noexcept { std::memmove(to, from, bytes); }
 };
 
 }  // namespace tp::memory

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+// ExpandableArena: compaction (the header's "Compaction"). Without granule sharing each physical granule has
+// at most one mapping whose virtual granule has users, so writing through a virtual granule with users, or
+// through one whose physical granule has no users at all, touches no other block's bytes: the only writes
+// compaction makes.
+#include <algorithm>
+#include <vector>
+
+#include "tensorpool/memory/expandable_arena.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
+
+namespace tp::memory {
+
+// A granule of the new place is remapped, not copied, when the block keeps its offset within a granule and
+// the granule lies wholly inside the new place: then it lies wholly inside the old one too, whose granule
+// only this block uses.
+bool ExpandableArena::remaps(std::size_t block_offset, std::size_t offset, std::size_t size,
+                             std::size_t granule) const noexcept {
+  const std::size_t start = granule * granularity_;
+  return (block_offset - offset) % granularity_ == 0 && start >= offset && start + granularity_ <= offset + size;
+}
+
+ExpandableArena::MoveCost ExpandableArena::move_cost(std::uint32_t block, std::size_t offset) const noexcept {
+  const Block& moving = nodes_[block];
+  const std::size_t size = moving.size;
+  const std::size_t first = first_granule(offset);
+  const std::size_t end = end_granule(offset, size);
+  MoveCost cost;
+  for (std::size_t granule = first; granule < end; ++granule) {
+    if (remaps(moving.offset, offset, size, granule)) continue;
+    const Granule& entry = granules_[granule];
+    if (entry.users != 0) continue;  // kept: its physical granule is in use already
+    ++cost.fresh;                    // a cached one (mapped here or not) or a new one
+  }
+  // The old granules only this block uses are given back, unless the new place touches them too; remapped
+  // ones move with it.
+  const std::size_t old_first = first_granule(moving.offset);
+  const std::size_t old_end = end_granule(moving.offset, size);
+  const std::size_t shift = moving.offset - offset;
+  for (std::size_t granule = old_first; granule < old_end; ++granule) {
+    if (granules_[granule].users != 1 || (granule >= first && granule < end)) continue;
+    const std::size_t destination = granule - shift / granularity_;
+    if (shift % granularity_ == 0 && remaps(moving.offset, offset, size, destination)) continue;
+    ++cost.freed;
+  }
+  return cost;
+}
+
+ExpandableArena::Move ExpandableArena::find_move(std::uint32_t block) const {
+  const Block& moving = nodes_[block];
+  const std::size_t size = moving.size;
+  const std::size_t limit_granules = options_.limit_bytes / granularity_;
+  const std::size_t available =
+      cached_count_ + (limit_granules > committed_granules_ ? limit_granules - committed_granules_ : 0);
+  for (std::uint32_t index = first_block_; index != block; index = nodes_[index].next) {
+    const Block& hole = nodes_[index];
+    if (hole.in_use || hole.size < size) continue;
+    const std::size_t hole_end = hole.offset + hole.size;
+    // The same offset within a granule first (whole granules are remapped), then either end of the hole.
+    std::size_t candidates[3] = {hole.offset + (moving.offset - hole.offset) % granularity_, hole.offset,
+                                 hole_end - size};
+    for (const std::size_t offset : candidates) {
+      if (offset + size > hole_end) continue;
+      const MoveCost cost = move_cost(block, offset);
+      if (cost.fresh <= cost.freed && cost.fresh <= available) return Move{index, offset, true};
+    }
+  }
+  return Move{};
+}
+
+bool ExpandableArena::move_block(std::uint32_t block, const Move& move, CompactionResult& result) {
+  const std::size_t size = nodes_[block].size;
+  const std::size_t from = nodes_[block].offset;
+  const std::size_t to = move.offset;
+  const std::size_t shift = from - to;
+  const std::size_t first = first_granule(to);
+  const std::size_t end = end_granule(to, size);
+  const std::size_t limit_granules = options_.limit_bytes / granularity_;
+  // Everything that may allocate, before the first change.
+  prepare_carve(Placement{move.hole, to, 0, 0, true}, size);
+  move_scratch_.clear();
+  move_scratch_.reserve(end - first);
+
+  // 1. Take the granules of the new place that are not remapped: kept (with users), claimed (cached here),
+  //    or a fresh physical granule (the newest cached one, or a new one within the limit).
+  const auto undo_taken = [&]() noexcept {
+    for (const std::size_t granule : move_scratch_) drop_piece(granule, 0);
+    move_scratch_.clear();
+    stats_.bytes_reserved = committed_granules_ * granularity_;
+  };
+  for (std::size_t granule = first; granule < end; ++granule) {
+    if (remaps(from, to, size, granule)) continue;
+    const Granule& entry = granules_[granule];
+    const bool keep = entry.users != 0 || (entry.physical != kNone && physicals_[entry.physical].users == 0);
+    if (!keep) {
+      std::uint32_t physical = lru_newest_;
+      try {
+        if (physical == kNone) {
+          if (committed_granules_ >= limit_granules) {
+            undo_taken();
+            return false;
+          }
+          physical = new_physical();  // cached until take_piece
+        }
+        map_granule(granule, physical);
+      } catch (const OutOfMemoryError&) {
+        undo_taken();
+        return false;
+      }
+    }
+    take_piece(granule, 0);
+    move_scratch_.push_back(granule);
+  }
+
+  // 2. Copy what is not remapped, granule by granule (the old and new places do not overlap: the new one
+  //    lies in a free block below the block).
+  for (std::size_t granule = first; granule < end; ++granule) {
+    if (remaps(from, to, size, granule)) continue;
+    const std::size_t low = std::max(to, granule * granularity_);
+    const std::size_t high = std::min(to + size, (granule + 1) * granularity_);
+    memory_->copy(base_ + low, base_ + low + shift, high - low);
+    result.bytes_copied += high - low;
+  }
+
+  // 3. Remap whole granules: the old granule's physical granule is mapped at the new place too.
+  const std::size_t taken = move_scratch_.size();
+  for (std::size_t granule = first; granule < end; ++granule) {
+    if (!remaps(from, to, size, granule)) continue;
+    try {
+      map_granule(granule, granules_[granule + shift / granularity_].physical);
+    } catch (const OutOfMemoryError&) {
+      // Nothing was written to the block's old place: forget the new mappings and the taken granules.
+      for (std::size_t index = taken; index < move_scratch_.size(); ++index) {
+        drop_piece(move_scratch_[index], 0);
+        memory_->unmap(base_ + move_scratch_[index] * granularity_);
+        unlink_mapping(move_scratch_[index]);
+      }
+      move_scratch_.resize(taken);
+      undo_taken();
+      return false;
+    }
+    take_piece(granule, 0);
+    move_scratch_.push_back(granule);
+    result.bytes_remapped += granularity_;
+  }
+
+  // 4. The new block: split the hole so that the block starts at its low end or ends at its high end.
+  const std::uint32_t hole = move.hole;
+  const std::size_t hole_offset = nodes_[hole].offset;
+  const std::size_t hole_end = hole_offset + nodes_[hole].size;
+  if (to != hole_offset && to + size != hole_end) {
+    const std::uint32_t gap = new_node();  // from the spare list (prepare_carve)
+    nodes_[gap].offset = hole_offset;
+    nodes_[gap].size = to - hole_offset;
+    rekey_free(hole, to, hole_end - to);
+    link_before(gap, hole);
+    insert_free(gap);
+  }
+  const std::uint32_t moved = carve(Placement{hole, to, 0, 0, true}, size);
+  nodes_[moved].in_use = true;
+  nodes_[moved].requested = nodes_[block].requested;
+  set_slot(to, moved);
+
+  // 5. Release the old block; the old granules that were remapped lose their mapping.
+  set_slot(from, kNone);
+  release_granules(block);
+  for (std::size_t index = taken; index < move_scratch_.size(); ++index) {
+    const std::size_t old_granule = move_scratch_[index] + shift / granularity_;
+    memory_->unmap(base_ + old_granule * granularity_);
+    unlink_mapping(old_granule);
+  }
+  release_block(block);
+  move_scratch_.clear();
+  ++result.blocks_moved;
+  stats_.bytes_reserved = committed_granules_ * granularity_;
+  stats_.update_peaks();
+  return true;
+}
+
+CompactionResult ExpandableArena::compact(Relocator& relocator) {
+  std::lock_guard lock(mutex_);
+  CompactionResult result;
+  result.granularity = granularity_;
+  result.committed_before = committed_granules_ * granularity_;
+  result.committed_after = result.committed_before;
+  if (options_.share_granules) {
+    last_compaction_ = result;
+    return result;
+  }
+  result.ran = true;
+  const std::size_t used_before = committed_granules_ - cached_count_;
+  // Highest first: freeing the top of the extent shrinks it, and lower holes are filled first. A pass moves
+  // each block at most once; moves open holes (the old places) that a block examined earlier in the pass
+  // could use, so passes repeat while they move something (each move lowers a block: they end).
+  std::vector<std::uint32_t> order;
+  order.reserve(in_use_count_);
+  for (std::size_t pass = 0; pass < kCompactionPasses; ++pass) {
+    order.clear();
+    for (std::uint32_t index = last_block_; index != kNone; index = nodes_[index].prev) {
+      if (nodes_[index].in_use) order.push_back(index);
+    }
+    const std::size_t moved_before = result.blocks_moved;
+    for (const std::uint32_t index : order) {
+      const std::size_t requested = nodes_[index].requested;
+      char* const old_address = base_ + nodes_[index].offset;
+      if (!relocator.can_move(old_address, requested)) continue;
+      const Move move = find_move(index);
+      if (!move.valid || !move_block(index, move, result)) continue;
+      relocator.relocated(old_address, base_ + move.offset, requested);
+    }
+    if (result.blocks_moved == moved_before) break;
+  }
+  decommit_cached(0);
+  const std::size_t used_after = committed_granules_;
+  result.granules_freed = used_before > used_after ? used_before - used_after : 0;
+  result.committed_after = committed_granules_ * granularity_;
+  last_compaction_ = result;
+  return result;
+}
+
+}  // namespace tp::memory
