@@ -88,6 +88,7 @@ namespace tp::distribute {
 void register_collective_ops(graph::OpRegistry& registry) {
   detail::register_all_reduce_op(registry);
   detail::register_sharding_ops(registry);
+  detail::register_all_reduce_adam_op(registry);
 }
 
 void register_collective_ops() {

@@ -68,7 +68,8 @@ Kernels collective_kernels(CollectiveKernel kernel);
 // the kernel the executor runs on every run (the transports keep nothing of one call for the next).
 std::function<Kernel(const Node&, device::DeviceKind)> bind_communicator(CollectiveKernel kernel);
 
-void register_all_reduce_op(OpRegistry& registry);  // AllReduce (all_reduce_op.cpp)
-void register_sharding_ops(OpRegistry& registry);   // ReduceScatter, AllGather (sharding_ops.cpp)
+void register_all_reduce_op(OpRegistry& registry);       // AllReduce (all_reduce_op.cpp)
+void register_sharding_ops(OpRegistry& registry);        // ReduceScatter, AllGather (sharding_ops.cpp)
+void register_all_reduce_adam_op(OpRegistry& registry);  // AllReduceAdam (all_reduce_adam_op.cpp)
 
 }  // namespace tp::distribute::detail

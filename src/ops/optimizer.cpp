@@ -2,6 +2,7 @@
 #include "tensorpool/ops/optimizer.hpp"
 
 #include "ops/op_support.hpp"
+#include "tensorpool/device/device.hpp"
 
 namespace tp::ops {
 
@@ -83,6 +84,36 @@ void adam_update_if(const Tensor& apply, const Tensor& param, const Tensor& grad
                     std::int64_t step, const AdamOptions& options, const OpContext& context) {
   check_apply_flag("AdamUpdate", apply, param);
   adam_update_impl(apply, param, grad, m, v, step, options, context);
+}
+
+void adam_update_across_peers(const Tensor& param, std::span<const Tensor> grads, const Tensor& m, const Tensor& v,
+                              std::int64_t step, const AdamOptions& options, const OpContext& context) {
+  constexpr std::string_view kOp = "AdamAcrossPeers";
+  device::Device& device = detail::common_device(kOp, {{"param", param}, {"m", m}, {"v", v}});
+  detail::require_floating(kOp, {"param", param});
+  for (const detail::Argument& slot : {detail::Argument{"m", m}, detail::Argument{"v", v}}) {
+    detail::require_same_dtype(kOp, {"param", param}, slot);
+    detail::require_shape(kOp, slot, param.shape());
+  }
+  if (grads.empty()) TP_THROW(InvalidArgument, "ops", kOp, ": no gradients; pass at least one");
+  for (const Tensor& grad : grads) {
+    if (!grad.defined()) TP_THROW(InvalidArgument, "ops", kOp, ": every gradient must be defined");
+    if (&grad.device() != &device && !device::peer_accessible(grad.device(), device)) {
+      TP_THROW(InvalidArgument, "ops", kOp, ": a gradient is on ", grad.device().name(), ", which ", device.name(),
+               " (the parameter's device) cannot reach directly; all-reduce it and use AdamUpdate");
+    }
+    detail::require_same_dtype(kOp, {"param", param}, {"grad", grad});
+    detail::require_shape(kOp, {"grad", grad}, param.shape());
+  }
+  if (step < 1) TP_THROW(InvalidArgument, "ops", kOp, ": step ", step, " must be >= 1 (steps count from 1)");
+  device::Stream& stream = detail::stream_for(kOp, device, context);
+  detail::kernel(device, &kernels::KernelTable::adam_across_peers, kOp)(
+      stream, kernels::AdamAcrossPeersArgs{.param = param,
+                                           .grads = std::vector<Tensor>(grads.begin(), grads.end()),
+                                           .m = m,
+                                           .v = v,
+                                           .step = step,
+                                           .options = options});
 }
 
 }  // namespace tp::ops

@@ -4,7 +4,10 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <variant>
 
+#include "tensorpool/device/device_id.hpp"
 #include "tensorpool/distribute/collective_ops.hpp"
 #include "train/replica_builder.hpp"
 
@@ -132,6 +135,63 @@ void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output pa
   model.updates.push_back(g.node(update).name);
 }
 
+// Whether the replicas' Adam updates can read every replica's gradient in place (AllReduceAdam) instead of an
+// all-reduced copy: asked for (spec.fuse_update), Adam without loss scaling, two or more replicas on sim
+// devices of this process (they reach each other's memory) summed by the in-process ring, and every gradient
+// in its float32 parameter's dtype.
+bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
+                     const graph::Graph& g) {
+  if (!spec.fuse_update || !std::holds_alternative<Adam>(spec.optimizer) || stage.loss_scale) return false;
+  if (devices.size() < 2 || spec.all_reduce != AllReduce::ring) return false;
+  std::set<std::string> distinct;
+  for (const std::string& name : devices) {
+    if (device::parse_device_id(name).kind != device::DeviceKind::sim) return false;
+    distinct.insert(device::parse_device_id(name).str());
+  }
+  if (distinct.size() != devices.size()) return false;  // two replicas on one device: no peer access between them
+  for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+    for (std::size_t index = 0; index < stage.parameters[replica].size(); ++index) {
+      const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
+      if (!gradient || g.type_of(*gradient).dtype != g.type_of(stage.parameters[replica][index]).dtype) return false;
+    }
+  }
+  return true;
+}
+
+// One AllReduceAdam node for every parameter of every replica; the slots are the variables add_update makes,
+// in the same order and with the same names (a checkpoint of either path restores into the other).
+void add_fused_updates(const std::vector<std::string>& devices, const GradientStage& stage, const Adam& adam,
+                       ModelGraph& model) {
+  const std::size_t replicas = devices.size();
+  const std::size_t parameters = stage.parameters[0].size();
+  std::vector<graph::Output> gradients, variables, m, v;  // each parameter-major: p * R + r
+  for (std::size_t index = 0; index < parameters; ++index) {
+    for (std::size_t replica = 0; replica < replicas; ++replica) {
+      ReplicaBuilder builder = ReplicaBuilder::of(model.graph, devices, replica);
+      const graph::Output parameter = stage.parameters[replica][index];
+      const std::string base = model.graph.node(parameter.node).name.substr(builder.prefix.size());
+      const std::vector<std::int64_t> dims = model.graph.type_of(parameter).dims;
+      gradients.push_back(*stage.gradients[replica][index]);
+      variables.push_back(parameter);
+      m.push_back(builder.variable(base + "/adam_m", dims, "zeros", 0, "optimizer_state"));
+      v.push_back(builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state"));
+      model.variables[replica].push_back(model.graph.node(m.back().node).name);
+      model.variables[replica].push_back(model.graph.node(v.back().node).name);
+    }
+  }
+  std::vector<graph::Output> inputs = gradients;
+  for (const std::vector<graph::Output>* group : {&variables, &m, &v})
+    inputs.insert(inputs.end(), group->begin(), group->end());
+  const graph::NodeId update = model.graph.add_node("AllReduceAdam", inputs,
+                                                    {{"replicas", static_cast<std::int64_t>(replicas)},
+                                                     {"learning_rate", adam.learning_rate},
+                                                     {"beta1", adam.beta1},
+                                                     {"beta2", adam.beta2},
+                                                     {"epsilon", adam.epsilon}},
+                                                    "all_reduce_adam");
+  model.updates.push_back(model.graph.node(update).name);
+}
+
 }  // namespace
 
 void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
@@ -139,6 +199,10 @@ void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string
   distribute::register_collective_ops();  // the AllReduce nodes of all_reduce_buckets
   const std::size_t replicas = devices.size();
   const std::size_t parameters = stage.parameters[0].size();
+  if (can_fuse_update(spec, devices, stage, model.graph)) {
+    add_fused_updates(devices, stage, std::get<Adam>(spec.optimizer), model);
+    return;
+  }
   ReducedGradients reduced(parameters);
   if (replicas > 1 || spec.all_reduce == AllReduce::mpi) {  // across workers even with one local replica
     reduced = all_reduce_buckets(spec, model.graph, replicas, stage);

@@ -50,6 +50,7 @@ ModelSpec model_spec(const std::vector<std::int64_t>& input_shape, const std::ve
           .all_reduce = strategy.all_reduce,
           .bucket_bytes = strategy.bucket_bytes,
           .shard = strategy.shard,
+          .fuse_update = strategy.fuse_update,
           .seed = options.seed,
           .policy = options.policy,
           .loss_scale = options.loss_scale};

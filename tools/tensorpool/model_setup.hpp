@@ -29,6 +29,7 @@ struct ModelArguments {
   std::string all_reduce = "ring";
   std::string shard = "none";         // none | optimizer (ZeRO-1) | gradients (ZeRO-2); mirrored only
   std::string bucket_size = "25MiB";  // mirrored, multi_worker: the AllReduce buckets' size limit
+  bool fuse_update = true;            // mirrored, Adam on sim devices: Strategy::fuse_update
   std::string hidden = "512";         // hidden Dense relu widths, comma-separated
   std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
   std::uint64_t seed = 42;

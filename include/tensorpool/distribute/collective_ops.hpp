@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The graph ops of the collectives: AllReduce (src/distribute/all_reduce_op.cpp), ReduceScatter and AllGather
-// (sharding_ops.cpp). They are distribute's, so the graph layer below does not register them: code that adds
+// (sharding_ops.cpp), and AllReduceAdam (all_reduce_adam_op.cpp: the mirrored Adam update with the gradients'
+// all-reduce folded in). They are distribute's, so the graph layer below does not register them: code that adds
 // one of them to a graph calls register_collective_ops() first.
 
 #include "tensorpool/graph/op_registry.hpp"

@@ -141,6 +141,16 @@ struct AdamArgs {
   std::int64_t step;
   AdamOptions options;
 };
+// Adam with the gradient grads[0] + grads[1] + ... (in order, each addition rounded as AddScaled's), read in
+// place: param, m, v on the stream's device, each of grads there or on a peer (device::peer_accessible).
+// param, m, v and every grad share one float dtype (f32, f64) and shape.
+struct AdamAcrossPeersArgs {
+  Tensor param;
+  std::vector<Tensor> grads;
+  Tensor m, v;
+  std::int64_t step;
+  AdamOptions options;
+};
 // out = reduction of x over the middle axis of `extent` (f32, f64).
 struct ReduceArgs {
   Tensor x;
@@ -179,6 +189,7 @@ struct KernelTable {
   Kernel<CrossEntropyArgs> cross_entropy = nullptr;
   Kernel<SgdArgs> sgd = nullptr;
   Kernel<AdamArgs> adam = nullptr;
+  Kernel<AdamAcrossPeersArgs> adam_across_peers = nullptr;
   Kernel<ReduceArgs> reduce = nullptr;
   Kernel<ArgMaxArgs> argmax = nullptr;
 };

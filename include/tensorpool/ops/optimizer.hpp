@@ -5,6 +5,7 @@
 // take a float16 or bfloat16 gradient (mixed precision: widened to float32 as it is read).
 
 #include <cstdint>
+#include <span>
 
 #include "tensorpool/ops/op_context.hpp"
 
@@ -28,6 +29,16 @@ struct AdamOptions {
 // `step` counts from 1 (the bias corrections use it).
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, std::int64_t step,
                  const AdamOptions& options, const OpContext& context = {});
+
+// Adam on the gradient grads[0] + grads[1] + ... + grads[k-1], summed left to right as SumAcrossPeers sums
+// (ops/peer_sum.hpp), without storing the sum: a mirrored replica's update reading every replica's gradient
+// in place, so that every replica applies bitwise the same update. param, m and v share a device; each grad is
+// on it or on a device it reaches directly (device::peer_accessible); all share param's shape and its dtype
+// (f32 or f64). Ordering with the peers' streams is the caller's (the gradients must be complete, and a peer
+// must not overwrite its gradient before this kernel has run). Throws tp::InvalidArgument on no gradients, a
+// dtype or shape mismatch or a gradient out of reach, and tp::DeviceError where the backend has no such kernel.
+void adam_update_across_peers(const Tensor& param, std::span<const Tensor> grads, const Tensor& m, const Tensor& v,
+                              std::int64_t step, const AdamOptions& options, const OpContext& context = {});
 
 // Conditional forms for dynamic loss scaling: `apply` is a float32 scalar [] on the parameter's device, read
 // when the stream reaches the update (a graph computes it earlier in the same step from AllFinite). 0 skips

@@ -68,6 +68,11 @@ struct Strategy {
   std::string parameter_device{};               // parameter_server: where the variables and optimizer state live
   std::optional<std::int64_t> max_staleness{};  // parameter_server: the bound K (>= 0); absent: unbounded
   std::int64_t bucket_bytes = kDefaultBucketBytes;  // mirrored, multi_worker: > 0
+  // mirrored with Adam on sim devices (no ZeRO, no loss scaling, the ring all-reduce): each replica's update
+  // reads every replica's gradient in place and sums it as it goes (the AllReduceAdam op), instead of an
+  // AllReduce into a bucket that the update then reads; bitwise the same variables, no bucket in the plan.
+  // Off by default here (a graph's nodes and plan stay as they were); `tensorpool train` turns it on.
+  bool fuse_update = false;
 
   static constexpr std::int64_t kDefaultBucketBytes = std::int64_t{25} << 20;
 

@@ -28,6 +28,7 @@ constexpr ops::kernels::KernelTable kCpuKernels{
     .cross_entropy = &op_kernels::cross_entropy,
     .sgd = &op_kernels::sgd,
     .adam = &op_kernels::adam,
+    .adam_across_peers = &op_kernels::adam_across_peers,
     .reduce = &op_kernels::reduce,
     .argmax = &op_kernels::argmax,
 };

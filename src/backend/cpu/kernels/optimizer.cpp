@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/optimizer.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <string_view>
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/elementwise.hpp"
 #include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
 
@@ -93,11 +97,54 @@ void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T be
   });
 }
 
+template <typename T>
+void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
+                        T beta2, T epsilon, std::int64_t step) {
+  constexpr std::string_view kKernel = "adam_update_summed";
+  detail::check_size(kKernel, "n", n);
+  if (count == 0 || grads == nullptr) {
+    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": no gradients to sum (count = ", count, ")");
+  }
+  if (step < 1) TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": step = ", step, " must be >= 1");
+  check_beta("beta1", beta1);
+  check_beta("beta2", beta2);
+  if (!(epsilon >= T{0})) {
+    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": epsilon = ", epsilon, " must be >= 0");
+  }
+  detail::check_pointer(kKernel, "param", param, n);
+  for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kKernel, "grads[k]", grads[index], n);
+  detail::check_pointer(kKernel, "m", m, n);
+  detail::check_pointer(kKernel, "v", v, n);
+  const auto t = static_cast<double>(step);
+  const auto b1 = static_cast<double>(beta1);
+  const auto b2 = static_cast<double>(beta2);
+  const auto alpha =
+      static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  // Block by block, the sum on the stack (as SumAcrossPeers sums, then adam_loop on it): the summed gradient
+  // is never stored, and each block's sum is still in L1 when the update reads it.
+  parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
+    constexpr std::int64_t kBlock = 2048;
+    alignas(64) std::array<T, kBlock> sum;
+    for (std::int64_t offset = begin; offset < end; offset += kBlock) {
+      const std::int64_t length = std::min(kBlock, end - offset);
+      std::memcpy(sum.data(), grads[0] + offset, static_cast<std::size_t>(length) * sizeof(T));
+      for (std::size_t index = 1; index < count; ++index)
+        add_scaled<T>(sum.data(), T{1}, grads[index] + offset, length);
+      adam_loop(param + offset, sum.data(), m + offset, v + offset, length, alpha, T{1} - beta1, T{1} - beta2, epsilon);
+    }
+  });
+}
+
 template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
 template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
                                  std::int64_t);
 template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double, double,
                                   double, std::int64_t);
+
+template void adam_update_summed<float>(float*, const float* const*, std::size_t, float*, float*, std::int64_t, float,
+                                        float, float, float, std::int64_t);
+template void adam_update_summed<double>(double*, const double* const*, std::size_t, double*, double*, std::int64_t,
+                                         double, double, double, double, std::int64_t);
 
 }  // namespace tp::backend::cpu

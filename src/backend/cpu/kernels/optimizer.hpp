@@ -18,6 +18,7 @@
 // (step < 1, beta outside [0, 1), negative epsilon, momentum != 0 without a velocity buffer) throw
 // tp::InvalidArgument naming the argument and value.
 
+#include <cstddef>
 #include <cstdint>
 
 namespace tp::backend::cpu {
@@ -35,11 +36,25 @@ template <typename T>
 void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T epsilon,
                  std::int64_t step);
 
+// Adam with g = grads[0] + grads[1] + ... + grads[count - 1], added left to right in blocks, each addition
+// rounded as add_scaled(sum, 1, grads[k]) rounds it: the update of a mirrored replica that reads every
+// replica's gradient in place instead of an all-reduced copy (ops::adam_update_across_peers). The sum and the
+// update are bitwise those of the separate sum (SumAcrossPeers) followed by adam_update. count >= 1; no grads
+// buffer overlaps param, m or v.
+template <typename T>
+void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
+                        T beta2, T epsilon, std::int64_t step);
+
 extern template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 extern template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
 extern template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
                                         std::int64_t);
 extern template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double, double,
                                          double, std::int64_t);
+
+extern template void adam_update_summed<float>(float*, const float* const*, std::size_t, float*, float*, std::int64_t,
+                                               float, float, float, float, std::int64_t);
+extern template void adam_update_summed<double>(double*, const double* const*, std::size_t, double*, double*,
+                                                std::int64_t, double, double, double, double, std::int64_t);
 
 }  // namespace tp::backend::cpu

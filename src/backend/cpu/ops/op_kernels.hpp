@@ -38,6 +38,7 @@ void cross_entropy(device::Stream& stream, const ops::kernels::CrossEntropyArgs&
 // optimizer.cpp
 void sgd(device::Stream& stream, const ops::kernels::SgdArgs& args);
 void adam(device::Stream& stream, const ops::kernels::AdamArgs& args);
+void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args);
 // reduce.cpp
 void reduce(device::Stream& stream, const ops::kernels::ReduceArgs& args);
 void argmax(device::Stream& stream, const ops::kernels::ArgMaxArgs& args);

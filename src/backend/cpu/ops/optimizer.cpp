@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // SgdUpdate and AdamUpdate on backend/cpu/kernels/optimizer.hpp, and on scaled_optimizer.hpp when the update
 // is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
+// AdamAcrossPeers on adam_update_summed, a peer's gradient read in place under a PeerAccessScope of its device.
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "backend/cpu/kernels/optimizer.hpp"
 #include "backend/cpu/kernels/scaled_optimizer.hpp"
 #include "backend/cpu/ops/dispatch.hpp"
 #include "backend/cpu/ops/op_kernels.hpp"
+#include "tensorpool/device/device.hpp"
 
 namespace tp::backend::cpu::op_kernels {
 
@@ -76,6 +79,23 @@ void adam(device::Stream& stream, const ops::kernels::AdamArgs& args) {
                                    param.num_elements(), lr, beta1, beta2, epsilon, step);
         }
       });
+    });
+  });
+}
+
+void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
+  dispatch_floating(args.param.dtype(), [&]<typename T>(T) {
+    stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
+                    options = args.options] {
+      std::vector<const T*> sources;
+      sources.reserve(grads.size());
+      for (const Tensor& grad : grads) {
+        const device::PeerAccessScope peer(grad.device());
+        sources.push_back(grad.data<T>());
+      }
+      adam_update_summed<T>(param.data<T>(), sources.data(), sources.size(), m.data<T>(), v.data<T>(),
+                            param.num_elements(), static_cast<T>(options.learning_rate), static_cast<T>(options.beta1),
+                            static_cast<T>(options.beta2), static_cast<T>(options.epsilon), step);
     });
   });
 }
