@@ -4,6 +4,7 @@
 // through one whose physical granule has no users at all, touches no other block's bytes: the only writes
 // compaction makes.
 #include <algorithm>
+#include <new>
 #include <vector>
 
 #include "tensorpool/memory/expandable_arena.hpp"
@@ -193,22 +194,27 @@ CompactionResult ExpandableArena::compact(Relocator& relocator) {
   // each block at most once; moves open holes (the old places) that a block examined earlier in the pass
   // could use, so passes repeat while they move something (each move lowers a block: they end).
   std::vector<std::uint32_t> order;
-  order.reserve(in_use_count_);
-  for (std::size_t pass = 0; pass < kCompactionPasses; ++pass) {
-    order.clear();
-    for (std::uint32_t index = last_block_; index != kNone; index = nodes_[index].prev) {
-      if (nodes_[index].in_use) order.push_back(index);
+  order.reserve(in_use_count_);  // the only throw that leaves: nothing moved yet
+  try {
+    for (std::size_t pass = 0; pass < kCompactionPasses; ++pass) {
+      order.clear();
+      for (std::uint32_t index = last_block_; index != kNone; index = nodes_[index].prev) {
+        if (nodes_[index].in_use) order.push_back(index);
+      }
+      const std::size_t moved_before = result.blocks_moved;
+      for (const std::uint32_t index : order) {
+        const std::size_t requested = nodes_[index].requested;
+        char* const old_address = base_ + nodes_[index].offset;
+        if (!relocator.can_move(old_address, requested)) continue;
+        const Move move = find_move(index);
+        if (!move.valid || !move_block(index, move, result)) continue;
+        relocator.relocated(old_address, base_ + move.offset, requested);
+      }
+      if (result.blocks_moved == moved_before) break;
     }
-    const std::size_t moved_before = result.blocks_moved;
-    for (const std::uint32_t index : order) {
-      const std::size_t requested = nodes_[index].requested;
-      char* const old_address = base_ + nodes_[index].offset;
-      if (!relocator.can_move(old_address, requested)) continue;
-      const Move move = find_move(index);
-      if (!move.valid || !move_block(index, move, result)) continue;
-      relocator.relocated(old_address, base_ + move.offset, requested);
-    }
-    if (result.blocks_moved == moved_before) break;
+  } catch (const std::bad_alloc&) {
+    // Bookkeeping room for the next move (move_block reserves it before changing anything): the moves made
+    // stand, each reported to the relocator; stop here.
   }
   decommit_cached(0);
   const std::size_t used_after = committed_granules_;

@@ -5,6 +5,7 @@
 // replay compacts (contents checked after every move).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,29 @@
 #include "tensorpool/memory/replay.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/trace_generators.hpp"
+
+// Allocation-failure seam for this test binary: while g_fail_from >= 0, every operator new on this thread
+// from the g_fail_from-th call on (counting from 0) throws std::bad_alloc.
+namespace {
+thread_local long g_fail_from = -1;
+thread_local long g_allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (g_fail_from >= 0 && g_allocations++ >= g_fail_from) throw std::bad_alloc();
+  if (void* ptr = std::malloc(bytes == 0 ? 1 : bytes)) return ptr;
+  throw std::bad_alloc();
+}
+// GCC sees the inlined std::free pair with a `new` expression elsewhere; here they do match.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void operator delete(void* ptr) noexcept { std::free(ptr); }
+void operator delete(void* ptr, std::size_t /*bytes*/) noexcept { std::free(ptr); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace {
 
@@ -60,6 +84,8 @@ class Owner final : public tp::memory::Relocator {
     blocks_.erase(ptr);
   }
   void pin(void* ptr) { pinned_.insert(ptr); }
+  // Room for `count` moves, so that relocated() (noexcept) does not allocate.
+  void reserve_moves(std::size_t count) { moves_.reserve(count); }
   bool can_move(const void* ptr, std::size_t bytes) override {
     EXPECT_EQ(blocks_.at(const_cast<void*>(ptr)).size(), bytes);
     return !pinned_.contains(ptr);
@@ -119,6 +145,55 @@ TEST(ExpandableArenaCompaction, PacksHalfEmptyGranulesAndServesTheRequest) {
   EXPECT_EQ(arena.check_invariants(), "");
   (void)arena.trim();
   EXPECT_EQ(arena.committed_bytes(), 0u);
+}
+
+// Bookkeeping that cannot grow stops the compaction: the moves made stand (each reported), nothing is lost,
+// and a throw leaves only before the first move.
+TEST(ExpandableArenaCompaction, AllocationFailuresStopItCleanly) {
+  bool completed = false;
+  std::size_t full = 0;               // moves of the whole compaction
+  std::vector<std::size_t> stopped;   // moves of compactions a failure stopped
+  for (long succeed = 0; !completed && succeed < 200; ++succeed) {
+    SCOPED_TRACE(succeed);
+    SimDeviceMemory device(32 * kMiB);
+    ExpandableArena arena(device, options(32 * kMiB));
+    Owner owner;
+    owner.reserve_moves(64);
+    // A small block on top moves first, into the 1 MiB hole; then the large one (three granules: more
+    // bookkeeping room than the first move needed) into the 6 MiB hole.
+    void* low = owner.add(arena, 6 * kMiB);
+    (void)owner.add(arena, kMiB);
+    void* gap = owner.add(arena, kMiB);
+    (void)owner.add(arena, 5 * kMiB);
+    (void)owner.add(arena, kMiB / 2);
+    owner.remove(arena, low);
+    owner.remove(arena, gap);
+    CompactionResult result;
+    bool threw = false;
+    g_allocations = 0;
+    g_fail_from = succeed;
+    try {
+      result = arena.compact(owner);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const long used = g_allocations;
+    g_fail_from = -1;
+    ASSERT_EQ(arena.check_invariants(), "");
+    ASSERT_EQ(owner.check(), "");
+    if (threw) {
+      EXPECT_TRUE(owner.moves().empty()) << "a throw only before anything moved";
+    } else {
+      EXPECT_EQ(result.blocks_moved, owner.moves().size());
+      completed = used < succeed;  // no allocation failed: the full compaction
+      (completed ? full : stopped.emplace_back()) = result.blocks_moved;
+    }
+    for (const auto& [ptr, contents] : std::map(owner.blocks())) owner.remove(arena, ptr);
+    ASSERT_EQ(arena.check_invariants(), "");
+  }
+  EXPECT_TRUE(completed) << "some budget lets the whole compaction run";
+  EXPECT_TRUE(std::any_of(stopped.begin(), stopped.end(), [full](std::size_t moved) { return moved > 0 && moved < full; }))
+      << "some failure stopped a compaction part-way";
 }
 
 TEST(ExpandableArenaCompaction, NeverMovesABlockItsOwnerPinned) {
