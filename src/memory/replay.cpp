@@ -214,7 +214,8 @@ class ReplayRun {
         ++tally.ops;
         try {
           const Clock::time_point start = Clock::now();
-          void* ptr = options_.compact != nullptr ? allocate_or_compact(index) : resource_.allocate(event.size, alignment_);
+          void* ptr =
+              options_.compact != nullptr ? allocate_or_compact(index) : resource_.allocate(event.size, alignment_);
           const Clock::time_point end = Clock::now();
           pointers_[index] = ptr;
           allocate_ns_[index] = nanoseconds_between(start, end);
@@ -321,7 +322,7 @@ class ReplayRun {
   MemoryResource& resource_;
   const std::size_t alignment_;
   const ReplayOptions options_;
-  ReplayCompaction compaction_;  // written by the worker holding the turn only
+  ReplayCompaction compaction_;                     // written by the worker holding the turn only
   const std::vector<std::size_t> worker_of_event_;  // per event: the worker that performs it
   std::vector<WakeUp> wake_ups_;                    // per worker; sized once, never moved
   std::vector<void*> pointers_;                     // per allocate event: the replayed pointer, null if refused

@@ -16,7 +16,7 @@ using trace_synthesis::TraceBuilder;
 
 namespace {
 
-constexpr std::size_t kGranule = 2 * kMiB;    // the expandable arena's granule on a simulated device
+constexpr std::size_t kGranule = 2 * kMiB;   // the expandable arena's granule on a simulated device
 constexpr std::size_t kSizeStep = 4 * kKiB;  // sizes are multiples of it: no allocator rounds them
 
 struct Item {
@@ -105,8 +105,8 @@ Trace generate_fragmenting_trace(const FragmentingTraceOptions& options, std::ve
     builder.pause(50'000);
     if (steps_out != nullptr) steps_out->push_back(layout);
   }
-  return builder.finish("fragmenting(seed=" + std::to_string(options.seed) + ", capacity=" +
-                        std::to_string(capacity) + ")");
+  return builder.finish("fragmenting(seed=" + std::to_string(options.seed) + ", capacity=" + std::to_string(capacity) +
+                        ")");
 }
 
 }  // namespace tp::memory

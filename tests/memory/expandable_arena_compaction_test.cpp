@@ -102,7 +102,8 @@ class Owner final : public tp::memory::Relocator {
   // "" when every block holds its bytes.
   std::string check() const {
     for (const auto& [ptr, contents] : blocks_) {
-      if (std::memcmp(ptr, contents.data(), contents.size()) != 0) return "block of " + std::to_string(contents.size()) + " bytes lost its bytes";
+      if (std::memcmp(ptr, contents.data(), contents.size()) != 0)
+        return "block of " + std::to_string(contents.size()) + " bytes lost its bytes";
     }
     return "";
   }
@@ -151,8 +152,8 @@ TEST(ExpandableArenaCompaction, PacksHalfEmptyGranulesAndServesTheRequest) {
 // and a throw leaves only before the first move.
 TEST(ExpandableArenaCompaction, AllocationFailuresStopItCleanly) {
   bool completed = false;
-  std::size_t full = 0;               // moves of the whole compaction
-  std::vector<std::size_t> stopped;   // moves of compactions a failure stopped
+  std::size_t full = 0;              // moves of the whole compaction
+  std::vector<std::size_t> stopped;  // moves of compactions a failure stopped
   for (long succeed = 0; !completed && succeed < 200; ++succeed) {
     SCOPED_TRACE(succeed);
     SimDeviceMemory device(32 * kMiB);
@@ -192,8 +193,9 @@ TEST(ExpandableArenaCompaction, AllocationFailuresStopItCleanly) {
     ASSERT_EQ(arena.check_invariants(), "");
   }
   EXPECT_TRUE(completed) << "some budget lets the whole compaction run";
-  EXPECT_TRUE(std::any_of(stopped.begin(), stopped.end(), [full](std::size_t moved) { return moved > 0 && moved < full; }))
-      << "some failure stopped a compaction part-way";
+  EXPECT_TRUE(std::any_of(stopped.begin(), stopped.end(), [full](std::size_t moved) {
+    return moved > 0 && moved < full;
+  })) << "some failure stopped a compaction part-way";
 }
 
 TEST(ExpandableArenaCompaction, NeverMovesABlockItsOwnerPinned) {
@@ -218,11 +220,11 @@ TEST(ExpandableArenaCompaction, RemapsWholeGranulesOfALargeBlock) {
   SimDeviceMemory device(32 * kMiB);
   ExpandableArena arena(device, options(32 * kMiB));
   Owner owner;
-  void* low = owner.add(arena, 6 * kMiB);     // granules 0-2
-  void* keep = owner.add(arena, kMiB);        // granule 3
-  void* pad = owner.add(arena, kMiB);         // granule 3
-  void* large = owner.add(arena, 6 * kMiB);   // granules 4-6
-  void* top = owner.add(arena, 2 * kMiB);     // granule 7
+  void* low = owner.add(arena, 6 * kMiB);    // granules 0-2
+  void* keep = owner.add(arena, kMiB);       // granule 3
+  void* pad = owner.add(arena, kMiB);        // granule 3
+  void* large = owner.add(arena, 6 * kMiB);  // granules 4-6
+  void* top = owner.add(arena, 2 * kMiB);    // granule 7
   owner.pin(keep);
   owner.pin(top);
   owner.remove(arena, low);

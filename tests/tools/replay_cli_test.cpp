@@ -170,7 +170,8 @@ TEST_F(ReplayCli, CompactServesTheFragmentingTraceAtTheSameCapacity) {
   EXPECT_EQ(row["compact"], true);
   EXPECT_GT(row["compaction"]["blocks_moved"].get<int>(), 0) << row.dump();
   EXPECT_EQ(row["compaction"]["retries_served"], row["compaction"]["compactions"]) << row.dump();
-  const CliRun table = run("replay --trace " + path("fragmenting.csv") + " --capacity 64MiB --allocator expandable --compact");
+  const CliRun table =
+      run("replay --trace " + path("fragmenting.csv") + " --capacity 64MiB --allocator expandable --compact");
   ASSERT_EQ(table.exit_code, 0) << table.output;
   EXPECT_NE(table.output.find("expandable (compact): "), std::string::npos) << table.output;
   for (const std::string flags : {" --allocator bfc", " --share-granules"}) {

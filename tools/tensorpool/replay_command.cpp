@@ -274,10 +274,10 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
     std::cout << fmt::format(
         "{}: {} refusal{} compacted, {} then served; {} block{} moved ({} copied, {} remapped), {} granule{} "
         "({}) freed\n",
-        report.stack.label(), compaction.compactions, compaction.compactions == 1 ? "" : "s",
-        compaction.retries_served, compaction.blocks_moved, compaction.blocks_moved == 1 ? "" : "s",
-        format_bytes(compaction.bytes_copied), format_bytes(compaction.bytes_remapped), compaction.granules_freed,
-        compaction.granules_freed == 1 ? "" : "s", format_bytes(compaction.granules_freed * compaction.granularity));
+        report.stack.label(), compaction.compactions, compaction.compactions == 1 ? "" : "s", compaction.retries_served,
+        compaction.blocks_moved, compaction.blocks_moved == 1 ? "" : "s", format_bytes(compaction.bytes_copied),
+        format_bytes(compaction.bytes_remapped), compaction.granules_freed, compaction.granules_freed == 1 ? "" : "s",
+        format_bytes(compaction.granules_freed * compaction.granularity));
   }
   if (has_bfc) {
     std::cout << "bfc preallocates the whole capacity at first use (TensorFlow's default); its real footprint is "

@@ -24,14 +24,14 @@ class Relocator {
 
 // What one compaction did.
 struct CompactionResult {
-  bool ran = false;                   // false when the allocator cannot compact (e.g. shared granules)
-  std::size_t blocks_moved = 0;       // blocks now at a lower address
-  std::size_t bytes_copied = 0;       // moved by copying (VirtualMemory::copy)
-  std::size_t bytes_remapped = 0;     // whole granules mapped at the new place instead of copied
-  std::size_t granules_freed = 0;     // physical granules no in-use block used any more, given back
-  std::size_t committed_before = 0;   // committed bytes when it started
-  std::size_t committed_after = 0;    // and when it ended (cached granules are given back too)
-  std::size_t granularity = 0;        // bytes per granule
+  bool ran = false;                  // false when the allocator cannot compact (e.g. shared granules)
+  std::size_t blocks_moved = 0;      // blocks now at a lower address
+  std::size_t bytes_copied = 0;      // moved by copying (VirtualMemory::copy)
+  std::size_t bytes_remapped = 0;    // whole granules mapped at the new place instead of copied
+  std::size_t granules_freed = 0;    // physical granules no in-use block used any more, given back
+  std::size_t committed_before = 0;  // committed bytes when it started
+  std::size_t committed_after = 0;   // and when it ended (cached granules are given back too)
+  std::size_t granularity = 0;       // bytes per granule
 };
 
 }  // namespace tp::memory

@@ -401,9 +401,9 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t lru_oldest_ = kNone;                        // cached physical granules, least recently freed first
   std::uint32_t lru_newest_ = kNone;
   std::size_t cached_count_ = 0;
-  std::uint64_t events_ = 0;  // allocate and deallocate calls so far: the decay's clock
-  std::size_t committed_granules_ = 0;  // committed physical granules
-  std::size_t chunk_shift_ = 0;         // log2(granularity_ / kChunks)
+  std::uint64_t events_ = 0;               // allocate and deallocate calls so far: the decay's clock
+  std::size_t committed_granules_ = 0;     // committed physical granules
+  std::size_t chunk_shift_ = 0;            // log2(granularity_ / kChunks)
   std::vector<std::size_t> move_scratch_;  // empty between calls: move_block's taken and remapped granules
   // The last compaction, until an allocation succeeds: an OutOfMemoryReport thrown meanwhile carries it.
   std::optional<CompactionResult> last_compaction_;

@@ -40,9 +40,9 @@ struct OutOfMemoryReport {
   // The compaction that ran after the last allocation the refusing layer served, before this request (the
   // caller compacted and retried): what it moved and gave back, and that it was not enough. Unset otherwise.
   std::optional<memory::CompactionResult> compaction;
-  std::string detail;                        // extra words from the refusing layer (e.g. the OS error)
-  std::string suggestion;                    // the concrete fix, from a layer that knows the workload (e.g. a
-                                             // batch size that fits according to the static plan); may be empty
+  std::string detail;      // extra words from the refusing layer (e.g. the OS error)
+  std::string suggestion;  // the concrete fix, from a layer that knows the workload (e.g. a
+                           // batch size that fits according to the static plan); may be empty
 
   // What every refusing layer fills: who refused, the request, and its counters at that moment.
   [[nodiscard]] static OutOfMemoryReport for_request(std::string allocator, std::size_t requested, std::size_t rounded,

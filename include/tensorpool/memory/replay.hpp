@@ -37,13 +37,13 @@ namespace tp::memory {
 inline constexpr std::size_t kMaxReplayThreads = 64;
 
 struct ReplayCompaction {
-  std::size_t compactions = 0;      // refused allocations that compacted the arena
-  std::size_t retries_served = 0;   // ...and were then served by the retry
-  std::size_t blocks_moved = 0;     // over all compactions
+  std::size_t compactions = 0;     // refused allocations that compacted the arena
+  std::size_t retries_served = 0;  // ...and were then served by the retry
+  std::size_t blocks_moved = 0;    // over all compactions
   std::size_t bytes_copied = 0;
   std::size_t bytes_remapped = 0;
   std::size_t granules_freed = 0;
-  std::size_t granularity = 0;      // bytes per granule of the arena
+  std::size_t granularity = 0;  // bytes per granule of the arena
 };
 
 struct ReplayResult {
