@@ -135,26 +135,31 @@ TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {
     ops::uniform(tensor, -1.0, 1.0, seed);
     return tensor;
   };
-  const std::vector<Tensor> grads = {random(home, 1), random(manager.device("sim:1"), 2),
-                                     random(manager.device("sim:2"), 3)};
-  const Tensor param = random(home, 4);
-  const Tensor m = random(home, 5);
-  Tensor v = random(home, 6);
-  ops::fill(v, 0.25);
-  const ops::AdamOptions options{.learning_rate = 0.01};
-  for (device::Device* device : manager.devices()) device->synchronize();
+  // One gradient (no sum), two (summed inside the update's loop) and three (summed block by block).
+  for (std::size_t count = 1; count <= 3; ++count) {
+    std::vector<Tensor> grads;
+    for (std::size_t index = 0; index < count; ++index) {
+      grads.push_back(random(manager.device("sim:" + std::to_string(index)), index + 1));
+    }
+    const Tensor param = random(home, 4);
+    const Tensor m = random(home, 5);
+    const Tensor v = random(home, 6);
+    ops::fill(v, 0.25);
+    const ops::AdamOptions options{.learning_rate = 0.01};
+    for (device::Device* device : manager.devices()) device->synchronize();
 
-  // The reference: the sum into a fresh tensor, then the ordinary update on copies of the state.
-  Tensor sum = Tensor::empty(shape, DType::f32, home);
-  ops::sum_across_peers(std::vector<Tensor>{sum}, grads);
-  const Tensor param_ref = param.to(home), m_ref = m.to(home), v_ref = v.to(home);
-  ops::adam_update(param_ref, sum, m_ref, v_ref, 3, options);
-  ops::adam_update_across_peers(param, grads, m, v, 3, options);
-  for (device::Device* device : manager.devices()) device->synchronize();
-  EXPECT_EQ(param.to_vector<float>(), param_ref.to_vector<float>());
-  EXPECT_EQ(m.to_vector<float>(), m_ref.to_vector<float>());
-  EXPECT_EQ(v.to_vector<float>(), v_ref.to_vector<float>());
-  EXPECT_NE(param.to_vector<float>(), random(home, 4).to_vector<float>());  // it did update
+    // The reference: the sum into a fresh tensor, then the ordinary update on copies of the state.
+    const Tensor sum = Tensor::empty(shape, DType::f32, home);
+    ops::sum_across_peers(std::vector<Tensor>{sum}, grads);
+    const Tensor param_ref = param.to(home), m_ref = m.to(home), v_ref = v.to(home);
+    ops::adam_update(param_ref, sum, m_ref, v_ref, 3, options);
+    ops::adam_update_across_peers(param, grads, m, v, 3, options);
+    for (device::Device* device : manager.devices()) device->synchronize();
+    EXPECT_EQ(param.to_vector<float>(), param_ref.to_vector<float>()) << count << " gradients";
+    EXPECT_EQ(m.to_vector<float>(), m_ref.to_vector<float>()) << count << " gradients";
+    EXPECT_EQ(v.to_vector<float>(), v_ref.to_vector<float>()) << count << " gradients";
+    EXPECT_NE(param.to_vector<float>(), random(home, 4).to_vector<float>()) << "it did update";
+  }
 }
 
 TEST(AdamAcrossPeers, RefusesWhatItCannotSum) {

@@ -50,6 +50,23 @@ TP_ISA_CLONES void adam_loop(T* __restrict__ param, const T* __restrict__ grad, 
   }
 }
 
+// adam_loop on the gradient grad0 + grad1, added as it is read: round(grad0[i] + grad1[i]) is what
+// add_scaled(sum = grad0, 1, grad1) stores (1 * x is exact, with or without a fused multiply-add), and the
+// update's expressions are adam_loop's, so the bits are those of the sum followed by adam_loop.
+template <typename T>
+TP_ISA_CLONES void adam_sum2_loop(T* __restrict__ param, const T* __restrict__ grad0, const T* __restrict__ grad1,
+                                  T* __restrict__ m, T* __restrict__ v, std::int64_t n, T alpha, T one_minus_beta1,
+                                  T one_minus_beta2, T epsilon) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T g = grad0[i] + grad1[i];
+    const T m_i = m[i] + (g - m[i]) * one_minus_beta1;
+    const T v_i = v[i] + (g * g - v[i]) * one_minus_beta2;
+    m[i] = m_i;
+    v[i] = v_i;
+    param[i] -= m_i * alpha / (std::sqrt(v_i) + epsilon);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -120,6 +137,13 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
   const auto b2 = static_cast<double>(beta2);
   const auto alpha =
       static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  if (count == 2) {  // two replicas: the sum inside the update's loop
+    parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
+      adam_sum2_loop(param + begin, grads[0] + begin, grads[1] + begin, m + begin, v + begin, end - begin, alpha,
+                     T{1} - beta1, T{1} - beta2, epsilon);
+    });
+    return;
+  }
   // Block by block, the sum on the stack (as SumAcrossPeers sums, then adam_loop on it): the summed gradient
   // is never stored, and each block's sum is still in L1 when the update reads it.
   parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
