@@ -24,8 +24,8 @@ struct OurStackOptions {
   std::optional<std::size_t> split_threshold;     // BFC: MemoryConfig::split_threshold; unset = the default
   std::optional<std::size_t> thread_cache_bytes;  // MemoryConfig::thread_cache_bytes (0: off); unset = the default
   bool tracking = false;  // add the TrackingAdaptor (the devices' default; `tensorpool replay` runs without)
-  std::optional<memory::BfcSplit> bfc_split;   // MemoryConfig::bfc_split; unset = the default (tensorflow)
-  std::optional<memory::GrowthPolicy> policy;  // MemoryConfig::policy; unset = the allocator name's
+  std::optional<memory::BfcSplit> bfc_split;          // MemoryConfig::bfc_split; unset = the default (tensorflow)
+  std::optional<memory::GrowthPolicy> policy;         // MemoryConfig::policy; unset = the allocator name's
   std::optional<std::uint64_t> release_decay_events;  // MemoryConfig::release_decay_events; unset = the default
 };
 

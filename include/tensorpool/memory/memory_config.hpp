@@ -54,7 +54,7 @@ struct MemoryConfig {
   // expandable, grow: freed granules beyond the arena's release threshold are decommitted once unused for this
   // many allocate/free calls (ArenaOptions::release_decay_events; 0 = at once); unset = the arena's default.
   std::optional<std::uint64_t> release_decay_events;
-  bool tracking = true;                        // per-allocation records (TrackingAdaptor) for profiles/OOMs
+  bool tracking = true;  // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
   // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by
   // trim() and before an out-of-memory retry. 0 turns the caches off.
