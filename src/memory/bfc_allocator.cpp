@@ -77,7 +77,7 @@ BfcAllocator::BfcAllocator(MemoryResource& source, BfcOptions options, std::stri
                            ? limit_
                            : std::min(limit_, round_up(options.initial_region_bytes, kGranularity));
   bins_.reserve(kNumBins);
-  for (int i = 0; i < kNumBins; ++i) bins_.emplace_back(BinOrder{&chunks_}, &bin_nodes_);
+  for (int i = 0; i < kNumBins; ++i) bins_.emplace_back(BinOrder{&chunks_}, BinAllocator<ChunkHandle>{&bin_nodes_});
   stats_.bytes_limit = limit_;
 }
 
@@ -118,24 +118,32 @@ bool BfcAllocator::BinOrder::operator()(const SizeKey& a, ChunkHandle b) const n
 void BfcAllocator::insert_free(ChunkHandle handle) {
   Chunk& chunk = chunks_[handle];
   const int bin = bin_for_size(chunk.size);
-  chunk.bin = static_cast<std::uint8_t>(bin);
   chunk.in_bin = bins_[static_cast<std::size_t>(bin)].insert(handle).first;
+  chunk.bin = static_cast<std::uint8_t>(bin);
+  nonempty_bins_ |= BinMask{1} << bin;
 }
 
 void BfcAllocator::remove_free(ChunkHandle handle) noexcept {
   Chunk& chunk = chunks_[handle];
-  bins_[chunk.bin].erase(chunk.in_bin);
+  Bin& bin = bins_[chunk.bin];
+  bin.erase(chunk.in_bin);
+  if (bin.empty()) nonempty_bins_ &= ~(BinMask{1} << chunk.bin);
   chunk.bin = kNoBin;
 }
 
+// TensorFlow's search, bin by bin from the request's own upwards, without visiting empty bins: in the request's
+// bin the first chunk of at least `rounded` (lowest address among the smallest); in any later bin every chunk
+// is larger than `rounded`, so its first.
 BfcAllocator::ChunkHandle BfcAllocator::find_chunk(std::size_t rounded) const {
-  for (int bin = bin_for_size(rounded); bin < kNumBins; ++bin) {
+  const int bin = bin_for_size(rounded);
+  if ((nonempty_bins_ >> bin & 1U) != 0) {
     const Bin& free_chunks = bins_[static_cast<std::size_t>(bin)];
-    if (free_chunks.empty()) continue;
     const auto it = free_chunks.lower_bound(SizeKey{rounded, 0});
     if (it != free_chunks.end()) return *it;
   }
-  return kInvalidChunk;
+  const BinMask later = nonempty_bins_ & ~((BinMask{2} << bin) - 1);
+  if (later == 0) return kInvalidChunk;
+  return *bins_[static_cast<std::size_t>(std::countr_zero(later))].begin();
 }
 
 std::size_t BfcAllocator::largest_free_chunk() const noexcept {
@@ -144,6 +152,16 @@ std::size_t BfcAllocator::largest_free_chunk() const noexcept {
     if (!free_chunks.empty()) return chunks_[*free_chunks.rbegin()].size;
   }
   return 0;
+}
+
+void* BfcAllocator::BinNodes::allocate_from_arena(std::size_t bytes, std::size_t alignment) {
+  if (node_bytes_ == 0) {  // the first request fixes the node size and alignment the free list serves
+    node_bytes_ = bytes;
+    node_align_ = std::max(alignment, alignof(FreeNode));
+  }
+  if (bytes != node_bytes_ || alignment > node_align_) return arena_.allocate(bytes, alignment);
+  // Every node can hold the free-list link once given back.
+  return arena_.allocate(std::max(bytes, sizeof(FreeNode)), node_align_);
 }
 
 // ---- chunk storage -----------------------------------------------------------------------------------
@@ -242,6 +260,10 @@ BfcAllocator::Region* BfcAllocator::region_for(const void* ptr) noexcept {
 
 const BfcAllocator::Region* BfcAllocator::region_for(const void* ptr) const noexcept {
   const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  if (regions_.size() == 1) {  // preallocate: the whole limit is one region
+    const Region& only = regions_.front();
+    return address - reinterpret_cast<std::uintptr_t>(only.base) < only.size ? &only : nullptr;
+  }
   // First region whose base is above ptr; the candidate is the one before it.
   const auto it = std::upper_bound(regions_.begin(), regions_.end(), address, [](std::uintptr_t a, const Region& r) {
     return a < reinterpret_cast<std::uintptr_t>(r.base);
@@ -411,9 +433,21 @@ std::optional<std::size_t> BfcAllocator::fixed_allocated_size(std::size_t bytes)
 
 void BfcAllocator::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   std::lock_guard lock(mutex_);
+  free_chunk(ptr, bytes, nullptr);
+}
+
+void BfcAllocator::do_deallocate_releasing(void* ptr, std::size_t bytes, std::atomic<std::size_t>& in_use) noexcept {
+  std::lock_guard lock(mutex_);
+  free_chunk(ptr, bytes, &in_use);
+}
+
+void BfcAllocator::free_chunk(void* ptr, std::size_t bytes, std::atomic<std::size_t>* in_use) noexcept {
   Region* region = region_for(ptr);
   const ChunkHandle handle = chunk_for(region, ptr, bytes);
   Chunk& chunk = chunks_[handle];
+  // The chunk's size is its footprint (at least `bytes` rounded up, as chunk_for checked the request); taken
+  // off under the lock, before the chunk can be handed out again.
+  if (in_use != nullptr) in_use->fetch_sub(chunk.size, std::memory_order_relaxed);
   stats_.record_free(chunk.requested, chunk.size, 0);
   chunk.in_use = false;
   chunk.requested = 0;

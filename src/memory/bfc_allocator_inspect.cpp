@@ -103,11 +103,28 @@ std::string BfcAllocator::check_region(const Region& region, std::size_t& free_c
 
 std::string BfcAllocator::check_bins(std::size_t free_chunks) const {
   std::size_t binned = 0;
+  const BinOrder before{&chunks_};
   for (int bin = 0; bin < kNumBins; ++bin) {
-    for (const ChunkHandle handle : bins_[static_cast<std::size_t>(bin)]) {
+    const Bin& members = bins_[static_cast<std::size_t>(bin)];
+    if (((nonempty_bins_ >> bin & 1U) != 0) == members.empty()) {
+      return violation("bin ", bin, " is ", members.empty() ? "empty" : "not empty", " but its bit says otherwise");
+    }
+    ChunkHandle previous = kInvalidChunk;
+    for (auto it = members.begin(); it != members.end(); ++it) {
+      const ChunkHandle handle = *it;
       const Chunk& chunk = chunks_[handle];
       if (chunk.in_use || chunk.bin != bin)
         return violation("bin ", bin, " holds a chunk that is in use or not its own");
+      if (bin_for_size(chunk.size) != bin) {
+        return violation("bin ", bin, " holds a free chunk of ", chunk.size, " bytes, which belongs in bin ",
+                         bin_for_size(chunk.size));
+      }
+      if (chunk.in_bin != it) return violation("a free chunk of bin ", bin, " does not know its element there");
+      // The search takes a bin's first fitting element: the order must be (size, address) at every step.
+      if (previous != kInvalidChunk && !before(previous, handle)) {
+        return violation("bin ", bin, " is out of (size, address) order at a chunk of ", chunk.size, " bytes");
+      }
+      previous = handle;
       ++binned;
     }
   }

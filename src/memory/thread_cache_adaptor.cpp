@@ -240,7 +240,6 @@ ThreadCache& ThreadCacheAdaptor::local_cache() {
 }
 
 std::size_t ThreadCacheAdaptor::footprint(const void* ptr, std::size_t bytes) const noexcept {
-  if (const std::optional<std::size_t> fixed = upstream().fixed_allocated_size(bytes)) return *fixed;
   return std::max(upstream().allocated_size(ptr, bytes), round_up(bytes, upstream().allocation_granularity()));
 }
 
@@ -248,23 +247,28 @@ void ThreadCacheAdaptor::add_in_use(std::size_t allocated) noexcept {
   raise_peak(peak_in_use_, in_use_.fetch_add(allocated, std::memory_order_relaxed) + allocated);
 }
 
+// The hit path is kept free of calls but the atomics: this thread's cache for this adaptor is the last one
+// it looked up (local_last), else the out-of-line look-up runs (a thread's first call, a switch of adaptors).
 void* ThreadCacheAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
-  if (bytes <= options_.max_block_bytes && !local_caches_destroyed) {
-    ThreadCache& cache = local_cache();
-    ThreadCacheBin& bin = cache.bins[thread_cache_bin(bytes)];
-    CachedBlock block;
-    cache.lock.lock();
-    if (bin.count > 0 && bin.size == bytes && aligned_to(bin.blocks[bin.count - 1].ptr, alignment)) {
-      block = bin.blocks[--bin.count];
-      cache.bytes -= bytes;
-      cache.allocated -= block.allocated;
-      --cache.blocks;
-      ++cache.counts.hits;
-    }
-    cache.lock.unlock();
-    if (block.ptr != nullptr) {
-      add_in_use(block.allocated);
-      return block.ptr;
+  if (bytes <= options_.max_block_bytes) {
+    ThreadCache* cache = local_last_id == id_ ? local_last : nullptr;
+    if (cache == nullptr && !local_caches_destroyed) cache = &local_cache();
+    if (cache != nullptr) {
+      ThreadCacheBin& bin = cache->bins[thread_cache_bin(bytes)];
+      CachedBlock block;
+      cache->lock.lock();
+      if (bin.count > 0 && bin.size == bytes && aligned_to(bin.blocks[bin.count - 1].ptr, alignment)) {
+        block = bin.blocks[--bin.count];
+        cache->bytes -= bytes;
+        cache->allocated -= block.allocated;
+        --cache->blocks;
+        ++cache->counts.hits;
+      }
+      cache->lock.unlock();
+      if (block.ptr != nullptr) {
+        add_in_use(block.allocated);
+        return block.ptr;
+      }
     }
   }
   // The footprint: promised by the allocator, or given with the block (no second look-up).
@@ -300,31 +304,25 @@ MemoryResource::SizedAllocation ThreadCacheAdaptor::allocate_with_retry(std::siz
 }
 
 void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
-  // Free to callers from here on, wherever the block goes: counted before it can be handed out again.
-  const std::size_t allocated = footprint(ptr, bytes);
-  in_use_.fetch_sub(allocated, std::memory_order_relaxed);
-  if (bytes <= options_.max_block_bytes && !local_caches_destroyed) {
-    ThreadCache* cache = nullptr;
-    try {
-      cache = &local_cache();
-    } catch (...) {
-      cache = nullptr;  // no memory for this thread's first cache: the block goes upstream
+  // Free to callers from here on, wherever the block goes: its footprint leaves in_use_ before the block can be
+  // handed out again (under the cache lock when the cache keeps it, else in the allocator's own free).
+  const std::optional<std::size_t> fixed = upstream().fixed_allocated_size(bytes);
+  if (bytes <= options_.max_block_bytes) {
+    ThreadCache* cache = local_last_id == id_ ? local_last : nullptr;
+    if (cache == nullptr && !local_caches_destroyed) {
+      try {
+        cache = &local_cache();
+      } catch (...) {
+        cache = nullptr;  // no memory for this thread's first cache: the block goes upstream
+      }
     }
     if (cache != nullptr) {
       ThreadCacheBin& bin = cache->bins[thread_cache_bin(bytes)];
       const std::lock_guard lock(cache->lock);
-      if (bin.count > 0 && bin.size != bytes) {
-        // The bin now serves the newer size: its older blocks go back.
-        for (std::size_t i = 0; i < bin.count; ++i) {
-          upstream_deallocate(bin.blocks[i].ptr, bin.size);
-          cache->allocated -= bin.blocks[i].allocated;
-        }
-        cache->bytes -= bin.size * bin.count;
-        cache->blocks -= bin.count;
-        cache->counts.returned += bin.count;
-        bin.count = 0;
-      }
+      if (bin.count > 0 && bin.size != bytes) return_blocks(*cache, bin);  // the bin now serves the newer size
       if (bin.count < kBlocksPerBin && cache->bytes + bytes <= options_.max_bytes) {
+        const std::size_t allocated = fixed ? *fixed : footprint(ptr, bytes);
+        in_use_.fetch_sub(allocated, std::memory_order_relaxed);
         bin.size = bytes;
         bin.blocks[bin.count++] = CachedBlock{ptr, allocated};
         cache->bytes += bytes;
@@ -335,7 +333,23 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
       }
     }
   }
-  upstream_deallocate(ptr, bytes);
+  if (fixed) {
+    in_use_.fetch_sub(*fixed, std::memory_order_relaxed);
+    upstream_deallocate(ptr, bytes);
+  } else {
+    deallocate_releasing_validated(upstream(), ptr, bytes, in_use_);  // the footprint found by the free itself
+  }
+}
+
+void ThreadCacheAdaptor::return_blocks(ThreadCache& cache, ThreadCacheBin& bin) noexcept {
+  for (std::size_t i = 0; i < bin.count; ++i) {
+    upstream_deallocate(bin.blocks[i].ptr, bin.size);
+    cache.allocated -= bin.blocks[i].allocated;
+  }
+  cache.bytes -= bin.size * bin.count;
+  cache.blocks -= bin.count;
+  cache.counts.returned += bin.count;
+  bin.count = 0;
 }
 
 std::size_t ThreadCacheAdaptor::flush() noexcept {

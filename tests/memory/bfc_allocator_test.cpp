@@ -350,6 +350,47 @@ TEST(BfcAllocator, BestFitPicksTheSmallestFittingChunk) {
   EXPECT_CONSISTENT(bfc);
 }
 
+// The search goes bin by bin from the request's own (floor(log2(rounded / 256))) upwards: a request whose bin is
+// empty, or holds only smaller chunks, takes the first chunk of the next bin that is not empty, never a later
+// bin's nor the region's tail.
+TEST(BfcAllocator, BestFitSkipsEmptyBinsToTheNextOneThatHoldsAChunk) {
+  TestSource source;
+  BfcAllocator bfc(source, one_region(kMiBytes));
+  void* in_bin0 = bfc.allocate(256);
+  void* fence1 = bfc.allocate(256);
+  void* in_bin3 = bfc.allocate(2 * kKiBytes);
+  void* fence2 = bfc.allocate(256);
+  void* in_bin5 = bfc.allocate(8 * kKiBytes);
+  void* fence3 = bfc.allocate(256);
+  for (auto [ptr, size] : {std::pair{in_bin0, std::size_t{256}}, {in_bin3, 2 * kKiBytes}, {in_bin5, 8 * kKiBytes}}) {
+    bfc.deallocate(ptr, size);
+  }
+  ASSERT_EQ(BfcAllocator::bin_for_size(2 * kKiBytes), 3);
+  ASSERT_EQ(BfcAllocator::bin_for_size(8 * kKiBytes), 5);
+  EXPECT_CONSISTENT(bfc);
+
+  // Bin 2 is empty: the 2 KiB chunk of bin 3, split; its 1 KiB rest goes to bin 2.
+  void* a = bfc.allocate(kKiBytes);
+  EXPECT_EQ(a, in_bin3);
+  // Bin 2 holds only that 1 KiB rest, bin 3 and 4 are empty: the 8 KiB chunk of bin 5.
+  void* b = bfc.allocate(1536);
+  EXPECT_EQ(b, in_bin5);
+  // 512 bytes: bin 1 is empty; bin 2's 1 KiB rest (not bin 0's smaller chunk, not bin 4's larger rest).
+  void* c = bfc.allocate(300);
+  EXPECT_EQ(address(c), address(in_bin3) + kKiBytes);
+  EXPECT_CONSISTENT(bfc);
+  for (auto [ptr, size] : {std::pair{a, kKiBytes},
+                           {b, std::size_t{1536}},
+                           {c, std::size_t{300}},
+                           {fence1, std::size_t{256}},
+                           {fence2, std::size_t{256}},
+                           {fence3, std::size_t{256}}}) {
+    bfc.deallocate(ptr, size);
+  }
+  EXPECT_CONSISTENT(bfc);
+  EXPECT_EQ(bfc.regions().at(0).chunks.size(), 1u) << "everything coalesced back into one free chunk";
+}
+
 TEST(BfcAllocator, BestFitBreaksTiesByLowestAddress) {
   TestSource source;
   BfcAllocator bfc(source, one_region(kMiBytes));

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tensorpool/core/error.hpp"
@@ -94,6 +95,32 @@ TEST(ThreadCacheAdaptor, ReusesAFreedBlockOfTheSameSizeWithoutTheAllocator) {
   void* other = cache.allocate(2000);
   EXPECT_NE(other, first);
   cache.deallocate(other, 2000);
+}
+
+// A free the cache does not keep takes the block's footprint off in use in the allocator's own free
+// (do_deallocate_releasing): BFC's chunk, which here is larger than the rounded request (TensorFlow hands a chunk
+// below twice the request out whole), found under BFC's lock; through an adaptor, the default hook's look-up.
+TEST(ThreadCacheAdaptor, AFreeThatGoesUpstreamTakesTheWholeChunkOffInUse) {
+  for (const bool through_adaptor : {false, true}) {
+    SCOPED_TRACE(through_adaptor ? "statistics adaptor between" : "directly over BFC");
+    std::unique_ptr<tp::memory::MemoryResource> upstream = make_bfc();
+    if (through_adaptor) upstream = std::make_unique<tp::memory::StatisticsAdaptor>(std::move(upstream));
+    ThreadCacheAdaptor cache(std::move(upstream), ThreadCacheOptions{2 * kKiB, 2 * kKiB});
+    void* hole = cache.allocate(4 * kKiB);  // larger than max_block_bytes: never cached
+    void* fence = cache.allocate(4 * kKiB);
+    cache.deallocate(hole, 4 * kKiB);  // a free 4 KiB chunk before the fence
+    void* whole = cache.allocate(3000);  // rounded to 3 KiB: takes the 4 KiB chunk whole
+    ASSERT_EQ(whole, hole);
+    ASSERT_EQ(cache.allocated_size(whole, 3000), 4 * kKiB);
+    EXPECT_EQ(cache.stats().bytes_in_use, 8 * kKiB);
+    cache.deallocate(whole, 3000);
+    EXPECT_EQ(cache.cached_blocks(), 0u);
+    EXPECT_EQ(cache.stats().bytes_in_use, 4 * kKiB) << "the whole chunk, not the rounded request, left in use";
+    EXPECT_EQ(cache.stats().peak_bytes_in_use, 8 * kKiB);
+    cache.deallocate(fence, 4 * kKiB);
+    EXPECT_EQ(cache.stats().bytes_in_use, 0u);
+    EXPECT_EQ(cache.upstream().stats().bytes_in_use, 0u);
+  }
 }
 
 TEST(ThreadCacheAdaptor, LargeBlocksAndStricterAlignmentsBypassTheCache) {

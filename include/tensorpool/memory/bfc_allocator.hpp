@@ -33,7 +33,8 @@
 //     reserved (1/64 of the reserved bytes; a 16 GiB region costs 256 MiB of host RAM), as in TensorFlow.
 //   - bins_: bin i holds exactly the free chunks whose size is in [256 << i, 256 << (i + 1)) (the last bin
 //     is unbounded), ordered by (size, address). Every free chunk is in exactly one bin, and its in_bin is its
-//     element there; no in-use chunk is in a bin.
+//     element there; no in-use chunk is in a bin. Bit i of nonempty_bins_ is set exactly when bin i is not
+//     empty (the search skips empty bins with it). The set nodes come from bin_nodes_'s free list.
 //   - stats_: bytes_in_use == sum of in-use chunk sizes, bytes_requested == sum of their requested sizes,
 //     bytes_reserved == sum of region sizes <= limit_bytes.
 //
@@ -48,17 +49,20 @@
 //
 // Thread safety: every public member is thread-safe; one mutex guards all mutable state.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "tensorpool/memory/allocator_mutex.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/memory_stats.hpp"
 
@@ -145,7 +149,54 @@ class BfcAllocator final : public MemoryResource {
     bool operator()(ChunkHandle a, const SizeKey& b) const noexcept;
     bool operator()(const SizeKey& a, ChunkHandle b) const noexcept;
   };
-  using Bin = std::pmr::set<ChunkHandle, BinOrder>;
+  // Where the bins' set nodes come from: a free list of nodes over a monotonic arena, since every node a bin
+  // allocates has one size. A warm insert pops a node and an erase pushes it back, inline (a few instructions,
+  // against a general-purpose pool's search); the memory goes back to the host with the allocator. A request of
+  // another size or alignment (none in practice) is served by the arena and never reused.
+  class BinNodes {
+   public:
+    void* allocate(std::size_t bytes, std::size_t alignment) {
+      if (bytes == node_bytes_ && alignment <= node_align_ && free_ != nullptr) [[likely]] {
+        FreeNode* node = free_;
+        free_ = node->next;
+        return node;
+      }
+      return allocate_from_arena(bytes, alignment);
+    }
+    void deallocate(void* ptr, std::size_t bytes, std::size_t alignment) noexcept {
+      if (bytes == node_bytes_ && alignment <= node_align_) free_ = ::new (ptr) FreeNode{free_};
+      // else: not a node; the arena keeps it until it is destroyed.
+    }
+
+   private:
+    struct FreeNode {
+      FreeNode* next;
+    };
+    void* allocate_from_arena(std::size_t bytes, std::size_t alignment);
+
+    std::pmr::monotonic_buffer_resource arena_;
+    FreeNode* free_ = nullptr;    // nodes of node_bytes_ given back, most recent first
+    std::size_t node_bytes_ = 0;  // the size of the first node allocated (0 before)
+    std::size_t node_align_ = 0;  // and the alignment every node of that size gets
+  };
+  // The bins' allocator: BinNodes, inline.
+  template <class T>
+  struct BinAllocator {
+    using value_type = T;
+    BinNodes* nodes;
+    explicit BinAllocator(BinNodes* bin_nodes) noexcept : nodes(bin_nodes) {}
+    template <class U>
+    BinAllocator(const BinAllocator<U>& other) noexcept : nodes(other.nodes) {}  // NOLINT(google-explicit-constructor)
+    T* allocate(std::size_t n) { return static_cast<T*>(nodes->allocate(n * sizeof(T), alignof(T))); }
+    void deallocate(T* ptr, std::size_t n) noexcept { nodes->deallocate(ptr, n * sizeof(T), alignof(T)); }
+    template <class U>
+    bool operator==(const BinAllocator<U>& other) const noexcept {
+      return nodes == other.nodes;
+    }
+  };
+  using Bin = std::set<ChunkHandle, BinOrder, BinAllocator<ChunkHandle>>;
+  using BinMask = std::uint32_t;
+  static_assert(kNumBins <= 31, "a BinMask has a bit per bin and one to spare");
   struct Chunk {
     char* ptr = nullptr;
     std::size_t size = 0;              // multiple of kGranularity
@@ -165,6 +216,7 @@ class BfcAllocator final : public MemoryResource {
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   SizedAllocation do_allocate_sized(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  void do_deallocate_releasing(void* ptr, std::size_t bytes, std::atomic<std::size_t>& in_use) noexcept override;
   std::size_t do_trim() override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
@@ -172,6 +224,9 @@ class BfcAllocator final : public MemoryResource {
 
   // All below require mutex_ held.
   ChunkHandle find_chunk(std::size_t rounded) const;
+  // Frees the in-use chunk handed out as `ptr` with `bytes` (aborting on anything else), first taking its size
+  // off *in_use when given.
+  void free_chunk(void* ptr, std::size_t bytes, std::atomic<std::size_t>* in_use) noexcept;
   SizedAllocation use_chunk(ChunkHandle handle, std::size_t rounded, std::size_t requested);
   bool extend(std::size_t rounded);
   char* obtain_from_source(std::size_t bytes) noexcept;  // nullptr when the source refuses
@@ -206,12 +261,13 @@ class BfcAllocator final : public MemoryResource {
   const std::size_t region_cap_;  // grow: regions double up to this; preallocate: limit_
 
   // Guarded by mutex_: everything below (chunks, free-chunk list, regions, bins, growth size, stats).
-  mutable std::mutex mutex_;
+  mutable AllocatorMutex mutex_;
   std::vector<Chunk> chunks_;
   ChunkHandle free_chunk_slots_ = kInvalidChunk;
   std::vector<Region> regions_;
-  std::pmr::unsynchronized_pool_resource bin_nodes_;  // recycles bin set nodes: no malloc per op when warm
+  BinNodes bin_nodes_;  // recycles bin set nodes: no malloc per op when warm
   std::vector<Bin> bins_;
+  BinMask nonempty_bins_ = 0;      // bit i set exactly when bins_[i] is not empty
   std::size_t next_region_bytes_;  // TF's curr_region_allocation_bytes_
   std::string source_refusal_;     // the source's error (not a plain OOM) during the last extend, for reports
   MemoryStats stats_;

@@ -11,6 +11,8 @@
 //   - stats(), trim() and reset_peak() are thread-safe, as are allocate/deallocate.
 // Adaptors own their upstream when constructed from a std::unique_ptr and borrow it when given a reference.
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -105,6 +107,14 @@ class MemoryResource {
   static void deallocate_validated(MemoryResource& below, void* ptr, std::size_t bytes) noexcept {
     below.do_deallocate(ptr, bytes);
   }
+  // deallocate_validated, also taking the block's footprint (allocated_size(), at least `bytes` rounded up to
+  // allocation_granularity()) off `in_use` before the block can be handed out again, so a counter of what
+  // callers hold never counts a block twice, even for an instant: in one step under the lock where the
+  // resource overrides do_deallocate_releasing (BFC finds the chunk then), saving a look-up under its lock.
+  static void deallocate_releasing_validated(MemoryResource& below, void* ptr, std::size_t bytes,
+                                             std::atomic<std::size_t>& in_use) noexcept {
+    below.do_deallocate_releasing(ptr, bytes, in_use);
+  }
 
  private:
   // Throws the tp::InvalidArgument allocate() documents, for the first check the request fails; kept out of
@@ -121,6 +131,13 @@ class MemoryResource {
   virtual SizedAllocation do_allocate_sized(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) {
     void* ptr = do_allocate(bytes, alignment, tag);
     return SizedAllocation{ptr, do_allocated_size(ptr, bytes)};
+  }
+  // do_allocated_size (the footprint, see deallocate_releasing_validated), then do_deallocate, unless the
+  // resource finds the size as it frees.
+  virtual void do_deallocate_releasing(void* ptr, std::size_t bytes, std::atomic<std::size_t>& in_use) noexcept {
+    in_use.fetch_sub(std::max(do_allocated_size(ptr, bytes), round_up(bytes, allocation_granularity())),
+                     std::memory_order_relaxed);
+    do_deallocate(ptr, bytes);
   }
 
   std::string name_;

@@ -20,8 +20,10 @@
 // footprints, cached_allocated_bytes()), and a cached block counts as a free block for largest_free_block.
 // A block's footprint is upstream().fixed_allocated_size(n) when the allocator promises one (the expandable
 // arena, BFC with BfcSplit::exact: no look-up, so a cached pair takes no allocator lock), else the size the
-// allocator returns with the block it allocates (allocate_sized_validated) and, at a free, its allocated_size()
-// (one look-up under the allocator's lock: TensorFlow's BFC, whose chunks depend on its free list).
+// allocator returns with the block it allocates (allocate_sized_validated) and, at a free, the size the allocator
+// finds as it takes the block back (deallocate_releasing_validated: in_use drops under the allocator's lock, in
+// the same step) or, for a block the cache keeps, its allocated_size() (one look-up under the allocator's lock:
+// TensorFlow's BFC, whose chunks depend on its free list).
 //
 // Caches are emptied (their blocks returned upstream) by flush(), by trim() before the allocator trims, by
 // an upstream tp::OutOfMemoryError (every thread's cache is flushed and the request retried once, counted in
@@ -51,6 +53,7 @@ namespace tp::memory {
 
 namespace detail {
 struct ThreadCache;
+struct ThreadCacheBin;
 struct ThreadCacheRegistry;
 }  // namespace detail
 
@@ -88,10 +91,14 @@ class ThreadCacheAdaptor final : public ResourceAdaptor {
   void do_reset_peak() override;
 
   detail::ThreadCache& local_cache();
+  // Gives the blocks of a bin that a new size claims back upstream (the caller holds the cache's lock); out of
+  // line, as it is rare.
+  [[gnu::noinline]] void return_blocks(detail::ThreadCache& cache, detail::ThreadCacheBin& bin) noexcept;
   // Upstream, after flushing every cache and retrying once on an upstream tp::OutOfMemoryError. `sized`: with
   // the block's allocated size (else `allocated` is 0).
   SizedAllocation allocate_with_retry(std::size_t bytes, std::size_t alignment, const AllocationTag& tag, bool sized);
-  // What the allocator set aside for a live block of `bytes` at `ptr`.
+  // What the allocator set aside for a live block of `bytes` at `ptr`, looked up (for an allocator that does not
+  // promise a fixed_allocated_size).
   std::size_t footprint(const void* ptr, std::size_t bytes) const noexcept;
   void add_in_use(std::size_t allocated) noexcept;
 
