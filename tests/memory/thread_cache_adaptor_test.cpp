@@ -108,7 +108,7 @@ TEST(ThreadCacheAdaptor, AFreeThatGoesUpstreamTakesTheWholeChunkOffInUse) {
     ThreadCacheAdaptor cache(std::move(upstream), ThreadCacheOptions{2 * kKiB, 2 * kKiB});
     void* hole = cache.allocate(4 * kKiB);  // larger than max_block_bytes: never cached
     void* fence = cache.allocate(4 * kKiB);
-    cache.deallocate(hole, 4 * kKiB);  // a free 4 KiB chunk before the fence
+    cache.deallocate(hole, 4 * kKiB);    // a free 4 KiB chunk before the fence
     void* whole = cache.allocate(3000);  // rounded to 3 KiB: takes the 4 KiB chunk whole
     ASSERT_EQ(whole, hole);
     ASSERT_EQ(cache.allocated_size(whole, 3000), 4 * kKiB);
