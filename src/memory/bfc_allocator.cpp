@@ -91,30 +91,6 @@ BfcAllocator::~BfcAllocator() {
 
 // ---- bins --------------------------------------------------------------------------------------------
 
-int BfcAllocator::bin_for_size(std::size_t bytes) noexcept {
-  const int bin = static_cast<int>(std::bit_width(bytes / kGranularity)) - 1;
-  return std::clamp(bin, 0, kNumBins - 1);
-}
-
-bool BfcAllocator::BinOrder::operator()(ChunkHandle a, ChunkHandle b) const noexcept {
-  const Chunk& x = (*chunks)[a];
-  const Chunk& y = (*chunks)[b];
-  if (x.size != y.size) return x.size < y.size;
-  return reinterpret_cast<std::uintptr_t>(x.ptr) < reinterpret_cast<std::uintptr_t>(y.ptr);
-}
-
-bool BfcAllocator::BinOrder::operator()(ChunkHandle a, const SizeKey& b) const noexcept {
-  const Chunk& x = (*chunks)[a];
-  if (x.size != b.size) return x.size < b.size;
-  return reinterpret_cast<std::uintptr_t>(x.ptr) < b.address;
-}
-
-bool BfcAllocator::BinOrder::operator()(const SizeKey& a, ChunkHandle b) const noexcept {
-  const Chunk& y = (*chunks)[b];
-  if (a.size != y.size) return a.size < y.size;
-  return a.address < reinterpret_cast<std::uintptr_t>(y.ptr);
-}
-
 void BfcAllocator::insert_free(ChunkHandle handle) {
   Chunk& chunk = chunks_[handle];
   const int bin = bin_for_size(chunk.size);

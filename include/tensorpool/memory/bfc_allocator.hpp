@@ -49,7 +49,9 @@
 //
 // Thread safety: every public member is thread-safe; one mutex guards all mutable state.
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -129,7 +131,10 @@ class BfcAllocator final : public MemoryResource {
   std::optional<std::size_t> fixed_allocated_size(std::size_t bytes) const noexcept override;
 
   // Bin that holds a free chunk of `bytes` (>= kGranularity): floor(log2(bytes / 256)), capped at 20.
-  [[nodiscard]] static int bin_for_size(std::size_t bytes) noexcept;
+  [[nodiscard]] static int bin_for_size(std::size_t bytes) noexcept {
+    const int bin = static_cast<int>(std::bit_width(bytes / kGranularity)) - 1;
+    return std::clamp(bin, 0, kNumBins - 1);
+  }
 
  private:
   using ChunkHandle = std::uint32_t;
@@ -272,5 +277,25 @@ class BfcAllocator final : public MemoryResource {
   std::string source_refusal_;     // the source's error (not a plain OOM) during the last extend, for reports
   MemoryStats stats_;
 };
+
+// Inline, so the bins' tree walks compare without a call.
+inline bool BfcAllocator::BinOrder::operator()(ChunkHandle a, ChunkHandle b) const noexcept {
+  const Chunk& x = (*chunks)[a];
+  const Chunk& y = (*chunks)[b];
+  if (x.size != y.size) return x.size < y.size;
+  return reinterpret_cast<std::uintptr_t>(x.ptr) < reinterpret_cast<std::uintptr_t>(y.ptr);
+}
+
+inline bool BfcAllocator::BinOrder::operator()(ChunkHandle a, const SizeKey& b) const noexcept {
+  const Chunk& x = (*chunks)[a];
+  if (x.size != b.size) return x.size < b.size;
+  return reinterpret_cast<std::uintptr_t>(x.ptr) < b.address;
+}
+
+inline bool BfcAllocator::BinOrder::operator()(const SizeKey& a, ChunkHandle b) const noexcept {
+  const Chunk& y = (*chunks)[b];
+  if (a.size != y.size) return a.size < y.size;
+  return a.address < reinterpret_cast<std::uintptr_t>(y.ptr);
+}
 
 }  // namespace tp::memory
