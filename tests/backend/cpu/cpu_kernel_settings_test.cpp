@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <optional>
@@ -42,6 +43,14 @@ std::vector<float> product_on(device::Device& device, const std::vector<float>& 
   const Tensor a_on = Tensor::from_vector<float>(a, Shape({kM, kK}), device);
   const Tensor b_on = Tensor::from_vector<float>(b, Shape({kK, kN}), device);
   return ops::matmul(a_on, b_on).to_vector<float>();
+}
+
+// A choice covers every product of its shape class (m, n and k each rounded up to a power of two), and
+// reports the product that first timed it, in this process or, read from the machine's cache, in another:
+// another test's product of the same class may have been the one timed.
+bool same_shape_class(const device::GemmChoice& choice) {
+  const auto rounded = [](std::int64_t extent) { return std::bit_ceil(static_cast<std::uint64_t>(extent)); };
+  return rounded(choice.m) == rounded(kM) && rounded(choice.n) == rounded(kN) && rounded(choice.k) == rounded(kK);
 }
 
 std::size_t differing(const std::vector<float>& x, const std::vector<float>& y) {
@@ -95,9 +104,9 @@ TEST_F(KernelSettings, AutoComputesWithTheChoiceEveryDeviceReports) {
   const std::vector<float> automatic = product_on(sim, a, b);
   std::optional<device::GemmChoice> choice;
   for (const device::GemmChoice& made : sim.gemm_choices()) {
-    if (made.m == kM && made.n == kN && made.k == kK && !made.transpose_a && !made.transpose_b) choice = made;
+    if (same_shape_class(made) && !made.transpose_a && !made.transpose_b) choice = made;
   }
-  ASSERT_TRUE(choice.has_value()) << "no choice reported for " << kM << " x " << kN << " x " << kK;
+  ASSERT_TRUE(choice.has_value()) << "no choice reported for the class of " << kM << " x " << kN << " x " << kK;
   EXPECT_TRUE(choice->library == "openblas" || choice->library == "onednn") << choice->library;
   EXPECT_GT(choice->openblas_gflops, 0.0);
   EXPECT_GT(choice->onednn_gflops, 0.0);
