@@ -22,10 +22,15 @@ TEST(CollectiveOps, RegisterOnceIntoTheGlobalRegistryWithAKernelForEveryBackend)
     EXPECT_EQ(definition.kernels.count(device::DeviceKind::sim), 1U) << name;
   }
   EXPECT_TRUE(OpRegistry::global().get("AllGather").stateful);
+  const OpDef& fused = OpRegistry::global().get("AllReduceAdam");  // the all-reduce folded into Adam
+  EXPECT_TRUE(fused.collective);
+  EXPECT_TRUE(fused.stateful);
+  EXPECT_EQ(fused.kernels.count(device::DeviceKind::cpu), 1U);
+  EXPECT_EQ(fused.kernels.count(device::DeviceKind::sim), 1U);
 
   OpRegistry registry;
   distribute::register_collective_ops(registry);
-  EXPECT_EQ(registry.names(), (std::vector<std::string>{"AllGather", "AllReduce", "ReduceScatter"}));
+  EXPECT_EQ(registry.names(), (std::vector<std::string>{"AllGather", "AllReduce", "AllReduceAdam", "ReduceScatter"}));
   EXPECT_THROW(distribute::register_collective_ops(registry), InvalidArgument);
 }
 
