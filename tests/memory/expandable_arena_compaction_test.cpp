@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/support/failing_new.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/compaction.hpp"
@@ -23,29 +24,6 @@
 #include "tensorpool/memory/replay.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/trace_generators.hpp"
-
-// Allocation-failure seam for this test binary: while g_fail_from >= 0, every operator new on this thread
-// from the g_fail_from-th call on (counting from 0) throws std::bad_alloc.
-namespace {
-thread_local long g_fail_from = -1;
-thread_local long g_allocations = 0;
-}  // namespace
-
-void* operator new(std::size_t bytes) {
-  if (g_fail_from >= 0 && g_allocations++ >= g_fail_from) throw std::bad_alloc();
-  if (void* ptr = std::malloc(bytes == 0 ? 1 : bytes)) return ptr;
-  throw std::bad_alloc();
-}
-// GCC sees the inlined std::free pair with a `new` expression elsewhere; here they do match.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* ptr) noexcept { std::free(ptr); }
-void operator delete(void* ptr, std::size_t /*bytes*/) noexcept { std::free(ptr); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 namespace {
 
@@ -171,15 +149,16 @@ TEST(ExpandableArenaCompaction, AllocationFailuresStopItCleanly) {
     owner.remove(arena, gap);
     CompactionResult result;
     bool threw = false;
-    g_allocations = 0;
-    g_fail_from = succeed;
-    try {
-      result = arena.compact(owner);
-    } catch (const std::bad_alloc&) {
-      threw = true;
+    long used = 0;
+    {
+      const tp::test::FailAllocations fail(succeed);
+      try {
+        result = arena.compact(owner);
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      used = tp::test::FailAllocations::attempted();
     }
-    const long used = g_allocations;
-    g_fail_from = -1;
     ASSERT_EQ(arena.check_invariants(), "");
     ASSERT_EQ(owner.check(), "");
     if (threw) {

@@ -17,49 +17,16 @@
 #include <vector>
 
 #include "memory/support/arena_test_options.hpp"
+#include "memory/support/failing_new.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/host_virtual_memory.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 
-// Allocation-failure seam for this test binary: while g_fail_from >= 0, every operator new on this thread
-// from the g_fail_from-th call on (counting from 0) throws std::bad_alloc. g_allocations counts the calls.
-namespace {
-thread_local long g_fail_from = -1;
-thread_local long g_allocations = 0;
-}  // namespace
-
-void* operator new(std::size_t bytes) {
-  if (g_fail_from >= 0 && g_allocations++ >= g_fail_from) throw std::bad_alloc();
-  if (void* ptr = std::malloc(bytes == 0 ? 1 : bytes)) return ptr;
-  throw std::bad_alloc();
-}
-// GCC sees the inlined std::free pair with a `new` expression elsewhere; here they do match.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void operator delete(void* ptr) noexcept { std::free(ptr); }
-void operator delete(void* ptr, std::size_t /*bytes*/) noexcept { std::free(ptr); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 namespace {
 
-// Arms the seam for its scope: allocations number `succeed` onwards fail.
-class FailAllocations {
- public:
-  explicit FailAllocations(long succeed) noexcept {
-    g_allocations = 0;
-    g_fail_from = succeed;
-  }
-  ~FailAllocations() { g_fail_from = -1; }
-  FailAllocations(const FailAllocations&) = delete;
-  FailAllocations& operator=(const FailAllocations&) = delete;
-  static long attempted() noexcept { return g_allocations; }
-};
+using tp::test::FailAllocations;
 
 using tp::kKiB;
 using tp::kMiB;

@@ -67,6 +67,23 @@ TP_ISA_CLONES void adam_sum2_loop(T* __restrict__ param, const T* __restrict__ g
   }
 }
 
+// Checks Adam's scalar arguments for `kernel` and returns the step size with the bias corrections folded in,
+// computed in double so every kernel variant uses the same rounded value.
+template <typename T>
+T adam_step_size(std::string_view kernel, std::int64_t n, T lr, T beta1, T beta2, T epsilon, std::int64_t step) {
+  detail::check_size(kernel, "n", n);
+  if (step < 1) TP_THROW(InvalidArgument, detail::kComponent, kernel, ": step = ", step, " must be >= 1");
+  check_beta("beta1", beta1);
+  check_beta("beta2", beta2);
+  if (!(epsilon >= T{0})) {
+    TP_THROW(InvalidArgument, detail::kComponent, kernel, ": epsilon = ", epsilon, " must be >= 0");
+  }
+  const auto t = static_cast<double>(step);
+  const auto b1 = static_cast<double>(beta1);
+  const auto b2 = static_cast<double>(beta2);
+  return static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+}
+
 }  // namespace
 
 template <typename T>
@@ -92,22 +109,11 @@ template <typename T>
 void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T epsilon,
                  std::int64_t step) {
   constexpr std::string_view kKernel = "adam_update";
-  detail::check_size(kKernel, "n", n);
-  if (step < 1) TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": step = ", step, " must be >= 1");
-  check_beta("beta1", beta1);
-  check_beta("beta2", beta2);
-  if (!(epsilon >= T{0})) {
-    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": epsilon = ", epsilon, " must be >= 0");
-  }
+  const T alpha = adam_step_size(kKernel, n, lr, beta1, beta2, epsilon, step);
   detail::check_pointer(kKernel, "param", param, n);
   detail::check_pointer(kKernel, "grad", grad, n);
   detail::check_pointer(kKernel, "m", m, n);
   detail::check_pointer(kKernel, "v", v, n);
-  const auto t = static_cast<double>(step);
-  const auto b1 = static_cast<double>(beta1);
-  const auto b2 = static_cast<double>(beta2);
-  const auto alpha =
-      static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
   parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
     adam_loop(param + begin, grad + begin, m + begin, v + begin, end - begin, alpha, T{1} - beta1, T{1} - beta2,
               epsilon);
@@ -118,25 +124,15 @@ template <typename T>
 void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
                         T beta2, T epsilon, std::int64_t step) {
   constexpr std::string_view kKernel = "adam_update_summed";
-  detail::check_size(kKernel, "n", n);
   if (count == 0 || grads == nullptr) {
+    detail::check_size(kKernel, "n", n);
     TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": no gradients to sum (count = ", count, ")");
   }
-  if (step < 1) TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": step = ", step, " must be >= 1");
-  check_beta("beta1", beta1);
-  check_beta("beta2", beta2);
-  if (!(epsilon >= T{0})) {
-    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": epsilon = ", epsilon, " must be >= 0");
-  }
+  const T alpha = adam_step_size(kKernel, n, lr, beta1, beta2, epsilon, step);
   detail::check_pointer(kKernel, "param", param, n);
   for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kKernel, "grads[k]", grads[index], n);
   detail::check_pointer(kKernel, "m", m, n);
   detail::check_pointer(kKernel, "v", v, n);
-  const auto t = static_cast<double>(step);
-  const auto b1 = static_cast<double>(beta1);
-  const auto b2 = static_cast<double>(beta2);
-  const auto alpha =
-      static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
   if (count == 2) {  // two replicas: the sum inside the update's loop
     parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
       adam_sum2_loop(param + begin, grads[0] + begin, grads[1] + begin, m + begin, v + begin, end - begin, alpha,
