@@ -36,17 +36,23 @@ TP_ISA_CLONES void sgd_loop(T* param, const T* grad, T* velocity, std::int64_t n
   }
 }
 
+// One parameter's Adam step on gradient g: the expressions every Adam loop shares, so their bits agree.
+template <typename T>
+[[gnu::always_inline]] inline void adam_element(T g, T& param, T& m, T& v, T alpha, T one_minus_beta1,
+                                                T one_minus_beta2, T epsilon) {
+  const T m_new = m + (g - m) * one_minus_beta1;
+  const T v_new = v + (g * g - v) * one_minus_beta2;
+  m = m_new;
+  v = v_new;
+  param -= m_new * alpha / (std::sqrt(v_new) + epsilon);
+}
+
 // The four arrays never overlap (distinct tensors); saying so lets the compiler vectorise the loop.
 template <typename T>
 TP_ISA_CLONES void adam_loop(T* __restrict__ param, const T* __restrict__ grad, T* __restrict__ m, T* __restrict__ v,
                              std::int64_t n, T alpha, T one_minus_beta1, T one_minus_beta2, T epsilon) {
   for (std::int64_t i = 0; i < n; ++i) {
-    const T g = grad[i];
-    const T m_i = m[i] + (g - m[i]) * one_minus_beta1;
-    const T v_i = v[i] + (g * g - v[i]) * one_minus_beta2;
-    m[i] = m_i;
-    v[i] = v_i;
-    param[i] -= m_i * alpha / (std::sqrt(v_i) + epsilon);
+    adam_element(grad[i], param[i], m[i], v[i], alpha, one_minus_beta1, one_minus_beta2, epsilon);
   }
 }
 
@@ -58,12 +64,7 @@ TP_ISA_CLONES void adam_sum2_loop(T* __restrict__ param, const T* __restrict__ g
                                   T* __restrict__ m, T* __restrict__ v, std::int64_t n, T alpha, T one_minus_beta1,
                                   T one_minus_beta2, T epsilon) {
   for (std::int64_t i = 0; i < n; ++i) {
-    const T g = grad0[i] + grad1[i];
-    const T m_i = m[i] + (g - m[i]) * one_minus_beta1;
-    const T v_i = v[i] + (g * g - v[i]) * one_minus_beta2;
-    m[i] = m_i;
-    v[i] = v_i;
-    param[i] -= m_i * alpha / (std::sqrt(v_i) + epsilon);
+    adam_element(grad0[i] + grad1[i], param[i], m[i], v[i], alpha, one_minus_beta1, one_minus_beta2, epsilon);
   }
 }
 
