@@ -5,16 +5,21 @@
 // parameter-major (input p * R + r of a group is tensor p of replica r): the gradients, the parameters, Adam's
 // m and v. No outputs; stateful (it writes every replica's parameters and slots).
 //
-// Replica r applies Adam to its own var, m and v with the gradient g_0 + g_1 + ... + g_{R-1} of each
-// parameter, read in place from every replica (ops::adam_update_across_peers): the same sums, in the same
-// order, as AllReduce's direct collective computes before ApplyAdam reads them, so every variable ends
-// bitwise as it does on that path, and every replica holds the same values. What it saves is the all-reduce's
-// pass: the sums are never stored (no bucket, no writes into a peer's memory), each block's sum is used while
-// it is in cache.
+// The replicas split each parameter's elements into R shares (share_of); replica r applies Adam to share r
+// of its own var, m and v with the gradient g_0 + g_1 + ... + g_{R-1}, read in place from every replica, and
+// stores the updated share into every other replica's var, m and v (ops::adam_update_across_peers with
+// mirrors): the same sums, in the same order, as AllReduce's direct collective computes before ApplyAdam reads
+// them, so every variable ends bitwise as it does on that path, and every replica holds the same values. What
+// it saves is the all-reduce's pass (the sums are never stored, each block's sum is used while it is in cache)
+// and all but one replica's update of each element (each block is copied to the peers while it is in cache).
 //
 // Stream order, as the direct collectives': each replica's update waits for every replica's earlier work
-// (its gradients), and each replica's later work waits for every replica's update (which read its gradients).
+// (its gradients, and its reads of the variables), and each replica's later work waits for every replica's
+// update (which read its gradients and wrote its variables' shares).
 // Not differentiable.
+#include <algorithm>
+#include <utility>
+
 #include "distribute/collective_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
@@ -36,6 +41,17 @@ std::size_t parameters_of(const Node& node, std::size_t inputs) {
              " inputs are not four groups (gradients, parameters, m, v) of parameters x replicas = ", replicas);
   }
   return inputs / (kGroups * static_cast<std::size_t>(replicas));
+}
+
+// The elements [begin, end) of a parameter of n elements that `replica` of `replicas` updates: equal shares in
+// whole 64-byte lines (16 elements, float32 or float64), so no two replicas write one cache line (the last
+// shares may be empty).
+std::pair<std::int64_t, std::int64_t> share_of(std::int64_t n, std::size_t replicas, std::size_t replica) {
+  constexpr std::int64_t kLine = 16;
+  const auto count = static_cast<std::int64_t>(replicas);
+  const std::int64_t share = ((n + count - 1) / count + kLine - 1) / kLine * kLine;
+  const auto index = static_cast<std::int64_t>(replica);
+  return {std::min(n, index * share), std::min(n, (index + 1) * share)};
 }
 
 ops::AdamOptions options_of(const Node& node) {
@@ -90,10 +106,20 @@ void all_reduce_adam_kernel(KernelContext& context) {
       if (other != replica) stream.wait(ready[other]);
     }
     for (std::size_t parameter = 0; parameter < parameters; ++parameter) {
+      const auto [begin, end] = share_of(input(1, parameter, replica).num_elements(), replicas, replica);
+      if (begin == end) continue;
+      auto state_of = [&](std::size_t owner) {
+        return ops::AdamState{.param = flat_range(input(1, parameter, owner), begin, end),
+                              .m = flat_range(input(2, parameter, owner), begin, end),
+                              .v = flat_range(input(3, parameter, owner), begin, end)};
+      };
       std::vector<Tensor> gradients;  // in replica order on every replica: the same sums everywhere
-      for (std::size_t other = 0; other < replicas; ++other) gradients.push_back(input(0, parameter, other));
-      ops::adam_update_across_peers(input(1, parameter, replica), gradients, input(2, parameter, replica),
-                                    input(3, parameter, replica), context.step, options, {.stream = &stream});
+      std::vector<ops::AdamState> mirrors;
+      for (std::size_t other = 0; other < replicas; ++other) {
+        gradients.push_back(flat_range(input(0, parameter, other), begin, end));
+        if (other != replica) mirrors.push_back(state_of(other));
+      }
+      ops::adam_update_across_peers(state_of(replica), gradients, mirrors, context.step, options, {.stream = &stream});
     }
     updated.push_back(stream.record());
   }

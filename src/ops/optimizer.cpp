@@ -88,32 +88,52 @@ void adam_update_if(const Tensor& apply, const Tensor& param, const Tensor& grad
 
 void adam_update_across_peers(const Tensor& param, std::span<const Tensor> grads, const Tensor& m, const Tensor& v,
                               std::int64_t step, const AdamOptions& options, const OpContext& context) {
+  adam_update_across_peers(AdamState{.param = param, .m = m, .v = v}, grads, {}, step, options, context);
+}
+
+void adam_update_across_peers(const AdamState& state, std::span<const Tensor> grads, std::span<const AdamState> mirrors,
+                              std::int64_t step, const AdamOptions& options, const OpContext& context) {
   constexpr std::string_view kOp = "AdamAcrossPeers";
-  device::Device& device = detail::common_device(kOp, {{"param", param}, {"m", m}, {"v", v}});
+  const Tensor& param = state.param;
+  device::Device& device = detail::common_device(kOp, {{"param", param}, {"m", state.m}, {"v", state.v}});
   detail::require_floating(kOp, {"param", param});
-  for (const detail::Argument& slot : {detail::Argument{"m", m}, detail::Argument{"v", v}}) {
+  for (const detail::Argument& slot : {detail::Argument{"m", state.m}, detail::Argument{"v", state.v}}) {
     detail::require_same_dtype(kOp, {"param", param}, slot);
     detail::require_shape(kOp, slot, param.shape());
   }
+  auto require_reachable = [&](const Tensor& tensor, const char* what, std::string_view fix) {
+    if (&tensor.device() != &device && !device::peer_accessible(tensor.device(), device)) {
+      TP_THROW(InvalidArgument, "ops", kOp, ": a ", what, " is on ", tensor.device().name(), ", which ", device.name(),
+               " (the parameter's device) cannot reach directly; ", fix);
+    }
+    detail::require_same_dtype(kOp, {"param", param}, {what, tensor});
+    detail::require_shape(kOp, {what, tensor}, param.shape());
+  };
   if (grads.empty()) TP_THROW(InvalidArgument, "ops", kOp, ": no gradients; pass at least one");
   for (const Tensor& grad : grads) {
     if (!grad.defined()) TP_THROW(InvalidArgument, "ops", kOp, ": every gradient must be defined");
-    if (&grad.device() != &device && !device::peer_accessible(grad.device(), device)) {
-      TP_THROW(InvalidArgument, "ops", kOp, ": a gradient is on ", grad.device().name(), ", which ", device.name(),
-               " (the parameter's device) cannot reach directly; all-reduce it and use AdamUpdate");
+    require_reachable(grad, "gradient", "all-reduce it and use AdamUpdate");
+  }
+  for (const AdamState& mirror : mirrors) {
+    for (const Tensor* tensor : {&mirror.param, &mirror.m, &mirror.v}) {
+      if (!tensor->defined()) TP_THROW(InvalidArgument, "ops", kOp, ": every mirror's param, m and v must be defined");
+      if (&tensor->device() != &mirror.param.device()) {
+        TP_THROW(InvalidArgument, "ops", kOp, ": a mirror's param, m and v must share one device; one is on ",
+                 tensor->device().name(), ", its param on ", mirror.param.device().name());
+      }
+      require_reachable(*tensor, "mirror", "copy the updated state there instead");
     }
-    detail::require_same_dtype(kOp, {"param", param}, {"grad", grad});
-    detail::require_shape(kOp, {"grad", grad}, param.shape());
   }
   if (step < 1) TP_THROW(InvalidArgument, "ops", kOp, ": step ", step, " must be >= 1 (steps count from 1)");
   device::Stream& stream = detail::stream_for(kOp, device, context);
   detail::kernel(device, &kernels::KernelTable::adam_across_peers, kOp)(
       stream, kernels::AdamAcrossPeersArgs{.param = param,
                                            .grads = std::vector<Tensor>(grads.begin(), grads.end()),
-                                           .m = m,
-                                           .v = v,
+                                           .m = state.m,
+                                           .v = state.v,
                                            .step = step,
-                                           .options = options});
+                                           .options = options,
+                                           .mirrors = std::vector<AdamState>(mirrors.begin(), mirrors.end())});
 }
 
 }  // namespace tp::ops

@@ -162,6 +162,58 @@ TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {
   }
 }
 
+TEST(AdamAcrossPeers, StoresTheUpdateIntoEveryMirrorBitwise) {
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  const Shape shape{4099};  // not a multiple of the kernel's blocks
+  auto random = [&](const std::string& device, std::uint64_t seed) {
+    Tensor tensor = Tensor::empty(shape, DType::f32, manager.device(device));
+    ops::uniform(tensor, -1.0, 1.0, seed);
+    return tensor;
+  };
+  const std::vector<Tensor> grads{random("sim:1", 1), random("sim:2", 2)};
+  const ops::AdamState state{.param = random("sim:0", 3), .m = random("sim:0", 4), .v = random("sim:0", 5)};
+  ops::fill(state.v, 0.5);
+  // The mirrors start from other values: what they end with can only come from the update's copies.
+  const std::vector<ops::AdamState> mirrors{
+      {.param = random("sim:1", 6), .m = random("sim:1", 7), .v = random("sim:1", 8)},
+      {.param = random("sim:2", 9), .m = random("sim:2", 10), .v = random("sim:2", 11)}};
+  const ops::AdamOptions options{.learning_rate = 0.01};
+  for (device::Device* device : manager.devices()) device->synchronize();
+  const Tensor param_ref = state.param.to(state.param.device()), m_ref = state.m.to(state.m.device()),
+               v_ref = state.v.to(state.v.device());
+  ops::adam_update_across_peers(param_ref, grads, m_ref, v_ref, 2, options);
+  ops::adam_update_across_peers(state, grads, mirrors, 2, options);
+  for (device::Device* device : manager.devices()) device->synchronize();
+  EXPECT_EQ(state.param.to_vector<float>(), param_ref.to_vector<float>());
+  EXPECT_EQ(state.m.to_vector<float>(), m_ref.to_vector<float>());
+  EXPECT_EQ(state.v.to_vector<float>(), v_ref.to_vector<float>());
+  for (const ops::AdamState& mirror : mirrors) {
+    EXPECT_EQ(mirror.param.to_vector<float>(), param_ref.to_vector<float>()) << mirror.param.device().name();
+    EXPECT_EQ(mirror.m.to_vector<float>(), m_ref.to_vector<float>()) << mirror.param.device().name();
+    EXPECT_EQ(mirror.v.to_vector<float>(), v_ref.to_vector<float>()) << mirror.param.device().name();
+  }
+}
+
+TEST(AdamAcrossPeers, RefusesAMirrorItCannotWrite) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  auto make = [&](const std::string& device, std::int64_t elements) {
+    return Tensor::empty(Shape{elements}, DType::f32, manager.device(device));
+  };
+  const ops::AdamState state{.param = make("sim:0", 8), .m = make("sim:0", 8), .v = make("sim:0", 8)};
+  const std::vector<Tensor> grads{make("sim:0", 8)};
+  auto refuse = [&](const ops::AdamState& mirror, std::vector<std::string> words) {
+    tp_test::expect_invalid([&] { ops::adam_update_across_peers(state, grads, std::vector{mirror}, 1, {}); },
+                            std::move(words));
+  };
+  refuse({.param = make("sim:1", 7), .m = make("sim:1", 7), .v = make("sim:1", 7)}, {"AdamAcrossPeers", "mirror"});
+  refuse({.param = make("cpu:0", 8), .m = make("cpu:0", 8), .v = make("cpu:0", 8)},
+         {"AdamAcrossPeers", "mirror", "cpu:0", "cannot reach"});
+  refuse({.param = make("sim:1", 8), .m = make("sim:0", 8), .v = make("sim:1", 8)}, {"share one device"});
+  refuse({.param = make("sim:1", 8), .m = Tensor{}, .v = make("sim:1", 8)}, {"must be defined"});
+  const Tensor f64 = Tensor::empty(Shape{8}, DType::f64, manager.device("sim:1"));
+  refuse({.param = f64, .m = f64, .v = f64}, {"AdamAcrossPeers", "mirror"});
+}
+
 TEST(AdamAcrossPeers, RefusesWhatItCannotSum) {
   device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
   device::Device& home = manager.device("sim:0");

@@ -143,13 +143,15 @@ struct AdamArgs {
 };
 // Adam with the gradient grads[0] + grads[1] + ... (in order, each addition rounded as AddScaled's), read in
 // place: param, m, v on the stream's device, each of grads there or on a peer (device::peer_accessible).
-// param, m, v and every grad share one float dtype (f32, f64) and shape.
+// param, m, v and every grad share one float dtype (f32, f64) and shape. The updated param, m and v are also
+// stored into each of `mirrors` (on peers, the same dtype and shape, overlapping nothing else).
 struct AdamAcrossPeersArgs {
   Tensor param;
   std::vector<Tensor> grads;
   Tensor m, v;
   std::int64_t step;
   AdamOptions options;
+  std::vector<AdamState> mirrors;
 };
 // out = reduction of x over the middle axis of `extent` (f32, f64).
 struct ReduceArgs {

@@ -40,6 +40,19 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const
 void adam_update_across_peers(const Tensor& param, std::span<const Tensor> grads, const Tensor& m, const Tensor& v,
                               std::int64_t step, const AdamOptions& options, const OpContext& context = {});
 
+// A parameter with its Adam slots, of one shape, dtype and device.
+struct AdamState {
+  Tensor param, m, v;
+};
+
+// adam_update_across_peers on `state`, whose updated param, m and v are then also stored into every one of
+// `mirrors` (each on a device state's device reaches directly, of state's shape and dtype), block by block while
+// they are in cache: replicas that split a parameter's elements between them update each range once and all
+// end bitwise equal. A mirror's tensors must not overlap state's, a gradient or another mirror's. Throws as
+// adam_update_across_peers, and tp::InvalidArgument on a mirror of another shape or dtype, or out of reach.
+void adam_update_across_peers(const AdamState& state, std::span<const Tensor> grads, std::span<const AdamState> mirrors,
+                              std::int64_t step, const AdamOptions& options, const OpContext& context = {});
+
 // Conditional forms for dynamic loss scaling: `apply` is a float32 scalar [] on the parameter's device, read
 // when the stream reaches the update (a graph computes it earlier in the same step from AllFinite). 0 skips
 // the step: the parameter and every slot are left bitwise untouched. Any other value runs the update on

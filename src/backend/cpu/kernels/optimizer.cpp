@@ -123,7 +123,7 @@ void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T be
 
 template <typename T>
 void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
-                        T beta2, T epsilon, std::int64_t step) {
+                        T beta2, T epsilon, std::int64_t step, std::span<const AdamMirror<T>> mirrors) {
   constexpr std::string_view kKernel = "adam_update_summed";
   if (count == 0 || grads == nullptr) {
     detail::check_size(kKernel, "n", n);
@@ -134,24 +134,44 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
   for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kKernel, "grads[k]", grads[index], n);
   detail::check_pointer(kKernel, "m", m, n);
   detail::check_pointer(kKernel, "v", v, n);
-  if (count == 2) {  // two replicas: the sum inside the update's loop
-    parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
-      adam_sum2_loop(param + begin, grads[0] + begin, grads[1] + begin, m + begin, v + begin, end - begin, alpha,
-                     T{1} - beta1, T{1} - beta2, epsilon);
-    });
-    return;
+  for (const AdamMirror<T>& mirror : mirrors) {
+    detail::check_pointer(kKernel, "mirror.param", mirror.param, n);
+    detail::check_pointer(kKernel, "mirror.m", mirror.m, n);
+    detail::check_pointer(kKernel, "mirror.v", mirror.v, n);
   }
-  // Block by block, the sum on the stack (as SumAcrossPeers sums, then adam_loop on it): the summed gradient
-  // is never stored, and each block's sum is still in L1 when the update reads it.
+  const T one_minus_beta1 = T{1} - beta1;
+  const T one_minus_beta2 = T{1} - beta2;
+  // Blocks of the sum on the stack (as SumAcrossPeers sums, then adam_loop on it) for three or more gradients,
+  // and of the mirrors' copies: each block is still in L1 when it is read back.
+  constexpr std::int64_t kBlock = 2048;
+  auto mirror_block = [&](std::int64_t offset, std::int64_t length) {
+    const auto bytes = static_cast<std::size_t>(length) * sizeof(T);
+    for (const AdamMirror<T>& mirror : mirrors) {
+      std::memcpy(mirror.param + offset, param + offset, bytes);
+      std::memcpy(mirror.m + offset, m + offset, bytes);
+      std::memcpy(mirror.v + offset, v + offset, bytes);
+    }
+  };
   parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
-    constexpr std::int64_t kBlock = 2048;
+    if (count == 2 && mirrors.empty()) {  // two replicas: the sum inside the update's loop, in one pass
+      adam_sum2_loop(param + begin, grads[0] + begin, grads[1] + begin, m + begin, v + begin, end - begin, alpha,
+                     one_minus_beta1, one_minus_beta2, epsilon);
+      return;
+    }
     alignas(64) std::array<T, kBlock> sum;
     for (std::int64_t offset = begin; offset < end; offset += kBlock) {
       const std::int64_t length = std::min(kBlock, end - offset);
-      std::memcpy(sum.data(), grads[0] + offset, static_cast<std::size_t>(length) * sizeof(T));
-      for (std::size_t index = 1; index < count; ++index)
-        add_scaled<T>(sum.data(), T{1}, grads[index] + offset, length);
-      adam_loop(param + offset, sum.data(), m + offset, v + offset, length, alpha, T{1} - beta1, T{1} - beta2, epsilon);
+      if (count == 2) {
+        adam_sum2_loop(param + offset, grads[0] + offset, grads[1] + offset, m + offset, v + offset, length, alpha,
+                       one_minus_beta1, one_minus_beta2, epsilon);
+      } else {
+        std::memcpy(sum.data(), grads[0] + offset, static_cast<std::size_t>(length) * sizeof(T));
+        for (std::size_t index = 1; index < count; ++index)
+          add_scaled<T>(sum.data(), T{1}, grads[index] + offset, length);
+        adam_loop(param + offset, sum.data(), m + offset, v + offset, length, alpha, one_minus_beta1, one_minus_beta2,
+                  epsilon);
+      }
+      mirror_block(offset, length);
     }
   });
 }
@@ -164,8 +184,9 @@ template void adam_update<double>(double*, const double*, double*, double*, std:
                                   double, std::int64_t);
 
 template void adam_update_summed<float>(float*, const float* const*, std::size_t, float*, float*, std::int64_t, float,
-                                        float, float, float, std::int64_t);
+                                        float, float, float, std::int64_t, std::span<const AdamMirror<float>>);
 template void adam_update_summed<double>(double*, const double* const*, std::size_t, double*, double*, std::int64_t,
-                                         double, double, double, double, std::int64_t);
+                                         double, double, double, double, std::int64_t,
+                                         std::span<const AdamMirror<double>>);
 
 }  // namespace tp::backend::cpu

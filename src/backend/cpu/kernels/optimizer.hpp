@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace tp::backend::cpu {
 
@@ -36,14 +37,25 @@ template <typename T>
 void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T epsilon,
                  std::int64_t step);
 
+// Where a mirrored replica's update is also stored (adam_update_summed): n elements each, overlapping nothing
+// the update reads or writes.
+template <typename T>
+struct AdamMirror {
+  T* param;
+  T* m;
+  T* v;
+};
+
 // Adam with g = grads[0] + grads[1] + ... + grads[count - 1], added left to right in blocks, each addition
 // rounded as add_scaled(sum, 1, grads[k]) rounds it: the update of a mirrored replica that reads every
 // replica's gradient in place instead of an all-reduced copy (ops::adam_update_across_peers). The sum and the
 // update are bitwise those of the separate sum (SumAcrossPeers) followed by adam_update. count >= 1; no grads
-// buffer overlaps param, m or v.
+// buffer overlaps param, m or v. With `mirrors`, the updated param, m and v are also copied into each mirror
+// block by block, while the block is in cache: replicas splitting a parameter's elements each update their
+// range once, for all.
 template <typename T>
 void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
-                        T beta2, T epsilon, std::int64_t step);
+                        T beta2, T epsilon, std::int64_t step, std::span<const AdamMirror<T>> mirrors = {});
 
 extern template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 extern template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
@@ -53,8 +65,10 @@ extern template void adam_update<double>(double*, const double*, double*, double
                                          double, std::int64_t);
 
 extern template void adam_update_summed<float>(float*, const float* const*, std::size_t, float*, float*, std::int64_t,
-                                               float, float, float, float, std::int64_t);
+                                               float, float, float, float, std::int64_t,
+                                               std::span<const AdamMirror<float>>);
 extern template void adam_update_summed<double>(double*, const double* const*, std::size_t, double*, double*,
-                                                std::int64_t, double, double, double, double, std::int64_t);
+                                                std::int64_t, double, double, double, double, std::int64_t,
+                                                std::span<const AdamMirror<double>>);
 
 }  // namespace tp::backend::cpu

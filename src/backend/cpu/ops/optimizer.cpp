@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // SgdUpdate and AdamUpdate on backend/cpu/kernels/optimizer.hpp, and on scaled_optimizer.hpp when the update
 // is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
-// AdamAcrossPeers on adam_update_summed, a peer's gradient read in place under a PeerAccessScope of its device.
+// AdamAcrossPeers on adam_update_summed, a peer's gradient read (and a mirror on a peer written) in place under a
+// PeerAccessScope of its device.
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -86,16 +87,23 @@ void adam(device::Stream& stream, const ops::kernels::AdamArgs& args) {
 void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
   dispatch_floating(args.param.dtype(), [&]<typename T>(T) {
     stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
-                    options = args.options] {
+                    options = args.options, mirrors = args.mirrors] {
+      // A peer's pointers are taken under its scope; the stream order the op's caller set up keeps them valid.
       std::vector<const T*> sources;
       sources.reserve(grads.size());
       for (const Tensor& grad : grads) {
         const device::PeerAccessScope peer(grad.device());
         sources.push_back(grad.data<T>());
       }
+      std::vector<AdamMirror<T>> targets;
+      targets.reserve(mirrors.size());
+      for (const ops::AdamState& mirror : mirrors) {
+        const device::PeerAccessScope peer(mirror.param.device());
+        targets.push_back({.param = mirror.param.data<T>(), .m = mirror.m.data<T>(), .v = mirror.v.data<T>()});
+      }
       adam_update_summed<T>(param.data<T>(), sources.data(), sources.size(), m.data<T>(), v.data<T>(),
                             param.num_elements(), static_cast<T>(options.learning_rate), static_cast<T>(options.beta1),
-                            static_cast<T>(options.beta2), static_cast<T>(options.epsilon), step);
+                            static_cast<T>(options.beta2), static_cast<T>(options.epsilon), step, targets);
     });
   });
 }
