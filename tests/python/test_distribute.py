@@ -35,9 +35,9 @@ def test_mirrored_strategy_defaults_to_the_sim_devices():
     assert native.all_reduce == _tensorpool.AllReduce.ring
     assert native.shard == _tensorpool.Shard.none
     assert native.bucket_bytes == 25 << 20
-    assert native.fuse_update is False  # the CLI's default is on; the library's off
-    native.fuse_update = True
-    assert native.fuse_update is True
+    assert native.fuse_update is True  # the all-reduce folded into Adam, as in the CLI
+    native.fuse_update = False
+    assert native.fuse_update is False
     assert native.name == "mirrored"
 
 

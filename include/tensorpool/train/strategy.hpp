@@ -71,8 +71,8 @@ struct Strategy {
   // mirrored with Adam on sim devices (no ZeRO, no loss scaling, the ring all-reduce): each replica's update
   // reads every replica's gradient in place and sums it as it goes (the AllReduceAdam op), instead of an
   // AllReduce into a bucket that the update then reads; bitwise the same variables, no bucket in the plan.
-  // Off by default here (a graph's nodes and plan stay as they were); `tensorpool train` turns it on.
-  bool fuse_update = false;
+  // On by default, as in `tensorpool train` (false: the AllReduce and ApplyAdam nodes).
+  bool fuse_update = true;
 
   static constexpr std::int64_t kDefaultBucketBytes = std::int64_t{25} << 20;
 
