@@ -97,7 +97,10 @@ class Pool {
   bool try_acquire() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
   void release() noexcept { busy_.store(false, std::memory_order_release); }
 
+  std::uint64_t loops_handed() const noexcept { return loops_handed_.load(std::memory_order_relaxed); }
+
   void run(Loop& loop) {
+    loops_handed_.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard lock(mutex_);
       loop_ = &loop;
@@ -164,6 +167,7 @@ class Pool {
   // Incremented for every published loop; atomic so that an idle helper polls it without the mutex.
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> loops_handed_{0};  // loops run() published; statistics only
 };
 
 }  // namespace
@@ -181,6 +185,8 @@ void set_intra_op_threads(int threads) {
 int intra_op_threads() noexcept { return Pool::instance().threads(); }
 
 namespace detail {
+
+std::uint64_t loops_handed_to_helpers() noexcept { return Pool::instance().loops_handed(); }
 
 void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, const void* body) {
   if (n <= 0) return;

@@ -46,6 +46,10 @@ void set_intra_op_threads(int threads);
 [[nodiscard]] int intra_op_threads() noexcept;
 
 namespace detail {
+// Loops handed to the helper threads since the process started (a loop run entirely on its caller does not
+// count): lets a test check that a kernel too small to split never wakes a helper.
+[[nodiscard]] std::uint64_t loops_handed_to_helpers() noexcept;
+
 using ChunkFunction = void (*)(const void* body, std::int64_t begin, std::int64_t end);
 void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, const void* body);
 }  // namespace detail

@@ -8,11 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernel_test_support.hpp"
+#include "backend/cpu/kernels/cross_entropy.hpp"
 
 namespace {
 
@@ -116,6 +120,72 @@ TEST(Softmax, RejectsNegativeSizesAndNullPointers) {
   expect_invalid([&] { tp::backend::cpu::log_softmax<float>(data, data, 2, -2); }, {"log_softmax", "cols = -2"});
   expect_invalid([&] { tp::backend::cpu::softmax<float>(nullptr, data, 2, 2); }, {"x is null", "4 elements"});
   tp::backend::cpu::softmax<float>(nullptr, nullptr, 3, 0);
+}
+
+// Softmax and the cross-entropy's gradient keep each row's exponentials while summing them (rows up to
+// kCachedExpCols entries) instead of taking them twice: the bits must be those of the two-pass formula, for a
+// cached row and for a wider one.
+template <typename T>
+void expect_two_pass_bits(std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+  const std::vector<T> x = tp_test::random_vector<T>(rng, rows * cols, -30, 30);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r)
+    labels[static_cast<std::size_t>(r)] = static_cast<std::int32_t>((r * 7) % cols);
+  std::vector<T> y(x.size());
+  std::vector<T> loss(static_cast<std::size_t>(rows));
+  std::vector<T> grad(x.size());
+  tp::backend::cpu::softmax(x.data(), y.data(), rows, cols);
+  tp::backend::cpu::sparse_softmax_cross_entropy(x.data(), labels.data(), loss.data(), grad.data(), rows, cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* row = x.data() + r * cols;
+    double max = static_cast<double>(row[0]);
+    for (std::int64_t c = 1; c < cols; ++c) max = std::max(max, static_cast<double>(row[c]));
+    double sum = 0;
+    for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(row[c]) - max);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const double probability = std::exp(static_cast<double>(row[c]) - max) / sum;
+      const auto index = static_cast<std::size_t>(r * cols + c);
+      ASSERT_EQ(y[index], static_cast<T>(probability)) << "softmax row " << r << " col " << c;
+      const bool is_label = c == labels[static_cast<std::size_t>(r)];
+      ASSERT_EQ(grad[index], static_cast<T>(is_label ? probability - 1.0 : probability))
+          << "cross-entropy gradient row " << r << " col " << c;
+    }
+  }
+}
+
+TYPED_TEST(SoftmaxTest, CachedExponentialsKeepTheTwoPassBits) {
+  const std::uint32_t seed = tp_test::test_seed();
+  TP_TRACE_SEED(seed);
+  std::mt19937 rng(seed);
+  namespace detail = tp::backend::cpu::detail;
+  for (const std::int64_t cols :
+       std::vector<std::int64_t>{1, 10, detail::kCachedExpCols, detail::kCachedExpCols + 1, 1000}) {
+    expect_two_pass_bits<TypeParam>(37, cols, rng);
+  }
+}
+
+// A loop of exponentials is handed to the intra-op helpers only when it is long against the hand-off: the main
+// job's [128, 10] logits (softmax for the accuracy, the cross-entropy and its gradient) run on their caller
+// and wake no helper, while a batch many times larger still splits.
+TEST(Softmax, TheMainJobsLogitsRunOnTheirCallerAndLargeBatchesSplit) {
+  namespace cpu = tp::backend::cpu;
+  cpu::set_intra_op_threads(2);
+  constexpr std::int64_t kCols = 10;
+  auto handed_for = [&](std::int64_t rows) {
+    const std::vector<float> x(static_cast<std::size_t>(rows * kCols), 0.5F);
+    const std::vector<std::int32_t> labels(static_cast<std::size_t>(rows), 3);
+    std::vector<float> y(x.size());
+    std::vector<float> loss(static_cast<std::size_t>(rows));
+    const std::uint64_t before = cpu::detail::loops_handed_to_helpers();
+    cpu::softmax(x.data(), y.data(), rows, kCols);
+    cpu::sparse_softmax_cross_entropy(x.data(), labels.data(), loss.data(), y.data(), rows, kCols);
+    return cpu::detail::loops_handed_to_helpers() - before;
+  };
+  EXPECT_EQ(handed_for(32), 0U);
+  EXPECT_EQ(handed_for(128), 0U);
+  EXPECT_EQ(handed_for(4096), 2U);
+  cpu::set_intra_op_threads(1);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "backend/cpu/kernels/cross_entropy.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string_view>
 
@@ -38,16 +39,20 @@ void sparse_softmax_cross_entropy(const T* logits, const Label* labels, T* loss,
                                   std::int64_t cols) {
   check_batch("sparse_softmax_cross_entropy", logits, labels, loss, rows, cols);
   parallel_for(rows, detail::exp_rows_per_chunk(cols), [&](std::int64_t first_row, std::int64_t end_row) {
+    std::array<double, detail::kCachedExpCols> exps{};
+    const bool cached = dlogits != nullptr && cols <= detail::kCachedExpCols;
     for (std::int64_t r = first_row; r < end_row; ++r) {
       const T* row = logits + r * cols;
       const auto label = static_cast<std::int64_t>(labels[r]);
-      const detail::RowShift shift = detail::row_shift(row, cols);
+      const detail::RowShift shift = detail::row_shift(row, cols, cached ? exps.data() : nullptr);
       // logsumexp - x[label] = log(s) - (x[label] - m): the shifted form keeps full precision for large m.
       loss[r] = static_cast<T>(std::log(shift.sum_exp) - (static_cast<double>(row[label]) - shift.max));
       if (dlogits == nullptr) continue;
       T* grad = dlogits + r * cols;
       for (std::int64_t c = 0; c < cols; ++c) {
-        const double probability = std::exp(static_cast<double>(row[c]) - shift.max) / shift.sum_exp;
+        const double term =
+            cached ? exps[static_cast<std::size_t>(c)] : std::exp(static_cast<double>(row[c]) - shift.max);
+        const double probability = term / shift.sum_exp;
         grad[c] = static_cast<T>(c == label ? probability - 1.0 : probability);
       }
     }

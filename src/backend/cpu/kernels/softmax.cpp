@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cpu/kernels/softmax.hpp"
 
+#include <array>
 #include <string_view>
 
 #include "backend/cpu/intra_op_pool.hpp"
@@ -25,13 +26,17 @@ template <typename T>
 void softmax(const T* x, T* y, std::int64_t rows, std::int64_t cols) {
   if (check_matrix("softmax", x, y, rows, cols) == 0) return;
   parallel_for(rows, detail::exp_rows_per_chunk(cols), [&](std::int64_t first_row, std::int64_t end_row) {
+    std::array<double, detail::kCachedExpCols> exps{};
+    const bool cached = cols <= detail::kCachedExpCols;
     for (std::int64_t r = first_row; r < end_row; ++r) {
       const T* in = x + r * cols;
       T* out = y + r * cols;
-      const detail::RowShift shift = detail::row_shift(in, cols);
+      const detail::RowShift shift = detail::row_shift(in, cols, cached ? exps.data() : nullptr);
       // Each out[c] is written only after in[c] was read for the last time, so y may alias x.
       for (std::int64_t c = 0; c < cols; ++c) {
-        out[c] = static_cast<T>(std::exp(static_cast<double>(in[c]) - shift.max) / shift.sum_exp);
+        const double term =
+            cached ? exps[static_cast<std::size_t>(c)] : std::exp(static_cast<double>(in[c]) - shift.max);
+        out[c] = static_cast<T>(term / shift.sum_exp);
       }
     }
   });

@@ -29,12 +29,22 @@ extern template void log_softmax<double>(const double*, double*, std::int64_t, s
 
 namespace detail {
 
-// Rows per intra-op chunk (parallel_for) of a loop taking an exponential of every entry twice: an exponential
-// costs many times a streaming element's work, so 256 entries already make a chunk long against the cost of
-// handing it to a helper thread.
+// Entries per intra-op chunk (parallel_for) of a loop taking one exponential per entry: an exponential costs
+// many times a streaming element's work, yet a chunk must still be long against handing it to a helper
+// thread: the helper may be off its core for as long as another thread's burst (the host launching a step),
+// and the caller then waits for the chunk the helper took. So the main job's [batch, 10] logits up to batch
+// 128 (1,280 entries) run on their caller, and only a larger batch or a wider layer splits.
+inline constexpr std::int64_t kExpEntriesPerChunk = 2048;
+
+// Rows per chunk of such a loop over `cols` entries per row.
 constexpr std::int64_t exp_rows_per_chunk(std::int64_t cols) noexcept {
-  return cols >= 256 ? 1 : 256 / (cols > 0 ? cols : 1);
+  return cols >= kExpEntriesPerChunk ? 1 : kExpEntriesPerChunk / (cols > 0 ? cols : 1);
 }
+
+// Rows up to this many entries keep their exponentials (in double) while the row's sum is formed, so each
+// entry's exponential is taken once; a wider row takes it again when writing (the same call on the same
+// argument: the same bits either way).
+inline constexpr std::int64_t kCachedExpCols = 256;
 
 // The two numbers every stable softmax-style kernel needs from a row of `cols` >= 1 entries.
 struct RowShift {
@@ -43,15 +53,30 @@ struct RowShift {
 };
 
 template <typename T>
-RowShift row_shift(const T* row, std::int64_t cols) {
+double row_max(const T* row, std::int64_t cols) {
   double max = static_cast<double>(row[0]);
   for (std::int64_t c = 1; c < cols; ++c) {
     const auto value = static_cast<double>(row[c]);
     if (value > max || std::isnan(value)) max = value;
     if (std::isnan(max)) break;
   }
+  return max;
+}
+
+// m and s of a row; with `exps` non-null (room for cols entries) also exps[c] = exp(x[c] - m), the terms of s
+// in the order they were summed.
+template <typename T>
+RowShift row_shift(const T* row, std::int64_t cols, double* exps = nullptr) {
+  const double max = row_max(row, cols);
   double sum = 0;
-  for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(row[c]) - max);
+  if (exps != nullptr) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      exps[c] = std::exp(static_cast<double>(row[c]) - max);
+      sum += exps[c];
+    }
+  } else {
+    for (std::int64_t c = 0; c < cols; ++c) sum += std::exp(static_cast<double>(row[c]) - max);
+  }
   return RowShift{max, sum};
 }
 
