@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -22,7 +21,6 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernel_test_support.hpp"
 #include "backend/cpu/kernels/gemm.hpp"
 #include "backend/cpu/kernels/gemm_auto.hpp"
@@ -345,33 +343,6 @@ TEST(Matmul, RejectsNegativeSizesNullPointersAndBlasOverflow) {
   const std::int64_t huge = std::int64_t{1} << 31;
   expect_invalid([&] { matmul<double>(Transpose::no, Transpose::no, huge, 1, 1, 1.0, nullptr, nullptr, 0.0, nullptr); },
                  {"m = 2147483648", "BLAS limit"});
-}
-
-// With two intra-op threads, the main job's layer-1 GEMMs are handed to the helper as blocks, while its
-// layer-2 ones at batch 128 (2^18 to 2^20 multiply-adds, always two blocks for their bits) run both blocks
-// on the caller: a few microseconds each, not worth waking the helper. Smaller products are one call.
-TEST(Matmul, OnlyProductsOfManyBlocksAreHandedToTheIntraOpHelpers) {
-  namespace cpu = tp::backend::cpu;
-  cpu::set_intra_op_threads(2);
-  struct HandOff {
-    std::int64_t m, n, k;
-    std::uint64_t handed;
-  };
-  for (const HandOff& shape : {HandOff{128, 512, 784, 1}, HandOff{784, 512, 128, 1}, HandOff{128, 10, 512, 0},
-                               HandOff{512, 10, 128, 0}, HandOff{128, 512, 10, 0}, HandOff{32, 10, 512, 0}}) {
-    SCOPED_TRACE(::testing::Message() << shape.m << " x " << shape.n << " x " << shape.k);
-    const std::vector<float> a(static_cast<std::size_t>(shape.m * shape.k), 0.25F);
-    const std::vector<float> b(static_cast<std::size_t>(shape.k * shape.n), 0.5F);
-    std::vector<float> c(static_cast<std::size_t>(shape.m * shape.n));
-    for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
-      const std::uint64_t before = cpu::detail::loops_handed_to_helpers();
-      matmul<float>(Transpose::no, Transpose::no, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F, c.data(),
-                    library);
-      EXPECT_EQ(cpu::detail::loops_handed_to_helpers() - before, shape.handed) << cpu::name_of(library);
-      EXPECT_EQ(c.front(), 0.125F * static_cast<float>(shape.k));
-    }
-  }
-  cpu::set_intra_op_threads(1);
 }
 
 }  // namespace

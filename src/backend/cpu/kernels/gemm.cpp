@@ -104,7 +104,7 @@ struct Operands {
 constexpr std::int64_t kMinBlockWork = std::int64_t{1} << 20;
 // A product of kMinPairWork to kMinBlockWork multiply-adds (the main job's layer-2 GEMMs at batch 128: the
 // skinny 128 x 10 x 512, 512 x 10 x 128 and 128 x 512 x 10) is always computed as two blocks, whatever the
-// thread count, both on the calling thread: its bits are those of the two blocks, never of the whole.
+// thread count (one thread runs both): its bits are those of the two blocks, never of the whole.
 constexpr std::int64_t kMinPairWork = std::int64_t{1} << 18;
 // Blocks of whole 16-row/column panels (the widest AVX-512 micro-kernel tile).
 constexpr std::int64_t kBlockMultiple = 16;
@@ -144,7 +144,7 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
   }
   // Indexed by block, so that a caller running everything itself still makes one call per block.
   const std::int64_t blocks = (extent + size - 1) / size;
-  const auto run_blocks = [&](std::int64_t first_block, std::int64_t end_block) {
+  parallel_for(blocks, 1, [&](std::int64_t first_block, std::int64_t end_block) {
     for (std::int64_t block = first_block; block < end_block; ++block) {
       const std::int64_t begin = block * size;
       const std::int64_t lines = std::min(extent, begin + size) - begin;
@@ -154,15 +154,7 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
         operands.columns(begin).gemm(m, lines, k);
       }
     }
-  };
-  // A pair (under kMinBlockWork, split only so that its bits never depend on the thread count) runs both
-  // blocks on its caller: each is a few microseconds of work, no longer than handing it to a helper, which may
-  // be off its core (behind the host launching a step) while the caller waits for the block it took.
-  if (static_cast<double>(extent) * work_per_line < static_cast<double>(kMinBlockWork)) {
-    run_blocks(0, blocks);
-    return;
-  }
-  parallel_for(blocks, 1, run_blocks);
+  });
 }
 
 }  // namespace
