@@ -166,9 +166,9 @@ TYPED_TEST(SoftmaxTest, CachedExponentialsKeepTheTwoPassBits) {
 }
 
 // A loop of exponentials is handed to the intra-op helpers only when it is long against the hand-off: the main
-// job's [128, 10] logits (softmax for the accuracy, the cross-entropy and its gradient) run on their caller
-// and wake no helper, while a batch many times larger still splits.
-TEST(Softmax, TheMainJobsLogitsRunOnTheirCallerAndLargeBatchesSplit) {
+// job's [32, 10] logits (softmax for the accuracy, the cross-entropy and its gradient) run on their caller and
+// wake no helper, while [128, 10] and larger batches split.
+TEST(Softmax, SmallBatchesOfLogitsRunOnTheirCallerAndLargerOnesSplit) {
   namespace cpu = tp::backend::cpu;
   cpu::set_intra_op_threads(2);
   constexpr std::int64_t kCols = 10;
@@ -183,7 +183,9 @@ TEST(Softmax, TheMainJobsLogitsRunOnTheirCallerAndLargeBatchesSplit) {
     return cpu::detail::loops_handed_to_helpers() - before;
   };
   EXPECT_EQ(handed_for(32), 0U);
-  EXPECT_EQ(handed_for(128), 0U);
+  EXPECT_EQ(handed_for(51), 0U);
+  EXPECT_EQ(handed_for(52), 2U);
+  EXPECT_EQ(handed_for(128), 2U);
   EXPECT_EQ(handed_for(4096), 2U);
   cpu::set_intra_op_threads(1);
 }

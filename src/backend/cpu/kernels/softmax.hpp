@@ -30,11 +30,10 @@ extern template void log_softmax<double>(const double*, double*, std::int64_t, s
 namespace detail {
 
 // Entries per intra-op chunk (parallel_for) of a loop taking one exponential per entry: an exponential costs
-// many times a streaming element's work, yet a chunk must still be long against handing it to a helper
-// thread: the helper may be off its core for as long as another thread's burst (the host launching a step),
-// and the caller then waits for the chunk the helper took. So the main job's [batch, 10] logits up to batch
-// 128 (1,280 entries) run on their caller, and only a larger batch or a wider layer splits.
-inline constexpr std::int64_t kExpEntriesPerChunk = 2048;
+// many times a streaming element's work, yet a chunk must still be several times the cost of handing it to a
+// helper thread (a microsecond or two when the helper is polling). So the main job's [32, 10] logits run on
+// their caller, and its [128, 10] ones in three chunks.
+inline constexpr std::int64_t kExpEntriesPerChunk = 512;
 
 // Rows per chunk of such a loop over `cols` entries per row.
 constexpr std::int64_t exp_rows_per_chunk(std::int64_t cols) noexcept {
