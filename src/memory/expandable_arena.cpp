@@ -71,6 +71,7 @@ ExpandableArena::ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualM
     }
   }
   chunk_shift_ = static_cast<std::size_t>(std::countr_zero(granularity_ / kChunks));
+  granule_shift_ = static_cast<std::size_t>(std::countr_zero(granularity_));
   stats_.bytes_limit = options_.limit_bytes;
 }
 
@@ -91,6 +92,11 @@ ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size
   const std::size_t first = first_granule(offset);
   const std::size_t end = end_granule(offset, size);
   Placement placement{block, offset, 0, 0, true};
+  if (!options_.share_granules) {
+    placement.fresh_granules = exclusive_fresh_granules(first, end);
+    placement.new_granules = placement.fresh_granules > cached_count_ ? placement.fresh_granules - cached_count_ : 0;
+    return placement;
+  }
   std::uint32_t taken = kNone;  // the first piece's physical granule, which the last piece may share
   std::uint64_t taken_mask = 0;
   for (std::size_t granule = first; granule < end; ++granule) {
@@ -98,11 +104,6 @@ ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size
       // Wholly covered by the free block or the growth: no in-use block touches it, and no other granule's
       // chunks leave room in a physical granule for all of it, so it takes a fresh one (cached or new).
       ++placement.fresh_granules;
-      continue;
-    }
-    if (!options_.share_granules) {
-      // Each granule with users has a physical granule of its own: a piece keeps it or takes a fresh one.
-      if (granule >= granules_.size() || granules_[granule].users == 0) ++placement.fresh_granules;
       continue;
     }
     const std::uint64_t mask = piece_mask(granule, offset, offset + size);
@@ -119,16 +120,10 @@ ExpandableArena::Placement ExpandableArena::place(std::uint32_t block, std::size
   return placement;
 }
 
-bool ExpandableArena::Placement::better_than(const Placement& other) const noexcept {
-  if (!other.valid) return valid;
-  if (fresh_granules != other.fresh_granules) return fresh_granules < other.fresh_granules;
-  return new_granules < other.new_granules;
-}
-
-ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::size_t size) const {
+ExpandableArena::Placement ExpandableArena::place_in(std::uint32_t block, std::size_t size, std::size_t bound) const {
   const Block& free_block = nodes_[block];
   const Placement low = place(block, free_block.offset, size);
-  if (free_block.size == size || (low.valid && low.fresh_granules == 0)) return low;
+  if (free_block.size == size || (low.valid && low.fresh_granules <= bound)) return low;
   const Placement high = place(block, free_block.offset + free_block.size - size, size);
   return high.better_than(low) ? high : low;
 }
@@ -148,28 +143,64 @@ ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const
 }
 
 ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
+  // The search stops at a placement no other can beat: one with no fresh granule or, without sharing, one
+  // that reaches min_fresh_granules. With sharing (or when the extent's end has no room), an invalid
+  // placement compares by its fresh count too (better_than), so only 0 is final there.
+  const bool end_fits = size <= range_bytes_ && extent_ <= range_bytes_ - size;
+  const std::size_t bound = options_.share_granules || !end_fits ? 0 : min_fresh_granules(size);
+  if (!options_.share_granules) return best_fit_exclusive(size, bound);
   Placement best;
   std::size_t valid = 0;
   std::size_t examined = 0;
   for (std::uint32_t index = free_lower_bound(size);
        index != kNone && valid < kFitCandidates && examined < kMaxFitExamined; index = free_next(index), ++examined) {
-    const Placement candidate = place_in(index, size);
+    const Placement candidate = place_in(index, size, bound);
     if (!candidate.valid) continue;
     ++valid;
     if (candidate.better_than(best)) best = candidate;
-    if (best.fresh_granules == 0) return best;
+    if (best.fresh_granules <= bound) return best;
   }
   const Placement at_end = place_at_end(size);
   if (!best.valid && at_end.valid && at_end.offset + size > range_bytes_ / 2) {
     // Free blocks whose chunks are lent to other granules hold nothing, and growing the extent past them
     // spends address space: beyond half the range, any free block that takes the request comes first.
     for (std::uint32_t index = free_lower_bound(size); index != kNone; index = free_next(index)) {
-      const Placement candidate = place_in(index, size);
+      const Placement candidate = place_in(index, size, bound);
       if (candidate.better_than(best)) best = candidate;
-      if (best.valid && best.fresh_granules == 0) break;
+      if (best.valid && best.fresh_granules <= bound) break;
     }
     if (best.valid) return best;
   }
+  return at_end.better_than(best) ? at_end : best;
+}
+
+// best_fit without sharing, where every placement is valid (place_at_end's aside): the same candidates in
+// the same order and the same choice, with each end's fresh granules counted inline. The first loop of best_fit
+// ends after kFitCandidates (<= kMaxFitExamined) blocks, and its second loop finds nothing (it runs only when
+// no free block holds the request).
+ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size, std::size_t bound) const {
+  static_assert(kFitCandidates <= kMaxFitExamined);
+  Placement best;
+  std::size_t examined = 0;
+  for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
+       index = free_next(index), ++examined) {
+    const Block& hole = nodes_[index];
+    std::size_t offset = hole.offset;
+    std::size_t fresh = exclusive_fresh_granules(first_granule(offset), end_granule(offset, size));
+    if (hole.size != size && fresh > bound) {  // place_in: the high end when it takes fewer
+      const std::size_t high = hole.offset + hole.size - size;
+      const std::size_t high_fresh = exclusive_fresh_granules(first_granule(high), end_granule(high, size));
+      if (high_fresh < fresh) {
+        offset = high;
+        fresh = high_fresh;
+      }
+    }
+    if (!best.valid || fresh < best.fresh_granules) {
+      best = Placement{index, offset, fresh > cached_count_ ? fresh - cached_count_ : 0, fresh, true};
+    }
+    if (best.fresh_granules <= bound) return best;
+  }
+  const Placement at_end = place_at_end(size);
   return at_end.better_than(best) ? at_end : best;
 }
 
@@ -177,7 +208,7 @@ ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) con
   Placement best = place_at_end(size);
   for (std::uint32_t index = free_lower_bound(size); index != kNone; index = free_next(index)) {
     if (best.valid && best.new_granules == 0) break;
-    const Placement candidate = place_in(index, size);
+    const Placement candidate = place_in(index, size, 0);
     if (!best.valid || candidate.new_granules < best.new_granules) best = candidate;
   }
   return best;

@@ -30,10 +30,6 @@ bool ExpandableArena::free_less(std::uint32_t a, std::uint32_t b) const noexcept
   return x.size != y.size ? x.size < y.size : x.offset < y.offset;
 }
 
-std::size_t ExpandableArena::bin_of(std::size_t size) noexcept {
-  return std::min<std::size_t>(static_cast<std::size_t>(std::bit_width(size / kBlockAlignment)) - 1, kBins - 1);
-}
-
 std::uint32_t ExpandableArena::first_in_bin_after(std::size_t bin) const noexcept {
   const std::uint64_t later = bin + 1 < kBins ? nonempty_bins_ >> (bin + 1) << (bin + 1) : 0;
   if (later == 0) return kNone;
@@ -50,78 +46,90 @@ std::uint32_t ExpandableArena::last_in_bin_before(std::size_t bin) const noexcep
   return index;
 }
 
-void ExpandableArena::replace_child(std::uint32_t parent, std::uint32_t old_child, std::uint32_t new_child) noexcept {
-  if (parent == kNone) {
-    bin_roots_[nodes_[old_child].bin] = new_child;
-  } else if (nodes_[parent].left == old_child) {
-    nodes_[parent].left = new_child;
-  } else {
-    nodes_[parent].right = new_child;
-  }
-}
-
-void ExpandableArena::rotate_up(std::uint32_t index) noexcept {
-  Block& child = nodes_[index];
-  const std::uint32_t up = child.parent;
-  Block& parent = nodes_[up];
-  const std::uint32_t grand = parent.parent;
-  if (parent.left == index) {
-    parent.left = child.right;
-    if (child.right != kNone) nodes_[child.right].parent = up;
-    child.right = up;
-  } else {
-    parent.right = child.left;
-    if (child.left != kNone) nodes_[child.left].parent = up;
-    child.left = up;
-  }
-  parent.parent = index;
-  child.parent = grand;
-  replace_child(grand, up, index);
-}
+// Priorities are distinct (treap_priority is a bijection of the index), so a bin's tree is the one treap of
+// its keys and priorities: inserting and erasing top-down, by splitting and merging, leaves the same tree as
+// rotations would, with fewer writes.
 
 void ExpandableArena::insert_free(std::uint32_t index) noexcept {
   Block& block = nodes_[index];
   const std::size_t size = block.size;
   const std::size_t offset = block.offset;
+  const std::uint32_t priority = block.priority;
   const std::size_t bin = bin_of(size);
   block.bin = static_cast<std::uint8_t>(bin);
+  const auto less_than_block = [&](const Block& other) noexcept {
+    return other.size != size ? other.size < size : other.offset < offset;
+  };
+  // Down by key to where the block's priority puts it: above every node of lower priority on its path.
   std::uint32_t parent = kNone;
-  bool to_left = false;
-  for (std::uint32_t cursor = bin_roots_[bin]; cursor != kNone;) {
-    const Block& other = nodes_[cursor];
+  std::uint32_t* link = &bin_roots_[bin];
+  std::uint32_t cursor = *link;
+  while (cursor != kNone && nodes_[cursor].priority > priority) {
+    Block& other = nodes_[cursor];
     parent = cursor;
-    to_left = size != other.size ? size < other.size : offset < other.offset;
-    cursor = to_left ? other.left : other.right;
+    link = less_than_block(other) ? &other.right : &other.left;
+    cursor = *link;
   }
-  block.left = kNone;
-  block.right = kNone;
+  if (bin_roots_[bin] == kNone) nonempty_bins_ |= std::uint64_t{1} << bin;
+  *link = index;
   block.parent = parent;
-  if (parent == kNone) {
-    bin_roots_[bin] = index;
-    nonempty_bins_ |= std::uint64_t{1} << bin;
-  } else if (to_left) {
-    nodes_[parent].left = index;
-  } else {
-    nodes_[parent].right = index;
+  // Split the subtree that was there by the block's key: smaller keys go left, larger right.
+  std::uint32_t* left_link = &block.left;
+  std::uint32_t* right_link = &block.right;
+  std::uint32_t left_parent = index;
+  std::uint32_t right_parent = index;
+  while (cursor != kNone) {
+    Block& other = nodes_[cursor];
+    if (less_than_block(other)) {
+      *left_link = cursor;
+      other.parent = left_parent;
+      left_parent = cursor;
+      left_link = &other.right;
+      cursor = other.right;
+    } else {
+      *right_link = cursor;
+      other.parent = right_parent;
+      right_parent = cursor;
+      right_link = &other.left;
+      cursor = other.left;
+    }
   }
-  while (block.parent != kNone && block.priority > nodes_[block.parent].priority) rotate_up(index);
+  *left_link = kNone;
+  *right_link = kNone;
   ++free_count_;
 }
 
 void ExpandableArena::erase_free(std::uint32_t index) noexcept {
-  // Rotate the node down (its higher-priority child up) until it is a leaf, then unlink it.
-  for (;;) {
-    const Block& block = nodes_[index];
-    if (block.left == kNone && block.right == kNone) break;
-    std::uint32_t child = block.left;
-    if (child == kNone || (block.right != kNone && nodes_[block.right].priority > nodes_[child].priority)) {
-      child = block.right;
+  Block& block = nodes_[index];
+  // Merge the two subtrees in its place: the higher priority of the two heads comes first.
+  std::uint32_t parent = block.parent;
+  std::uint32_t* link = parent == kNone                ? &bin_roots_[block.bin]
+                        : nodes_[parent].left == index ? &nodes_[parent].left
+                                                       : &nodes_[parent].right;
+  std::uint32_t left = block.left;
+  std::uint32_t right = block.right;
+  while (left != kNone && right != kNone) {
+    if (nodes_[left].priority > nodes_[right].priority) {
+      *link = left;
+      nodes_[left].parent = parent;
+      parent = left;
+      link = &nodes_[left].right;
+      left = *link;
+    } else {
+      *link = right;
+      nodes_[right].parent = parent;
+      parent = right;
+      link = &nodes_[right].left;
+      right = *link;
     }
-    rotate_up(child);
   }
-  replace_child(nodes_[index].parent, index, kNone);
-  nodes_[index].parent = kNone;
-  const std::size_t bin = nodes_[index].bin;
+  const std::uint32_t rest = left != kNone ? left : right;
+  *link = rest;
+  if (rest != kNone) nodes_[rest].parent = parent;
+  block.left = kNone;
+  block.right = kNone;
+  block.parent = kNone;
+  const std::size_t bin = block.bin;
   if (bin_roots_[bin] == kNone) nonempty_bins_ &= ~(std::uint64_t{1} << bin);
   --free_count_;
 }

@@ -206,11 +206,12 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
   const std::size_t offset = placement.offset;
   const std::size_t first = first_granule(offset);
   const std::size_t end = end_granule(offset, size);
-  const std::size_t limit_granules = options_.limit_bytes / granularity_;
   created_scratch_.clear();
-  // Undoing a piece clears only the chunks it set: in-use neighbours may share the end granules' end chunks.
-  const std::uint64_t first_before = granules_[first].mask;
-  const std::uint64_t last_before = granules_[end - 1].mask;
+  // Undoing a piece clears only the chunks it set: in-use neighbours may share the end granules' end chunks
+  // (no chunks without sharing).
+  const bool share = options_.share_granules;
+  const std::uint64_t first_before = share ? granules_[first].mask : 0;
+  const std::uint64_t last_before = share ? granules_[end - 1].mask : 0;
   const auto undo_pieces = [&](std::size_t stop) noexcept {
     for (std::size_t undo = first; undo < stop; ++undo) {
       std::uint64_t mask = piece_mask(undo, offset, offset + size);
@@ -229,11 +230,37 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
   bool refused = false;
   try {
     for (; granule < end; ++granule) {
+      if (!options_.share_granules) {
+        // Without sharing (no masks, no partial lists): a granule with users keeps its own physical granule;
+        // one without claims the physical granule still mapped there when nothing else uses it, else takes a
+        // fresh one (choose's answers for these cases, without its work).
+        Granule& entry = granules_[granule];
+        if (entry.users != 0) {
+          ++entry.users;
+          continue;
+        }
+        std::uint32_t physical = entry.physical;
+        if (physical == kNone || physicals_[physical].users != 0) {
+          if (lru_newest_ != kNone) {
+            physical = lru_newest_;
+          } else {
+            if (committed_granules_ >= options_.limit_bytes / granularity_) {
+              refused = true;
+              break;
+            }
+            physical = new_physical();
+            created_scratch_.push_back(physical);
+          }
+          map_granule(granule, physical);
+        }
+        // take_piece without masks and partial lists.
+        ++entry.users;
+        Physical& target = physicals_[physical];
+        if (target.users++ == 0 && target.cached) lru_remove(physical);
+        continue;
+      }
       const std::uint64_t mask = piece_mask(granule, offset, offset + size);
-      // Without sharing a granule with users keeps its own physical granule.
-      Choice choice = options_.share_granules || granules_[granule].users == 0
-                          ? choose(granule, mask, kNone, 0)
-                          : Choice{Need::keep, granules_[granule].physical};
+      Choice choice = choose(granule, mask, kNone, 0);
       if (choice.need == Need::invalid) {  // placements are checked first: cannot happen
         refused = true;
         break;
@@ -242,7 +269,7 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
         if (lru_newest_ != kNone) {
           choice.physical = lru_newest_;
         } else {
-          if (committed_granules_ >= limit_granules) {
+          if (committed_granules_ >= options_.limit_bytes / granularity_) {
             refused = true;
             break;
           }
@@ -275,7 +302,9 @@ void ExpandableArena::release_granules(std::uint32_t block) noexcept {
   const std::size_t end = offset + freed.size;
   if (!options_.share_granules) {  // no chunk masks: only the user counts change, highest granule first
     for (std::size_t granule = end_granule(offset, freed.size); granule-- > first_granule(offset);) {
-      drop_piece(granule, 0);
+      // drop_piece without masks and partial lists.
+      Granule& entry = granules_[granule];
+      if (--entry.users == 0 && --physicals_[entry.physical].users == 0) lru_push_newest(entry.physical);
     }
     return;
   }

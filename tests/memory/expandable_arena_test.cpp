@@ -623,6 +623,94 @@ TEST(ExpandableArena, RandomOperationsKeepEveryInvariant) {
   for (const std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) run_property_test(seed, 7000);
 }
 
+// The placement rule without sharing, recomputed from blocks() alone (the search without any shortcut): the
+// kFitCandidates = 4 smallest free blocks that hold the request, in (size, offset) order, each at its low end
+// and, unless that needs no fresh granule or the block fits exactly, at its high end when that needs fewer;
+// then the extent's end; the first placement with the fewest fresh granules (ones no in-use block touches)
+// wins, and one with none ends the search. The arena's early exits (a placement that reaches the least any
+// placement of the size can take) and its free index must pick the same offset for every request.
+std::size_t reference_offset(const std::vector<ExpandableArena::BlockInfo>& blocks, std::size_t size) {
+  std::map<std::size_t, std::size_t> users;  // granule -> in-use blocks touching it
+  for (const auto& block : blocks) {
+    if (!block.in_use) continue;
+    for (std::size_t granule = block.offset / kGranule; granule <= (block.offset + block.size - 1) / kGranule;
+         ++granule) {
+      ++users[granule];
+    }
+  }
+  const auto fresh_at = [&users, size](std::size_t offset) {
+    std::size_t fresh = 0;
+    for (std::size_t granule = offset / kGranule; granule < (offset + size + kGranule - 1) / kGranule; ++granule) {
+      if (!users.contains(granule)) ++fresh;
+    }
+    return fresh;
+  };
+  std::vector<ExpandableArena::BlockInfo> holes;
+  for (const auto& block : blocks) {
+    if (!block.in_use && block.size >= size) holes.push_back(block);
+  }
+  std::sort(holes.begin(), holes.end(),
+            [](const auto& a, const auto& b) { return a.size != b.size ? a.size < b.size : a.offset < b.offset; });
+  bool found = false;
+  std::size_t best_offset = 0;
+  std::size_t best_fresh = 0;
+  for (std::size_t candidate = 0; candidate < std::min<std::size_t>(holes.size(), 4); ++candidate) {
+    const auto& hole = holes[candidate];
+    std::size_t offset = hole.offset;
+    std::size_t fresh = fresh_at(offset);
+    if (hole.size != size && fresh != 0) {
+      const std::size_t high = hole.offset + hole.size - size;
+      if (fresh_at(high) < fresh) {
+        offset = high;
+        fresh = fresh_at(high);
+      }
+    }
+    if (!found || fresh < best_fresh) {
+      found = true;
+      best_offset = offset;
+      best_fresh = fresh;
+    }
+    if (best_fresh == 0) return best_offset;
+  }
+  const std::size_t extent = blocks.empty() ? 0 : blocks.back().offset + blocks.back().size;
+  return !found || fresh_at(extent) < best_fresh ? extent : best_offset;
+}
+
+TEST(ExpandableArena, PlacementFollowsTheBestFitRuleWithoutSharing) {
+  for (const std::uint64_t seed : {11u, 12u, 13u}) {
+    SimDeviceMemory device(4096 * kMiB);
+    ExpandableArena arena(device, arena_options(4096 * kMiB, seed % 2 == 0 ? 64 * kMiB : 0));
+    const auto base = reinterpret_cast<char*>(arena.base_address());
+    std::mt19937_64 random(seed);
+    std::vector<std::pair<char*, std::size_t>> live;
+    std::size_t multi_granule = 0;
+    for (int op = 0; op < 4000; ++op) {
+      if (live.size() < 40 || (live.size() < 400 && random() % 2 == 0)) {
+        // Mostly sub-granule sizes, some spanning 2-7 granules (where the early exit needs fresh granules).
+        const std::size_t bytes =
+            random() % 4 == 0 ? 1 + random() % (14 * kMiB) : 256 * (1 + random() % 2048) - random() % 256;
+        const std::size_t size = tp::memory::round_up(bytes, 256);
+        const std::size_t expected = reference_offset(arena.blocks(), size);
+        auto* ptr = static_cast<char*>(arena.allocate(bytes));
+        ASSERT_EQ(static_cast<std::size_t>(ptr - base), expected) << "seed " << seed << ", op " << op << ", " << size;
+        if (size > 2 * kGranule) ++multi_granule;
+        live.emplace_back(ptr, bytes);
+      } else {
+        const std::size_t victim = random() % live.size();
+        arena.deallocate(live[victim].first, live[victim].second);
+        live[victim] = live.back();
+        live.pop_back();
+      }
+      if (op % 64 == 0) {
+        ASSERT_EQ(arena.check_invariants(), "") << "seed " << seed << ", op " << op;
+      }
+    }
+    EXPECT_GT(multi_granule, 100u) << "too few requests where the least fresh count is above 0";
+    for (const auto& [ptr, bytes] : live) arena.deallocate(ptr, bytes);
+    EXPECT_EQ(arena.check_invariants(), "");
+  }
+}
+
 TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {
   ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(256 * kMiB, 4 * kMiB));
   std::vector<std::thread> threads;

@@ -11,16 +11,18 @@
 //     when the last block is freed (the tail block is always in use).
 //   - Free index: free blocks are binned by size (bin i: [256 << i, 256 << (i + 1)), as in BFC), each bin an
 //     intrusive treap ordered by (size, offset) with priorities hashed from the node index; a bit mask of
-//     the non-empty bins finds the next bin. No allocation (the links live in the block nodes); a block
-//     whose key changes without passing its neighbour in the bin stays in place. In-use blocks are found
-//     by offset through a handle per 256-byte slot of the extent (like BFC's Region::handles; 4 bytes per
-//     256 of the largest extent so far).
+//     the non-empty bins finds the next bin. Priorities are distinct, so a bin's tree is unique; blocks are
+//     inserted and erased top-down (split and merge, no rotations). No allocation (the links live in the
+//     block nodes); a block whose key changes without passing its neighbour in the bin stays in place. In-use
+//     blocks are found by offset through a handle per 256-byte slot of the extent (like BFC's Region::handles;
+//     4 bytes per 256 of the largest extent so far).
 //   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the kFitCandidates smallest
 //     free blocks that can take it (lowest address first on equal sizes; of at most kMaxFitExamined, or all when
 //     growing would pass the middle of the range), each at both ends, and the end of the extent (or the next granule
 //     boundary after it, when the extent's last granule cannot take the piece); it takes the placement that needs the
 //     fewest "fresh" physical granules (ones no in-use block uses, so the peak can only rise by them), then the fewest
-//     new ones, then the smaller block, the low end and a free block before the extent's end. The remainder stays a
+//     new ones, then the smaller block, the low end and a free block before the extent's end. The search stops at a
+//     placement no later one can beat (none fresh; without sharing, also min_fresh_granules). The remainder stays a
 //     free block. A freed block merges with free neighbours. Random frees among N live blocks keep ~N/2 holes open,
 //     which no placement closes; physical sharing is what keeps them from pinning memory.
 //   - Physical granules shared between virtual granules (ArenaOptions::share_granules). A virtual granule
@@ -97,6 +99,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,6 +109,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensorpool/memory/allocator_mutex.hpp"
 #include "tensorpool/memory/compaction.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/virtual_memory.hpp"
@@ -223,7 +227,11 @@ class ExpandableArena final : public MemoryResource {
     std::size_t fresh_granules = 0;  // physical granules it takes that no in-use block uses (cached or new)
     bool valid = false;              // false when the reserved range has no room or a piece cannot fit
     // Fewer fresh granules, then fewer commits; a valid placement beats an invalid one.
-    bool better_than(const Placement& other) const noexcept;
+    bool better_than(const Placement& other) const noexcept {
+      if (!other.valid) return valid;
+      if (fresh_granules != other.fresh_granules) return fresh_granules < other.fresh_granules;
+      return new_granules < other.new_granules;
+    }
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
   static constexpr std::size_t kChunks = 64;  // occupancy chunks per granule: one bit each
@@ -256,9 +264,11 @@ class ExpandableArena final : public MemoryResource {
 
   // All below: the caller holds mutex_.
   Placement best_fit(std::size_t size) const;
+  Placement best_fit_exclusive(std::size_t size, std::size_t bound) const;  // best_fit without sharing
   Placement fewest_commits(std::size_t size) const;
   Placement place(std::uint32_t block, std::size_t offset, std::size_t size) const;
-  Placement place_in(std::uint32_t block, std::size_t size) const;
+  // The better end of a free block; the low end alone when it takes at most `bound` fresh granules.
+  Placement place_in(std::uint32_t block, std::size_t size, std::size_t bound) const;
   Placement place_at_end(std::size_t size) const;
   // Maps and takes every granule the block [placement.offset, + size) touches; false (with nothing taken)
   // when the limit or the source refuses a new physical granule.
@@ -302,14 +312,14 @@ class ExpandableArena final : public MemoryResource {
   // Gives a block in the index a new key, moving it only when it passes its neighbour in the order.
   void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
   static std::uint32_t treap_priority(std::uint32_t index) noexcept;
-  static std::size_t bin_of(std::size_t size) noexcept;              // floor(log2(size / 256)), capped
+  static std::size_t bin_of(std::size_t size) noexcept {  // floor(log2(size / 256)), capped
+    return std::min<std::size_t>(static_cast<std::size_t>(std::bit_width(size / kBlockAlignment)) - 1, kBins - 1);
+  }
   std::uint32_t first_in_bin_after(std::size_t bin) const noexcept;  // smallest block of a later bin
   std::uint32_t last_in_bin_before(std::size_t bin) const noexcept;  // largest block of an earlier bin
   std::uint32_t tree_next(std::uint32_t index) const noexcept;       // in order, within the block's bin
   std::uint32_t tree_prev(std::uint32_t index) const noexcept;
   bool free_less(std::uint32_t a, std::uint32_t b) const noexcept;
-  void rotate_up(std::uint32_t index) noexcept;  // lifts a child above its parent
-  void replace_child(std::uint32_t parent, std::uint32_t old_child, std::uint32_t new_child) noexcept;
   std::uint32_t free_lower_bound(std::size_t size) const noexcept;  // smallest free block >= size, or kNone
   std::uint32_t free_next(std::uint32_t index) const noexcept;      // in (size, offset) order
   std::uint32_t free_prev(std::uint32_t index) const noexcept;
@@ -347,9 +357,26 @@ class ExpandableArena final : public MemoryResource {
   // Drops an in-use block's pieces; call before release_block (the neighbours decide shared end chunks).
   void release_granules(std::uint32_t block) noexcept;
   std::size_t largest_committed_free_block() const;
-  std::size_t first_granule(std::size_t offset) const noexcept { return offset / granularity_; }
+  std::size_t first_granule(std::size_t offset) const noexcept { return offset >> granule_shift_; }
   std::size_t end_granule(std::size_t offset, std::size_t size) const noexcept {
-    return (offset + size + granularity_ - 1) / granularity_;
+    return (offset + size + granularity_ - 1) >> granule_shift_;
+  }
+  // No placement of `size` bytes takes fewer fresh granules: it touches at least ceil(size / granularity)
+  // granules, and all but the two end ones lie wholly in a free block or past the extent. Placements compare
+  // by fresh granules (new granules follow from them and cached_count_), so one that reaches this bound is
+  // the best: the search may stop there without changing its choice.
+  // Without sharing, the fresh granules of a placement touching granules [first, end): each granule with
+  // users has a physical granule of its own, which a piece keeps; the others take a fresh one. Only the two
+  // end granules can have users (the others lie wholly in the free block or past the extent).
+  std::size_t exclusive_fresh_granules(std::size_t first, std::size_t end) const noexcept {
+    std::size_t fresh = end - first;
+    if (first < granules_.size() && granules_[first].users != 0) --fresh;
+    if (end - 1 != first && end - 1 < granules_.size() && granules_[end - 1].users != 0) --fresh;
+    return fresh;
+  }
+  std::size_t min_fresh_granules(std::size_t size) const noexcept {
+    const std::size_t touched = (size + granularity_ - 1) >> granule_shift_;
+    return touched > 2 ? touched - 2 : 0;
   }
   // Compaction (expandable_arena_compaction.cpp). Passes over the in-use blocks, at most: each costs
   // O(blocks x blocks below) (a block looks for the lowest hole that takes it).
@@ -377,10 +404,11 @@ class ExpandableArena final : public MemoryResource {
   VirtualMemory* memory_;
   ArenaOptions options_;
   std::size_t granularity_ = 0;
+  std::size_t granule_shift_ = 0;  // log2(granularity_)
   std::size_t range_bytes_ = 0;
   char* base_ = nullptr;
 
-  mutable std::mutex mutex_;  // guards everything below
+  mutable AllocatorMutex mutex_;  // guards everything below
   std::vector<Block> nodes_;
   std::vector<std::uint32_t> spare_nodes_;
   std::uint32_t first_block_ = kNone;  // block at offset 0
