@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// ExpandableArena: the free index. Free blocks are binned by size (bin i: [256 << i, 256 << (i + 1)), like
-// BFC); each bin is an intrusive treap ordered by (size, offset), so the bins in turn give the global order.
-// The links live in the nodes (no allocation per operation); heap priorities are a hash of the node index,
-// so each tree is shaped like a random binary search tree (expected depth O(log n)). Erasing needs no key
-// comparison, so a block's key may change once it is out of the index. The caller holds mutex_.
+// ExpandableArena: the free index. Free blocks are binned by size (four bins per power of two, so a bin's tree
+// holds a quarter of what a power-of-two bin would); each bin is an intrusive treap ordered by (size, offset),
+// so the bins in turn give the global order. The links live in the nodes (no allocation per operation); heap
+// priorities are a hash of the node index, so each tree is shaped like a random binary search tree (expected
+// depth O(log n)). Erasing needs no key comparison, so a block's key may change once it is out of the index.
+// The caller holds mutex_.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -39,7 +40,7 @@ std::uint32_t ExpandableArena::first_in_bin_after(std::size_t bin) const noexcep
 }
 
 std::uint32_t ExpandableArena::last_in_bin_before(std::size_t bin) const noexcept {
-  const std::uint64_t earlier = nonempty_bins_ & ((std::uint64_t{1} << bin) - 1);
+  const std::uint64_t earlier = bin < kBins ? nonempty_bins_ & ((std::uint64_t{1} << bin) - 1) : nonempty_bins_;
   if (earlier == 0) return kNone;
   std::uint32_t index = bin_roots_[static_cast<std::size_t>(63 - std::countl_zero(earlier))];
   while (nodes_[index].right != kNone) index = nodes_[index].right;

@@ -9,7 +9,7 @@
 //     in the destructor. It is cut into blocks, multiples of 256 bytes (kDefaultAlignment), that cover
 //     [0, extent) without gaps; the extent grows at the end when no free block holds a request and shrinks
 //     when the last block is freed (the tail block is always in use).
-//   - Free index: free blocks are binned by size (bin i: [256 << i, 256 << (i + 1)), as in BFC), each bin an
+//   - Free index: free blocks are binned by size (four bins per power of two, bin_of), each bin an
 //     intrusive treap ordered by (size, offset) with priorities hashed from the node index; a bit mask of
 //     the non-empty bins finds the next bin. Priorities are distinct, so a bin's tree is unique; blocks are
 //     inserted and erased top-down (split and merge, no rotations). No allocation (the links live in the
@@ -240,8 +240,8 @@ class ExpandableArena final : public MemoryResource {
   static constexpr std::size_t kFitCandidates = 4;
   // ...skipping free blocks no placement fits (their granules' chunks are lent), up to this many in all.
   static constexpr std::size_t kMaxFitExamined = 32;
-  // Free-index bins: bin i holds free blocks of [256 << i, 256 << (i + 1)); the last takes all larger.
-  static constexpr std::size_t kBins = 48;
+  // Free-index bins (bin_of): four per power of two of the size; the last takes all from 32 MiB.
+  static constexpr std::size_t kBins = 64;
   static constexpr std::array<std::uint32_t, kChunks> filled_partials() noexcept {
     std::array<std::uint32_t, kChunks> heads{};
     heads.fill(kNone);
@@ -288,7 +288,7 @@ class ExpandableArena final : public MemoryResource {
   // The decay: decommits the least recently freed cached granules beyond release_threshold that have stayed
   // cached for release_decay_events events. O(1) when none has.
   void decay_cached() noexcept {
-    const std::size_t keep = options_.release_threshold / granularity_;
+    const std::size_t keep = options_.release_threshold >> granule_shift_;
     if (cached_count_ > keep && events_ - physicals_[lru_oldest_].cached_since >= options_.release_decay_events) {
       decommit_idle(keep);
     }
@@ -312,8 +312,13 @@ class ExpandableArena final : public MemoryResource {
   // Gives a block in the index a new key, moving it only when it passes its neighbour in the order.
   void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
   static std::uint32_t treap_priority(std::uint32_t index) noexcept;
-  static std::size_t bin_of(std::size_t size) noexcept {  // floor(log2(size / 256)), capped
-    return std::min<std::size_t>(static_cast<std::size_t>(std::bit_width(size / kBlockAlignment)) - 1, kBins - 1);
+  // Sizes of 256, 512 and 768 bytes have a bin each; larger ones four per power of two (the two bits after the
+  // leading one of size / 256), capped at the last bin.
+  static std::size_t bin_of(std::size_t size) noexcept {
+    const std::size_t units = size / kBlockAlignment;
+    const auto log = static_cast<std::size_t>(std::bit_width(units)) - 1;
+    if (log < 2) return units - 1;
+    return std::min<std::size_t>(4 * log - 5 + ((units >> (log - 2)) & 3), kBins - 1);
   }
   std::uint32_t first_in_bin_after(std::size_t bin) const noexcept;  // smallest block of a later bin
   std::uint32_t last_in_bin_before(std::size_t bin) const noexcept;  // largest block of an earlier bin
