@@ -1,29 +1,37 @@
 // SPDX-License-Identifier: Apache-2.0
-// AllReduceAdam(g..., var..., m..., v...) [replicas = R, learning_rate, beta1, beta2, epsilon]: the mirrored
-// update of P parameters over R replicas whose devices reach each other's memory (sim devices of one
-// process), with the gradients' all-reduce folded into the update. Four groups of P * R inputs, each
-// parameter-major (input p * R + r of a group is tensor p of replica r): the gradients, the parameters, Adam's
-// m and v. No outputs; stateful (it writes every replica's parameters and slots).
+// AllReduceAdam(g..., var..., m..., v...) [replicas = R, learning_rate, beta1, beta2, epsilon, sharded_slots]:
+// the mirrored update of P parameters over R replicas whose devices reach each other's memory (sim devices of
+// one process), with the gradients' all-reduce folded into the update. Inputs come parameter-major (input
+// p * R + r of a group is tensor p of replica r): P * R gradients, then P * R parameters, then Adam's slots:
+//   sharded_slots = false (default): P * R m, then P * R v, every replica holding whole slots;
+//   sharded_slots = true (ZeRO): R m, then R v, replica r's holding only its chunk of the P parameters laid
+//     end to end (N elements; Communicator::chunk(N, R, r), ceil(N / R) elements, the last one's tail padding),
+//     as the sharded update's shard_<r>/adam_m and adam_v.
+// No outputs; stateful (it writes every replica's parameters and slots).
 //
-// The replicas split each parameter's elements into R shares (share_of); replica r applies Adam to share r
-// of its own var, m and v with the gradient g_0 + g_1 + ... + g_{R-1}, read in place from every replica, and
-// stores the updated share into every other replica's var, m and v (ops::adam_update_across_peers with
-// mirrors): the same sums, in the same order, as AllReduce's direct collective computes before ApplyAdam reads
-// them, so every variable ends bitwise as it does on that path, and every replica holds the same values. What
-// it saves is the all-reduce's pass (the sums are never stored, each block's sum is used while it is in cache)
-// and all but one replica's update of each element (each block is copied to the peers while it is in cache).
+// Each replica updates one part of every parameter: share_of's whole cache lines of each parameter with whole
+// slots, its chunk with sharded ones. Replica r applies Adam to its part of its own var, m and v with the
+// gradient g_0 + g_1 + ... + g_{R-1}, read in place from every replica, and stores the updated part into
+// every other replica's var (and, with whole slots, m and v) while it is in cache (ops::adam_update_across_peers
+// with mirrors): the same sums, in the same order, as AllReduce's direct collective computes before ApplyAdam
+// reads them, so every variable ends bitwise as it does on the AllReduce (or ReduceScatter) path, and every
+// replica holds the same values. What it saves is the collectives' passes (the sums are never stored, each
+// block's sum is used while it is in cache; with sharded slots also the all-gather) and all but one replica's
+// update of each element.
 //
 // Stream order, as the direct collectives': each replica's update waits for every replica's earlier work
 // (its gradients, and its reads of the variables), and each replica's later work waits for every replica's
-// update (which read its gradients and wrote its variables' shares).
+// update (which read its gradients and wrote its variables' parts).
 // Not differentiable.
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "distribute/collective_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/distribute/collective_ops.hpp"
+#include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/ops/optimizer.hpp"
 
@@ -31,16 +39,29 @@ namespace tp::distribute::detail {
 
 namespace {
 
-constexpr std::size_t kGroups = 4;  // gradients, parameters, m, v
+// How a node's inputs split (see the header).
+struct Form {
+  std::size_t parameters = 0;  // P, per replica
+  std::size_t replicas = 0;    // R
+  bool sharded = false;        // sharded_slots: one m and one v per replica
+};
 
-// Parameters per replica; throws naming the node when the inputs are not four groups of P * R.
-std::size_t parameters_of(const Node& node, std::size_t inputs) {
+// Throws naming the node when the inputs do not split as the form says.
+Form form_of(const Node& node, std::size_t inputs) {
   const std::int64_t replicas = graph::attribute_int(node, "replicas", 0);
-  if (replicas <= 0 || inputs == 0 || inputs % (kGroups * static_cast<std::size_t>(replicas)) != 0) {
-    TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", node.name, "': ", inputs,
-             " inputs are not four groups (gradients, parameters, m, v) of parameters x replicas = ", replicas);
+  const bool sharded = graph::attribute_bool(node, "sharded_slots", false);
+  if (replicas > 0) {
+    const auto count = static_cast<std::size_t>(replicas);
+    const std::size_t slots = sharded ? 2 * count : 0;  // inputs beyond the P * R groups
+    const std::size_t groups = sharded ? 2 : 4;
+    if (inputs > slots && (inputs - slots) % (groups * count) == 0) {
+      return {.parameters = (inputs - slots) / (groups * count), .replicas = count, .sharded = sharded};
+    }
   }
-  return inputs / (kGroups * static_cast<std::size_t>(replicas));
+  TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", node.name, "': ", inputs, " inputs are not ",
+           sharded ? "two groups (gradients, parameters) of parameters x replicas and an m and a v per replica"
+                   : "four groups (gradients, parameters, m, v) of parameters x replicas",
+           " = ", replicas);
 }
 
 // The elements [begin, end) of a parameter of n elements that `replica` of `replicas` updates: equal shares in
@@ -62,21 +83,38 @@ ops::AdamOptions options_of(const Node& node) {
 }
 
 std::vector<TensorType> infer_all_reduce_adam(const InferenceContext& context) {
-  const std::size_t parameters = parameters_of(context.node, context.inputs.size());
-  const std::size_t slots = context.inputs.size() / kGroups;  // P * R
+  const Form form = form_of(context.node, context.inputs.size());
+  const std::size_t slots = form.parameters * form.replicas;  // P * R
+  const std::size_t groups = form.sharded ? 2 : 4;
+  std::int64_t total = 0;  // the parameters of one replica laid end to end; -1 when a shape is unknown
   for (std::size_t index = 0; index < slots; ++index) {
     const TensorType& gradient = context.inputs[index];
-    const std::size_t first = index - index % (slots / parameters);  // replica 0's gradient of this parameter
+    const std::size_t first = index - index % form.replicas;  // replica 0's gradient of this parameter
     if (gradient.dtype != DType::f32 && gradient.dtype != DType::f64) {
       TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': gradient ", index, " is ",
                gradient.to_string(), "; the folded update takes float32 or float64 (use AllReduce and ApplyAdam)");
     }
-    for (std::size_t group = 0; group < kGroups; ++group) {
+    for (std::size_t group = 0; group < groups; ++group) {
       const TensorType& other = context.inputs[group * slots + index];
       if (other != context.inputs[first]) {
         TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': input ", group * slots + index,
                  " is ", other.to_string(), " but its parameter's gradient on replica 0 is ",
                  context.inputs[first].to_string());
+      }
+    }
+    if (index % form.replicas == 0) {
+      const std::int64_t elements = elements_of(gradient);
+      total = total < 0 || elements < 0 ? -1 : total + elements;
+    }
+  }
+  if (form.sharded) {
+    const auto replicas = static_cast<std::int64_t>(form.replicas);
+    const TensorType expected{context.inputs[0].dtype, {total < 0 ? -1 : (total + replicas - 1) / replicas}};
+    for (std::size_t index = 2 * slots; index < context.inputs.size(); ++index) {
+      if (context.inputs[index] != expected) {
+        TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': slot input ", index, " is ",
+                 context.inputs[index].to_string(), "; a replica's sharded m and v are ", expected.to_string(),
+                 " (its chunk of the parameters laid end to end)");
       }
     }
   }
@@ -85,17 +123,25 @@ std::vector<TensorType> infer_all_reduce_adam(const InferenceContext& context) {
 }
 
 void all_reduce_adam_kernel(KernelContext& context) {
-  const std::size_t parameters = parameters_of(context.node, context.inputs.size());
-  const std::size_t slots = context.inputs.size() / kGroups;
-  const std::size_t replicas = slots / parameters;
+  const Form form = form_of(context.node, context.inputs.size());
+  const std::size_t replicas = form.replicas;
+  const std::size_t slots = form.parameters * replicas;
   if (context.step < 1) {
     TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': step ", context.step,
              " must be >= 1 (the session passes the 1-based training step)");
   }
   const ops::AdamOptions options = options_of(context.node);
+  // group 0: gradients, 1: parameters, 2 and 3: whole m and v
   auto input = [&](std::size_t group, std::size_t parameter, std::size_t replica) -> const Tensor& {
     return context.inputs[group * slots + parameter * replicas + replica];
   };
+  auto shard = [&](std::size_t slot, std::size_t replica) -> const Tensor& {  // slot 0: m, 1: v
+    return context.inputs[2 * slots + slot * replicas + replica];
+  };
+  std::vector<std::int64_t> offsets{0};  // of each parameter, laid end to end
+  for (std::size_t parameter = 0; parameter < form.parameters; ++parameter) {
+    offsets.push_back(offsets.back() + input(1, parameter, 0).num_elements());
+  }
   auto stream_of = [&](std::size_t replica) -> device::Stream& { return input(1, 0, replica).device().stream(0); };
   std::vector<device::Event> ready;
   for (std::size_t replica = 0; replica < replicas; ++replica) ready.push_back(stream_of(replica).record());
@@ -105,21 +151,38 @@ void all_reduce_adam_kernel(KernelContext& context) {
     for (std::size_t other = 0; other < replicas; ++other) {
       if (other != replica) stream.wait(ready[other]);
     }
-    for (std::size_t parameter = 0; parameter < parameters; ++parameter) {
-      const auto [begin, end] = share_of(input(1, parameter, replica).num_elements(), replicas, replica);
-      if (begin == end) continue;
-      auto state_of = [&](std::size_t owner) {
-        return ops::AdamState{.param = flat_range(input(1, parameter, owner), begin, end),
-                              .m = flat_range(input(2, parameter, owner), begin, end),
-                              .v = flat_range(input(3, parameter, owner), begin, end)};
+    const auto chunk = Communicator::chunk(offsets.back(), replicas, replica);
+    for (std::size_t parameter = 0; parameter < form.parameters; ++parameter) {
+      // This replica's part [begin, end) of the parameter; whole slots hold it at the same place.
+      std::int64_t begin = 0, end = 0, slot_begin = 0;
+      if (form.sharded) {
+        begin = std::max(offsets[parameter], chunk.first) - offsets[parameter];
+        end = std::min(offsets[parameter + 1], chunk.second) - offsets[parameter];
+        slot_begin = offsets[parameter] + begin - chunk.first;
+      } else {
+        std::tie(begin, end) = share_of(input(1, parameter, replica).num_elements(), replicas, replica);
+        slot_begin = begin;
+      }
+      if (begin >= end) continue;
+      auto slot_of = [&](std::size_t slot, std::size_t owner) {
+        const Tensor& tensor = form.sharded ? shard(slot, owner) : input(2 + slot, parameter, owner);
+        return flat_range(tensor, slot_begin, slot_begin + end - begin);
       };
       std::vector<Tensor> gradients;  // in replica order on every replica: the same sums everywhere
       std::vector<ops::AdamState> mirrors;
       for (std::size_t other = 0; other < replicas; ++other) {
         gradients.push_back(flat_range(input(0, parameter, other), begin, end));
-        if (other != replica) mirrors.push_back(state_of(other));
+        if (other == replica) continue;
+        mirrors.push_back({.param = flat_range(input(1, parameter, other), begin, end), .m = {}, .v = {}});
+        if (!form.sharded) {
+          mirrors.back().m = slot_of(0, other);
+          mirrors.back().v = slot_of(1, other);
+        }
       }
-      ops::adam_update_across_peers(state_of(replica), gradients, mirrors, context.step, options, {.stream = &stream});
+      const ops::AdamState state{.param = flat_range(input(1, parameter, replica), begin, end),
+                                 .m = slot_of(0, replica),
+                                 .v = slot_of(1, replica)};
+      ops::adam_update_across_peers(state, gradients, mirrors, context.step, options, {.stream = &stream});
     }
     updated.push_back(stream.record());
   }

@@ -115,8 +115,13 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
     require_reachable(grad, "gradient", "all-reduce it and use AdamUpdate");
   }
   for (const AdamState& mirror : mirrors) {
+    if (!mirror.param.defined() || mirror.m.defined() != mirror.v.defined()) {
+      TP_THROW(InvalidArgument, "ops", kOp,
+               ": a mirror needs a defined param, and m and v both defined (whole slots) or both undefined (the "
+               "parameter only)");
+    }
     for (const Tensor* tensor : {&mirror.param, &mirror.m, &mirror.v}) {
-      if (!tensor->defined()) TP_THROW(InvalidArgument, "ops", kOp, ": every mirror's param, m and v must be defined");
+      if (!tensor->defined()) continue;
       if (&tensor->device() != &mirror.param.device()) {
         TP_THROW(InvalidArgument, "ops", kOp, ": a mirror's param, m and v must share one device; one is on ",
                  tensor->device().name(), ", its param on ", mirror.param.device().name());

@@ -135,29 +135,6 @@ void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output pa
   model.updates.push_back(g.node(update).name);
 }
 
-// Whether the replicas' Adam updates can read every replica's gradient in place (AllReduceAdam) instead of an
-// all-reduced copy: asked for (spec.fuse_update), Adam without loss scaling, two or more replicas on sim
-// devices of this process (they reach each other's memory) summed by the in-process ring, and every gradient
-// in its float32 parameter's dtype.
-bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
-                     const graph::Graph& g) {
-  if (!spec.fuse_update || !std::holds_alternative<Adam>(spec.optimizer) || stage.loss_scale) return false;
-  if (devices.size() < 2 || spec.all_reduce != AllReduce::ring) return false;
-  std::set<std::string> distinct;
-  for (const std::string& name : devices) {
-    if (device::parse_device_id(name).kind != device::DeviceKind::sim) return false;
-    distinct.insert(device::parse_device_id(name).str());
-  }
-  if (distinct.size() != devices.size()) return false;  // two replicas on one device: no peer access between them
-  for (std::size_t replica = 0; replica < devices.size(); ++replica) {
-    for (std::size_t index = 0; index < stage.parameters[replica].size(); ++index) {
-      const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
-      if (!gradient || g.type_of(*gradient).dtype != g.type_of(stage.parameters[replica][index]).dtype) return false;
-    }
-  }
-  return true;
-}
-
 // One AllReduceAdam node for every parameter of every replica; the slots are the variables add_update makes,
 // in the same order and with the same names (a checkpoint of either path restores into the other).
 void add_fused_updates(const std::vector<std::string>& devices, const GradientStage& stage, const Adam& adam,
@@ -193,6 +170,25 @@ void add_fused_updates(const std::vector<std::string>& devices, const GradientSt
 }
 
 }  // namespace
+
+bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
+                     const graph::Graph& g) {
+  if (!spec.fuse_update || !std::holds_alternative<Adam>(spec.optimizer) || stage.loss_scale) return false;
+  if (devices.size() < 2 || spec.all_reduce != AllReduce::ring) return false;
+  std::set<std::string> distinct;
+  for (const std::string& name : devices) {
+    if (device::parse_device_id(name).kind != device::DeviceKind::sim) return false;
+    distinct.insert(device::parse_device_id(name).str());
+  }
+  if (distinct.size() != devices.size()) return false;  // two replicas on one device: no peer access between them
+  for (std::size_t replica = 0; replica < devices.size(); ++replica) {
+    for (std::size_t index = 0; index < stage.parameters[replica].size(); ++index) {
+      const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
+      if (!gradient || g.type_of(*gradient).dtype != g.type_of(stage.parameters[replica][index]).dtype) return false;
+    }
+  }
+  return true;
+}
 
 void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
                             ModelGraph& model) {

@@ -7,6 +7,7 @@
 #include "tensorpool/distribute/collective_ops.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/builder.hpp"
+#include "train/replicated_update.hpp"
 
 namespace tp::train {
 
@@ -86,6 +87,39 @@ std::vector<graph::Output> finite_flags(graph::Graph& g, const std::vector<std::
   return flags;
 }
 
+// ZeRO with the collectives folded into the update (can_fuse_update): one AllReduceAdam node with sharded
+// slots. Each replica reads its chunk of every replica's gradients in place, updates its chunk of its
+// parameters and slots, and stores the updated chunk into every other replica's parameters: no bucket, no
+// all-gather, bitwise the same variables. The slots are the unfused path's variables, names included.
+void add_fused_sharded_updates(const std::vector<std::string>& devices, const std::vector<graph::Output>& gradients,
+                               const GradientStage& stage, const Adam& adam, const ShardLayout& layout,
+                               std::int64_t shard, ModelGraph& model) {
+  graph::Graph& g = model.graph;
+  const std::size_t replicas = devices.size();
+  std::vector<graph::Output> inputs = gradients;  // parameter-major, then the parameters, then each replica's m, v
+  for (std::size_t index = 0; index < stage.parameters[0].size(); ++index) {
+    for (std::size_t replica = 0; replica < replicas; ++replica) inputs.push_back(stage.parameters[replica][index]);
+  }
+  std::vector<graph::Output> m, v;
+  for (std::size_t replica = 0; replica < replicas; ++replica) {
+    m.push_back(shard_variable(g, layout.prefix(replica) + "adam_m", shard, devices[replica]));
+    v.push_back(shard_variable(g, layout.prefix(replica) + "adam_v", shard, devices[replica]));
+    model.variables[replica].push_back(g.node(m.back().node).name);
+    model.variables[replica].push_back(g.node(v.back().node).name);
+  }
+  inputs.insert(inputs.end(), m.begin(), m.end());
+  inputs.insert(inputs.end(), v.begin(), v.end());
+  const graph::NodeId update = g.add_node("AllReduceAdam", inputs,
+                                          {{"replicas", static_cast<std::int64_t>(replicas)},
+                                           {"sharded_slots", true},
+                                           {"learning_rate", adam.learning_rate},
+                                           {"beta1", adam.beta1},
+                                           {"beta2", adam.beta2},
+                                           {"epsilon", adam.epsilon}},
+                                          "all_reduce_adam");
+  model.updates.push_back(g.node(update).name);
+}
+
 }  // namespace
 
 void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
@@ -117,6 +151,12 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
       }
       inputs.push_back(*gradients[replica][index]);
     }
+  }
+  const auto shards = static_cast<std::int64_t>(layout.shards);
+  const std::int64_t shard = (total + shards - 1) / shards;
+  if (can_fuse_update(spec, devices, stage, g)) {
+    add_fused_sharded_updates(devices, inputs, stage, std::get<Adam>(spec.optimizer), layout, shard, model);
+    return;
   }
   const bool one_dtype = std::all_of(inputs.begin(), inputs.end(), [&](graph::Output input) {
     return g.type_of(input).dtype == g.type_of(inputs[0]).dtype;
@@ -162,8 +202,6 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
              devices[replica]);
     }
   }
-  const auto shards = static_cast<std::int64_t>(layout.shards);
-  const std::int64_t shard = (total + shards - 1) / shards;
   for (std::size_t replica = 0; replica < replicas; ++replica) {
     const std::string prefix = layout.prefix(replica);
     const std::string& device = devices[replica];

@@ -13,6 +13,11 @@
 //                       half the data of an AllReduce.
 // Memory: both modes hold 1/R of the optimizer state; in the step, the gradients and one bucket of N elements
 // (the reduced gradients are read from the collective's bucket, never unpacked).
+// Where can_fuse_update allows (ModelSpec::fuse_update, Adam on distinct sim devices of this process, the ring,
+// no loss scaling, float32 gradients), both modes are one AllReduceAdam node with sharded slots instead: each
+// replica reads its chunk of every replica's gradients in place, updates its chunk and stores the updated
+// parameters into every other replica's; no bucket, no all-gather, bitwise the same variables and the same
+// slot variables. Otherwise:
 // Updates are ApplyAdam / ApplySgd nodes with a `slice` (one per parameter a chunk touches). The gradients
 // travel in their dtype (16-bit under mixed precision) when every parameter's gradient has the same one, else
 // each is cast to float32 (one flat space needs one dtype). With loss scaling the updates are the If forms,

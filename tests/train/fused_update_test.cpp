@@ -66,13 +66,11 @@ TEST(FusedUpdate, TakenForAdamOnSimDevicesOnly) {
   sgd.optimizer = Sgd{};
   ModelSpec reduce_to_one = spec(true);
   reduce_to_one.all_reduce = AllReduce::reduce_to_one;
-  ModelSpec sharded = spec(true);
-  sharded.shard = Shard::optimizer;
   ModelSpec scaled = spec(true);
   scaled.policy = DTypePolicy::mixed_float16();
   for (const auto& [what, other, devices] :
        {std::tuple{"sgd", sgd, two}, std::tuple{"reduce_to_one", reduce_to_one, two},
-        std::tuple{"zero-1", sharded, two}, std::tuple{"loss scaling", scaled, two},
+        std::tuple{"loss scaling", scaled, two},
         std::tuple{"cpu devices", spec(true), std::vector<std::string>{"cpu:0", "sim:0"}},
         std::tuple{"one device twice", spec(true), std::vector<std::string>{"sim:0", "sim:0"}}}) {
     EXPECT_EQ(count_ops(build_model_graph(other, devices), "AllReduceAdam"), 0U) << what;
@@ -80,13 +78,30 @@ TEST(FusedUpdate, TakenForAdamOnSimDevicesOnly) {
   EXPECT_EQ(count_ops(build_model_graph(spec(true), {"sim:0"}), "AllReduceAdam"), 0U);  // nothing to reduce
 }
 
+TEST(FusedUpdate, FoldsBothZeroCollectivesIntoTheUpdate) {
+  const std::vector<std::string> two = {"sim:0", "sim:1"};
+  for (const Shard shard : {Shard::optimizer, Shard::gradients}) {
+    ModelSpec fused_spec = spec(true), plain_spec = spec(false);
+    fused_spec.shard = plain_spec.shard = shard;
+    const ModelGraph fused = build_model_graph(fused_spec, two);
+    const ModelGraph plain = build_model_graph(plain_spec, two);
+    EXPECT_EQ(count_ops(fused, "AllReduceAdam"), 1U) << name_of(shard);
+    for (const char* op : {"AllReduce", "ReduceScatter", "AllGather", "ApplyAdam"}) {
+      EXPECT_EQ(count_ops(fused, op), 0U) << op << " " << name_of(shard);
+    }
+    EXPECT_EQ(count_ops(plain, "AllGather"), 1U) << name_of(shard);
+    EXPECT_EQ(fused.variables, plain.variables) << name_of(shard);  // the same shard_<r>/adam_m, adam_v
+  }
+}
+
 struct TrainedRun {
   std::vector<double> losses;
   std::vector<std::pair<std::string, std::vector<float>>> variables;  // every replica's, slots included
 };
 
-TrainedRun train(device::DeviceManager& manager, std::vector<std::string> devices, bool fuse) {
-  Strategy strategy = Strategy::mirrored(std::move(devices));
+TrainedRun train(device::DeviceManager& manager, std::vector<std::string> devices, bool fuse,
+                 Shard shard = Shard::none) {
+  Strategy strategy = Strategy::mirrored(std::move(devices), "ring", shard);
   strategy.fuse_update = fuse;
   Sequential model({kIn}, layers());
   model.compile({}, strategy, {.devices = &manager});
@@ -124,6 +139,22 @@ TEST(FusedUpdate, TrainsBitwiseAsAllReduceThenApplyAdamOnThreeReplicas) {
   const TrainedRun plain = train(manager, {"sim:0", "sim:1", "sim:2"}, false);
   const TrainedRun fused = train(manager, {"sim:0", "sim:1", "sim:2"}, true);
   expect_bitwise(fused, plain);
+}
+
+TEST(FusedUpdate, TrainsBitwiseAsTheZeroCollectivesOnTwoAndThreeReplicas) {
+  // Sharded slots: each replica updates its chunk of the parameters laid end to end, which cuts parameters
+  // across replicas, and keeps only that chunk's m and v.
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  for (const std::vector<std::string>& devices :
+       {std::vector<std::string>{"sim:0", "sim:1"}, std::vector<std::string>{"sim:0", "sim:1", "sim:2"}}) {
+    for (const Shard shard : {Shard::optimizer, Shard::gradients}) {
+      SCOPED_TRACE(std::to_string(devices.size()) + " replicas, " + std::string(name_of(shard)));
+      const TrainedRun plain = train(manager, devices, false, shard);
+      const TrainedRun fused = train(manager, devices, true, shard);
+      ASSERT_FALSE(fused.variables.empty());
+      expect_bitwise(fused, plain);
+    }
+  }
 }
 
 TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {
@@ -209,7 +240,8 @@ TEST(AdamAcrossPeers, RefusesAMirrorItCannotWrite) {
   refuse({.param = make("cpu:0", 8), .m = make("cpu:0", 8), .v = make("cpu:0", 8)},
          {"AdamAcrossPeers", "mirror", "cpu:0", "cannot reach"});
   refuse({.param = make("sim:1", 8), .m = make("sim:0", 8), .v = make("sim:1", 8)}, {"share one device"});
-  refuse({.param = make("sim:1", 8), .m = Tensor{}, .v = make("sim:1", 8)}, {"must be defined"});
+  refuse({.param = make("sim:1", 8), .m = Tensor{}, .v = make("sim:1", 8)}, {"m and v both defined"});
+  refuse({.param = Tensor{}, .m = Tensor{}, .v = Tensor{}}, {"needs a defined param"});
   const Tensor f64 = Tensor::empty(Shape{8}, DType::f64, manager.device("sim:1"));
   refuse({.param = f64, .m = f64, .v = f64}, {"AdamAcrossPeers", "mirror"});
 }

@@ -48,8 +48,10 @@ struct AdamState {
 // adam_update_across_peers on `state`, whose updated param, m and v are then also stored into every one of
 // `mirrors` (each on a device state's device reaches directly, of state's shape and dtype), block by block while
 // they are in cache: replicas that split a parameter's elements between them update each range once and all
-// end bitwise equal. A mirror's tensors must not overlap state's, a gradient or another mirror's. Throws as
-// adam_update_across_peers, and tp::InvalidArgument on a mirror of another shape or dtype, or out of reach.
+// end bitwise equal. A mirror with m and v undefined receives the parameter only (sharded slots, which only
+// their owner keeps). A mirror's tensors must not overlap state's, a gradient or another mirror's. Throws as
+// adam_update_across_peers, and tp::InvalidArgument on a mirror of another shape or dtype, out of reach,
+// without a param, or with only one of m and v.
 void adam_update_across_peers(const AdamState& state, std::span<const Tensor> grads, std::span<const AdamState> mirrors,
                               std::int64_t step, const AdamOptions& options, const OpContext& context = {});
 

@@ -136,6 +136,7 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
   detail::check_pointer(kKernel, "v", v, n);
   for (const AdamMirror<T>& mirror : mirrors) {
     detail::check_pointer(kKernel, "mirror.param", mirror.param, n);
+    if (mirror.m == nullptr && mirror.v == nullptr) continue;  // the parameter only
     detail::check_pointer(kKernel, "mirror.m", mirror.m, n);
     detail::check_pointer(kKernel, "mirror.v", mirror.v, n);
   }
@@ -148,6 +149,7 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
     const auto bytes = static_cast<std::size_t>(length) * sizeof(T);
     for (const AdamMirror<T>& mirror : mirrors) {
       std::memcpy(mirror.param + offset, param + offset, bytes);
+      if (mirror.m == nullptr) continue;
       std::memcpy(mirror.m + offset, m + offset, bytes);
       std::memcpy(mirror.v + offset, v + offset, bytes);
     }

@@ -38,7 +38,7 @@ void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T be
                  std::int64_t step);
 
 // Where a mirrored replica's update is also stored (adam_update_summed): n elements each, overlapping nothing
-// the update reads or writes.
+// the update reads or writes; m and v both null for a mirror of the parameter only.
 template <typename T>
 struct AdamMirror {
   T* param;

@@ -99,7 +99,10 @@ void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPee
       targets.reserve(mirrors.size());
       for (const ops::AdamState& mirror : mirrors) {
         const device::PeerAccessScope peer(mirror.param.device());
-        targets.push_back({.param = mirror.param.data<T>(), .m = mirror.m.data<T>(), .v = mirror.v.data<T>()});
+        const bool slots = mirror.m.defined();  // else the parameter only
+        targets.push_back({.param = mirror.param.data<T>(),
+                           .m = slots ? mirror.m.data<T>() : nullptr,
+                           .v = slots ? mirror.v.data<T>() : nullptr});
       }
       adam_update_summed<T>(param.data<T>(), sources.data(), sources.size(), m.data<T>(), v.data<T>(),
                             param.num_elements(), static_cast<T>(options.learning_rate), static_cast<T>(options.beta1),
