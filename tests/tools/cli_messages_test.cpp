@@ -83,7 +83,7 @@ TEST_F(CliMessages, ChoicesNameTheFlagTheValueAndTheChoices) {
       {"estimate --strategy x", "--strategy: 'x' is not one of one, mirrored, multi_worker, parameter_server, ps"},
       {"estimate --allocator x", "--allocator: 'x' is not one of bfc, expandable, system"},
       {"estimate --all-reduce x", "--all-reduce: 'x' is not one of ring, reduce_to_one, mpi"},
-      {"train --shard x", "--shard: 'x' is not one of none, optimizer, gradients"},
+      {"train --shard x", "--shard: 'x' is not one of auto, none, optimizer, gradients"},
       {"train --precision float8", "--precision: 'float8' is not one of float32, mixed_float16, mixed_bfloat16"},
       {"profile --gemm mkl", "--gemm: 'mkl' is not one of auto, openblas, onednn"},
       {"replay --allocator tlsf", "--allocator: 'tlsf' is not one of bfc, bfc-grow, expandable, system, all"},

@@ -123,7 +123,7 @@ TEST_F(OomCli, ARequestLargerThanTheLimitSaysSoWithoutFragmentationOrOtherSessio
 
   // Mirrored replicas with the same shortage share one sentence instead of repeating it per device.
   const CliRun mirrored = run_cli(
-      "profile --devices sim:0,sim:1 --strategy mirrored --sim-memory 10MiB "
+      "profile --devices sim:0,sim:1 --strategy mirrored --shard none --sim-memory 10MiB "
       "--hidden 4096,4096 --synthetic --steps 1");
   ASSERT_EQ(mirrored.exit_code, 3) << mirrored.output;
   EXPECT_NE(mirrored.output.find("The parameters need 76.44 MiB (optimizer state 152.88 MiB) on sim:0, sim:1; each "

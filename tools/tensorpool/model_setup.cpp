@@ -52,11 +52,13 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       ->capture_default_str()
       ->check(one_of({"ring", "reduce_to_one", "mpi"}));
   command
-      .add_option(
-          "--shard", arguments.shard,
-          "none | optimizer | gradients (ZeRO-1 / ZeRO-2; mirrored, or multi_worker with one device per worker)")
+      .add_option("--shard", arguments.shard,
+                  "auto | none | optimizer | gradients (ZeRO-1 / ZeRO-2; mirrored, or multi_worker with one device per "
+                  "worker). auto: optimizer where the mirrored Adam update folds the all-reduce in (--fuse-update, "
+                  "float32, the ring, sim devices), which is then the fastest and holds half the optimizer state per "
+                  "replica; else none")
       ->capture_default_str()
-      ->check(one_of({"none", "optimizer", "gradients"}));
+      ->check(one_of({"auto", "none", "optimizer", "gradients"}));
   command
       .add_option("--bucket-size", arguments.bucket_size,
                   "mirrored, multi_worker: gradients are all-reduced in buckets of at most this size (e.g. 1MiB)")
@@ -119,6 +121,20 @@ std::optional<std::int64_t> parse_staleness(const std::string& text, const char*
   return value;
 }
 
+// --shard, with auto resolved: ZeRO-1 where the mirrored update folds the all-reduce in (the conditions of
+// train::can_fuse_update that the flags decide: Adam, which the CLI always trains with, float32 gradients
+// without loss scaling, the ring, two or more distinct sim devices), since the sharded form of that update
+// moves the least memory of all; none elsewhere.
+train::Shard resolve_shard(const ModelArguments& arguments, const std::vector<std::string>& names) {
+  if (arguments.shard != "auto") return train::parse_shard(arguments.shard);
+  const bool sim = std::all_of(names.begin(), names.end(), [](const std::string& name) {
+    return device::parse_device_id(name).kind == device::DeviceKind::sim;
+  });
+  const bool folds = arguments.strategy == "mirrored" && arguments.fuse_update && arguments.all_reduce == "ring" &&
+                     arguments.precision == "float32" && names.size() >= 2 && sim;
+  return folds ? train::Shard::optimizer : train::Shard::none;
+}
+
 train::Strategy parameter_server_strategy(const ModelArguments& arguments, const std::vector<std::string>& names,
                                           const char* command) {
   if (arguments.precision != "float32") {
@@ -126,7 +142,7 @@ train::Strategy parameter_server_strategy(const ModelArguments& arguments, const
              " is not available with --strategy parameter_server (its workers compute in float32); use --precision "
              "float32, or mixed precision with --strategy one or mirrored");
   }
-  if (train::parse_shard(arguments.shard) != train::Shard::none) {
+  if (resolve_shard(arguments, names) != train::Shard::none) {
     TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
              " does not apply to --strategy parameter_server (the server alone holds the optimizer state); use "
              "--shard none, or ZeRO with --strategy mirrored or multi_worker");
@@ -246,15 +262,16 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
     if (setup.names.size() != 1) {
       TP_THROW(InvalidArgument, command, "--strategy one takes one device; --devices has ", setup.names.size());
     }
-    if (train::parse_shard(arguments.shard) != train::Shard::none) {
+    if (resolve_shard(arguments, setup.names) != train::Shard::none) {
       TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
                " needs the mirrored strategy over several devices; use --strategy mirrored");
     }
     setup.strategy = train::Strategy::one_device(setup.names[0]);
   } else if (arguments.strategy == "mirrored") {
-    setup.strategy = train::Strategy::mirrored(setup.names, arguments.all_reduce, train::parse_shard(arguments.shard));
+    setup.strategy =
+        train::Strategy::mirrored(setup.names, arguments.all_reduce, resolve_shard(arguments, setup.names));
   } else if (arguments.strategy == "multi_worker") {
-    setup.strategy = train::Strategy::multi_worker(setup.names, train::parse_shard(arguments.shard));
+    setup.strategy = train::Strategy::multi_worker(setup.names, resolve_shard(arguments, setup.names));
   } else if (arguments.strategy == "parameter_server" || arguments.strategy == "ps") {
     setup.strategy = parameter_server_strategy(arguments, setup.names, command);
   } else {

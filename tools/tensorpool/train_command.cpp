@@ -186,11 +186,16 @@ void run_train(const TrainArguments& arguments) {
   // The plan knows where the batches live: fed in place there, they take no slot in the arena.
   const runtime::MemoryPlan plan = distribution.plan(model, flags.batch_size, staging.name());
   if (profiler) report::set_planned_peaks(*profiler, plan);
+  const std::string sharded =
+      strategy.shard == train::Shard::none
+          ? std::string()
+          : fmt::format(", shard {}{}", train::name_of(strategy.shard), flags.shard == "auto" ? " (auto)" : "");
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
-      "strategy on {}{}, precision {}, gemm {}\n",
+      "strategy on {}{}{}, precision {}, gemm {}\n",
       train.size(), test.size(), load_seconds, flags.batch_size, flags.strategy,
-      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, policy.name(), gemm);
+      multi_worker ? fmt::format("{} workers x ", workers) : std::string(), flags.devices, sharded, policy.name(),
+      gemm);
   std::cout << distribution.header_line(across_processes, workers);
   for (const runtime::DevicePlan& device_plan : plan.devices) {
     std::cout << fmt::format("  planned peak on {}: {} (variables {}, step arena {}, lower bound {})\n",
@@ -269,7 +274,7 @@ void run_train(const TrainArguments& arguments) {
         {"epochs", arguments.epochs},
         {"batch_size", flags.batch_size},
         {"strategy", flags.strategy},
-        {"shard", flags.shard},
+        {"shard", std::string(train::name_of(strategy.shard))},  // --shard auto resolved
         {"precision", std::string(policy.name())},
         {"gemm", gemm},
         {"gemm_choices", gemm_choices_json(gemm_choices)},
