@@ -143,12 +143,10 @@ ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const
 }
 
 ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
-  // The search stops at a placement no other can beat: one with no fresh granule or, without sharing, one
-  // that reaches min_fresh_granules. With sharing (or when the extent's end has no room), an invalid
-  // placement compares by its fresh count too (better_than), so only 0 is final there.
-  const bool end_fits = size <= range_bytes_ && extent_ <= range_bytes_ - size;
-  const std::size_t bound = options_.share_granules || !end_fits ? 0 : min_fresh_granules(size);
-  if (!options_.share_granules) return best_fit_exclusive(size, bound);
+  if (!options_.share_granules) return best_fit_exclusive(size);
+  // The search stops at a placement no other can beat: one with no fresh granule. (An invalid placement
+  // compares by its fresh count too, in better_than, so with sharing only 0 is final.)
+  constexpr std::size_t bound = 0;
   Placement best;
   std::size_t valid = 0;
   std::size_t examined = 0;
@@ -178,8 +176,13 @@ ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
 // the same order and the same choice, with each end's fresh granules counted inline. The first loop of best_fit
 // ends after kFitCandidates (<= kMaxFitExamined) blocks, and its second loop finds nothing (it runs only when
 // no free block holds the request).
-ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size, std::size_t bound) const {
+ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size) const {
   static_assert(kFitCandidates <= kMaxFitExamined);
+  // The search stops at a placement no other can beat: one that reaches min_fresh_granules. When the extent's
+  // end has no room its placement is invalid with no fresh granule, which better_than lets beat any valid one
+  // with fresh granules: there only 0 is final.
+  const bool end_fits = size <= range_bytes_ && extent_ <= range_bytes_ - size;
+  const std::size_t bound = end_fits ? min_fresh_granules(size) : 0;
   Placement best;
   std::size_t examined = 0;
   for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
@@ -200,7 +203,12 @@ ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size,
     }
     if (best.fresh_granules <= bound) return best;
   }
-  const Placement at_end = place_at_end(size);
+  // place_at_end without sharing: the extent's end, when the range has room.
+  Placement at_end;
+  if (end_fits) {
+    const std::size_t fresh = exclusive_fresh_granules(first_granule(extent_), end_granule(extent_, size));
+    at_end = Placement{kNone, extent_, fresh > cached_count_ ? fresh - cached_count_ : 0, fresh, true};
+  }
   return at_end.better_than(best) ? at_end : best;
 }
 

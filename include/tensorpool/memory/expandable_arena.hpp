@@ -264,7 +264,7 @@ class ExpandableArena final : public MemoryResource {
 
   // All below: the caller holds mutex_.
   Placement best_fit(std::size_t size) const;
-  Placement best_fit_exclusive(std::size_t size, std::size_t bound) const;  // best_fit without sharing
+  Placement best_fit_exclusive(std::size_t size) const;  // best_fit without sharing
   Placement fewest_commits(std::size_t size) const;
   Placement place(std::uint32_t block, std::size_t offset, std::size_t size) const;
   // The better end of a free block; the low end alone when it takes at most `bound` fresh granules.
