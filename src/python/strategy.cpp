@@ -54,7 +54,8 @@ void bind_strategy(nb::module_& module) {
   nb::enum_<train::Shard>(module, "Shard")
       .value("none", train::Shard::none)
       .value("optimizer", train::Shard::optimizer)
-      .value("gradients", train::Shard::gradients);
+      .value("gradients", train::Shard::gradients)
+      .value("auto", train::Shard::automatic);
   module.def("parse_all_reduce", &train::parse_all_reduce, nb::arg("text"));
   module.def("parse_shard", &train::parse_shard, nb::arg("text"));
 

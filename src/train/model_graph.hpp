@@ -72,6 +72,7 @@ struct ModelGraph {
   std::string loss_scale{};        // loss scaling: the float32 scalar placeholder of the scale; empty without it
   DType input_dtype = DType::f32;  // of the "x" placeholders: the first layer's compute dtype
   bool has_accuracy = false;
+  Shard shard = Shard::none;  // the update stage's ZeRO mode as built (ModelSpec::shard, automatic settled)
 };
 
 // What the forward stage leaves for the backward one, per replica: its parameters (variables), the copies the

@@ -58,7 +58,7 @@ void check_parameter_server(const Strategy& strategy, const CompileOptions& opti
     TP_THROW(InvalidArgument, "train", "parameter server: max_staleness ", *strategy.max_staleness,
              " must be >= 0 (0: workers move in rounds; leave it unset for unbounded asynchronous training)");
   }
-  if (strategy.shard != Shard::none) {
+  if (strategy.shard != Shard::none && strategy.shard != Shard::automatic) {
     TP_THROW(InvalidArgument, "train", "shard = ", name_of(strategy.shard),
              " does not apply to the parameter-server strategy (the server alone holds the optimizer state); use "
              "shard none");

@@ -64,7 +64,7 @@ void Sequential::compile(const CompileOptions& options, const Strategy& strategy
   devices_ = compiled->distribution->prepare(*compiled->manager, options, layers_);
   compiled->workers = compiled->distribution->workers();
   compiled->rank = compiled->distribution->rank();
-  ModelSpec spec = model_spec(input_shape_, layers_, options, strategy);
+  ModelSpec spec = model_spec(input_shape_, layers_, options, compiled->distribution->description());
   spec.workers = compiled->workers;
   spec.rank = compiled->rank;
   compiled->model = build_model_graph(spec, devices_, *compiled->distribution);
@@ -85,6 +85,11 @@ bool Sequential::has_accuracy() const { return compiled_ != nullptr && compiled_
 const CompileOptions& Sequential::compile_options() const {
   if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
   return compiled_->options;
+}
+
+Shard Sequential::shard() const {
+  if (compiled_ == nullptr) TP_THROW(InvalidArgument, "train", "the model is not compiled; call compile() first");
+  return compiled_->model.shard;
 }
 
 const Strategy& Sequential::strategy() const {

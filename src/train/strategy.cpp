@@ -9,9 +9,10 @@ Shard parse_shard(std::string_view text) {
   if (text == "none") return Shard::none;
   if (text == "optimizer") return Shard::optimizer;
   if (text == "gradients") return Shard::gradients;
+  if (text == "auto") return Shard::automatic;
   TP_THROW(InvalidArgument, "train", "shard '", text,
-           "' is not none, optimizer (ZeRO-1: optimizer state split between replicas) or gradients (ZeRO-2: "
-           "gradients too)");
+           "' is not none, optimizer (ZeRO-1: optimizer state split between replicas), gradients (ZeRO-2: "
+           "gradients too) or auto (optimizer where the mirrored update folds the all-reduce in)");
 }
 
 std::string_view name_of(Shard shard) {
@@ -19,6 +20,7 @@ std::string_view name_of(Shard shard) {
     case Shard::none: return "none";
     case Shard::optimizer: return "optimizer";
     case Shard::gradients: return "gradients";
+    case Shard::automatic: return "auto";
   }
   return "none";
 }

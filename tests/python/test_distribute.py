@@ -33,7 +33,7 @@ def test_mirrored_strategy_defaults_to_the_sim_devices():
     assert native.kind == _tensorpool.Strategy.Kind.mirrored
     assert native.devices == ["sim:0", "sim:1"]
     assert native.all_reduce == _tensorpool.AllReduce.ring
-    assert native.shard == _tensorpool.Shard.none
+    assert native.shard == _tensorpool.Shard.auto  # ZeRO-1 where the update folds, as the CLI's default
     assert native.bucket_bytes == 25 << 20
     assert native.fuse_update is True  # the all-reduce folded into Adam, as in the CLI
     native.fuse_update = False

@@ -16,6 +16,7 @@
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/ops/init.hpp"
 #include "tensorpool/ops/optimizer.hpp"
+#include "tensorpool/train/distribution_strategy.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "train/model_graph.hpp"
 #include "train/support/synthetic_training.hpp"
@@ -155,6 +156,31 @@ TEST(FusedUpdate, TrainsBitwiseAsTheZeroCollectivesOnTwoAndThreeReplicas) {
       expect_bitwise(fused, plain);
     }
   }
+}
+
+TEST(FusedUpdate, AutomaticShardingTakesZero1ExactlyWhereTheUpdateFolds) {
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  auto settled = [&](Strategy strategy, Optimizer optimizer, const char* name) {
+    strategy.shard = Shard::automatic;
+    Sequential model({kIn}, layers());
+    model.compile({.optimizer = std::move(optimizer)}, strategy, {.name = name, .devices = &manager});
+    return model.shard();
+  };
+  EXPECT_EQ(settled(Strategy::mirrored({"sim:0", "sim:1"}), Adam{}, "adam"), Shard::optimizer);
+  EXPECT_EQ(settled(Strategy::mirrored({"sim:0", "sim:1", "sim:2"}), Adam{}, "three"), Shard::optimizer);
+  EXPECT_EQ(settled(Strategy::mirrored({"sim:0", "sim:1"}), Sgd{}, "sgd"), Shard::none);
+  EXPECT_EQ(settled(Strategy::mirrored({"sim:0"}), Adam{}, "one replica"), Shard::none);
+  EXPECT_EQ(settled(Strategy::mirrored({"sim:0", "sim:1"}, "reduce_to_one"), Adam{}, "reduce"), Shard::none);
+  Strategy unfused = Strategy::mirrored({"sim:0", "sim:1"});
+  unfused.fuse_update = false;
+  EXPECT_EQ(settled(unfused, Adam{}, "unfused"), Shard::none);
+  EXPECT_EQ(settled(Strategy::one_device("sim:0"), Adam{}, "one device"), Shard::none);
+  // Other kinds hold none in their description: nothing refuses or shards on automatic's account.
+  Strategy one = Strategy::one_device("sim:0");
+  one.shard = Shard::automatic;
+  EXPECT_EQ(make_distribution_strategy(one)->description().shard, Shard::none);
+  EXPECT_EQ(parse_shard("auto"), Shard::automatic);
+  EXPECT_EQ(name_of(Shard::automatic), "auto");
 }
 
 TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {

@@ -121,18 +121,10 @@ std::optional<std::int64_t> parse_staleness(const std::string& text, const char*
   return value;
 }
 
-// --shard, with auto resolved: ZeRO-1 where the mirrored update folds the all-reduce in (the conditions of
-// train::can_fuse_update that the flags decide: Adam, which the CLI always trains with, float32 gradients
-// without loss scaling, the ring, two or more distinct sim devices), since the sharded form of that update
-// moves the least memory of all; none elsewhere.
-train::Shard resolve_shard(const ModelArguments& arguments, const std::vector<std::string>& names) {
-  if (arguments.shard != "auto") return train::parse_shard(arguments.shard);
-  const bool sim = std::all_of(names.begin(), names.end(), [](const std::string& name) {
-    return device::parse_device_id(name).kind == device::DeviceKind::sim;
-  });
-  const bool folds = arguments.strategy == "mirrored" && arguments.fuse_update && arguments.all_reduce == "ring" &&
-                     arguments.precision == "float32" && names.size() >= 2 && sim;
-  return folds ? train::Shard::optimizer : train::Shard::none;
+// --shard; auto (train::Shard::automatic) refuses nothing: it shards only where the mirrored update folds.
+bool shards(const ModelArguments& arguments) {
+  const train::Shard shard = train::parse_shard(arguments.shard);
+  return shard != train::Shard::none && shard != train::Shard::automatic;
 }
 
 train::Strategy parameter_server_strategy(const ModelArguments& arguments, const std::vector<std::string>& names,
@@ -142,7 +134,7 @@ train::Strategy parameter_server_strategy(const ModelArguments& arguments, const
              " is not available with --strategy parameter_server (its workers compute in float32); use --precision "
              "float32, or mixed precision with --strategy one or mirrored");
   }
-  if (resolve_shard(arguments, names) != train::Shard::none) {
+  if (shards(arguments)) {
     TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
              " does not apply to --strategy parameter_server (the server alone holds the optimizer state); use "
              "--shard none, or ZeRO with --strategy mirrored or multi_worker");
@@ -262,16 +254,15 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
     if (setup.names.size() != 1) {
       TP_THROW(InvalidArgument, command, "--strategy one takes one device; --devices has ", setup.names.size());
     }
-    if (resolve_shard(arguments, setup.names) != train::Shard::none) {
+    if (shards(arguments)) {
       TP_THROW(InvalidArgument, command, "--shard ", arguments.shard,
                " needs the mirrored strategy over several devices; use --strategy mirrored");
     }
     setup.strategy = train::Strategy::one_device(setup.names[0]);
   } else if (arguments.strategy == "mirrored") {
-    setup.strategy =
-        train::Strategy::mirrored(setup.names, arguments.all_reduce, resolve_shard(arguments, setup.names));
+    setup.strategy = train::Strategy::mirrored(setup.names, arguments.all_reduce, train::parse_shard(arguments.shard));
   } else if (arguments.strategy == "multi_worker") {
-    setup.strategy = train::Strategy::multi_worker(setup.names, resolve_shard(arguments, setup.names));
+    setup.strategy = train::Strategy::multi_worker(setup.names, train::parse_shard(arguments.shard));
   } else if (arguments.strategy == "parameter_server" || arguments.strategy == "ps") {
     setup.strategy = parameter_server_strategy(arguments, setup.names, command);
   } else {

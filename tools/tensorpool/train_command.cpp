@@ -187,9 +187,9 @@ void run_train(const TrainArguments& arguments) {
   const runtime::MemoryPlan plan = distribution.plan(model, flags.batch_size, staging.name());
   if (profiler) report::set_planned_peaks(*profiler, plan);
   const std::string sharded =
-      strategy.shard == train::Shard::none
+      model.shard() == train::Shard::none
           ? std::string()
-          : fmt::format(", shard {}{}", train::name_of(strategy.shard), flags.shard == "auto" ? " (auto)" : "");
+          : fmt::format(", shard {}{}", train::name_of(model.shard()), flags.shard == "auto" ? " (auto)" : "");
   std::cout << fmt::format(
       "Fashion-MNIST: {} training and {} test examples ({:.1f} s to load), batch {}, {} "
       "strategy on {}{}{}, precision {}, gemm {}\n",
@@ -274,7 +274,7 @@ void run_train(const TrainArguments& arguments) {
         {"epochs", arguments.epochs},
         {"batch_size", flags.batch_size},
         {"strategy", flags.strategy},
-        {"shard", std::string(train::name_of(strategy.shard))},  // --shard auto resolved
+        {"shard", std::string(train::name_of(model.shard()))},  // --shard auto settled
         {"precision", std::string(policy.name())},
         {"gemm", gemm},
         {"gemm_choices", gemm_choices_json(gemm_choices)},

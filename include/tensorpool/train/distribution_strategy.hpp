@@ -54,7 +54,12 @@ enum class StepCall { train, launch };
 
 class DistributionStrategy {
  public:
-  explicit DistributionStrategy(Strategy description) : description_(std::move(description)) {}
+  // Shard::automatic stays only in a mirrored description (the update stage settles it); other kinds get none.
+  explicit DistributionStrategy(Strategy description) : description_(std::move(description)) {
+    if (description_.kind != Strategy::Kind::mirrored && description_.shard == Shard::automatic) {
+      description_.shard = Shard::none;
+    }
+  }
   virtual ~DistributionStrategy() = default;
   DistributionStrategy(const DistributionStrategy&) = delete;
   DistributionStrategy& operator=(const DistributionStrategy&) = delete;

@@ -106,6 +106,8 @@ class Sequential {
   const std::vector<Dense>& layers() const noexcept { return layers_; }
   const CompileOptions& compile_options() const;
   const Strategy& strategy() const;
+  // The ZeRO mode the compiled update uses: the strategy's, with Shard::automatic settled.
+  Shard shard() const;
   // The strategy's implementation (train/distribution_strategy.hpp): what fit() and the tools ask it.
   const DistributionStrategy& distribution() const;
 

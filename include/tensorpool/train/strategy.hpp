@@ -42,9 +42,14 @@
 
 namespace tp::train {
 
-enum class Shard { none, optimizer, gradients };
+// ZeRO (train/sharded_update.hpp). automatic ("auto"): for the mirrored strategy, optimizer (ZeRO-1) where
+// the Adam update folds the all-reduce in (Strategy::fuse_update's AllReduceAdam: Adam without loss scaling,
+// float32 gradients, the ring, two or more distinct sim devices), since its sharded form is then the fastest
+// update and holds half the optimizer state; none wherever it does not fold, and for every other strategy
+// (DistributionStrategy's description holds none then). Sequential::shard() tells which was built.
+enum class Shard { none, optimizer, gradients, automatic };
 
-// "none", "optimizer" or "gradients"; anything else throws tp::InvalidArgument naming it.
+// "none", "optimizer", "gradients" or "auto"; anything else throws tp::InvalidArgument naming it.
 Shard parse_shard(std::string_view text);
 std::string_view name_of(Shard shard);
 

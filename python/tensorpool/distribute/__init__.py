@@ -81,7 +81,7 @@ def _shard_of(shard):
     if isinstance(shard, _native_module.Shard):
         return shard
     if not isinstance(shard, str):
-        raise TypeError(f"shard must be 'none', 'optimizer' or 'gradients', not {type(shard).__name__}")
+        raise TypeError(f"shard must be 'auto', 'none', 'optimizer' or 'gradients', not {type(shard).__name__}")
     return _native_module.parse_shard(shard)
 
 
@@ -207,10 +207,11 @@ class MirroredStrategy(Strategy):
     """One replica per device, variables mirrored, gradients summed every step. `devices`: when None, every
     visible accelerator of the first kind (the simulated devices; the opencl ones without any; else cpu:0).
     cross_device_ops: NcclAllReduce / HierarchicalCopyAllReduce (the ring) or ReductionToOneDevice.
-    tensorpool's own keywords: `shard` ('none', 'optimizer': ZeRO-1, 'gradients': ZeRO-2) and `bucket_bytes`
-    (the all-reduce buckets)."""
+    tensorpool's own keywords: `shard` ('auto', the default: ZeRO-1 where the Adam update folds the all-reduce
+    in, else none; 'none', 'optimizer': ZeRO-1, 'gradients': ZeRO-2) and `bucket_bytes` (the all-reduce
+    buckets)."""
 
-    def __init__(self, devices=None, cross_device_ops=None, *, shard="none", bucket_bytes=None):
+    def __init__(self, devices=None, cross_device_ops=None, *, shard="auto", bucket_bytes=None):
         if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
             raise TypeError(
                 "MirroredStrategy: cross_device_ops must be a tf.distribute.CrossDeviceOps (NcclAllReduce, "

@@ -25,7 +25,7 @@ std::vector<std::string> DistributionStrategy::prepare(device::DeviceManager& ma
 }
 
 void DistributionStrategy::check_sharding(std::size_t devices) const {
-  if (description_.shard == Shard::none) return;
+  if (description_.shard == Shard::none || description_.shard == Shard::automatic) return;
   TP_THROW(InvalidArgument, "train", "shard = ", name_of(description_.shard),
            " needs the mirrored strategy over two or more devices, or the multi-worker strategy (ZeRO splits state "
            "between replicas); this strategy has ",

@@ -19,10 +19,15 @@ void MirroredStrategy::check_sharding(std::size_t devices) const {
 
 void MirroredStrategy::add_update_stage(const ModelSpec& spec, const std::vector<std::string>& devices,
                                         const GradientStage& gradients, ModelGraph& model) const {
-  if (spec.shard != Shard::none) {  // ZeRO: sharded optimizer state (and gradients)
-    add_sharded_updates(spec, devices, gradients, model);
+  ModelSpec settled = spec;
+  if (spec.shard == Shard::automatic) {
+    settled.shard = can_fuse_update(spec, devices, gradients, model.graph) ? Shard::optimizer : Shard::none;
+  }
+  model.shard = settled.shard;
+  if (settled.shard != Shard::none) {  // ZeRO: sharded optimizer state (and gradients)
+    add_sharded_updates(settled, devices, gradients, model);
   } else {
-    add_replicated_updates(spec, devices, gradients, model);
+    add_replicated_updates(settled, devices, gradients, model);
   }
 }
 
