@@ -77,5 +77,32 @@ TEST_F(ShardingOps, ALayoutWhoseReplicasAreNotShardsIsRefused) {
   expect_invalid([&] { graph_.add_node("AllGather", {a}, layout(2, -1)); }, {"AllGather", "not shards of 2"});
 }
 
+// AllReduceAdam's inputs: gradients and parameters of P parameters x R replicas, then whole m and v (P x R each)
+// or, with sharded_slots, one m and one v per replica of ceil(N / R) elements (N: a replica's parameters).
+TEST_F(ShardingOps, AllReduceAdamRefusesInputsThatDoNotSplitAsItsSlotsSay) {
+  const auto tensor = [&](const std::string& name, std::int64_t elements) {
+    return bind(name, {std::vector<double>(static_cast<std::size_t>(elements), 0.0), DType::f32, {elements}});
+  };
+  const Output g0 = tensor("g0", 5), g1 = tensor("g1", 5), p0 = tensor("p0", 5), p1 = tensor("p1", 5);
+  const Output half0 = tensor("half0", 3), half1 = tensor("half1", 3), whole = tensor("whole", 5);
+  const Attributes sharded{{"replicas", std::int64_t{2}}, {"sharded_slots", true}};
+  graph_.add_node("AllReduceAdam", {g0, g1, p0, p1, half0, half1, half0, half1}, sharded);  // ceil(5 / 2) = 3
+  expect_invalid(
+      [&] {
+        graph_.add_node("AllReduceAdam", {g0, g1, p0, p1, whole, whole, whole, whole}, sharded);
+      },
+      {"AllReduceAdam", "float32[5]", "sharded m and v are float32[3]"});
+  expect_invalid(
+      [&] {
+        graph_.add_node("AllReduceAdam", {g0, g1, p0, p1, half0, half1, half0}, sharded);
+      },
+      {"AllReduceAdam", "7 inputs", "an m and a v per replica"});
+  expect_invalid(
+      [&] {
+        graph_.add_node("AllReduceAdam", {g0, g1, p0, p1, half0, half1, half0, half1}, {{"replicas", std::int64_t{2}}});
+      },
+      {"AllReduceAdam", "is float32[3]", "gradient on replica 0 is float32[5]"});
+}
+
 }  // namespace
 }  // namespace tp::graph::testing
