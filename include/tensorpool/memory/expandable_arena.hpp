@@ -313,11 +313,12 @@ class ExpandableArena final : public MemoryResource {
   void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
   static std::uint32_t treap_priority(std::uint32_t index) noexcept;
   // Sizes of 256, 512 and 768 bytes have a bin each; larger ones four per power of two (the two bits after the
-  // leading one of size / 256), capped at the last bin.
+  // leading one of size / 256), capped at the last bin. A size under 256 (a lower bound of 0: every block) is
+  // the first bin's.
   static std::size_t bin_of(std::size_t size) noexcept {
     const std::size_t units = size / kBlockAlignment;
-    const auto log = static_cast<std::size_t>(std::bit_width(units)) - 1;
-    if (log < 2) return units - 1;
+    if (units < 4) return units == 0 ? 0 : units - 1;
+    const auto log = static_cast<std::size_t>(std::bit_width(units)) - 1;  // >= 2
     return std::min<std::size_t>(4 * log - 5 + ((units >> (log - 2)) & 3), kBins - 1);
   }
   std::uint32_t first_in_bin_after(std::size_t bin) const noexcept;  // smallest block of a later bin
