@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// CudaStream: a stream of a cuda device, served by one CUDA stream (cudaStreamNonBlocking) and a worker thread
+// that enqueues on it.
+//
+// - A command task (enqueue_commands: a kernel launch, a cuBLASLt call, a copy) runs on the worker, with the
+//   stream's CUDA device current (cudaSetDevice) and Stream::current() == this (so Tensor::data() gives device
+//   addresses), and enqueues asynchronous work on native() without waiting for it. Its captures (buffers,
+//   staging blocks) are kept until that work has completed (an event recorded behind it), so a buffer the host
+//   dropped returns to the allocator only after the kernels that use it ran: stream-ordered reuse.
+// - A host task (Stream::enqueue) runs on the worker once every earlier command has completed.
+// - record() records a cudaEvent_t; wait(event) on an event of a cuda stream is cudaStreamWaitEvent (no thread
+//   blocks); any other event blocks the worker.
+// - Errors: an exception from a command task, or a failed CUDA call on the stream, is kept as the stream's
+//   error (Stream::keep_error); synchronize() rethrows it.
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+#include "tensorpool/device/stream.hpp"
+
+namespace tp::backend::cuda {
+
+class CudaStream : public device::Stream {
+ public:
+  using Commands = std::function<void()>;
+
+  // The CUDA stream the commands enqueue on.
+  [[nodiscard]] virtual cudaStream_t native() const noexcept = 0;
+  // The CUDA device ordinal of this stream's (physical) device.
+  [[nodiscard]] virtual int ordinal() const noexcept = 0;
+  // Enqueues `commands` behind everything enqueued before; skipped (not run) behind a kept error.
+  virtual void enqueue_commands(Commands commands) = 0;
+
+ protected:
+  using device::Stream::Stream;
+};
+
+// `stream` as the CudaStream it is; throws tp::DeviceError naming the stream when it is not one.
+CudaStream& cuda_stream(device::Stream& stream);
+
+}  // namespace tp::backend::cuda
