@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tensorpool/device/cuda_properties.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/device/opencl_properties.hpp"
 #include "tensorpool/memory/memory_config.hpp"
@@ -42,5 +43,28 @@ const std::vector<OpenClProperties>& opencl_physical_devices();
 [[nodiscard]] std::unique_ptr<Device> make_opencl_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
                                                          const memory::MemoryConfig& config,
                                                          const DeviceOptions& options);
+
+// The CUDA devices the runtime reports (cudaGetDeviceCount, after CUDA_VISIBLE_DEVICES, which the driver
+// applies itself): index N is physical cuda:N, CUDA ordinal N. Asked once per process (later calls return the
+// same list); creates no CUDA context (free_bytes is 0 here: cuda_free_bytes asks). Empty when this build has
+// no CUDA backend (TP_WITH_CUDA off, or no toolkit at configure time), when no NVIDIA driver is installed or
+// no GPU is visible; then cuda_unavailable_reason() says which.
+const std::vector<CudaProperties>& cuda_physical_devices();
+// Why cuda_physical_devices() is empty ("" when it is not), with the fix: "no CUDA device: <cudaGetErrorName of
+// cudaGetDeviceCount> ..." or "this build has no CUDA backend ...".
+[[nodiscard]] std::string cuda_unavailable_reason();
+// The free memory of CUDA device `ordinal` now (cudaMemGetInfo; creates the device's primary context when it
+// has none). Throws tp::DeviceError for an ordinal that cuda_physical_devices() does not list, or a failed call.
+[[nodiscard]] std::size_t cuda_free_bytes(int ordinal);
+
+// A device on physical CUDA device `physical_id` (an index into cuda_physical_devices()), with
+// `capacity_bytes` of its memory: its own CUDA stream per DeviceOptions::num_streams (cuda_stream.hpp) and its
+// memory stack from the CUDA memory sources `config` selects. Logical devices on one GPU share its primary
+// context and reach each other's memory (peer access); devices on different GPUs are peers when
+// cudaDeviceCanAccessPeer says so. Throws tp::InvalidArgument for a config the device cannot serve and
+// tp::DeviceError when the build has no CUDA backend or the driver refuses a stream or an event.
+[[nodiscard]] std::unique_ptr<Device> make_cuda_device(DeviceId id, DeviceId physical_id, std::size_t capacity_bytes,
+                                                       const memory::MemoryConfig& config,
+                                                       const DeviceOptions& options);
 
 }  // namespace tp::device
