@@ -39,10 +39,11 @@ GrowthPolicy parse_allow_growth(const char* value) {
 
 AllocatorKind parse_allocator(const char* value) {
   const std::string word = lower(trim(value));
-  for (AllocatorKind kind : {AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system}) {
+  for (AllocatorKind kind : {AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system,
+                             AllocatorKind::cuda_malloc_async, AllocatorKind::managed}) {
     if (word == to_string(kind)) return kind;
   }
-  bad_variable("TP_ALLOCATOR", value, "bfc, expandable, system");
+  bad_variable("TP_ALLOCATOR", value, "bfc, expandable, system, cuda_malloc_async (cuda), managed (cuda)");
 }
 
 BfcSplit parse_bfc_split(const char* value) {
@@ -64,13 +65,19 @@ std::size_t parse_thread_cache(const char* value) {
   }
 }
 
-double parse_fraction(const char* value) {
+// Above 1 only for managed memory (oversubscription); `allocator` is the one TP_ALLOCATOR left.
+double parse_fraction(const char* value, AllocatorKind allocator) {
   const std::string_view text = trim(value);
   double fraction = 0.0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), fraction);
   const bool parsed = !text.empty() && error == std::errc{} && end == text.data() + text.size();
-  if (!parsed || !std::isfinite(fraction) || fraction <= 0.0 || fraction > 1.0) {
-    bad_variable("TP_MEMORY_FRACTION", value, "a decimal number in (0, 1], e.g. 0.5");
+  const double most = allocator == AllocatorKind::managed ? MemoryConfig::kMaxOversubscription : 1.0;
+  if (!parsed || !std::isfinite(fraction) || fraction <= 0.0 || fraction > most) {
+    bad_variable("TP_MEMORY_FRACTION", value,
+                 allocator == AllocatorKind::managed
+                     ? "a decimal number in (0, 16] with TP_ALLOCATOR=managed, e.g. 1.5 to oversubscribe"
+                     : "a decimal number in (0, 1], e.g. 0.5 (above 1 only with TP_ALLOCATOR=managed on a cuda"
+                       " device)");
   }
   return fraction;
 }
@@ -82,9 +89,13 @@ std::string_view to_string(AllocatorKind kind) noexcept {
     case AllocatorKind::bfc: return "bfc";
     case AllocatorKind::expandable: return "expandable";
     case AllocatorKind::system: return "system";
+    case AllocatorKind::cuda_malloc_async: return "cuda_malloc_async";
+    case AllocatorKind::managed: return "managed";
   }
   return "unknown";
 }
+
+bool is_cuda_device_name(std::string_view device) noexcept { return device.starts_with("cuda:"); }
 
 void MemoryConfig::validate() const {
   if (device.empty()) {
@@ -94,9 +105,14 @@ void MemoryConfig::validate() const {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": both fraction (", *fraction,
              ") and limit_bytes (", *limit_bytes, ") are set; set only one of them");
   }
-  if (fraction.has_value() && (!std::isfinite(*fraction) || *fraction <= 0.0 || *fraction > 1.0)) {
+  if (fraction.has_value() && (!std::isfinite(*fraction) || *fraction <= 0.0 || *fraction > kMaxOversubscription)) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": fraction = ", *fraction,
              " is outside (0, 1]; use e.g. 0.9 for 90% of the device's capacity");
+  }
+  if (fraction.has_value() && *fraction > 1.0 && allocator != AllocatorKind::managed) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": fraction = ", *fraction,
+             " is above 1, which only managed (unified) memory can serve by oversubscribing a cuda device; use a"
+             " fraction in (0, 1], or allocator = managed on a cuda:N device");
   }
   if (limit_bytes.has_value() && (*limit_bytes == 0 || *limit_bytes > kMaxAllocationBytes)) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": limit_bytes = ", *limit_bytes,
@@ -106,9 +122,16 @@ void MemoryConfig::validate() const {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": policy = ", static_cast<int>(policy),
              " is not a GrowthPolicy; use GrowthPolicy::preallocate or GrowthPolicy::grow");
   }
-  if (allocator != AllocatorKind::bfc && allocator != AllocatorKind::expandable && allocator != AllocatorKind::system) {
+  if (allocator != AllocatorKind::bfc && allocator != AllocatorKind::expandable && allocator != AllocatorKind::system &&
+      !is_cuda_only(allocator)) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": allocator = ", static_cast<int>(allocator),
-             " is not an AllocatorKind; use bfc, expandable or system");
+             " is not an AllocatorKind; use bfc, expandable, system, cuda_malloc_async or managed");
+  }
+  if (is_cuda_only(allocator) && !is_cuda_device_name(device)) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": allocator = ", to_string(allocator),
+             " is served only by cuda:N devices (CUDA's ",
+             allocator == AllocatorKind::managed ? "cudaMallocManaged" : "cudaMallocAsync pool", "); on ", device,
+             " use allocator = bfc, expandable or system (unset TP_ALLOCATOR or set it to one of them)");
   }
   if (bfc_split != BfcSplit::tensorflow && bfc_split != BfcSplit::exact) {
     TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": bfc_split = ", static_cast<int>(bfc_split),
@@ -150,8 +173,9 @@ std::size_t resolve_limit_bytes(const MemoryConfig& config, std::optional<std::s
     limit = *capacity;
     if (config.fraction.has_value()) {
       // Clamped in double: a product that rounds up to 2^64 must not reach the (undefined) conversion.
+      // A fraction above 1 (managed memory) gives a budget above the capacity.
       const double budget = std::floor(static_cast<double>(*capacity) * *config.fraction);
-      if (budget < static_cast<double>(*capacity)) limit = static_cast<std::size_t>(budget);
+      if (budget < static_cast<double>(kMaxAllocationBytes)) limit = static_cast<std::size_t>(budget);
     }
     limit = std::min(limit, kMaxAllocationBytes);
   }
@@ -170,7 +194,7 @@ MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env) {
     config.thread_cache_bytes = parse_thread_cache(value);
   }
   if (const char* value = get_env("TP_MEMORY_FRACTION"); value != nullptr) {
-    config.fraction = parse_fraction(value);
+    config.fraction = parse_fraction(value, config.allocator);
     config.limit_bytes.reset();
   }
   return config;

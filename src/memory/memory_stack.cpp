@@ -24,6 +24,8 @@ namespace {
 std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::size_t limit_bytes,
                                                MemoryResource* source, VirtualMemory* virtual_memory) {
   switch (config.allocator) {
+    // managed: BFC over cudaMallocManaged regions (the source a cuda device passes for it).
+    case AllocatorKind::managed:
     case AllocatorKind::bfc: {
       BfcOptions options;
       options.limit_bytes = limit_bytes;
@@ -54,6 +56,9 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       if (config.release_decay_events.has_value()) options.release_decay_events = *config.release_decay_events;
       return std::make_unique<ExpandableArena>(*virtual_memory, options);
     }
+    // cuda_malloc_async: the driver's pool is the allocator (it caches freed blocks itself); the adaptor
+    // enforces the budget, the pool's release threshold and maximum size are set from it by the source.
+    case AllocatorKind::cuda_malloc_async:
     case AllocatorKind::system: return std::make_unique<LimitingAdaptor>(*source, limit_bytes);
   }
   TP_THROW(InvalidArgument, "memory", "unknown allocator kind ", static_cast<int>(config.allocator));

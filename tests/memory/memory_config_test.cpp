@@ -193,7 +193,7 @@ TEST(EnvOverrides, BadValuesNameTheVariableTheValueAndTheAcceptedValues) {
   for (const char* bad : {"", "cuda", "bfc2", "b fc", "default"}) {
     FakeEnv env{{{"TP_ALLOCATOR", bad}}};
     expect_invalid([&] { (void)tp::memory::apply_env_overrides(MemoryConfig{}, env.getter()); },
-                   {"TP_ALLOCATOR", std::string("'") + bad + "'", "bfc, expandable, system"});
+                   {"TP_ALLOCATOR", std::string("'") + bad + "'", "bfc, expandable, system, cuda_malloc_async"});
   }
   for (const char* bad : {"", " ", "tf", "exactly", "none", "2x"}) {
     FakeEnv env{{{"TP_BFC_SPLIT", bad}}};
@@ -226,3 +226,73 @@ TEST(MemoryConfig, HugeCapacitiesClampInsteadOfOverflowing) {
 }
 
 }  // namespace
+
+// The CUDA-only allocators: accepted by name on cuda:N devices, refused on every other device with the device
+// and the values it accepts; a fraction above 1 only with managed memory (oversubscription).
+TEST(MemoryConfig, CudaOnlyAllocatorsAreRefusedOffCudaDevices) {
+  EXPECT_EQ(tp::memory::to_string(AllocatorKind::cuda_malloc_async), "cuda_malloc_async");
+  EXPECT_EQ(tp::memory::to_string(AllocatorKind::managed), "managed");
+  EXPECT_TRUE(tp::memory::is_cuda_device_name("cuda:0"));
+  EXPECT_TRUE(tp::memory::is_cuda_device_name("cuda:12"));
+  EXPECT_FALSE(tp::memory::is_cuda_device_name("sim:0"));
+  EXPECT_FALSE(tp::memory::is_cuda_device_name("cpu:0"));
+  EXPECT_FALSE(tp::memory::is_cuda_device_name("opencl:0"));
+  for (const AllocatorKind kind : {AllocatorKind::cuda_malloc_async, AllocatorKind::managed}) {
+    for (const char* device : {"host", "sim:0", "cpu:0", "opencl:1"}) {
+      MemoryConfig config;
+      config.device = device;
+      config.allocator = kind;
+      expect_invalid([&] { config.validate(); },
+                     {device, std::string(tp::memory::to_string(kind)), "cuda:N", "bfc, expandable or system"});
+    }
+    MemoryConfig on_cuda;
+    on_cuda.device = "cuda:1";
+    on_cuda.allocator = kind;
+    EXPECT_NO_THROW(on_cuda.validate()) << tp::memory::to_string(kind);
+  }
+}
+
+TEST(MemoryConfig, AFractionAboveOneOversubscribesOnlyManagedMemory) {
+  MemoryConfig config;
+  config.device = "cuda:0";
+  config.fraction = 1.5;
+  for (const AllocatorKind kind : {AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system,
+                                   AllocatorKind::cuda_malloc_async}) {
+    config.allocator = kind;
+    expect_invalid([&] { config.validate(); }, {"fraction = 1.5", "managed", "(0, 1]"});
+  }
+  config.allocator = AllocatorKind::managed;
+  EXPECT_NO_THROW(config.validate());
+  EXPECT_EQ(tp::memory::resolve_limit_bytes(config, tp::kGiB), tp::kGiB + tp::kGiB / 2);
+  config.fraction = MemoryConfig::kMaxOversubscription + 1;
+  expect_invalid([&] { config.validate(); }, {"fraction"});
+}
+
+TEST(EnvOverrides, CudaAllocatorsAndOversubscription) {
+  for (const auto& [text, kind] :
+       std::map<std::string, AllocatorKind>{{"cuda_malloc_async", AllocatorKind::cuda_malloc_async},
+                                            {" CUDA_MALLOC_ASYNC ", AllocatorKind::cuda_malloc_async},
+                                            {"managed", AllocatorKind::managed},
+                                            {"Managed", AllocatorKind::managed}}) {
+    FakeEnv env{{{"TP_ALLOCATOR", text}}};
+    MemoryConfig config;
+    config.device = "cuda:0";
+    const MemoryConfig result = tp::memory::apply_env_overrides(config, env.getter());
+    EXPECT_EQ(result.allocator, kind) << text;
+    EXPECT_NO_THROW(result.validate());
+    MemoryConfig sim;
+    sim.device = "sim:0";
+    // Parsed, then refused by the stack's validation, naming the device.
+    expect_invalid([&] { tp::memory::apply_env_overrides(sim, env.getter()).validate(); }, {"sim:0", "cuda:N"});
+  }
+  FakeEnv oversubscribed{{{"TP_ALLOCATOR", "managed"}, {"TP_MEMORY_FRACTION", "1.5"}}};
+  MemoryConfig cuda;
+  cuda.device = "cuda:0";
+  EXPECT_DOUBLE_EQ(*tp::memory::apply_env_overrides(cuda, oversubscribed.getter()).fraction, 1.5);
+  FakeEnv not_managed{{{"TP_ALLOCATOR", "cuda_malloc_async"}, {"TP_MEMORY_FRACTION", "1.5"}}};
+  expect_invalid([&] { (void)tp::memory::apply_env_overrides(cuda, not_managed.getter()); },
+                 {"TP_MEMORY_FRACTION", "'1.5'", "(0, 1]", "TP_ALLOCATOR=managed"});
+  FakeEnv too_much{{{"TP_ALLOCATOR", "managed"}, {"TP_MEMORY_FRACTION", "17"}}};
+  expect_invalid([&] { (void)tp::memory::apply_env_overrides(cuda, too_much.getter()); },
+                 {"TP_MEMORY_FRACTION", "(0, 16]"});
+}

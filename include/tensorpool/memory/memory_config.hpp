@@ -22,14 +22,26 @@
 
 namespace tp::memory {
 
-enum class AllocatorKind { bfc, expandable, system };
+// bfc, expandable and system run on every device. cuda_malloc_async (the driver's stream-ordered pool, as
+// TensorFlow's cuda_malloc_async) and managed (BFC over cudaMallocManaged: unified memory that may exceed the
+// GPU's memory) are sources only a CUDA device has: a stack for another device refuses them (see
+// is_cuda_only()).
+enum class AllocatorKind { bfc, expandable, system, cuda_malloc_async, managed };
 
-// "bfc", "expandable", "system".
+// "bfc", "expandable", "system", "cuda_malloc_async", "managed".
 std::string_view to_string(AllocatorKind kind) noexcept;
+// Whether only a cuda:N device can serve `kind` (cuda_malloc_async, managed).
+[[nodiscard]] constexpr bool is_cuda_only(AllocatorKind kind) noexcept {
+  return kind == AllocatorKind::cuda_malloc_async || kind == AllocatorKind::managed;
+}
+// Whether a stack named `device` is a CUDA device's ("cuda:N", the device's id as to_string writes it).
+[[nodiscard]] bool is_cuda_device_name(std::string_view device) noexcept;
 
 struct MemoryConfig {
   static constexpr std::size_t kDefaultSplitThreshold = 128 * kMiB;
   static constexpr std::size_t kDefaultThreadCacheBytes = 4 * kMiB;
+  // The largest fraction managed memory accepts: a budget of 16x the GPU's memory pages to the host anyway.
+  static constexpr double kMaxOversubscription = 16.0;
 
   std::string device = "host";  // names the stack in reports and OOM errors
   // preallocate: BFC takes the whole budget as one region at first use (TensorFlow's default); the
@@ -37,7 +49,10 @@ struct MemoryConfig {
   // region (allow_growth); the arena gives freed pages beyond its release threshold back once they have gone
   // unused for release_decay_events allocator events. system ignores it.
   GrowthPolicy policy = GrowthPolicy::preallocate;
-  std::optional<double> fraction;          // budget as a fraction of the source's capacity, (0, 1]
+  // Budget as a fraction of the source's capacity, (0, 1]; above 1 only with allocator = managed, where it
+  // oversubscribes the GPU as TensorFlow's per_process_gpu_memory_fraction > 1 does (unified memory pages
+  // out to the host).
+  std::optional<double> fraction;
   std::optional<std::size_t> limit_bytes;  // budget in bytes; exclusive with fraction
   AllocatorKind allocator = AllocatorKind::bfc;
   bool garbage_collection = true;              // BFC: free wholly free regions and retry before an OOM
@@ -68,8 +83,8 @@ struct MemoryConfig {
   // results included, comes from this stack.
   std::vector<AllocationKind> shared_kinds{AllocationKind::fetched};
 
-  // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] or not
-  // finite, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,
+  // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] (above 1
+  // only with allocator = managed) or not finite, a CUDA-only allocator on a device not named cuda:N, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,
   // split_threshold == 0, split_fraction outside (0, 1] or set together with split_threshold, an out-of-range
   // enum value (policy, allocator, bfc_split).
   void validate() const;
@@ -84,9 +99,11 @@ using GetEnv = std::function<const char*(const char*)>;
 
 // Reads, when set:
 //   TP_ALLOW_GROWTH     true|false|1|0|yes|no (any case) -> policy grow | preallocate
-//   TP_ALLOCATOR        bfc|expandable|system (any case) -> allocator
-//   TP_MEMORY_FRACTION  a decimal number in (0, 1]       -> fraction; it replaces limit_bytes (an operator's
-//                                                          override wins over the budget set in code)
+//   TP_ALLOCATOR        bfc|expandable|system|cuda_malloc_async|managed (any case) -> allocator (the last two
+//                                                          on cuda:N devices only)
+//   TP_MEMORY_FRACTION  a decimal number in (0, 1], or above 1 with allocator managed -> fraction; it replaces
+//                                                          limit_bytes (an operator's override wins over the
+//                                                          budget set in code)
 //   TP_BFC_SPLIT        tensorflow|exact (any case)      -> bfc_split
 //   TP_THREAD_CACHE     a size (4MiB, 1048576), or on|off|true|false|yes|no -> thread_cache_bytes (off = 0,
 //                                                          on = kDefaultThreadCacheBytes)
