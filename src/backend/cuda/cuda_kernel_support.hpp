@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What the CUDA kernel adapters (cuda_kernels_*.cpp, cuda_matmul.cpp) share: the dtype mapping onto the
+// launch functions' kernels::Dtype, enqueueing a command on a CudaStream, the launch status check, and each
+// CUDA stream's scratch: a small device status word with its pinned host mirror (the label check's result)
+// and cuBLASLt's workspace.
+//
+// The adapters run on the op's thread: they capture the Args by value (the Tensor handles keep the buffers
+// alive until the stream's work has completed) and enqueue a command; the command runs on the stream's worker
+// with the device current and Stream::current() set, takes tensor.data() (device addresses) and calls the
+// launch functions on native(), which only enqueue.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "backend/cuda/cuda_stream.hpp"
+#include "backend/cuda/kernels/launch.cuh"
+#include "tensorpool/core/dtype.hpp"
+#include "tensorpool/core/tensor.hpp"
+
+namespace tp::backend::cuda::support {
+
+inline constexpr std::string_view kComponent = "cuda";
+
+// `dtype` as the launch functions name it.
+[[nodiscard]] kernels::Dtype kernel_dtype(DType dtype) noexcept;
+
+// Throws tp::DeviceError "<kernel> failed: <cudaGetErrorName> ..." unless `status` is cudaSuccess.
+void check_launch(cudaError_t status, std::string_view kernel);
+
+// Enqueues body(cudaStream_t) as a command of `stream` (a stream of a cuda device).
+template <typename Body>
+void enqueue(device::Stream& stream, Body body) {
+  CudaStream& cuda = cuda_stream(stream);
+  cuda.enqueue_commands([&cuda, body = std::move(body)]() { body(cuda.native()); });
+}
+
+// A tensor's device address, or null for an undefined tensor. Inside a command only.
+[[nodiscard]] inline void* address(const Tensor& tensor) { return tensor.defined() ? tensor.data() : nullptr; }
+
+// The element count as the launch functions take it.
+[[nodiscard]] inline std::int64_t elements(const Tensor& tensor) { return tensor.num_elements(); }
+
+// Per CUDA stream (keyed by its cudaStream_t and device ordinal), allocated on first use outside the memory
+// stack (cudaMalloc / cudaHostAlloc, a few bytes, plus cuBLASLt's workspace when a product runs) and kept for
+// the process's lifetime: a stream handle the driver hands out again reuses its predecessor's scratch.
+struct StreamScratch {
+  std::int64_t* status_device = nullptr;  // 2 words: launch_check_labels' (row, label)
+  std::int64_t* status_host = nullptr;    // pinned: the copy read back by a host task
+  void* workspace = nullptr;              // cuBLASLt's, kMatmulWorkspaceBytes (null until the first product)
+};
+// Inside a command of `stream` (its device current). Throws tp::DeviceError on a refused allocation.
+StreamScratch& scratch_of(const CudaStream& stream);
+// The workspace of `scratch`, allocated on first use.
+void* matmul_workspace(StreamScratch& scratch);
+
+// cuBLASLt's workspace per stream: 32 MiB, as PyTorch's default for Hopper: room for the split-K and
+// stream-K algorithms of the larger products. Allocated with cudaMalloc outside the memory stack, so it is
+// not in the planner's figures; the device's free memory is that much smaller per stream that multiplies.
+inline constexpr std::size_t kMatmulWorkspaceBytes = std::size_t{32} << 20;
+
+// Runs launch_check_labels in a command of `stream` and a host task behind it that throws tp::InvalidArgument
+// (the stream's error, reported at the next synchronize) naming `op`, the first bad row and its label when a
+// label lies outside [0, cols): the CPU kernels' refusal, found on the device. The host task waits for the
+// check (and everything before it) to complete.
+void check_labels(device::Stream& stream, std::string_view op, const Tensor& labels, std::int64_t rows,
+                  std::int64_t cols);
+
+}  // namespace tp::backend::cuda::support
