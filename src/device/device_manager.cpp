@@ -100,6 +100,38 @@ std::vector<PlannedDevice> plan_opencl(const std::optional<int>& opencl_devices)
   return planned;
 }
 
+// The cuda devices before visible-device filtering: one per GPU the CUDA runtime reports (after
+// CUDA_VISIBLE_DEVICES), each with the GPU's whole memory; logical splits (step 3) share one out.
+std::vector<PlannedDevice> plan_cuda() {
+  std::vector<PlannedDevice> planned;
+  const std::vector<CudaProperties>& found = cuda_physical_devices();
+  for (std::size_t index = 0; index < found.size(); ++index) {
+    const DeviceId id{DeviceKind::cuda, static_cast<int>(index)};
+    planned.push_back({id, id, found[index].total_bytes});
+  }
+  return planned;
+}
+
+// Why a visible entry of `kind` names no physical device, with the setting that gives more.
+std::string visible_hint(DeviceKind kind) {
+  if (kind == DeviceKind::opencl) {
+    return " (TP_OPENCL_DEVICES sets how many OpenCL devices there are; " +
+           (opencl_physical_devices().empty()
+                ? opencl_unavailable_reason()
+                : std::string("the ICD loader reports ") + std::to_string(opencl_physical_devices().size())) +
+           ")";
+  }
+  if (kind == DeviceKind::cuda) {
+    return " (" +
+           (cuda_physical_devices().empty()
+                ? cuda_unavailable_reason()
+                : "the CUDA runtime reports " + std::to_string(cuda_physical_devices().size()) +
+                      " GPUs after CUDA_VISIBLE_DEVICES; a logical split gives more cuda devices") +
+           ")";
+  }
+  return " (TP_SIM_DEVICES sets how many simulated devices there are)";
+}
+
 // Step 1 and 2 of the header: cpu:0 (always), then the visible accelerators renumbered per kind in the
 // order listed (all of them, in physical order, when no visible list is set).
 std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std::size_t cpu_capacity) {
@@ -108,6 +140,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
     physical.push_back({{DeviceKind::sim, index}, {DeviceKind::sim, index}, options.sim_memory_bytes});
   }
   for (const PlannedDevice& device : plan_opencl(options.opencl_devices)) physical.push_back(device);
+  for (const PlannedDevice& device : plan_cuda()) physical.push_back(device);
   std::vector<PlannedDevice> visible{{{DeviceKind::cpu, 0}, {DeviceKind::cpu, 0}, cpu_capacity}};
   if (!options.visible_devices) {
     visible.insert(visible.end(), physical.begin(), physical.end());
@@ -123,14 +156,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
       std::vector<DeviceId> existing{{DeviceKind::cpu, 0}};
       for (const PlannedDevice& device : physical) existing.push_back(device.id);
       TP_THROW(InvalidArgument, "device", "visible device ", wanted.str(), " does not exist; the physical devices are ",
-               join(existing),
-               wanted.kind == DeviceKind::opencl
-                   ? " (TP_OPENCL_DEVICES sets how many OpenCL devices there are; " +
-                         (opencl_physical_devices().empty() ? opencl_unavailable_reason()
-                                                            : std::string("the ICD loader reports ") +
-                                                                  std::to_string(opencl_physical_devices().size())) +
-                         ")"
-                   : std::string(" (TP_SIM_DEVICES sets how many simulated devices there are)"));
+               join(existing), visible_hint(wanted.kind));
     }
     visible.push_back({{wanted.kind, next_index[wanted.kind]++}, found->physical, found->capacity_bytes});
   }
@@ -200,7 +226,11 @@ std::string missing_device_hint(const DeviceId& id) {
     const std::string reason = opencl_unavailable_reason();
     return reason.empty() ? " (TP_OPENCL_DEVICES sets how many OpenCL devices there are)" : " (" + reason + ")";
   }
-  if (id.kind == DeviceKind::cuda) return " (this build has no CUDA backend; use sim devices or cpu:0)";
+  if (id.kind == DeviceKind::cuda) {
+    const std::string reason = cuda_unavailable_reason();
+    return reason.empty() ? " (one cuda device per GPU the CUDA runtime reports; a logical split gives more)"
+                          : " (" + reason + ")";
+  }
   return "";
 }
 
@@ -355,6 +385,9 @@ void DeviceManager::materialise() {
     } else if (device.id.kind == DeviceKind::opencl) {
       built.push_back(
           make_opencl_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
+    } else if (device.id.kind == DeviceKind::cuda) {
+      built.push_back(
+          make_cuda_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
     } else {
       built.push_back(
           make_sim_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
@@ -418,6 +451,18 @@ std::vector<DeviceInfo> DeviceManager::info() {
       const std::vector<OpenClProperties>& found = opencl_physical_devices();
       const auto physical = static_cast<std::size_t>(device->physical_id().index);
       if (physical < found.size()) info.opencl = found[physical];
+    }
+    if (device->kind() == DeviceKind::cuda) {
+      const std::vector<CudaProperties>& found = cuda_physical_devices();
+      const auto physical = static_cast<std::size_t>(device->physical_id().index);
+      if (physical < found.size()) {
+        info.cuda = found[physical];
+        try {
+          info.cuda->free_bytes = cuda_free_bytes(info.cuda->ordinal);
+        } catch (const DeviceError& error) {  // the figures are still worth printing without it
+          TP_LOG(warning, "device", device->name(), ": free memory unknown: ", error.what());
+        }
+      }
     }
     result.push_back(std::move(info));
   }

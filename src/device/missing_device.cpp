@@ -38,13 +38,19 @@ std::string missing_device_advice(const DeviceId& id, const std::vector<DeviceId
     listed += (listed.empty() ? "" : ", ") + device.str();
     if (device.kind == id.kind) same_kind += (same_kind.empty() ? "" : ",") + device.str();
   }
-  const bool accelerator = id.kind == DeviceKind::sim || id.kind == DeviceKind::opencl;
-  const char* const count_variable = id.kind == DeviceKind::opencl ? "TP_OPENCL_DEVICES" : "TP_SIM_DEVICES";
-  const char* const count = get_env(count_variable);
+  const bool no_cuda = id.kind == DeviceKind::cuda && cuda_physical_devices().empty();
+  const bool accelerator =
+      id.kind == DeviceKind::sim || id.kind == DeviceKind::opencl || (id.kind == DeviceKind::cuda && !no_cuda);
+  // cuda devices have no count of their own: one per GPU the driver shows (CUDA_VISIBLE_DEVICES).
+  const char* const count_variable = id.kind == DeviceKind::opencl ? "TP_OPENCL_DEVICES"
+                                     : id.kind == DeviceKind::sim  ? "TP_SIM_DEVICES"
+                                                                   : nullptr;
+  const char* const count = count_variable != nullptr ? get_env(count_variable) : nullptr;
   const char* const visible = get_env("TP_VISIBLE_DEVICES");
   std::string fix;
-  if (id.kind == DeviceKind::cuda) {
-    fix = "this build has no CUDA backend; use simulated devices (e.g. sim:0,sim:1), opencl devices or cpu:0";
+  if (no_cuda) {
+    fix =
+        fmt::format("{}; use simulated devices (e.g. sim:0,sim:1), opencl devices or cpu:0", cuda_unavailable_reason());
   } else if (accelerator && visible != nullptr) {
     fix = fmt::format("TP_VISIBLE_DEVICES='{}' hides it; add it there or unset TP_VISIBLE_DEVICES", visible);
   } else if (id.kind == DeviceKind::sim) {
@@ -57,6 +63,12 @@ std::string missing_device_advice(const DeviceId& id, const std::vector<DeviceId
         count, id.index + 1);
   } else if (id.kind == DeviceKind::opencl) {
     fix = missing_opencl_fix(id);
+  } else if (id.kind == DeviceKind::cuda) {
+    const std::size_t gpus = cuda_physical_devices().size();
+    fix = fmt::format(
+        "the CUDA runtime reports {} GPU{} (CUDA_VISIBLE_DEVICES chooses which); split one into logical devices "
+        "(DeviceManager::set_logical_devices) for more cuda devices",
+        gpus, gpus == 1 ? "" : "s");
   } else {
     fix = "cpu:0 is the only cpu device";
   }

@@ -3,7 +3,9 @@
 // not depend on the caller's TP_* variables. The opencl rules that depend on the machine's driver are checked
 // for the part every machine shares.
 #include "tensorpool/device/missing_device.hpp"
+
 #include "device/fake_env.hpp"
+#include "tensorpool/device/backends.hpp"
 
 #include <gtest/gtest.h>
 
@@ -42,8 +44,15 @@ TEST(MissingDeviceAdvice, AVisibleListThatHidesTheDeviceIsNamed) {
 
 TEST(MissingDeviceAdvice, CudaAndCpu) {
   const std::string cuda = missing_device_advice({DeviceKind::cuda, 0}, kTwoSims, {}, env_of({}));
-  EXPECT_NE(cuda.find("this build has no CUDA backend"), std::string::npos) << cuda;
-  EXPECT_EQ(cuda.find("or use"), std::string::npos) << cuda;
+  // No GPU here: the reason is the build's ("this build has no CUDA backend") or the driver's ("no CUDA device").
+  if (cuda_physical_devices().empty()) {
+    EXPECT_NE(cuda.find(cuda_unavailable_reason()), std::string::npos) << cuda;
+    EXPECT_NE(cuda.find("no CUDA"), std::string::npos) << cuda;
+    EXPECT_EQ(cuda.find("or use"), std::string::npos) << cuda;
+  } else {
+    EXPECT_NE(cuda.find("the CUDA runtime reports"), std::string::npos) << cuda;
+    EXPECT_TRUE(cuda.ends_with(", or use cpu:0")) << cuda;
+  }
   EXPECT_EQ(missing_device_advice({DeviceKind::cpu, 1}, kTwoSims, {}, env_of({})),
             "this process has cpu:0, sim:0, sim:1; cpu:0 is the only cpu device");
 }

@@ -66,7 +66,7 @@ def test_mirrored_strategy_takes_tensorflow_names_and_options():
         ((["sim:0", "/device:SIM:0"],), ValueError, "listed twice"),
         ((["sim:9"],), ValueError, "'sim:9' (sim:9) does not exist: this process has cpu:0, sim:0, sim:1"),
         ((["sim:9"],), ValueError, "set TP_SIM_DEVICES=10"),
-        ((["cuda:0"],), ValueError, "no CUDA backend"),
+        ((["cuda:0"],), ValueError, "no CUDA"),
         ((["tpu:0"],), ValueError, "is not a device name"),
         (([],), ValueError, "the list is empty"),
         ((None, "ring"), TypeError, "cross_device_ops must be a tf.distribute.CrossDeviceOps"),

@@ -2,8 +2,9 @@
 // tensorpool devices [--json] [--sim-devices N] [--sim-memory BYTES] [--allocate BYTES]
 // Lists the devices the DeviceManager builds from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
 // TP_OPENCL_DEVICES, TP_VISIBLE_DEVICES and the memory overrides), with each one's memory figures; --json
-// adds the kind of host memory staging each device's copies (Device::staging_kind()) and what each opencl
-// device's driver reports (name, vendor, driver, memory, compute units, SVM, fp64).
+// adds the kind of host memory staging each device's copies (Device::staging_kind()), what each opencl
+// device's driver reports (name, vendor, driver, memory, compute units, SVM, fp64) and what each cuda device's
+// GPU reports (name, compute capability, total and free memory, multiprocessors, memory features).
 // --sim-devices and --sim-memory override the environment for this command. --allocate is a probe: it
 // allocates that many bytes on every accelerator (tag "devices/probe", kind temporary) and holds them while
 // printing, so the live figures (in use, reserved, peak) show what one allocation costs on each device's stack.
@@ -157,6 +158,22 @@ void print_json(const std::vector<device::DeviceInfo>& devices) {
           {"fp64", opencl.fp64},
       };
     }
+    if (info.cuda.has_value()) {
+      const device::CudaProperties& cuda = *info.cuda;
+      entry["cuda"] = {
+          {"name", cuda.name},
+          {"ordinal", cuda.ordinal},
+          {"compute_capability", fmt::format("{}.{}", cuda.compute_major, cuda.compute_minor)},
+          {"total_bytes", cuda.total_bytes},
+          {"free_bytes", cuda.free_bytes},
+          {"multiprocessors", cuda.multiprocessors},
+          {"l2_bytes", cuda.l2_bytes},
+          {"managed_memory", cuda.managed_memory},
+          {"concurrent_managed_access", cuda.concurrent_managed_access},
+          {"virtual_memory_management", cuda.virtual_memory_management},
+          {"memory_pools", cuda.memory_pools},
+      };
+    }
     output["devices"].push_back(std::move(entry));
   }
   std::cout << output.dump(2) << '\n';
@@ -182,7 +199,8 @@ void run_devices(const DevicesArguments& arguments) {
 void add_devices_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "devices",
-      "List the devices (cpu, simulated and OpenCL accelerators after visible-device filtering) and their memory");
+      "List the devices (cpu, simulated, OpenCL and CUDA accelerators after visible-device filtering) and their "
+      "memory");
   auto arguments = std::make_shared<DevicesArguments>();
   command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");
   command

@@ -7,7 +7,8 @@
 //
 // Building the list, in order:
 //   1. physical devices: cpu:0, then `sim_devices` simulated accelerators of `sim_memory_bytes` each, then
-//      the OpenCL devices the ICD loader reports (opencl:N, see `opencl_devices`);
+//      the OpenCL devices the ICD loader reports (opencl:N, see `opencl_devices`), then one cuda:N per GPU
+//      the CUDA runtime reports (after CUDA_VISIBLE_DEVICES, which the driver applies), with its whole memory;
 //   2. visible devices (TP_VISIBLE_DEVICES="sim:1,sim:0"): only the named accelerators stay, in that order,
 //      renumbered from 0 (so with "sim:1,sim:0" the device sim:0 is physical sim:1, as CUDA_VISIBLE_DEVICES);
 //      cpu:0 always stays;
@@ -40,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tensorpool/device/cuda_properties.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/device/device_id.hpp"
 #include "tensorpool/device/opencl_properties.hpp"
@@ -74,6 +76,7 @@ struct DeviceInfo {
   std::size_t streams = 0;
   std::string staging;                     // Device::staging_kind(): "mlock" | "CL_MEM_ALLOC_HOST_PTR" | "pageable"
   std::optional<OpenClProperties> opencl;  // the OpenCL device behind an opencl device
+  std::optional<CudaProperties> cuda;      // the GPU behind a cuda device (free_bytes read by info())
 };
 
 struct DeviceManagerOptions {

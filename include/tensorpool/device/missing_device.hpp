@@ -25,11 +25,13 @@ struct MissingDeviceWording {
 // "this process has <existing>[ (VARIABLE=value)]; <fix>[, or use <use><devices of id's kind>]" for device `id`,
 // which is not among `existing` (the process's devices, planned or built). The fix, by the first rule that
 // applies:
-//   cuda      this build has no CUDA backend;
-//   sim or opencl while TP_VISIBLE_DEVICES is set: it hides the device;
+//   cuda      without a GPU: why there is none (cuda_unavailable_reason: no CUDA backend in this build, or no
+//             device); the alternatives, without "or use";
+//   sim, opencl or cuda while TP_VISIBLE_DEVICES is set: it hides the device;
 //   sim       set TP_SIM_DEVICES=<index + 1>;
 //   opencl    with TP_OPENCL_DEVICES set and a driver that reports devices: set it to <index + 1>; else the
 //             driver to install when none reports a device, or the TP_OPENCL_DEVICES split that gives the index;
+//   cuda      how many GPUs the CUDA runtime reports, and the logical split that gives more;
 //   cpu       cpu:0 is the only cpu device.
 // Accelerators end with the devices of their kind that exist (cpu:0 when there are none). `get_env` reads the
 // variables (injectable for tests).
