@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+// CudaStreamImpl's own rules (src/backend/cuda/cuda_stream_impl.hpp) with a gate on the CUDA stream (a host
+// function that holds it until released): a command task's captures live until the stream has passed its work,
+// in-flight work is bounded, a wait on another CUDA stream's event orders the device without blocking the
+// worker, and failed CUDA calls (checked in a task, or left in the thread's last error) are kept as DeviceError
+// naming the call. Built only with the CUDA backend; skips, saying why, without a GPU.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/cuda/cuda_error.hpp"
+#include "backend/cuda/cuda_stream_impl.hpp"
+#include "backend/cuda/cuda_test_support.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/backends.hpp"
+
+namespace tp::backend::cuda {
+namespace {
+
+using testing::cuda_options;
+using testing::make_manager;
+
+// True once `condition` holds, polling for up to 10 s (false then).
+bool eventually(const std::function<bool()>& condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Holds a CUDA stream (a host function on it spins) until open() is called.
+class Gate {
+ public:
+  void close_on(CudaStream& stream) {
+    stream.enqueue_commands(
+        [this, &stream] { check(cudaLaunchHostFunc(stream.native(), &Gate::hold, &open_), "cudaLaunchHostFunc"); });
+  }
+  void open() { open_.store(true); }
+
+ private:
+  static void hold(void* flag) {
+    while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::yield();
+  }
+  std::atomic<bool> open_{false};
+};
+
+std::string message_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(CudaStream, AStreamOfAnotherKindIsRefusedNamingIt) {
+  memory::MemoryConfig config;
+  config.device = "sim:0";
+  const auto sim = device::make_sim_device({device::DeviceKind::sim, 0}, {device::DeviceKind::sim, 0},
+                                           std::size_t{8} << 20, config, {});
+  const std::string message = message_of([&] { (void)cuda_stream(sim->stream()); });
+  EXPECT_NE(message.find("sim:0/stream:0 is not a CUDA stream"), std::string::npos) << message;
+}
+
+TEST(CudaStream, CapturesLiveUntilTheStreamPassedTheirWork) {
+  TP_REQUIRE_CUDA();
+  const auto manager = make_manager(cuda_options());
+  auto& gpu = dynamic_cast<CudaDevice&>(manager->device("cuda:0"));
+  CudaStream& stream = cuda_stream(gpu.stream());
+  Gate gate;
+  gate.close_on(stream);
+  auto held = std::make_shared<int>(1);
+  const std::weak_ptr<int> watch = held;
+  stream.enqueue_commands([held = std::move(held)] { EXPECT_EQ(*held, 1); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(watch.expired()) << "the captures went before the stream passed the gate";
+  EXPECT_FALSE(stream.idle());
+  gate.open();
+  stream.synchronize();
+  EXPECT_TRUE(watch.expired());
+  EXPECT_TRUE(stream.idle());
+}
+
+TEST(CudaStream, InFlightWorkIsBounded) {
+  TP_REQUIRE_CUDA();
+  const auto manager = make_manager(cuda_options());
+  auto& gpu = dynamic_cast<CudaDevice&>(manager->device("cuda:0"));
+  CudaStreamImpl stream(gpu, /*index=*/7, gpu.ordinal(), /*max_in_flight=*/3);
+  Gate gate;
+  gate.close_on(stream);
+  std::atomic<int> ran{0};
+  for (int task = 0; task < 20; ++task) stream.enqueue_commands([&ran] { ran.fetch_add(1); });
+  EXPECT_TRUE(eventually([&] { return stream.in_flight() == 3; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(ran.load(), 2) << "the gate and two tasks fill the three slots; the rest wait for room";
+  gate.open();
+  stream.synchronize();
+  EXPECT_EQ(ran.load(), 20);
+  EXPECT_EQ(stream.peak_in_flight(), 3U);
+  EXPECT_EQ(stream.in_flight(), 0U);
+}
+
+TEST(CudaStream, AWaitOnAnotherCudaStreamOrdersTheDeviceWithoutBlockingTheWorker) {
+  TP_REQUIRE_CUDA();
+  const auto manager = make_manager(cuda_options({}, /*streams=*/2));
+  auto& gpu = dynamic_cast<CudaDevice&>(manager->device("cuda:0"));
+  CudaStream& first = cuda_stream(gpu.stream(0));
+  CudaStream& second = cuda_stream(gpu.stream(1));
+  Gate gate;
+  gate.close_on(first);
+  const device::Event gated = first.record();
+  second.wait(gated);
+  std::atomic<bool> enqueued{false};
+  second.enqueue_commands([&enqueued] { enqueued.store(true); });
+  const device::Event after = second.record();
+  // The worker of `second` went past the wait (cudaStreamWaitEvent) and ran the command task ...
+  EXPECT_TRUE(eventually([&] { return enqueued.load(); }));
+  // ... while the device holds `second` behind the gate.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(after.query());
+  EXPECT_FALSE(gated.query());
+  gate.open();
+  after.synchronize();
+  EXPECT_TRUE(gated.query());
+  first.synchronize();
+  second.synchronize();
+}
+
+TEST(CudaStream, AFailedCallInATaskIsKeptNamingIt) {
+  TP_REQUIRE_CUDA();
+  const auto manager = make_manager(cuda_options());
+  CudaStream& stream = cuda_stream(manager->device("cuda:0").stream());
+  // A memset of a null device pointer: refused at once (cudaErrorInvalidValue), nothing reaches the device.
+  auto invalid_call = [&stream] { return cudaMemsetAsync(nullptr, 0, 16, stream.native()); };
+  // Checked in the task: the DeviceError names the call and the status.
+  stream.enqueue_commands([&] { check(invalid_call(), "cudaMemsetAsync (null pointer)"); });
+  std::string message = message_of([&] { stream.synchronize(); });
+  EXPECT_NE(message.find("cudaMemsetAsync (null pointer) failed: cudaError"), std::string::npos) << message;
+  // Ignored in the task: the thread's last error after it is kept all the same.
+  stream.enqueue_commands([&] { (void)invalid_call(); });
+  message = message_of([&] { stream.synchronize(); });
+  EXPECT_NE(message.find("a kernel launch"), std::string::npos) << message;
+  EXPECT_NE(message.find("failed: cudaError"), std::string::npos) << message;
+  EXPECT_NO_THROW(stream.synchronize());
+  bool ran = false;
+  stream.enqueue_commands([&ran] { ran = true; });
+  stream.synchronize();
+  EXPECT_TRUE(ran) << "the stream runs again once the error was reported";
+}
+
+}  // namespace
+}  // namespace tp::backend::cuda
