@@ -4,8 +4,9 @@
 //
 // Every element-wise kernel is a grid-stride loop over a 64-bit index: thread t of the grid handles elements
 // t, t + stride, t + 2 stride, ... < n, stride = blocks * kThreads. So the grid need not cover n: it is capped
-// at kMaxBlocks (enough to fill any current GPU many times over), and n beyond 2^31 (or 2^63 - 1) is reached
-// by the loop, never by an index that overflows 32 bits.
+// at kMaxBlocks (enough to fill any current GPU many times over), and n beyond 2^31 is reached by the loop,
+// never by an index that overflows 32 bits. The loop's last step (i + stride, i < n) fits in int64 for any n up
+// to 2^63 - kMaxBlocks * kThreads: far more elements than any device holds.
 
 #include <cstdint>
 
