@@ -374,31 +374,44 @@ std::string_view to_string(ReplayAllocator allocator) noexcept {
     case ReplayAllocator::bfc_grow: return "bfc-grow";
     case ReplayAllocator::expandable: return "expandable";
     case ReplayAllocator::system: return "system";
+    case ReplayAllocator::cuda_malloc_async: return "cuda_malloc_async";
+    case ReplayAllocator::managed: return "managed";
   }
   return "unknown";
 }
 
 ReplayAllocator parse_replay_allocator(std::string_view name) {
-  for (const ReplayAllocator allocator : all_replay_allocators()) {
+  for (const ReplayAllocator allocator : cuda_replay_allocators()) {
     if (name == to_string(allocator)) return allocator;
   }
-  TP_THROW(InvalidArgument, "replay", "unknown allocator '", name, "'; use bfc, bfc-grow, expandable or system");
+  TP_THROW(InvalidArgument, "replay", "unknown allocator '", name,
+           "'; use bfc, bfc-grow, expandable or system (or, on a cuda device, cuda_malloc_async or managed)");
 }
 
 std::vector<ReplayAllocator> all_replay_allocators() {
   return {ReplayAllocator::bfc, ReplayAllocator::bfc_grow, ReplayAllocator::expandable, ReplayAllocator::system};
 }
 
-MemoryConfig replay_memory_config(ReplayAllocator allocator) {
+std::vector<ReplayAllocator> cuda_replay_allocators() {
+  std::vector<ReplayAllocator> allocators = all_replay_allocators();
+  allocators.push_back(ReplayAllocator::cuda_malloc_async);
+  allocators.push_back(ReplayAllocator::managed);
+  return allocators;
+}
+
+MemoryConfig replay_memory_config(ReplayAllocator allocator, std::string device) {
   MemoryConfig config;
-  config.device = "sim:0";
+  config.device = std::move(device);
   config.tracking = false;
-  config.policy = allocator == ReplayAllocator::bfc_grow ? GrowthPolicy::grow : GrowthPolicy::preallocate;
+  const bool grows = allocator == ReplayAllocator::bfc_grow || allocator == ReplayAllocator::managed;
+  config.policy = grows ? GrowthPolicy::grow : GrowthPolicy::preallocate;
   switch (allocator) {
     case ReplayAllocator::bfc:
     case ReplayAllocator::bfc_grow: config.allocator = AllocatorKind::bfc; break;
     case ReplayAllocator::expandable: config.allocator = AllocatorKind::expandable; break;
     case ReplayAllocator::system: config.allocator = AllocatorKind::system; break;
+    case ReplayAllocator::cuda_malloc_async: config.allocator = AllocatorKind::cuda_malloc_async; break;
+    case ReplayAllocator::managed: config.allocator = AllocatorKind::managed; break;
   }
   return config;
 }

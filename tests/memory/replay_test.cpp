@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -248,6 +249,18 @@ TEST(ReplayAllocator, ParsesNamesAndRejectsOthers) {
   EXPECT_EQ(tp::memory::replay_memory_config(ReplayAllocator::bfc_grow).policy, tp::memory::GrowthPolicy::grow);
   EXPECT_EQ(tp::memory::replay_memory_config(ReplayAllocator::expandable).allocator,
             tp::memory::AllocatorKind::expandable);
+  // The CUDA-only allocators parse, are not in the sim list, and a sim stack refuses them naming the device.
+  for (const ReplayAllocator allocator : {ReplayAllocator::cuda_malloc_async, ReplayAllocator::managed}) {
+    EXPECT_EQ(tp::memory::parse_replay_allocator(tp::memory::to_string(allocator)), allocator);
+    const auto sim = tp::memory::all_replay_allocators();
+    EXPECT_EQ(std::count(sim.begin(), sim.end(), allocator), 0);
+    const auto cuda = tp::memory::cuda_replay_allocators();
+    EXPECT_EQ(std::count(cuda.begin(), cuda.end(), allocator), 1);
+    EXPECT_THROW((void)tp::memory::make_replay_stack(allocator, 64 * tp::kMiB), tp::InvalidArgument);
+    EXPECT_EQ(tp::memory::replay_memory_config(allocator, "cuda:0").device, "cuda:0");
+  }
+  EXPECT_EQ(tp::memory::replay_memory_config(ReplayAllocator::managed, "cuda:0").allocator,
+            tp::memory::AllocatorKind::managed);
 }
 
 Trace small_random_trace() {

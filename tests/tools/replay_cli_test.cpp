@@ -206,6 +206,10 @@ TEST_F(ReplayCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
       {"replay --trace " + path("good.csv") + " --capacity 18446744073709551615", "--capacity"},
       {"--no-such-flag", "tensorpool --help"},
       {"replay --trace " + path("good.csv") + " --json=maybe", "--json"},
+      {"replay --trace " + path("good.csv") + " --allocator managed", "--device cuda:N"},
+      {"replay --trace " + path("good.csv") + " --allocator cuda_malloc_async", "--device cuda:N"},
+      {"replay --trace " + path("good.csv") + " --device gpu0", "--device 'gpu0'"},
+      {"replay --trace " + path("good.csv") + " --device cuda:x", "--device 'cuda:x'"},
   };
   for (const Case& c : cases) {
     const CliRun result = run(c.arguments);
@@ -213,6 +217,27 @@ TEST_F(ReplayCli, BadInputExitsWithCodeTwoAndOneLineNamingIt) {
     EXPECT_NE(result.output.find(c.mentions), std::string::npos) << c.arguments << "\n" << result.output;
     EXPECT_EQ(lines(result.output), 1) << c.arguments << "\n" << result.output;
   }
+}
+
+// On a GPU the rows carry the driver's view; without one (or without the CUDA backend) the replay refuses in
+// one line naming the reason, before reading the trace, instead of crashing.
+TEST_F(ReplayCli, OnACudaDeviceReportsTheDriversViewOrRefusesNamingWhy) {
+  const CliRun result = run("replay --trace " + path("good.csv") + " --device cuda:0 --allocator system --json");
+  if (result.exit_code != 0) {
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("cuda:0"), std::string::npos) << result.output;
+    const bool named = result.output.find("no CUDA device") != std::string::npos ||
+                       result.output.find("no CUDA backend") != std::string::npos;
+    EXPECT_TRUE(named) << result.output;
+    EXPECT_EQ(lines(result.output), 1) << result.output;
+    return;
+  }
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json["device"], "cuda:0");
+  const auto& row = json["results"][0];
+  EXPECT_EQ(row["allocator"], "system");
+  ASSERT_TRUE(row.contains("driver")) << result.output;
+  EXPECT_GE(row["driver"]["used_after_bytes"].get<std::size_t>(), 0U);
 }
 
 TEST_F(ReplayCli, AnAllocationNoFreeingCouldServeExitsThreeNamingTheLine) {

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
 //                   [--find-min-capacity] [--repeat N] [--bfc-split exact|tensorflow] [--share-granules]
-//                   [--compact]
-// Replays a trace on a simulated device (one fresh stack per run) and prints one row per allocator plus the
+//                   [--compact] [--device sim|cuda:N]
+// Replays a trace on a simulated device, or with --device cuda:N on a GPU's own memory sources (then also
+// --allocator cuda_malloc_async|managed, and each row carries the driver's view: cudaMemGetInfo before and after
+// the replay next to the stack's reserved bytes; without a GPU a tp::DeviceError names the reason). One fresh
+// stack per run; prints one row per allocator plus the
 // offline planner's heap next to the lower bound. --bfc-split sets the split policy of the bfc and bfc-grow
 // rows (TensorFlow's rule by default); --share-granules lets the expandable row's arena share physical granules
 // between virtual ones (MemoryConfig::share_granules, off by default); --compact makes the expandable row compact
@@ -29,6 +32,7 @@
 #include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/device/cuda_memory.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/offline_planner.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
@@ -50,6 +54,7 @@ struct ReplayArguments {
   bool find_min_capacity = false;
   bool share_granules = false;
   bool compact = false;
+  std::string device = "sim";  // sim | cuda:N
 };
 
 // The stack one replay runs on: the allocator's replay configuration with the chosen BFC split policy and,
@@ -59,16 +64,21 @@ struct ReplayStack {
   memory::BfcSplit split;
   bool share_granules = false;
   bool compact = false;  // the expandable row compacts on a refusal
+  std::optional<int> cuda_ordinal;  // the GPU whose sources the stack is built on; none: a simulated device
 
   bool is_bfc() const { return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::bfc; }
   bool is_expandable() const {
     return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::expandable;
   }
   std::unique_ptr<memory::MemoryStack> make(std::size_t capacity) const {
-    memory::MemoryConfig config = memory::replay_memory_config(allocator);
+    memory::MemoryConfig config = memory::replay_memory_config(allocator, device_name());
     config.bfc_split = split;
     config.share_granules = share_granules && is_expandable();
+    if (cuda_ordinal.has_value()) return device::make_cuda_device_memory_stack(config, capacity, *cuda_ordinal);
     return memory::make_sim_device_memory_stack(config, capacity);
+  }
+  std::string device_name() const {
+    return cuda_ordinal.has_value() ? "cuda:" + std::to_string(*cuda_ordinal) : std::string("sim:0");
   }
   bool compacts() const { return compact && is_expandable(); }
   // The row's replay options: compaction of the stack's arena, with every allocation's bytes checked.
@@ -90,19 +100,47 @@ struct ReplayStack {
   }
 };
 
+// On a GPU: the driver's view of the last run, so the stack's stats can be checked against it.
+struct DriverView {
+  std::size_t used_before = 0;     // cudaMemGetInfo total - free, the stack built, before the replay
+  std::size_t used_after = 0;      // the same after the replay, the stack still alive
+  std::size_t reserved_after = 0;  // the stack's stats().bytes_reserved then (the pool's ReservedMemCurrent)
+  // used_after - used_before (0 when the driver reports less): what the replay left reserved, per the driver.
+  std::size_t delta() const { return used_after > used_before ? used_after - used_before : 0; }
+};
+
 struct AllocatorReport {
   ReplayStack stack;
   memory::ReplayResult result;
   std::optional<memory::MinCapacityResult> min_capacity;
+  std::optional<DriverView> driver;
 };
 
-std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text) {
-  if (text == "all") return memory::all_replay_allocators();
-  for (const memory::ReplayAllocator allocator : memory::all_replay_allocators()) {
-    if (text == memory::to_string(allocator)) return {allocator};
+// "sim" or "cuda:N"; the GPU's ordinal for the latter.
+std::optional<int> parse_device(const std::string& text) {
+  if (text == "sim") return std::nullopt;
+  int ordinal = -1;
+  const std::string_view digits = std::string_view(text).substr(text.starts_with("cuda:") ? 5 : text.size());
+  const auto [ptr, error] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+  if (!text.starts_with("cuda:") || digits.empty() || error != std::errc{} || ptr != digits.data() + digits.size() ||
+      ordinal < 0) {
+    TP_THROW(InvalidArgument, "replay", "--device '", text, "' is not sim or cuda:N; pass e.g. cuda:0");
+  }
+  return ordinal;
+}
+
+std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text, bool cuda) {
+  if (text == "all") return cuda ? memory::cuda_replay_allocators() : memory::all_replay_allocators();
+  for (const memory::ReplayAllocator allocator : memory::cuda_replay_allocators()) {
+    if (text != memory::to_string(allocator)) continue;
+    if (!cuda && memory::is_cuda_only(memory::replay_memory_config(allocator).allocator)) {
+      TP_THROW(InvalidArgument, "replay", "--allocator ", text,
+               " is a CUDA device's source; pass --device cuda:N, or one of bfc, bfc-grow, expandable, system");
+    }
+    return {allocator};
   }
   TP_THROW(InvalidArgument, "replay", "--allocator '", text,
-           "' is unknown; use bfc, bfc-grow, expandable, system or all");
+           "' is unknown; use bfc, bfc-grow, expandable, system, cuda_malloc_async, managed or all");
 }
 
 // Refuses `flag` when no allocator among `allocators` has the rows it applies to (`applies`): it would change
@@ -110,7 +148,7 @@ std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text) {
 void require_rows(const std::vector<memory::ReplayAllocator>& allocators, bool (ReplayStack::*applies)() const,
                   const std::string& flag, std::string_view rows, const std::string& allocator) {
   const bool any = std::any_of(allocators.begin(), allocators.end(), [applies](memory::ReplayAllocator each) {
-    return (ReplayStack{each, memory::BfcSplit::tensorflow}.*applies)();
+    return (ReplayStack{each, memory::BfcSplit::tensorflow, false, false, std::nullopt}.*applies)();
   });
   if (!any) {
     TP_THROW(InvalidArgument, "replay", flag, " applies to --allocator ", rows, " or all, not ", allocator,
@@ -257,7 +295,9 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
   std::cout << fmt::format("trace: {} ({} events, {} thread{}, {} allocations, peak live {})\n", arguments.trace,
                            trace.size(), threads, threads == 1 ? "" : "s", trace.allocation_count(),
                            format_bytes(trace.peak_live_bytes()));
-  std::cout << fmt::format("device: simulated, capacity {}; {} run{} per allocator; ns per allocate+free pair\n\n",
+  const std::string device =
+      reports.empty() || !reports.front().stack.cuda_ordinal.has_value() ? "simulated" : reports.front().stack.device_name();
+  std::cout << fmt::format("device: {}, capacity {}; {} run{} per allocator; ns per allocate+free pair\n\n", device,
                            format_bytes(capacity), repeat, repeat == 1 ? "" : "s");
   print_row(header);
   for (const auto& row : rows) print_row(row);
@@ -279,6 +319,14 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
         format_bytes(compaction.bytes_remapped), compaction.granules_freed, compaction.granules_freed == 1 ? "" : "s",
         format_bytes(compaction.granules_freed * compaction.granularity));
   }
+  for (const AllocatorReport& report : reports) {
+    if (!report.driver) continue;
+    std::cout << fmt::format("{}: after the replay the stack reserves {}; the driver's used memory grew by {} "
+                             "({} -> {}, cudaMemGetInfo)\n",
+                             report.stack.label(), format_bytes(report.driver->reserved_after),
+                             format_bytes(report.driver->delta()), format_bytes(report.driver->used_before),
+                             format_bytes(report.driver->used_after));
+  }
   if (has_bfc) {
     std::cout << "bfc preallocates the whole capacity at first use (TensorFlow's default); its real footprint is "
                  "its min capacity (--find-min-capacity)\n";
@@ -294,6 +342,7 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
   output["allocations"] = trace.allocation_count();
   output["peak_live_bytes"] = trace.peak_live_bytes();
   output["capacity_bytes"] = capacity;
+  output["device"] = arguments.device;
   output["repeat"] = repeat;
   output["results"] = nlohmann::ordered_json::array();
   for (const AllocatorReport& report : reports) {
@@ -319,6 +368,12 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
           {"granule_bytes", result.compaction.granularity},
       };
     }
+    if (report.driver) {
+      row["driver"] = {{"used_before_bytes", report.driver->used_before},
+                       {"used_after_bytes", report.driver->used_after},
+                       {"used_delta_bytes", report.driver->delta()},
+                       {"stack_reserved_after_bytes", report.driver->reserved_after}};
+    }
     if (report.min_capacity) {
       row["min_capacity_bytes"] = report.min_capacity->capacity_bytes;
       row["min_capacity_failing_bytes"] = report.min_capacity->failing_bytes;
@@ -333,8 +388,17 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
   std::cout << output.dump(2) << '\n';
 }
 
+std::size_t driver_used(int ordinal) {
+  const device::CudaMemoryInfo info = device::cuda_memory_info(ordinal);
+  return info.total_bytes - info.free_bytes;
+}
+
 void run_replay(const ReplayArguments& arguments) {
-  const std::vector<memory::ReplayAllocator> allocators = parse_allocators(arguments.allocator);
+  const std::optional<int> cuda_ordinal = parse_device(arguments.device);
+  // Without a GPU this is the clear refusal (tp::DeviceError naming the reason), before any work.
+  if (cuda_ordinal.has_value()) static_cast<void>(device::cuda_memory_info(*cuda_ordinal));
+  const std::vector<memory::ReplayAllocator> allocators =
+      parse_allocators(arguments.allocator, cuda_ordinal.has_value());
   const memory::BfcSplit split = parse_bfc_split(arguments, allocators);
   if (arguments.share_granules) {
     require_rows(allocators, &ReplayStack::is_expandable, "--share-granules", "expandable", arguments.allocator);
@@ -353,13 +417,21 @@ void run_replay(const ReplayArguments& arguments) {
 
   std::vector<AllocatorReport> reports;
   for (const memory::ReplayAllocator allocator : allocators) {
-    const ReplayStack stack{allocator, split, arguments.share_granules, arguments.compact};
+    const ReplayStack stack{allocator, split, arguments.share_granules, arguments.compact, cuda_ordinal};
     std::vector<memory::ReplayResult> runs;
+    std::optional<DriverView> driver;
     for (std::size_t run = 0; run < repeat; ++run) {
       const std::unique_ptr<memory::MemoryStack> instance = stack.make(capacity);
+      DriverView view;
+      if (cuda_ordinal.has_value()) view.used_before = driver_used(*cuda_ordinal);
       runs.push_back(memory::replay(trace, *instance, stack.replay_options(*instance)));
+      if (cuda_ordinal.has_value()) {
+        view.used_after = driver_used(*cuda_ordinal);
+        view.reserved_after = instance->stats().bytes_reserved;
+        driver = view;
+      }
     }
-    AllocatorReport report{stack, memory::merge_replays(runs), std::nullopt};
+    AllocatorReport report{stack, memory::merge_replays(runs), std::nullopt, driver};
     check_replayable(trace, stack, capacity, arguments.capacity.empty(), report.result);
     if (arguments.find_min_capacity) {
       memory::MinCapacityOptions search;
@@ -387,12 +459,18 @@ void add_replay_command(CLI::App& app) {
   auto arguments = std::make_shared<ReplayArguments>();
   command->add_option("--trace", arguments->trace, "trace CSV (Thread,Time,Action,Pointer,Size,Stream)");
   std::vector<std::string> allocators;
-  for (const memory::ReplayAllocator allocator : memory::all_replay_allocators()) {
+  for (const memory::ReplayAllocator allocator : memory::cuda_replay_allocators()) {
     allocators.emplace_back(memory::to_string(allocator));
   }
   allocators.emplace_back("all");
-  command->add_option("--allocator", arguments->allocator, "bfc | bfc-grow | expandable | system | all (default: all)")
+  command
+      ->add_option("--allocator", arguments->allocator,
+                   "bfc | bfc-grow | expandable | system | all (default: all); on --device cuda:N also "
+                   "cuda_malloc_async | managed")
       ->check(one_of(allocators));
+  command->add_option("--device", arguments->device,
+                      "sim (default: a simulated device) | cuda:N (the GPU's own memory sources; rows also show "
+                      "cudaMemGetInfo before and after)");
   command->add_option("--capacity", arguments->capacity,
                       "simulated device capacity, e.g. 2GiB (default: 2 x peak live, rounded up to whole GiB)");
   command->add_flag("--json", arguments->json, "print JSON (snake_case keys, bytes as integers)");

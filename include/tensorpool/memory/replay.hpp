@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -93,16 +94,23 @@ struct ReplayOptions {
 // The allocators `tensorpool replay` compares, each over a SimDeviceMemory of a given capacity:
 //   bfc = BfcAllocator preallocating the whole capacity; bfc_grow = BfcAllocator growing region by region;
 //   expandable = ExpandableArena (2 MiB granules); system = the device itself under a LimitingAdaptor.
-enum class ReplayAllocator : std::uint8_t { bfc, bfc_grow, expandable, system };
+// On a cuda:N device (`tensorpool replay --device cuda:N`) the same four run over the GPU's sources, and two
+// more exist only there: cuda_malloc_async = the driver's stream-ordered pool (release threshold = the
+// budget); managed = BFC over cudaMallocManaged, growing.
+enum class ReplayAllocator : std::uint8_t { bfc, bfc_grow, expandable, system, cuda_malloc_async, managed };
 
-// "bfc", "bfc-grow", "expandable", "system".
+// "bfc", "bfc-grow", "expandable", "system", "cuda_malloc_async", "managed".
 std::string_view to_string(ReplayAllocator allocator) noexcept;
 // Throws tp::InvalidArgument naming the text and listing the accepted names.
 [[nodiscard]] ReplayAllocator parse_replay_allocator(std::string_view name);
+// The four every device serves (bfc, bfc_grow, expandable, system): what `--allocator all` runs on sim.
 [[nodiscard]] std::vector<ReplayAllocator> all_replay_allocators();
-// Device "sim:0", the allocator and policy above, no tracking (the replay measures the allocator), the
-// whole capacity as the budget.
-[[nodiscard]] MemoryConfig replay_memory_config(ReplayAllocator allocator);
+// all_replay_allocators() and the two only a cuda:N device serves: what `--allocator all` runs on cuda.
+[[nodiscard]] std::vector<ReplayAllocator> cuda_replay_allocators();
+// Device `device` (default "sim:0"), the allocator and policy above, no tracking (the replay measures the
+// allocator), the whole capacity as the budget. The CUDA-only allocators are refused by the stack for a
+// device not named cuda:N.
+[[nodiscard]] MemoryConfig replay_memory_config(ReplayAllocator allocator, std::string device = "sim:0");
 [[nodiscard]] std::unique_ptr<MemoryStack> make_replay_stack(ReplayAllocator allocator, std::size_t capacity_bytes);
 
 // Builds a fresh resource of a given capacity for each probe of find_min_capacity.
