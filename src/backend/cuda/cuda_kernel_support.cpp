@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_error.hpp"
+#include "tensorpool/device/device.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cuda::support {
@@ -27,6 +28,13 @@ kernels::Dtype kernel_dtype(DType dtype) noexcept {
 }
 
 void check_launch(cudaError_t status, std::string_view kernel) { check(status, kernel); }
+
+void* peer_address(const Tensor& tensor) {
+  if (!tensor.defined()) return nullptr;
+  // On the command's own device the scope changes nothing: Buffer::data() accepts its own stream's device.
+  const device::PeerAccessScope peer(tensor.device());
+  return tensor.data();
+}
 
 namespace {
 

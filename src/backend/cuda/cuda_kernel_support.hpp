@@ -40,6 +40,12 @@ void enqueue(device::Stream& stream, Body body) {
 // A tensor's device address, or null for an undefined tensor. Inside a command only.
 [[nodiscard]] inline void* address(const Tensor& tensor) { return tensor.defined() ? tensor.data() : nullptr; }
 
+// The device address of a tensor that may live on a peer of the command's device (an op checked
+// device::peer_accessible): taken under a device::PeerAccessScope of its device, as the CPU kernels read a
+// peer's buffer in place. The kernels reach it through unified addressing (the peers' access is enabled by
+// the device). Inside a command only.
+[[nodiscard]] void* peer_address(const Tensor& tensor);
+
 // The element count as the launch functions take it.
 [[nodiscard]] inline std::int64_t elements(const Tensor& tensor) { return tensor.num_elements(); }
 

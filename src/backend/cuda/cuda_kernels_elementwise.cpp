@@ -61,7 +61,7 @@ void scale(device::Stream& stream, const ScaleArgs& args) {
 void add_scaled(device::Stream& stream, const AddScaledArgs& args) {
   enqueue(stream, [args](cudaStream_t native) {
     check_launch(kernels::launch_add_scaled(kernel_dtype(args.y.dtype()), address(args.y), args.alpha,
-                                            address(args.x), elements(args.y), native),
+                                            support::peer_address(args.x), elements(args.y), native),
                  "launch_add_scaled");
   });
 }
@@ -84,7 +84,7 @@ void sum_across_peers(device::Stream& stream, const SumAcrossPeersArgs& args) {
     const std::int64_t n = elements(output);
     if (n == 0 || args.inputs.empty()) return;
     const kernels::Dtype dtype = kernel_dtype(output.dtype());
-    void* target = accumulator.defined() ? accumulator.data() : output.data();
+    void* target = accumulator.defined() ? accumulator.data() : support::peer_address(output);
     std::size_t next = 0;
     bool first_pass = true;
     while (next < args.inputs.size()) {
@@ -92,14 +92,15 @@ void sum_across_peers(device::Stream& stream, const SumAcrossPeersArgs& args) {
       int count = 0;
       if (!first_pass) addends.inputs[count++] = target;
       while (count < kernels::kPeerSumInputs && next < args.inputs.size()) {
-        addends.inputs[count++] = args.inputs[next++].data();
+        addends.inputs[count++] = support::peer_address(args.inputs[next++]);
       }
       check_launch(kernels::launch_peer_sum(dtype, target, addends, count, n, native), "launch_peer_sum");
       first_pass = false;
     }
     for (const Tensor& other : args.outputs) {
-      if (other.data() == target) continue;
-      check(cudaMemcpyAsync(other.data(), target, output.nbytes(), cudaMemcpyDefault, native),
+      void* destination = support::peer_address(other);
+      if (destination == target) continue;
+      check(cudaMemcpyAsync(destination, target, output.nbytes(), cudaMemcpyDefault, native),
             "cudaMemcpyAsync (sum_across_peers output)");
     }
   });

@@ -175,22 +175,22 @@ void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args) 
         int addend_count = 0;
         if (next != 0) addends.inputs[addend_count++] = accumulator.data();
         while (addend_count < kernels::kPeerSumInputs && next < args.grads.size()) {
-          addends.inputs[addend_count++] = args.grads[next++].data();
+          addends.inputs[addend_count++] = support::peer_address(args.grads[next++]);
         }
         check_launch(kernels::launch_peer_sum(dtype, accumulator.data(), addends, addend_count, n, native),
                      "launch_peer_sum");
       }
       grads.inputs[count++] = accumulator.data();
     } else {
-      for (const Tensor& grad : args.grads) grads.inputs[count++] = grad.data();
+      for (const Tensor& grad : args.grads) grads.inputs[count++] = support::peer_address(grad);
     }
     kernels::AdamMirrorPointers mirrors{};
     const auto fused = static_cast<int>(std::min<std::size_t>(args.mirrors.size(), kernels::kAdamMirrors));
     for (int k = 0; k < fused; ++k) {
       const ops::AdamState& mirror = args.mirrors[static_cast<std::size_t>(k)];
-      mirrors.param[k] = mirror.param.data();
-      mirrors.m[k] = address(mirror.m);
-      mirrors.v[k] = address(mirror.v);
+      mirrors.param[k] = support::peer_address(mirror.param);
+      mirrors.m[k] = support::peer_address(mirror.m);
+      mirrors.v[k] = support::peer_address(mirror.v);
     }
     check_launch(kernels::launch_adam_summed(dtype, address(args.param), grads, count, address(args.m),
                                              address(args.v), mirrors, fused, hyper, n, native),
@@ -198,12 +198,12 @@ void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args) 
     const std::size_t bytes = args.param.nbytes();
     for (std::size_t k = static_cast<std::size_t>(fused); k < args.mirrors.size(); ++k) {
       const ops::AdamState& mirror = args.mirrors[k];
-      check(cudaMemcpyAsync(mirror.param.data(), args.param.data(), bytes, cudaMemcpyDefault, native),
+      check(cudaMemcpyAsync(support::peer_address(mirror.param), args.param.data(), bytes, cudaMemcpyDefault, native),
             "cudaMemcpyAsync (adam mirror param)");
       if (!mirror.m.defined()) continue;
-      check(cudaMemcpyAsync(mirror.m.data(), args.m.data(), bytes, cudaMemcpyDefault, native),
+      check(cudaMemcpyAsync(support::peer_address(mirror.m), args.m.data(), bytes, cudaMemcpyDefault, native),
             "cudaMemcpyAsync (adam mirror m)");
-      check(cudaMemcpyAsync(mirror.v.data(), args.v.data(), bytes, cudaMemcpyDefault, native),
+      check(cudaMemcpyAsync(support::peer_address(mirror.v), args.v.data(), bytes, cudaMemcpyDefault, native),
             "cudaMemcpyAsync (adam mirror v)");
     }
   });

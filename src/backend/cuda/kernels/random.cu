@@ -17,7 +17,13 @@ __global__ void uniform_kernel(T* out, T low, T high, std::uint64_t seed, std::u
     const std::uint64_t index = offset + static_cast<std::uint64_t>(i);
     const double unit = sizeof(T) == sizeof(float) ? philox_unit_f32(seed, index) : philox_unit_f64(seed, index);
     auto value = static_cast<T>(__dadd_rn(static_cast<double>(low), __dmul_rn(width, unit)));
-    if (value >= high && low < high) value = nextafter(high, low);
+    if (value >= high && low < high) {  // rounding reached the open end: the value just below high, in T
+      if constexpr (sizeof(T) == sizeof(float)) {
+        value = nextafterf(high, low);
+      } else {
+        value = nextafter(high, low);
+      }
+    }
     out[i] = value;
   }
 }
