@@ -191,12 +191,14 @@ void CudaStreamImpl::run_item(Item& item) {
     case ItemKind::commands: {
       wait_for_outstanding_below(max_in_flight_);
       if (!failed()) {
-        (void)cudaGetLastError();  // a launch error left by anything before belongs to it, not to this task
+        // A launch reports a bad configuration only through the thread's last error, which the launching code
+        // reads after each launch (kernels/launch.cuh): clear whatever an earlier call left there, so it is not
+        // blamed on this task's launches. Not read after the task: cuBLASLt or a handled refusal may leave a
+        // status there that is no failure of the task.
+        (void)cudaGetLastError();
         // run() destroys what it runs: run a reference, so the captures stay with the event.
         Task body = [&item] { item.task(); };
         run(body, /*propagate=*/false);
-        // A kernel launch reports a bad configuration only through the thread's last error.
-        keep_device_error(cudaGetLastError(), "a kernel launch");
       }
       // Also after an error or a skip: work enqueued before a throw still uses the captures.
       mark(std::move(item.task), std::nullopt);

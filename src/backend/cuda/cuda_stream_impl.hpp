@@ -17,8 +17,9 @@
 //   blocks, apart from the worker waiting for the recording worker to have recorded it): CUDA events order
 //   streams of every device of the process. Any other event blocks the worker before it runs later tasks.
 // - A host task (Stream::enqueue) runs on the worker once every earlier command has completed.
-// - Errors: an exception from a command task, or a failed CUDA call (a launch, a record, a kernel that failed
-//   on the device as cudaEventSynchronize reports) is kept as the stream's error (Stream::keep_error): later
+// - Errors: an exception from a command task (a failed CUDA call it checked: a copy, a launch whose
+//   cudaGetLastError the launching code reads), a failed record or wait, or a kernel that failed on the device
+//   (cudaEventSynchronize reports it) is kept as the stream's error (Stream::keep_error): later
 //   tasks are skipped, synchronize() rethrows; records still complete their events, so nothing waiting on
 //   them hangs.
 //

@@ -6,7 +6,8 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(Backends, MySuite, ::testing::ValuesIn(backend_devices()), backend_test_name);
 //
-// gives MySuite.Case/Cpu, /Sim, /Opencl. The list is built when GoogleTest registers the parameterised tests
+// gives MySuite.Case/Cpu, /Sim, /Opencl, and /Cuda on a machine with a GPU (the DeviceManager lists cuda:0
+// whenever the CUDA runtime reports one; without a GPU there is no cuda device and no /Cuda instance). The list is built when GoogleTest registers the parameterised tests
 // (after main starts), which materialises the DeviceManager: prepare_backend_environment() runs first.
 
 #include <gtest/gtest.h>
