@@ -30,11 +30,20 @@ __device__ inline std::int64_t value_of(std::int64_t v) { return v; }
 __device__ inline std::uint8_t value_of(std::uint8_t v) { return v; }
 __device__ inline std::uint8_t value_of(Bool v) { return v.value != 0 ? 1 : 0; }
 
+// A quiet NaN of `negative`'s sign: what the CPU's conversions give for a NaN (cuda_fp16's and the
+// double-to-float conversions may return the positive canonical NaN).
+__device__ inline float quiet_nan(bool negative) { return __uint_as_float(negative ? 0xFFC00000U : 0x7FC00000U); }
+__device__ inline float to_float(double v) { return v != v ? quiet_nan(signbit(v)) : __double2float_rn(v); }
+__device__ inline __half to_half(float v) {
+  return v != v ? __ushort_as_half(static_cast<unsigned short>(signbit(v) ? 0xFE00U : 0x7E00U)) : __float2half_rn(v);
+}
+
 // `value` rounded to float by round-to-odd: truncated toward zero, the last bit set if that was inexact. A
 // float16 / bfloat16 rounding of the result is then the correct rounding of `value`.
 __device__ inline float round_to_odd(double value) {
   const float truncated = __double2float_rz(value);
-  if (value != value || static_cast<double>(truncated) == value) return truncated;
+  if (value != value) return quiet_nan(signbit(value));
+  if (static_cast<double>(truncated) == value) return truncated;
   return __uint_as_float(__float_as_uint(truncated) | 1U);
 }
 __device__ inline float round_to_odd(std::int64_t value) {
@@ -70,7 +79,7 @@ __device__ inline To convert(V v) {
   constexpr bool kLong = std::is_same_v<V, std::int64_t>;
   if constexpr (std::is_same_v<To, float>) {
     if constexpr (kFloat) return v;
-    if constexpr (kDouble) return __double2float_rn(v);
+    if constexpr (kDouble) return to_float(v);
     if constexpr (kInt) return __int2float_rn(v);
     if constexpr (kLong) return __ll2float_rn(v);
     if constexpr (std::is_same_v<V, std::uint8_t>) return static_cast<float>(v);
@@ -78,8 +87,8 @@ __device__ inline To convert(V v) {
     if constexpr (kLong) return __ll2double_rn(v);
     else return static_cast<double>(v);  // exact
   } else if constexpr (std::is_same_v<To, __half>) {
-    if constexpr (kFloat) return __float2half_rn(v);
-    if constexpr (kDouble) return __float2half_rn(round_to_odd(v));
+    if constexpr (kFloat) return to_half(v);
+    if constexpr (kDouble) return to_half(round_to_odd(v));
     if constexpr (kInt || kLong) return __float2half_rn(round_to_odd(static_cast<std::int64_t>(v)));
     if constexpr (std::is_same_v<V, std::uint8_t>) return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<To, Bf16>) {
