@@ -102,8 +102,9 @@ std::vector<PlannedDevice> plan_opencl(const std::optional<int>& opencl_devices)
 
 // The cuda devices before visible-device filtering: one per GPU the CUDA runtime reports (after
 // CUDA_VISIBLE_DEVICES), each with the GPU's whole memory; logical splits (step 3) share one out.
-std::vector<PlannedDevice> plan_cuda() {
+std::vector<PlannedDevice> plan_cuda(bool enabled) {
   std::vector<PlannedDevice> planned;
+  if (!enabled) return planned;  // the runtime is not asked at all
   const std::vector<CudaProperties>& found = cuda_physical_devices();
   for (std::size_t index = 0; index < found.size(); ++index) {
     const DeviceId id{DeviceKind::cuda, static_cast<int>(index)};
@@ -113,13 +114,16 @@ std::vector<PlannedDevice> plan_cuda() {
 }
 
 // Why a visible entry of `kind` names no physical device, with the setting that gives more.
-std::string visible_hint(DeviceKind kind) {
+std::string visible_hint(DeviceKind kind, const DeviceManagerOptions& options) {
   if (kind == DeviceKind::opencl) {
     return " (TP_OPENCL_DEVICES sets how many OpenCL devices there are; " +
            (opencl_physical_devices().empty()
                 ? opencl_unavailable_reason()
                 : std::string("the ICD loader reports ") + std::to_string(opencl_physical_devices().size())) +
            ")";
+  }
+  if (kind == DeviceKind::cuda && !options.cuda_devices) {
+    return " (the cuda devices are off: DeviceManagerOptions::cuda_devices = false)";
   }
   if (kind == DeviceKind::cuda) {
     return " (" +
@@ -140,7 +144,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
     physical.push_back({{DeviceKind::sim, index}, {DeviceKind::sim, index}, options.sim_memory_bytes});
   }
   for (const PlannedDevice& device : plan_opencl(options.opencl_devices)) physical.push_back(device);
-  for (const PlannedDevice& device : plan_cuda()) physical.push_back(device);
+  for (const PlannedDevice& device : plan_cuda(options.cuda_devices)) physical.push_back(device);
   std::vector<PlannedDevice> visible{{{DeviceKind::cpu, 0}, {DeviceKind::cpu, 0}, cpu_capacity}};
   if (!options.visible_devices) {
     visible.insert(visible.end(), physical.begin(), physical.end());
@@ -156,7 +160,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
       std::vector<DeviceId> existing{{DeviceKind::cpu, 0}};
       for (const PlannedDevice& device : physical) existing.push_back(device.id);
       TP_THROW(InvalidArgument, "device", "visible device ", wanted.str(), " does not exist; the physical devices are ",
-               join(existing), visible_hint(wanted.kind));
+               join(existing), visible_hint(wanted.kind, options));
     }
     visible.push_back({{wanted.kind, next_index[wanted.kind]++}, found->physical, found->capacity_bytes});
   }
@@ -297,6 +301,12 @@ void DeviceManager::set_opencl_devices(std::optional<int> count) {
   check_not_initialised("the opencl devices");
   validate_opencl_devices(count);
   options_.opencl_devices = count;
+}
+
+void DeviceManager::set_cuda_devices(bool enabled) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the cuda devices");
+  options_.cuda_devices = enabled;
 }
 
 void DeviceManager::set_visible_devices(std::vector<DeviceId> visible) {

@@ -87,6 +87,10 @@ struct DeviceManagerOptions {
   // evenly among its devices: with PoCL's single CPU device, opencl_devices = 2 gives opencl:0 and opencl:1
   // on physical opencl:0, each with half its memory and its own queues (for mirrored tests). 0 gives none.
   std::optional<int> opencl_devices;
+  // CUDA devices: true plans one cuda:N per GPU the CUDA runtime reports (after CUDA_VISIBLE_DEVICES); false
+  // plans none and never asks the runtime, so a process that uses no GPU loads no driver and creates no CUDA
+  // context on a machine with GPUs.
+  bool cuda_devices = true;
   std::optional<std::vector<DeviceId>> visible_devices;         // unset: all
   std::map<DeviceId, std::vector<LogicalDeviceConfig>> splits;  // keyed by visible (renumbered) id; cpu:0 too
   std::map<DeviceId, memory::MemoryConfig> memory_configs;      // keyed by final id; else the default
@@ -125,6 +129,8 @@ class DeviceManager {
   // ICD loader reports). 0 keeps the OpenCL driver unloaded: a run that uses no opencl device then does not
   // pay for the driver (PoCL maps LLVM into the process).
   void set_opencl_devices(std::optional<int> count);
+  // Whether to plan cuda devices (DeviceManagerOptions::cuda_devices).
+  void set_cuda_devices(bool enabled);
   void set_visible_devices(std::vector<DeviceId> visible);
   void set_logical_devices(DeviceId visible_device, std::vector<LogicalDeviceConfig> logical);
   void set_memory_config(DeviceId device, memory::MemoryConfig config);

@@ -54,6 +54,22 @@ TEST(CudaDiscovery, ACudaDeviceThatDoesNotExistNamesTheReason) {
   EXPECT_THROW((void)device::cuda_free_bytes(0), DeviceError);
 }
 
+TEST(CudaDiscovery, CudaDevicesOffPlanNone) {
+  auto options = cuda_options();
+  options.cuda_devices = false;
+  const auto manager = make_manager(options);
+  EXPECT_TRUE(manager->devices(device::DeviceKind::cuda).empty());
+  // With GPUs too: a visible list naming one says the cuda devices are off.
+  options.visible_devices = std::vector<device::DeviceId>{{device::DeviceKind::cuda, 0}};
+  const auto hidden = make_manager(options);
+  const std::string visible = message_of([&] { (void)hidden->devices(); });
+  EXPECT_NE(visible.find("the cuda devices are off"), std::string::npos) << visible;
+  device::DeviceManager configured(cuda_options(), [](const char*) -> const char* { return nullptr; });
+  configured.set_cuda_devices(false);
+  EXPECT_TRUE(configured.devices(device::DeviceKind::cuda).empty());
+  EXPECT_THROW(configured.set_cuda_devices(true), InvalidArgument) << "configured before the devices exist only";
+}
+
 TEST(CudaDiscovery, PropertiesDescribeEachGpu) {
   TP_REQUIRE_CUDA();
   const std::vector<device::CudaProperties>& found = device::cuda_physical_devices();
