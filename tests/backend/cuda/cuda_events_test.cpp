@@ -47,25 +47,27 @@ TEST(CudaEvents, AStreamWaitsForAnEventOfAnotherStream) {
   }
 }
 
-TEST(CudaEvents, AnEventOrdersTheStreamsOfTwoLogicalDevices) {
+TEST(CudaEvents, EventsOrderTheStreamsOfTwoLogicalDevicesBothWays) {
   TP_REQUIRE_CUDA();
   constexpr std::size_t kLimit = std::size_t{128} << 20;
   const auto manager = make_manager(cuda_options({kLimit, kLimit}));
   device::Device& first = manager->device("cuda:0");
   device::Device& second = manager->device("cuda:1");
-  const std::vector<std::uint8_t> bytes = pattern(kBytes, 11);
+  const std::vector<std::uint8_t> before = pattern(kBytes, 11);
+  const std::vector<std::uint8_t> after = pattern(kBytes, 12);
   const std::shared_ptr<Buffer> source = first.allocate(kBytes);
   const std::shared_ptr<Buffer> target = second.allocate(kBytes);
-  first.copy_from_host(first.stream(), bytes.data(), source, 0, kBytes);
-  second.stream().wait(first.stream().record());
-  // A peer copy on the second device's stream (device::copy records and waits the same way; this checks the
-  // wait alone, with nothing but the event between the two streams).
-  device::copy(second.stream(), target, 0, second.stream(), target, 0, 0);
+  first.copy_from_host(first.stream(), before.data(), source, 0, kBytes);
+  // A peer copy on the second device's stream: it waits for the first stream's record (the bytes are there),
+  // and the first stream waits for the second's record behind the copy (the bytes were read) ...
   device::copy(first.stream(), source, 0, second.stream(), target, 0, kBytes);
+  // ... so this overwrite, enqueued at once, runs only after the read.
+  first.copy_from_host(first.stream(), after.data(), source, 0, kBytes);
   std::vector<std::uint8_t> host(kBytes);
   second.copy_to_host(second.stream(), target, 0, host.data(), kBytes);
-  EXPECT_EQ(host, bytes);
-  first.synchronize();
+  EXPECT_EQ(host, before);
+  first.copy_to_host(first.stream(), source, 0, host.data(), kBytes);
+  EXPECT_EQ(host, after);
 }
 
 TEST(CudaEvents, ACudaStreamWaitsForAnEventOfADeviceOfAnotherKind) {
