@@ -7,11 +7,16 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
+#include "backend/cpu/kernels/elementwise.hpp"
+#include "backend/cpu/kernels/optimizer.hpp"
 #include "backend/cpu/kernels/philox.hpp"
 #include "backend/cpu/kernels/random.hpp"
 #include "backend/cuda/cuda_matmul_layout.hpp"
@@ -181,6 +186,129 @@ TEST(CudaPhilox, UnitValuesMatchTheCpuUniform) {
 }
 
 // ---- on a GPU ----
+
+bool has_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// A device copy of host floats, freed at scope exit.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(const std::vector<float>& values) : size_(values.size()) {
+    EXPECT_EQ(cudaMalloc(&data_, bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, values.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  ~DeviceFloats() { (void)cudaFree(data_); }
+  [[nodiscard]] void* get() const { return data_; }
+  [[nodiscard]] std::vector<float> download() const {
+    std::vector<float> values(size_);
+    EXPECT_EQ(cudaMemcpy(values.data(), data_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return values;
+  }
+
+ private:
+  [[nodiscard]] std::size_t bytes() const { return size_ * sizeof(float); }
+  void* data_ = nullptr;
+  std::size_t size_;
+};
+
+std::vector<float> ramp(std::size_t n, float start, float step) {
+  std::vector<float> values(n);
+  for (std::size_t i = 0; i < n; ++i) values[i] = start + step * static_cast<float>(i % 97) - 0.001F * static_cast<float>(i);
+  return values;
+}
+
+// Bitwise equality of float vectors (NaN payloads and signed zeros included).
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& expected, const char* what) {
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  int mismatches = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0 && mismatches++ < 4) {
+      ADD_FAILURE() << what << " at " << i << ": " << got[i] << " against the CPU's " << expected[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what;
+}
+
+// Adam on three gradients summed in place, with a full mirror and a parameter-only mirror, equals the CPU's
+// adam_update_summed bit for bit (no fused multiply-add anywhere), and plain Adam equals adam_update.
+TEST(CudaLaunchOnDevice, AdamMatchesTheCpuBitForBit) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  constexpr std::int64_t kN = 1000;
+  const auto n = static_cast<std::size_t>(kN);
+  const float lr = 1e-3F, beta1 = 0.9F, beta2 = 0.999F, epsilon = 1e-7F;
+  const std::int64_t step = 3;
+  const auto t = static_cast<double>(step);
+  const auto alpha = static_cast<float>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(double{beta2}, t)) /
+                                        (1.0 - std::pow(double{beta1}, t)));
+  const kernels::AdamHyper hyper{alpha, 1.0F - beta1, 1.0F - beta2, epsilon};
+
+  std::vector<float> param = ramp(n, -0.5F, 0.01F), m = ramp(n, 0.01F, -0.0003F), v = ramp(n, 0.002F, 0.00001F);
+  for (float& value : v) value = std::fabs(value);
+  const std::vector<float> g0 = ramp(n, 0.3F, -0.007F), g1 = ramp(n, -0.2F, 0.011F), g2 = ramp(n, 0.05F, 0.003F);
+  DeviceFloats d_param(param), d_m(m), d_v(v), d_g0(g0), d_g1(g1), d_g2(g2);
+  const std::vector<float> zeros(n, 0.0F);
+  DeviceFloats mirror_param(zeros), mirror_m(zeros), mirror_v(zeros), only_param(zeros);
+  kernels::PeerSumInputs grads{};
+  grads.inputs[0] = d_g0.get();
+  grads.inputs[1] = d_g1.get();
+  grads.inputs[2] = d_g2.get();
+  kernels::AdamMirrorPointers mirrors{};
+  mirrors.param[0] = mirror_param.get();
+  mirrors.m[0] = mirror_m.get();
+  mirrors.v[0] = mirror_v.get();
+  mirrors.param[1] = only_param.get();
+  ASSERT_EQ(kernels::launch_adam_summed(kernels::Dtype::f32, d_param.get(), grads, 3, d_m.get(), d_v.get(), mirrors, 2,
+                                        hyper, kN, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const std::array<const float*, 3> host_grads{g0.data(), g1.data(), g2.data()};
+  std::vector<float> cpu_mirror_param(n), cpu_mirror_m(n), cpu_mirror_v(n);
+  const std::array<cpu::AdamMirror<float>, 1> cpu_mirrors{
+      {{cpu_mirror_param.data(), cpu_mirror_m.data(), cpu_mirror_v.data()}}};
+  cpu::adam_update_summed<float>(param.data(), host_grads.data(), host_grads.size(), m.data(), v.data(), kN, lr, beta1,
+                                 beta2, epsilon, step, std::span<const cpu::AdamMirror<float>>(cpu_mirrors));
+  expect_same_bits(d_param.download(), param, "param");
+  expect_same_bits(d_m.download(), m, "m");
+  expect_same_bits(d_v.download(), v, "v");
+  expect_same_bits(mirror_param.download(), param, "mirror param");
+  expect_same_bits(mirror_m.download(), m, "mirror m");
+  expect_same_bits(mirror_v.download(), v, "mirror v");
+  expect_same_bits(only_param.download(), param, "parameter-only mirror");
+
+  // Plain Adam on one gradient, with no apply flag.
+  ASSERT_EQ(kernels::launch_adam(kernels::Dtype::f32, kernels::Dtype::f32, nullptr, d_param.get(), d_g1.get(),
+                                 d_m.get(), d_v.get(), hyper, kN, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cpu::adam_update<float>(param.data(), g1.data(), m.data(), v.data(), kN, lr, beta1, beta2, epsilon, step);
+  expect_same_bits(d_param.download(), param, "adam param");
+  expect_same_bits(d_m.download(), m, "adam m");
+  expect_same_bits(d_v.download(), v, "adam v");
+}
+
+// The peers' sum of three inputs into the first (in place) equals copy + add_scaled(1) twice on the CPU.
+TEST(CudaLaunchOnDevice, PeerSumMatchesTheCpuBitForBit) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  constexpr std::int64_t kN = 777;
+  const auto n = static_cast<std::size_t>(kN);
+  std::vector<float> a = ramp(n, 0.1F, 0.37F);
+  const std::vector<float> b = ramp(n, -3.0F, 0.013F), c = ramp(n, 1e-3F, 1e-5F);
+  DeviceFloats d_a(a), d_b(b), d_c(c);
+  kernels::PeerSumInputs inputs{};
+  inputs.inputs[0] = d_a.get();
+  inputs.inputs[1] = d_b.get();
+  inputs.inputs[2] = d_c.get();
+  ASSERT_EQ(kernels::launch_peer_sum(kernels::Dtype::f32, d_a.get(), inputs, 3, kN, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cpu::add_scaled<float>(a.data(), 1.0F, b.data(), kN);
+  cpu::add_scaled<float>(a.data(), 1.0F, c.data(), kN);
+  expect_same_bits(d_a.download(), a, "peer sum");
+}
 
 // A cast kernel over 2^31 + 3 bytes: the grid-stride loop reaches the elements past 2^31 (a 32-bit index would
 // wrap and leave them unwritten).
