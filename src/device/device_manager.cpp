@@ -371,11 +371,24 @@ void DeviceManager::materialise() {
     memory::MemoryConfig config = own_config ? configured->second : options_.default_memory_config;
     config.device = device.id.str();
     memory::AllocatorKind configured_allocator = config.allocator;
-    config = memory::apply_env_overrides(std::move(config), get_env_);
+    // TP_ALLOCATOR=cuda_malloc_async|managed (and an oversubscribing TP_MEMORY_FRACTION with it) concern the cuda
+    // devices; the others keep their configured allocator and budget, said once.
+    bool cuda_only_hidden = false;
+    config = memory::apply_env_overrides(std::move(config),
+                                         device.id.kind == DeviceKind::cuda
+                                             ? get_env_
+                                             : memory::env_without_cuda_only_overrides(get_env_, &cuda_only_hidden));
+    if (cuda_only_hidden) {
+      static std::once_flag said_cuda_only;
+      std::call_once(said_cuda_only, [&] {
+        TP_LOG(info, "device", "TP_ALLOCATOR=", get_env_("TP_ALLOCATOR"),
+               " applies to cuda devices only; the other devices keep their configured allocator");
+      });
+    }
     if (!own_config && configured_allocator == memory::AllocatorKind::expandable) {
       // The default's arena where it applies; BFC for a preallocated budget (TP_ALLOW_GROWTH=false) or opencl.
       configured_allocator = default_allocator(device.id.kind, config.policy);
-      if (get_env_("TP_ALLOCATOR") == nullptr) config.allocator = configured_allocator;
+      if (get_env_("TP_ALLOCATOR") == nullptr || cuda_only_hidden) config.allocator = configured_allocator;
     }
     if (device.id.kind == DeviceKind::opencl && config.allocator == memory::AllocatorKind::expandable &&
         configured_allocator != memory::AllocatorKind::expandable) {

@@ -200,4 +200,25 @@ MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env) {
   return config;
 }
 
+GetEnv env_without_cuda_only_overrides(GetEnv get_env, bool* hidden) {
+  if (hidden != nullptr) *hidden = false;
+  const char* allocator = get_env("TP_ALLOCATOR");
+  if (allocator == nullptr) return get_env;
+  const std::string word = lower(trim(allocator));
+  if (word != to_string(AllocatorKind::cuda_malloc_async) && word != to_string(AllocatorKind::managed)) return get_env;
+  if (hidden != nullptr) *hidden = true;
+  return [get_env = std::move(get_env)](const char* name) -> const char* {
+    const std::string_view variable(name);
+    if (variable == "TP_ALLOCATOR") return nullptr;
+    const char* value = get_env(name);
+    if (variable == "TP_MEMORY_FRACTION" && value != nullptr) {
+      const std::string_view text = trim(value);
+      double fraction = 0.0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), fraction);
+      if (error == std::errc{} && end == text.data() + text.size() && fraction > 1.0) return nullptr;
+    }
+    return value;
+  };
+}
+
 }  // namespace tp::memory

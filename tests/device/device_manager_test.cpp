@@ -357,6 +357,25 @@ TEST(DeviceManager, MemoryEnvironmentOverridesApplyToEveryDevice) {
   EXPECT_FALSE(bad.initialised());
 }
 
+// TP_ALLOCATOR is process-wide: a CUDA-only value (and managed memory's oversubscribing fraction) leaves the
+// cpu and sim devices on their configured allocator and budget instead of refusing them; a device's own
+// MemoryConfig asking for one is still refused, naming the device.
+TEST(DeviceManager, CudaOnlyAllocatorsInTheEnvironmentLeaveOtherDevicesAlone) {
+  for (const char* allocator : {"cuda_malloc_async", "managed", " Managed "}) {
+    DeviceManager manager(small_options(1), env_of({{"TP_ALLOCATOR", allocator}, {"TP_MEMORY_FRACTION", "1.5"}}));
+    const std::vector<DeviceInfo> info = manager.info();
+    ASSERT_EQ(info.size(), 2u) << allocator;
+    for (const DeviceInfo& device : info) EXPECT_EQ(device.allocator, "expandable") << device.name << allocator;
+  }
+  // Without a CUDA-only allocator a fraction above 1 is still an error.
+  DeviceManager oversubscribed(small_options(1), env_of({{"TP_MEMORY_FRACTION", "1.5"}}));
+  EXPECT_TRUE(contains(invalid_argument_message([&] { oversubscribed.devices(); }), "TP_MEMORY_FRACTION='1.5'"));
+  DeviceManager own(small_options(1), kNoEnv);
+  memory::MemoryConfig managed = DeviceManagerOptions::default_device_memory_config();
+  managed.allocator = memory::AllocatorKind::managed;
+  EXPECT_TRUE(contains(invalid_argument_message([&] { own.set_memory_config(sim(0), managed); }), "sim:0"));
+}
+
 // Issue 23: the default allocator follows the growth policy. Growing, the expandable arena (reserved follows
 // the plan); preallocating, BFC (TensorFlow's behaviour), unless TP_ALLOCATOR or the device's own config
 // chooses; a config that names expandable for itself keeps it.

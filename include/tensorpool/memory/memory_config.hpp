@@ -111,4 +111,11 @@ using GetEnv = std::function<const char*(const char*)>;
 // variable, its value and the accepted values. `get_env` is injectable for tests.
 [[nodiscard]] MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);
 
+// The environment a device that is not cuda:N reads. TP_ALLOCATOR is process-wide, but cuda_malloc_async and
+// managed only exist on CUDA devices: when it names one of them, the result hides it (the device keeps its
+// configured allocator) and hides TP_MEMORY_FRACTION when that is above 1 (managed memory's oversubscription;
+// the device keeps its configured budget). Otherwise, and for a malformed TP_ALLOCATOR (which the device's own
+// read then refuses), it is get_env itself. `hidden` says whether anything was hidden.
+[[nodiscard]] GetEnv env_without_cuda_only_overrides(GetEnv get_env, bool* hidden = nullptr);
+
 }  // namespace tp::memory
