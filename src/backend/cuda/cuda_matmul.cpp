@@ -8,7 +8,8 @@
 // One cublasLtHandle_t per CUDA device, created on first use; a workspace per stream (kMatmulWorkspaceBytes,
 // support::StreamScratch); the descriptors, layouts and the heuristic's algorithm cached per (device, dtype,
 // transposes, m, n, k, operand alignments), so a training step's products repeat with the same algorithm and
-// the same bits.
+// the same bits. A product cuBLASLt has no algorithm for (an operand's alignment, say) runs on a plain kernel
+// (kernels/matmul_fallback.cu).
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -87,6 +88,7 @@ class Plan {
   cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_c = nullptr;  // cuBLASLt's A', B', C'
   cublasLtMatmulAlgo_t algo{};
   bool double_scale = false;  // alpha and beta are double (float64), else float
+  bool fallback = false;      // cuBLASLt has no algorithm: kernels::launch_matmul_fallback instead
 };
 
 cudaDataType data_type(DType dtype) {
@@ -151,14 +153,15 @@ std::unique_ptr<Plan> build_plan(cublasLtHandle_t handle, const PlanKey& key) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c,
-                                       plan->layout_c, preference, 1, &result, &found),
-        "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) {
-    TP_THROW(DeviceError, support::kComponent, "matmul: cuBLASLt has no algorithm for a ", name_of(key.dtype), " [",
-             key.m, ",", key.k, "] x [", key.k, ",", key.n, "] product (transpose_a ", key.transpose_a,
-             ", transpose_b ", key.transpose_b, ")");
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c, preference, 1, &result, &found);
+  // No algorithm for this shape and alignment (CUBLAS_STATUS_NOT_SUPPORTED, or none found): the plan says so
+  // and the product runs on the fallback kernel.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    plan->fallback = true;
+    return plan;
   }
+  check(status, "cublasLtMatmulAlgoGetHeuristic");
   plan->algo = result.algo;
   return plan;
 }
@@ -190,6 +193,13 @@ void matmul(device::Stream& stream, const MatmulArgs& args) {
                       alignment_of(b), alignment_of(out)};
     const cublasLtHandle_t handle = lt_handle(key.ordinal);
     const Plan& plan = plan_for(handle, key);
+    if (plan.fallback) {
+      support::check_launch(kernels::launch_matmul_fallback(support::kernel_dtype(key.dtype), args.transpose_a,
+                                                             args.transpose_b, a, b, out, args.m, args.n, args.k,
+                                                             native),
+                            "launch_matmul_fallback");
+      return;
+    }
     void* workspace = support::matmul_workspace(support::scratch_of(cuda));
     const float one_f = 1.0F, zero_f = 0.0F;
     const double one_d = 1.0, zero_d = 0.0;

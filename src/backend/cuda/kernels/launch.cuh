@@ -91,6 +91,12 @@ cudaError_t launch_reduce(Dtype dtype, int reduction, const void* x, void* out, 
 cudaError_t launch_argmax(Dtype dtype, const void* x, std::int64_t* out, std::int64_t axis, std::int64_t inner,
                           std::int64_t n, cudaStream_t stream);
 
+// ---- matmul_fallback.cu ----
+// out[m, n] = op(a)[m, k] op(b)[k, n], row-major (a stored [k, m] with transpose_a, b [n, k] with transpose_b):
+// one thread per output, in order, float accumulation (double for f64). For products cuBLASLt cannot take.
+cudaError_t launch_matmul_fallback(Dtype dtype, bool transpose_a, bool transpose_b, const void* a, const void* b,
+                                   void* out, std::int64_t m, std::int64_t n, std::int64_t k, cudaStream_t stream);
+
 // ---- optimizers (optimizer.cu) ----
 // param: f32 or f64; grad: param's dtype, or f16/bf16 for a f32 param. apply: a float32 scalar on the device
 // or null (always apply); 0 leaves everything untouched, any other value multiplies the gradient.

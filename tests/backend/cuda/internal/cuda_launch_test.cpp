@@ -336,5 +336,35 @@ TEST(CudaLaunchOnDevice, ElementsPastTwoToTheThirtyFirstAreReached) {
   EXPECT_EQ(cudaFree(target), cudaSuccess);
 }
 
+// The fallback product (for what cuBLASLt cannot take) against a host product, every transpose pair.
+TEST(CudaLaunchOnDevice, FallbackMatmulMatchesAHostProduct) {
+  if (!has_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::int64_t m = 5, n = 7, k = 9;
+  const std::vector<float> a = ramp(static_cast<std::size_t>(m * k), -1.0F, 0.05F);
+  const std::vector<float> b = ramp(static_cast<std::size_t>(k * n), 0.5F, -0.03F);
+  DeviceFloats d_a(a), d_b(b), d_out(std::vector<float>(static_cast<std::size_t>(m * n), 0.0F));
+  for (const bool transpose_a : {false, true}) {
+    for (const bool transpose_b : {false, true}) {
+      ASSERT_EQ(kernels::launch_matmul_fallback(kernels::Dtype::f32, transpose_a, transpose_b, d_a.get(), d_b.get(),
+                                                d_out.get(), m, n, k, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<float> got = d_out.download();
+      for (std::int64_t row = 0; row < m; ++row) {
+        for (std::int64_t col = 0; col < n; ++col) {
+          double expected = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            const float left = transpose_a ? a[static_cast<std::size_t>(p * m + row)] : a[static_cast<std::size_t>(row * k + p)];
+            const float right = transpose_b ? b[static_cast<std::size_t>(col * k + p)] : b[static_cast<std::size_t>(p * n + col)];
+            expected += static_cast<double>(left) * static_cast<double>(right);
+          }
+          EXPECT_NEAR(got[static_cast<std::size_t>(row * n + col)], expected, 1e-4)
+              << "transpose_a " << transpose_a << " transpose_b " << transpose_b << " at " << row << "," << col;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tp::backend::cuda
