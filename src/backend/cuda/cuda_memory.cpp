@@ -189,10 +189,11 @@ void* CudaRegionResource::do_allocate(std::size_t bytes, std::size_t /*alignment
   const std::size_t rounded = memory::round_up(bytes, kCudaMallocAlignment);
   const char* call = kind_ == Kind::managed ? "cudaMallocManaged" : "cudaMalloc";
   {
-    // Taken before the call, so concurrent requests never cross the wall together; given back on failure.
+    // Taken before the call (pending_), so concurrent requests never cross the wall together; the stats
+    // record the allocation only once the driver has served it.
     std::lock_guard lock(mutex_);
-    if (stats_.bytes_reserved > capacity_ || rounded > capacity_ - stats_.bytes_reserved) {
-      const std::size_t used = stats_.bytes_reserved;
+    const std::size_t used = stats_.bytes_reserved + pending_;
+    if (used > capacity_ || rounded > capacity_ - used) {
       ++stats_.num_ooms;
       auto report =
           OutOfMemoryReport::for_request(name(), bytes, rounded, tag, capacity_, stats_.bytes_in_use, used);
@@ -202,20 +203,19 @@ void* CudaRegionResource::do_allocate(std::size_t bytes, std::size_t /*alignment
                       format_bytes(capacity_) + " (" + format_bytes(used) + " allocated)";
       throw OutOfMemoryError(std::move(report));
     }
-    stats_.record_allocation(bytes, rounded, rounded);
+    pending_ += rounded;
   }
-  const auto give_back = [&]() noexcept {
-    std::lock_guard lock(mutex_);
-    stats_.record_free(bytes, rounded, rounded);
-    --stats_.num_allocs;
-  };
   void* ptr = nullptr;
   cudaError_t status = cudaSetDevice(ordinal_);
   if (status == cudaSuccess) {
     status = kind_ == Kind::managed ? cudaMallocManaged(&ptr, bytes, cudaMemAttachGlobal) : cudaMalloc(&ptr, bytes);
   }
+  {
+    std::lock_guard lock(mutex_);
+    pending_ -= rounded;
+    if (status == cudaSuccess) stats_.record_allocation(bytes, rounded, rounded);
+  }
   if (status != cudaSuccess) {
-    give_back();
     if (is_out_of_memory(status)) {
       static_cast<void>(cudaGetLastError());  // clears the (non-sticky) error so later calls do not see it
       refuse(bytes, rounded, tag, std::string(call) + " of " + format_bytes(bytes) + " refused: " +
