@@ -95,20 +95,16 @@ __global__ void bias_add_grad_kernel(const S* dy, S* dbias, std::int64_t rows, s
   }
 }
 
-// One block: each thread ORs "some element of its stride is Inf or NaN" (exponent bits all ones), the block
-// reduces the flags in shared memory, thread 0 stores the verdict.
+// out[0] = 1 first (one thread), then every thread that finds an element whose exponent bits are all ones
+// (Inf or NaN) in its stride stores 0: all writers store the same value, so the verdict does not depend on
+// their order.
+__global__ void set_one_kernel(float* out) { out[0] = 1.0F; }
+
 template <typename Bits>
 __global__ void all_finite_kernel(const Bits* x, Bits exponent, float* out, std::int64_t n) {
-  __shared__ int flags[kThreads];
-  int special = 0;
-  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) special |= (x[i] & exponent) == exponent ? 1 : 0;
-  flags[threadIdx.x] = special;
-  __syncthreads();
-  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) flags[threadIdx.x] |= flags[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[0] = flags[0] != 0 ? 0.0F : 1.0F;
+  bool special = false;
+  TP_GRID_STRIDE(i, n) { special = special || (x[i] & exponent) == exponent; }
+  if (special) out[0] = 0.0F;
 }
 
 template <typename T>
@@ -226,20 +222,22 @@ cudaError_t launch_bias_add_grad(Dtype dtype, const void* dy, void* dbias, std::
 }
 
 cudaError_t launch_all_finite(Dtype dtype, const void* x, float* out, std::int64_t n, cudaStream_t stream) {
+  set_one_kernel<<<1, 1, 0, stream>>>(out);
+  if (const cudaError_t status = launched(); status != cudaSuccess || n <= 0) return status;
   switch (dtype) {
     case Dtype::f16:
     case Dtype::bf16:
-      all_finite_kernel<std::uint16_t><<<1, kThreads, 0, stream>>>(
+      all_finite_kernel<std::uint16_t><<<grid_blocks(n), kThreads, 0, stream>>>(
           static_cast<const std::uint16_t*>(x), static_cast<std::uint16_t>(dtype == Dtype::f16 ? 0x7C00U : 0x7F80U),
           out, n);
       return launched();
     case Dtype::f32:
-      all_finite_kernel<std::uint32_t><<<1, kThreads, 0, stream>>>(static_cast<const std::uint32_t*>(x),
-                                                                   0x7F800000U, out, n);
+      all_finite_kernel<std::uint32_t><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const std::uint32_t*>(x),
+                                                                                0x7F800000U, out, n);
       return launched();
     case Dtype::f64:
-      all_finite_kernel<std::uint64_t><<<1, kThreads, 0, stream>>>(static_cast<const std::uint64_t*>(x),
-                                                                   0x7FF0000000000000ULL, out, n);
+      all_finite_kernel<std::uint64_t><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const std::uint64_t*>(x),
+                                                                                0x7FF0000000000000ULL, out, n);
       return launched();
     default: return cudaErrorInvalidValue;
   }

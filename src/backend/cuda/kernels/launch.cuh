@@ -50,8 +50,8 @@ cudaError_t launch_bias_add(Dtype dtype, const void* x, const void* bias, void* 
                             std::int64_t n, cudaStream_t stream);
 cudaError_t launch_bias_add_grad(Dtype dtype, const void* dy, void* dbias, std::int64_t rows, std::int64_t cols,
                                  cudaStream_t stream);
-// out (float32 scalar) = 1 when every element of x (f32, f64, f16, bf16) is finite, else 0. One block: the
-// partial verdicts are combined in shared memory, no atomics.
+// out (float32 scalar) = 1 when every element of x (f32, f64, f16, bf16) is finite, else 0: out set to 1, then
+// any thread that finds a non-finite element stores 0 (the same value whichever thread it is).
 cudaError_t launch_all_finite(Dtype dtype, const void* x, float* out, std::int64_t n, cudaStream_t stream);
 // out = value, rounded to the dtype (f32, f64).
 cudaError_t launch_fill(Dtype dtype, void* out, double value, std::int64_t n, cudaStream_t stream);
