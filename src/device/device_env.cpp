@@ -69,6 +69,15 @@ int parse_opencl_devices(std::string_view value) {
   return count;
 }
 
+// TP_CUDA_DEVICES: 0 plans no cuda device (the CUDA runtime is not asked), 1 one per GPU (the default).
+bool parse_cuda_devices(std::string_view value) {
+  constexpr std::string_view kAccepted = "0 (no cuda devices, the CUDA runtime not asked) or 1 (one per GPU)";
+  const std::string_view text = trim(value);
+  if (text == "0") return false;
+  if (text == "1") return true;
+  bad_variable("TP_CUDA_DEVICES", value, "not 0 or 1", kAccepted);
+}
+
 // "" (or only spaces) is the empty list: no accelerator visible, as CUDA_VISIBLE_DEVICES="".
 std::vector<DeviceId> parse_visible_devices(std::string_view value) {
   constexpr std::string_view kAccepted =
@@ -120,6 +129,9 @@ void apply_device_env(DeviceManagerOptions& options, const memory::GetEnv& get_e
   }
   if (const char* value = get_env("TP_OPENCL_DEVICES"); value != nullptr) {
     updated.opencl_devices = parse_opencl_devices(value);
+  }
+  if (const char* value = get_env("TP_CUDA_DEVICES"); value != nullptr) {
+    updated.cuda_devices = parse_cuda_devices(value);
   }
   if (const char* value = get_env("TP_VISIBLE_DEVICES"); value != nullptr) {
     updated.visible_devices = parse_visible_devices(value);

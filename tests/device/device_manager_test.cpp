@@ -31,10 +31,12 @@ DeviceId sim(int index) { return {DeviceKind::sim, index}; }
 DeviceId cpu(int index) { return {DeviceKind::cpu, index}; }
 
 // `count` simulated devices of 64 MiB and a 64 MiB cpu:0, so nothing depends on the host's RAM, and no OpenCL
-// devices, so nothing depends on its drivers (tests/device/opencl_device_test.cpp covers those).
+// or CUDA devices, so nothing depends on its drivers and GPUs (tests/device/opencl_device_test.cpp and
+// tests/backend/cuda/ cover those).
 DeviceManagerOptions small_options(int count) {
   DeviceManagerOptions options;
   options.opencl_devices = 0;
+  options.cuda_devices = false;
   options.sim_devices = count;
   options.sim_memory_bytes = 64 * kMiB;
   options.cpu_memory_bytes = 64 * kMiB;

@@ -26,12 +26,12 @@ constexpr std::size_t kGiB = std::size_t{1} << 30;
 using tp::cli::testing::cli_path;
 using tp::cli::testing::CliRun;
 
-// Runs `tensorpool <arguments>` with the variables tensorpool reads unset, no OpenCL devices (so the lists do
-// not depend on the machine's drivers), then `variables` ("NAME=value ...") set.
+// Runs `tensorpool <arguments>` with the variables tensorpool reads unset, no OpenCL or CUDA devices (so the
+// lists do not depend on the machine's drivers and GPUs), then `variables` ("NAME=value ...") set.
 CliRun run(const std::string& arguments, const std::string& variables = "") {
   return tp::cli::testing::run_cli(arguments,
                                    "env -u TP_SIM_DEVICES -u TP_SIM_MEMORY -u TP_VISIBLE_DEVICES -u TP_ALLOW_GROWTH "
-                                   "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION TP_OPENCL_DEVICES=0 " +
+                                   "-u TP_ALLOCATOR -u TP_MEMORY_FRACTION TP_OPENCL_DEVICES=0 TP_CUDA_DEVICES=0 " +
                                        variables);
 }
 

@@ -351,8 +351,10 @@ TEST_F(TrainCli, LimitTrainKeepsExactlyThatManyExamples) {
 // Issue 18, items 9 and 10: a missing device is named with what exists and how to get it; device lists may
 // have spaces but no repeats; a batch larger than the training set is refused instead of trained clamped.
 TEST_F(TrainCli, DeviceListsAndBatchSizesAreCheckedBeforeTraining) {
-  // TP_OPENCL_DEVICES=0: the list of existing devices is then the same with or without an OpenCL driver.
-  const CliRun missing = run_clean("train --epochs 1 --limit-train 2000", "TP_SIM_DEVICES=1 TP_OPENCL_DEVICES=0");
+  // TP_OPENCL_DEVICES=0 TP_CUDA_DEVICES=0: the list of existing devices is then the same with or without an
+  // OpenCL driver or a GPU.
+  const CliRun missing =
+      run_clean("train --epochs 1 --limit-train 2000", "TP_SIM_DEVICES=1 TP_OPENCL_DEVICES=0 TP_CUDA_DEVICES=0");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   for (const char* expected :
        {"sim:1, which does not exist", "cpu:0, sim:0 (TP_SIM_DEVICES=1)", "TP_SIM_DEVICES=2", "--devices sim:0"}) {

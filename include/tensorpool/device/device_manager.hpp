@@ -89,7 +89,7 @@ struct DeviceManagerOptions {
   std::optional<int> opencl_devices;
   // CUDA devices: true plans one cuda:N per GPU the CUDA runtime reports (after CUDA_VISIBLE_DEVICES); false
   // plans none and never asks the runtime, so a process that uses no GPU loads no driver and creates no CUDA
-  // context on a machine with GPUs.
+  // context on a machine with GPUs (TP_CUDA_DEVICES=0).
   bool cuda_devices = true;
   std::optional<std::vector<DeviceId>> visible_devices;         // unset: all
   std::map<DeviceId, std::vector<LogicalDeviceConfig>> splits;  // keyed by visible (renumbered) id; cpu:0 too
@@ -118,7 +118,7 @@ class DeviceManager {
   DeviceManager& operator=(const DeviceManager&) = delete;
 
   // The process-wide manager, configured from the environment (TP_SIM_DEVICES, TP_SIM_MEMORY,
-  // TP_VISIBLE_DEVICES, TP_GEMM and the memory overrides) at its first use.
+  // TP_OPENCL_DEVICES, TP_CUDA_DEVICES, TP_VISIBLE_DEVICES, TP_GEMM and the memory overrides) at its first use.
   static DeviceManager& instance();
 
   // Configuration: each throws tp::InvalidArgument once devices exist, or naming the bad value (a count
@@ -162,7 +162,8 @@ class DeviceManager {
 };
 
 // Reads TP_SIM_DEVICES (an integer in 0..kMaxSimDevices), TP_SIM_MEMORY (bytes >= 2MiB, e.g. "1GiB"),
-// TP_OPENCL_DEVICES (an integer in 0..kMaxOpenClDevices: DeviceManagerOptions::opencl_devices) and
+// TP_OPENCL_DEVICES (an integer in 0..kMaxOpenClDevices: DeviceManagerOptions::opencl_devices),
+// TP_CUDA_DEVICES (0 or 1: DeviceManagerOptions::cuda_devices) and
 // TP_VISIBLE_DEVICES (a comma-separated list of device ids, spaces allowed; an empty value hides every
 // accelerator, as CUDA_VISIBLE_DEVICES="") and TP_GEMM (auto, openblas or onednn: the float32 GEMM library the
 // devices start with, DeviceOptions::kernels) into `options`; unset variables leave it as it is. A bad value

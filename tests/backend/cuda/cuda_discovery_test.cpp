@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_test_support.hpp"
@@ -68,6 +69,22 @@ TEST(CudaDiscovery, CudaDevicesOffPlanNone) {
   configured.set_cuda_devices(false);
   EXPECT_TRUE(configured.devices(device::DeviceKind::cuda).empty());
   EXPECT_THROW(configured.set_cuda_devices(true), InvalidArgument) << "configured before the devices exist only";
+}
+
+TEST(CudaDiscovery, TpCudaDevicesTurnsThemOffOrOn) {
+  const auto env_of = [](const char* value) {
+    return [value](const char* name) -> const char* {
+      return std::string_view(name) == "TP_CUDA_DEVICES" ? value : nullptr;
+    };
+  };
+  device::DeviceManagerOptions options;
+  device::apply_device_env(options, env_of("0"));
+  EXPECT_FALSE(options.cuda_devices);
+  device::apply_device_env(options, env_of(" 1 "));
+  EXPECT_TRUE(options.cuda_devices);
+  const std::string bad = message_of([&] { device::apply_device_env(options, env_of("2")); });
+  EXPECT_NE(bad.find("TP_CUDA_DEVICES='2' is not valid"), std::string::npos) << bad;
+  EXPECT_TRUE(options.cuda_devices) << "a bad value changes nothing";
 }
 
 TEST(CudaDiscovery, PropertiesDescribeEachGpu) {
