@@ -79,6 +79,6 @@ function(tp_link_cuda_backend target)
     target_compile_options(tp_cuda_kernels PRIVATE ${tp_cuda_warnings} --expt-relaxed-constexpr)
     target_sources(${target} PRIVATE $<TARGET_OBJECTS:tp_cuda_kernels>)
   endif()
-  # cuBLAS for cublasGetStatusName / cublasGetStatusString (cuda_error.cpp), cuBLASLt for the products.
-  target_link_libraries(${target} PRIVATE CUDA::cudart_static CUDA::cublas CUDA::cublasLt)
+  # cuBLASLt alone (the products and its status names, cuda_error.cpp): no libcublas.
+  target_link_libraries(${target} PRIVATE CUDA::cudart_static CUDA::cublasLt)
 endfunction()

@@ -28,8 +28,8 @@ void check(CUresult status, std::string_view call) {
 
 void check(cublasStatus_t status, std::string_view call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  TP_THROW(DeviceError, "cuda", call, " failed: ", cublasGetStatusName(status), " (", static_cast<int>(status),
-           "): ", cublasGetStatusString(status));
+  TP_THROW(DeviceError, "cuda", call, " failed: ", cublasLtGetStatusName(status), " (", static_cast<int>(status),
+           "): ", cublasLtGetStatusString(status));
 }
 
 bool is_out_of_memory(cudaError_t status) noexcept { return status == cudaErrorMemoryAllocation; }

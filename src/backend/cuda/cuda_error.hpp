@@ -18,7 +18,7 @@ namespace tp::backend::cuda {
 void check(cudaError_t status, std::string_view call);
 // The same for a driver API call (cuGetErrorName).
 void check(CUresult status, std::string_view call);
-// The same for a cuBLAS / cuBLASLt call (cublasGetStatusName).
+// The same for a cuBLAS / cuBLASLt call (cublasLtGetStatusName).
 void check(cublasStatus_t status, std::string_view call);
 
 // Whether `status` says the device is out of memory (cudaErrorMemoryAllocation).
