@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_driver.hpp"
 #include "backend/cuda/cuda_error.hpp"
@@ -41,6 +42,21 @@ std::string free_words(int ordinal) {
          std::to_string(ordinal);
 }
 
+// The other GPUs that can reach device `ordinal`'s memory (cudaDeviceCanAccessPeer): the pool's and the VMM
+// pages' memory is made accessible to them too, as plain cudaMalloc memory is once peer access is enabled.
+std::vector<int> peers_of(int ordinal) {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  std::vector<int> peers;
+  for (int other = 0; other < count; ++other) {
+    int can_access = 0;
+    if (other == ordinal) continue;
+    check(cudaDeviceCanAccessPeer(&can_access, other, ordinal), "cudaDeviceCanAccessPeer");
+    if (can_access != 0) peers.push_back(other);
+  }
+  return peers;
+}
+
 int device_attribute(cudaDeviceAttr attribute, int ordinal, const char* name) {
   int value = 0;
   check(cudaDeviceGetAttribute(&value, attribute, ordinal), std::string("cudaDeviceGetAttribute(") + name + ")");
@@ -61,9 +77,16 @@ class CudaPageDriver final : public PageDriver {
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop_.location.id = ordinal;
-    access_.location = prop_.location;
-    access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     set_device(ordinal_);
+    CUmemAccessDesc own{};
+    own.location = prop_.location;
+    own.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access_.push_back(own);
+    for (const int peer : peers_of(ordinal_)) {
+      CUmemAccessDesc shared = own;
+      shared.location.id = peer;
+      access_.push_back(shared);
+    }
     auto granularity = driver_function<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity");
     std::size_t recommended = 0;
     check(granularity(&recommended, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
@@ -101,7 +124,7 @@ class CudaPageDriver final : public PageDriver {
     const CUresult mapped = map_(device_address, granularity_, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
     if (is_out_of_memory(mapped)) return false;
     check(mapped, "cuMemMap");
-    const CUresult access = set_access_(device_address, granularity_, &access_, 1);
+    const CUresult access = set_access_(device_address, granularity_, access_.data(), access_.size());
     if (access != CUDA_SUCCESS) {
       report(unmap_(device_address, granularity_), "cuMemUnmap");
       if (is_out_of_memory(access)) return false;
@@ -141,7 +164,7 @@ class CudaPageDriver final : public PageDriver {
   decltype(&cuMemUnmap) unmap_;
   decltype(&cuMemSetAccess) set_access_;
   CUmemAllocationProp prop_{};
-  CUmemAccessDesc access_{};
+  std::vector<CUmemAccessDesc> access_;  // the device itself first, then its peers
   std::size_t granularity_ = 0;
 };
 
@@ -269,6 +292,14 @@ CudaAsyncPoolResource::CudaAsyncPoolResource(int ordinal, std::size_t budget_byt
     std::uint64_t threshold = policy == memory::GrowthPolicy::preallocate ? budget_ : 0;
     check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold),
           "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+    std::vector<cudaMemAccessDesc> peers;
+    for (const int peer : peers_of(ordinal_)) {
+      cudaMemAccessDesc access{};
+      access.location = device_location(peer);
+      access.flags = cudaMemAccessFlagsProtReadWrite;
+      peers.push_back(access);
+    }
+    if (!peers.empty()) check(cudaMemPoolSetAccess(pool_, peers.data(), peers.size()), "cudaMemPoolSetAccess");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   } catch (...) {
     report_failure(cudaMemPoolDestroy(pool_), "cudaMemPoolDestroy");
