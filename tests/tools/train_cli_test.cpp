@@ -403,6 +403,25 @@ TEST_F(TrainCli, SimMemoryFlagOverridesTheEnvironment) {
   EXPECT_EQ(run.exit_code, 3) << run.output;
 }
 
+// The CUDA-only memory flags name what they apply to: --device-memory is a cuda device's budget (not a sim
+// device's), and the two CUDA-only allocators are refused on a sim device before training, naming the ones it has.
+TEST_F(TrainCli, CudaMemoryFlagsAreRefusedForSimDevices) {
+  const std::string quick = "train --epochs 1 --limit-train 320 --strategy one --devices sim:0";
+  const CliRun budget = run_clean(quick + " --device-memory 1GiB");
+  EXPECT_EQ(budget.exit_code, 2) << budget.output;
+  EXPECT_NE(budget.output.find("--device-memory 1GiB sets the budget of cuda devices"), std::string::npos)
+      << budget.output;
+  EXPECT_NE(budget.output.find("--sim-memory"), std::string::npos) << budget.output;
+  for (const std::string allocator : {"managed", "cuda_malloc_async"}) {
+    const CliRun run = run_clean(quick + " --allocator " + allocator);
+    EXPECT_EQ(run.exit_code, 2) << allocator << ": " << run.output;
+    EXPECT_NE(run.output.find("allocator = " + allocator + " is served only by cuda:N devices"), std::string::npos)
+        << run.output;
+    EXPECT_NE(run.output.find("bfc, expandable or system"), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find("Epoch 1"), std::string::npos) << run.output;
+  }
+}
+
 // Issue 18, item 11: through a pipe each line arrives as it is printed: the first one comes while the first
 // epoch (all 60,000 examples) is still training, so a run killed then leaves a log. It used to wait in the
 // buffer until the epoch's line flushed it.

@@ -32,9 +32,11 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
   command.add_option("--batch-size", arguments.batch_size, "global batch size")->capture_default_str();
   command
       .add_option("--allocator", arguments.allocator,
-                  "bfc | expandable | system; default: expandable with --allow-growth true (its reserved memory "
-                  "follows the plan), bfc when preallocating (TensorFlow's behaviour) and on opencl devices")
-      ->check(one_of({"bfc", "expandable", "system"}));
+                  "bfc | expandable | system | cuda_malloc_async | managed (the last two on cuda devices only: the "
+                  "driver's stream-ordered pool, BFC over unified memory); default: expandable with --allow-growth "
+                  "true (its reserved memory follows the plan), bfc when preallocating (TensorFlow's behaviour) and "
+                  "on opencl devices")
+      ->check(one_of({"bfc", "expandable", "system", "cuda_malloc_async", "managed"}));
   command
       .add_option("--bfc-split", arguments.bfc_split,
                   "--allocator bfc: tensorflow (TensorFlow's rule: a chunk under twice the request is handed out "
@@ -47,6 +49,11 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
       .add_option("--sim-memory", arguments.sim_memory,
                   "memory of each sim device, e.g. 1GiB; overrides TP_SIM_MEMORY (default: TP_SIM_MEMORY, "
                   "else 1GiB)")
+      ->type_name("BYTES");
+  command
+      .add_option("--device-memory", arguments.device_memory,
+                  "memory budget of each cuda device, e.g. 8GiB (TensorFlow's memory_limit); with --allocator managed "
+                  "it may exceed the GPU's memory (oversubscription); default: the GPU's memory")
       ->type_name("BYTES");
   command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")
       ->capture_default_str()
@@ -291,8 +298,13 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
     config.allocator = memory::AllocatorKind::expandable;
   } else if (arguments.allocator == "system") {
     config.allocator = memory::AllocatorKind::system;
+  } else if (arguments.allocator == "cuda_malloc_async") {
+    config.allocator = memory::AllocatorKind::cuda_malloc_async;
+  } else if (arguments.allocator == "managed") {
+    config.allocator = memory::AllocatorKind::managed;
   } else {
-    TP_THROW(InvalidArgument, command, "--allocator '", arguments.allocator, "' is not bfc, expandable or system");
+    TP_THROW(InvalidArgument, command, "--allocator '", arguments.allocator,
+             "' is not bfc, expandable, system, cuda_malloc_async or managed");
   }
   if (!arguments.bfc_split.empty()) {
     config.bfc_split = arguments.bfc_split == "exact" ? memory::BfcSplit::exact : memory::BfcSplit::tensorflow;
@@ -301,11 +313,31 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   configure_sim_devices(manager, arguments, setup.used_devices(), command);
   configure_opencl_devices(manager, setup.used_devices());
   check_devices_exist(manager, setup, command);
-  for (const std::string& name : setup.used_devices()) {
+  const std::vector<std::string> used = setup.used_devices();
+  std::optional<std::size_t> device_memory;
+  if (!arguments.device_memory.empty()) {
+    device_memory = parse_bytes(arguments.device_memory, "--device-memory");
+    const bool uses_cuda = std::any_of(used.begin(), used.end(), [](const std::string& name) {
+      return device::parse_device_id(name, "--devices entry").kind == device::DeviceKind::cuda;
+    });
+    if (!uses_cuda) {
+      TP_THROW(InvalidArgument, command, "--device-memory ", arguments.device_memory,
+               " sets the budget of cuda devices, and the run uses none; use --sim-memory for sim devices");
+    }
+    if (*device_memory == 0 || *device_memory > memory::kMaxAllocationBytes) {
+      TP_THROW(InvalidArgument, command, "--device-memory ", arguments.device_memory, " is outside (0, ",
+               format_bytes(memory::kMaxAllocationBytes), "]; give each cuda device's budget, e.g. 8GiB");
+    }
+  }
+  for (const std::string& name : used) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (id.kind == device::DeviceKind::cpu) continue;
     memory::MemoryConfig device_config = config;
     if (arguments.allocator.empty()) device_config.allocator = device::default_allocator(id.kind, config.policy);
+    if (id.kind == device::DeviceKind::cuda && device_memory) {
+      device_config.limit_bytes = *device_memory;
+      device_config.fraction.reset();
+    }
     check_bfc_split(arguments, device_config.allocator, name, command);
     manager.set_memory_config(id, device_config);
   }

@@ -22,10 +22,11 @@ struct ModelArguments {
   std::string devices = "sim:0,sim:1";
   std::string strategy = "mirrored";
   std::int64_t batch_size = 32;
-  std::string allocator;  // bfc | expandable | system; empty: device::default_allocator of each device
+  std::string allocator;  // bfc | expandable | system | cuda_malloc_async | managed; empty: device::default_allocator
   std::string bfc_split;  // exact | tensorflow; empty: the config's (tensorflow, or TP_BFC_SPLIT)
   bool allow_growth = true;
-  std::string sim_memory;  // empty: TP_SIM_MEMORY, else 1GiB (a flag overrides the environment)
+  std::string sim_memory;     // empty: TP_SIM_MEMORY, else 1GiB (a flag overrides the environment)
+  std::string device_memory;  // each cuda device's budget (limit_bytes); empty: the default fraction of the GPU
   std::string all_reduce = "ring";
   std::string shard = "auto";         // auto | none | optimizer (ZeRO-1) | gradients (ZeRO-2): train::Shard
   std::string bucket_size = "25MiB";  // mirrored, multi_worker: the AllReduce buckets' size limit
