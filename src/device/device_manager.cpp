@@ -100,11 +100,35 @@ std::vector<PlannedDevice> plan_opencl(const std::optional<int>& opencl_devices)
   return planned;
 }
 
+void validate_cuda_planning(int count, std::size_t capacity_bytes) {
+  if (count < 1 || count > kMaxSimDevices) {
+    TP_THROW(InvalidArgument, "device", "planning-only cuda devices: count = ", count, " is outside 1..",
+             kMaxSimDevices, "; plan for at most ", kMaxSimDevices, " GPUs");
+  }
+  if (capacity_bytes == 0 || capacity_bytes > memory::kMaxAllocationBytes) {
+    TP_THROW(InvalidArgument, "device", "planning-only cuda devices: capacity_bytes = ", capacity_bytes,
+             " is outside (0, ", memory::kMaxAllocationBytes, "]; give each GPU's memory in bytes");
+  }
+}
+
+// Whether the cuda devices are planning-only ones: asked for, and no GPU to plan on instead.
+bool plans_cuda_only(const DeviceManagerOptions& options) {
+  return options.cuda_devices && options.cuda_planning.has_value() && cuda_physical_devices().empty();
+}
+
 // The cuda devices before visible-device filtering: one per GPU the CUDA runtime reports (after
-// CUDA_VISIBLE_DEVICES), each with the GPU's whole memory; logical splits (step 3) share one out.
-std::vector<PlannedDevice> plan_cuda(bool enabled) {
+// CUDA_VISIBLE_DEVICES), each with the GPU's whole memory; logical splits (step 3) share one out. Without a
+// GPU, the planning-only devices when asked for (DeviceManagerOptions::cuda_planning).
+std::vector<PlannedDevice> plan_cuda(const DeviceManagerOptions& options) {
   std::vector<PlannedDevice> planned;
-  if (!enabled) return planned;  // the runtime is not asked at all
+  if (!options.cuda_devices) return planned;  // the runtime is not asked at all
+  if (plans_cuda_only(options)) {
+    for (int index = 0; index < options.cuda_planning->count; ++index) {
+      const DeviceId id{DeviceKind::cuda, index};
+      planned.push_back({id, id, options.cuda_planning->capacity_bytes});
+    }
+    return planned;
+  }
   const std::vector<CudaProperties>& found = cuda_physical_devices();
   for (std::size_t index = 0; index < found.size(); ++index) {
     const DeviceId id{DeviceKind::cuda, static_cast<int>(index)};
@@ -144,7 +168,7 @@ std::vector<PlannedDevice> plan_visible(const DeviceManagerOptions& options, std
     physical.push_back({{DeviceKind::sim, index}, {DeviceKind::sim, index}, options.sim_memory_bytes});
   }
   for (const PlannedDevice& device : plan_opencl(options.opencl_devices)) physical.push_back(device);
-  for (const PlannedDevice& device : plan_cuda(options.cuda_devices)) physical.push_back(device);
+  for (const PlannedDevice& device : plan_cuda(options)) physical.push_back(device);
   std::vector<PlannedDevice> visible{{{DeviceKind::cpu, 0}, {DeviceKind::cpu, 0}, cpu_capacity}};
   if (!options.visible_devices) {
     visible.insert(visible.end(), physical.begin(), physical.end());
@@ -309,6 +333,13 @@ void DeviceManager::set_cuda_devices(bool enabled) {
   options_.cuda_devices = enabled;
 }
 
+void DeviceManager::set_cuda_planning_devices(int count, std::size_t capacity_bytes, std::string source) {
+  const std::lock_guard lock(mutex_);
+  check_not_initialised("the planning-only cuda devices");
+  validate_cuda_planning(count, capacity_bytes);
+  options_.cuda_planning = DeviceManagerOptions::CudaPlanning{count, capacity_bytes, std::move(source)};
+}
+
 void DeviceManager::set_visible_devices(std::vector<DeviceId> visible) {
   const std::lock_guard lock(mutex_);
   check_not_initialised("the visible devices");
@@ -408,6 +439,13 @@ void DeviceManager::materialise() {
     } else if (device.id.kind == DeviceKind::opencl) {
       built.push_back(
           make_opencl_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
+    } else if (device.id.kind == DeviceKind::cuda && plans_cuda_only(options_)) {
+      const std::string note = "planning only: no GPU was present (" + cuda_unavailable_reason() +
+                               "); the capacity of physical " + device.physical.str() + ", " +
+                               format_bytes(options_.cuda_planning->capacity_bytes) + ", came from " +
+                               options_.cuda_planning->source;
+      built.push_back(make_cuda_planning_device(device.id, device.capacity_bytes, config, options_.device_options,
+                                                note));
     } else if (device.id.kind == DeviceKind::cuda) {
       built.push_back(
           make_cuda_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));

@@ -58,6 +58,7 @@ MemoryEstimate estimate_memory(const runtime::MemoryPlan& plan, const train::Seq
         .shared_bytes = device_plan.shared_bytes,
         .shared_memory = device->shared_memory() != nullptr ? device->shared_memory()->config().device : std::string(),
         .limit_bytes = device->memory().limit_bytes(),
+        .planning_note = device->planning_note(),
         .fits = true,
         .bytes_by_kind = {},
         .step = {}};
@@ -152,6 +153,8 @@ nlohmann::json to_json(const MemoryEstimate& estimate) {
                        {"shared_bytes", device.shared_bytes},
                        {"shared_memory", device.shared_memory},
                        {"limit_bytes", device.limit_bytes},
+                       {"planning_only", !device.planning_note.empty()},
+                       {"planning_note", device.planning_note},
                        {"fits", device.fits},
                        {"bytes_by_kind", device.bytes_by_kind},
                        {"arena_live_at_peak", live_at_peak_json(device.step)}});
@@ -175,8 +178,10 @@ void print_estimate(std::ostream& out, const MemoryEstimate& estimate) {
   out << fmt::format("Memory estimate of one training step at batch {} (static plan; nothing allocated)\n",
                      estimate.batch_size);
   for (const DeviceEstimate& device : estimate.devices) {
-    out << fmt::format("\n{}:\n  {:<52} {:<19} {:<20} {:>12} {:>12}  {}\n", device.device, "tensor", "kind", "shape",
-                       "bytes", "allocated", "where");
+    out << fmt::format("\n{}:\n", device.device);
+    if (!device.planning_note.empty()) out << fmt::format("  {}: {}\n", device.device, device.planning_note);
+    out << fmt::format("  {:<52} {:<19} {:<20} {:>12} {:>12}  {}\n", "tensor", "kind", "shape", "bytes", "allocated",
+                       "where");
     for (const EstimateRow& row : estimate.rows) {
       if (row.device != device.device) continue;
       out << fmt::format("  {:<52} {:<19} {:<20} {:>12} {:>12}  {}\n", row.name, row.kind,

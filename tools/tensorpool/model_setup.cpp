@@ -6,11 +6,13 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "option_checks.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
+#include "tensorpool/device/backends.hpp"
 #include "tensorpool/device/gemm_choice.hpp"
 #include "tensorpool/device/missing_device.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
@@ -241,6 +243,31 @@ void check_devices_exist(const device::DeviceManager& manager, const ModelSetup&
   }
 }
 
+// `estimate` plans and runs nothing, so on a machine without a GPU it plans its cuda devices as planning-only
+// ones of --device-memory's capacity (DeviceManager::set_cuda_planning_devices); each device's note in the
+// output says so. `train` and `profile` run steps, and never get such devices: without a GPU, their cuda
+// devices do not exist (check_devices_exist says why).
+void configure_cuda_planning(device::DeviceManager& manager, const ModelArguments& arguments,
+                             const std::vector<std::string>& used, std::optional<std::size_t> device_memory,
+                             const char* command) {
+  if (std::string_view(command) != "estimate") return;
+  int count = 0;
+  std::string first;
+  for (const std::string& name : used) {
+    const device::DeviceId id = device::parse_device_id(name, "--devices entry");
+    if (id.kind != device::DeviceKind::cuda) continue;
+    if (first.empty()) first = id.str();
+    count = std::max(count, id.index + 1);
+  }
+  if (count == 0 || !device::cuda_physical_devices().empty()) return;  // a GPU plans for itself
+  if (!device_memory) {
+    TP_THROW(InvalidArgument, command, "--devices names ", first, ", and no GPU is present (",
+             device::cuda_unavailable_reason(), "); to plan for a GPU on this machine, give its memory with "
+             "--device-memory, e.g. --device-memory 80GiB");
+  }
+  manager.set_cuda_planning_devices(count, *device_memory, "--device-memory " + arguments.device_memory);
+}
+
 // --bfc-split is BFC's: given for a device whose allocator has no split policy, it would change nothing, which
 // is a mistake in the command line rather than a no-op to pass over.
 void check_bfc_split(const ModelArguments& arguments, memory::AllocatorKind allocator, const std::string& device,
@@ -312,7 +339,6 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   device::DeviceManager& manager = device::DeviceManager::instance();
   configure_sim_devices(manager, arguments, setup.used_devices(), command);
   configure_opencl_devices(manager, setup.used_devices());
-  check_devices_exist(manager, setup, command);
   const std::vector<std::string> used = setup.used_devices();
   std::optional<std::size_t> device_memory;
   if (!arguments.device_memory.empty()) {
@@ -329,6 +355,8 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
                format_bytes(memory::kMaxAllocationBytes), "]; give each cuda device's budget, e.g. 8GiB");
     }
   }
+  configure_cuda_planning(manager, arguments, used, device_memory, command);
+  check_devices_exist(manager, setup, command);
   for (const std::string& name : used) {
     const device::DeviceId id = device::parse_device_id(name, "--devices entry");
     if (id.kind == device::DeviceKind::cpu) continue;

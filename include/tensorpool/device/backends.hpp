@@ -67,4 +67,14 @@ const std::vector<CudaProperties>& cuda_physical_devices();
                                                        const memory::MemoryConfig& config,
                                                        const DeviceOptions& options);
 
+// A planning-only cuda device: what `tensorpool estimate` plans for when no GPU is present and the caller gave
+// the capacity (DeviceManager::set_cuda_planning_devices). It has what a step's plan reads from a real cuda
+// device (its kind with the cuda kernel table, no host access, no shared memory, the MemoryConfig's allocator
+// and limit over `capacity_bytes`) and runs nothing: stream tasks and copies throw tp::DeviceError naming it.
+// Device::planning_note() returns `note`. Throws tp::DeviceError when the build has no CUDA backend (its
+// kernels are what a cuda plan binds).
+[[nodiscard]] std::unique_ptr<Device> make_cuda_planning_device(DeviceId id, std::size_t capacity_bytes,
+                                                                const memory::MemoryConfig& config,
+                                                                const DeviceOptions& options, std::string note);
+
 }  // namespace tp::device

@@ -98,6 +98,10 @@ class Device {
   // own pinned memory ("CL_MEM_ALLOC_HOST_PTR" on opencl devices), or "pageable" (unpinned: a device that
   // asked for none, or whose pinned memory was refused; copies stay correct).
   [[nodiscard]] virtual std::string staging_kind() const = 0;
+  // Empty for a device that runs work. A planning-only device (make_cuda_planning_device: `tensorpool estimate
+  // --devices cuda:N` on a machine without a GPU) plans steps and runs none: this says so, why, and where its
+  // capacity came from, for every report that shows its figures.
+  [[nodiscard]] virtual std::string planning_note() const { return {}; }
 
   [[nodiscard]] std::size_t num_streams() const noexcept { return streams_.size(); }
   // Throws tp::InvalidArgument naming the index and the count when out of range.

@@ -91,6 +91,16 @@ struct DeviceManagerOptions {
   // plans none and never asks the runtime, so a process that uses no GPU loads no driver and creates no CUDA
   // context on a machine with GPUs (TP_CUDA_DEVICES=0).
   bool cuda_devices = true;
+  // Planning-only cuda devices (make_cuda_planning_device), for `tensorpool estimate` on a machine without a
+  // GPU: when set, cuda_devices is true and the CUDA runtime reports no GPU, the physical devices are
+  // cuda:0..cuda:count-1, each of capacity_bytes, that plan steps and run none. A process with a GPU ignores
+  // it (its real devices plan). Never set by `train`: nothing may run on them.
+  struct CudaPlanning {
+    int count = 0;                 // 1..kMaxSimDevices
+    std::size_t capacity_bytes = 0;  // > 0
+    std::string source;            // where the capacity came from, for the note ("--device-memory")
+  };
+  std::optional<CudaPlanning> cuda_planning;
   std::optional<std::vector<DeviceId>> visible_devices;         // unset: all
   std::map<DeviceId, std::vector<LogicalDeviceConfig>> splits;  // keyed by visible (renumbered) id; cpu:0 too
   std::map<DeviceId, memory::MemoryConfig> memory_configs;      // keyed by final id; else the default
@@ -131,6 +141,9 @@ class DeviceManager {
   void set_opencl_devices(std::optional<int> count);
   // Whether to plan cuda devices (DeviceManagerOptions::cuda_devices).
   void set_cuda_devices(bool enabled);
+  // DeviceManagerOptions::cuda_planning; throws tp::InvalidArgument for a count outside 1..kMaxSimDevices or a
+  // zero capacity.
+  void set_cuda_planning_devices(int count, std::size_t capacity_bytes, std::string source);
   void set_visible_devices(std::vector<DeviceId> visible);
   void set_logical_devices(DeviceId visible_device, std::vector<LogicalDeviceConfig> logical);
   void set_memory_config(DeviceId device, memory::MemoryConfig config);

@@ -49,6 +49,9 @@ struct DeviceEstimate {
   std::size_t shared_bytes = 0;  // fetched results in the device's shared memory (as requested), not in the peaks
   std::string shared_memory;     // that memory's name ("opencl:0/shared"); empty on a device without one
   std::size_t limit_bytes = 0;
+  // Device::planning_note(): empty for a real device; for a planning-only one (no GPU present), why its
+  // figures are a plan for a device of the given capacity and not a measured device's.
+  std::string planning_note;
   bool fits = true;                                  // the replay on the scratch stack served every allocation
   bool variables_fit = true;                         // ... every variable, before the arena
   std::map<std::string, std::size_t> bytes_by_kind;  // sum of the tensors' bytes (arena tensors reuse memory)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's entry points in a build without it (TP_WITH_CUDA=OFF, or the CUDA toolkit not found at
 // configure time): no cuda devices, and a reason that says how to get them.
+#include <string>
 #include <vector>
 
 #include "tensorpool/core/error.hpp"
@@ -28,6 +29,11 @@ std::size_t cuda_free_bytes(int ordinal) {
 std::unique_ptr<Device> make_cuda_device(DeviceId id, DeviceId, std::size_t, const memory::MemoryConfig&,
                                          const DeviceOptions&) {
   TP_THROW(DeviceError, "cuda", "cannot create ", id.str(), ": ", kReason);
+}
+
+std::unique_ptr<Device> make_cuda_planning_device(DeviceId id, std::size_t, const memory::MemoryConfig&,
+                                                  const DeviceOptions&, std::string) {
+  TP_THROW(DeviceError, "cuda", "cannot plan for ", id.str(), ": ", kReason);
 }
 
 }  // namespace tp::device

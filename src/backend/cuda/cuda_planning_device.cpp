@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// A planning-only cuda device (backends.hpp, make_cuda_planning_device): what `tensorpool estimate` plans for
+// on a machine without a GPU. The plan of a step depends on the device only through what planning reads: its
+// kind (the cuda kernel table, registered here as a real cuda device registers it), that host code cannot touch
+// its memory, that it has no shared memory, and its MemoryConfig and limit (the allocator the estimate replays
+// the allocations on). This device has exactly those, over simulated memory that is reserved and never touched.
+// It runs nothing: every stream task, copy and staging request throws tp::DeviceError naming the device and
+// why, so no simulated figure can pass for a GPU's.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_kernel_table.hpp"
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/backends.hpp"
+#include "tensorpool/memory/memory_stack.hpp"
+
+namespace tp::backend::cuda {
+namespace {
+
+[[noreturn]] void refuse(const device::Device& device, const char* what) {
+  TP_THROW(DeviceError, "cuda", device.name(), " is a planning-only device (", device.planning_note(),
+           "): it plans steps and runs none, so it cannot ", what, "; run on a machine with a GPU");
+}
+
+class PlanningStream final : public device::Stream {
+ public:
+  PlanningStream(device::Device& device, std::size_t index) : Stream(device, index) {}
+
+ private:
+  void wait_idle() override {}
+  void do_enqueue(Task task) override {
+    (void)task;
+    refuse(device(), "run a kernel or a copy");
+  }
+  bool do_idle() const override { return true; }
+};
+
+class CudaPlanningDevice final : public device::Device {
+ public:
+  CudaPlanningDevice(device::DeviceId id, std::size_t capacity_bytes, std::unique_ptr<memory::MemoryStack> memory,
+                     const device::DeviceOptions& options, std::string note)
+      : Device(id, id, capacity_bytes, std::move(memory), options), note_(std::move(note)) {
+    std::vector<std::unique_ptr<device::Stream>> streams;
+    for (std::size_t index = 0; index < options.num_streams; ++index) {
+      streams.push_back(std::make_unique<PlanningStream>(*this, index));
+    }
+    set_streams(std::move(streams));
+  }
+  ~CudaPlanningDevice() override { shut_down(); }
+
+  bool host_accessible() const noexcept override { return false; }
+  std::string staging_kind() const override { return "none (planning only)"; }
+  std::string planning_note() const override { return note_; }
+
+ private:
+  void enqueue_to_host(device::Stream&, const std::shared_ptr<Buffer>&, std::size_t, void*, std::size_t) override {
+    refuse(*this, "copy to the host");
+  }
+  void enqueue_from_host(device::Stream&, const void*, const std::shared_ptr<Buffer>&, std::size_t, std::size_t,
+                         std::shared_ptr<void>) override {
+    refuse(*this, "copy from the host");
+  }
+  void enqueue_within(device::Stream&, const std::shared_ptr<Buffer>&, std::size_t, const std::shared_ptr<Buffer>&,
+                      std::size_t, std::size_t) override {
+    refuse(*this, "copy within itself");
+  }
+  std::shared_ptr<void> staging_buffer(std::size_t) override { refuse(*this, "stage a copy"); }
+  void poison(void*, std::size_t) noexcept override {}  // its simulated memory is never touched
+
+  const std::string note_;
+};
+
+}  // namespace
+}  // namespace tp::backend::cuda
+
+namespace tp::device {
+
+std::unique_ptr<Device> make_cuda_planning_device(DeviceId id, std::size_t capacity_bytes,
+                                                  const memory::MemoryConfig& config, const DeviceOptions& options,
+                                                  std::string note) {
+  if (id.kind != DeviceKind::cuda) {
+    TP_THROW(InvalidArgument, "cuda", "a planning-only cuda device cannot be ", id.str(), "; name a cuda:N device");
+  }
+  ops::kernels::register_kernels(DeviceKind::cuda, backend::cuda::cuda_kernel_table());
+  return std::make_unique<backend::cuda::CudaPlanningDevice>(
+      id, capacity_bytes, memory::make_sim_device_memory_stack(config, capacity_bytes), options, std::move(note));
+}
+
+}  // namespace tp::device

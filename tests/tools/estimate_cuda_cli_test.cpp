@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// tensorpool estimate for cuda devices. Without a GPU, `--device-memory` gives the capacity of planning-only
+// cuda devices: the output names cuda:N, says no GPU was present and where the capacity came from, and the
+// planned peak equals a sim device's for the same single-device step (the plan reads only what both kinds of
+// device share: no host access, no shared memory, the same allocator); without --device-memory the error says
+// to pass it; train never plans on such devices. With a GPU, the estimate is the GPU's own (no planning note).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tensorpool/core/error.hpp"
+#include "tensorpool/device/backends.hpp"
+#include "tensorpool/device/device_manager.hpp"
+#include "tools/support/cli_runner.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tp::cli::testing::cli_path;
+using tp::cli::testing::CliRun;
+using tp::cli::testing::run_cli;
+
+constexpr std::size_t k8GiB = std::size_t{8} << 30;
+
+class EstimateCudaCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(cli_path())) GTEST_SKIP() << "tensorpool binary not built at " << cli_path();
+  }
+
+  static bool gpu_present() { return !tp::device::cuda_physical_devices().empty(); }
+
+  static nlohmann::json run_json(const std::string& arguments) {
+    const CliRun run = run_cli(arguments, "env -u TP_CUDA_DEVICES -u TP_VISIBLE_DEVICES");
+    EXPECT_EQ(run.exit_code, 0) << arguments << "\n" << run.output;
+    try {
+      return nlohmann::json::parse(run.output);
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << arguments << ": not JSON (" << error.what() << "):\n" << run.output;
+      return {};
+    }
+  }
+};
+
+TEST_F(EstimateCudaCli, PlansCudaDevicesOfTheGivenMemory) {
+  for (const char* precision : {"float32", "mixed_float16", "mixed_bfloat16"}) {
+    SCOPED_TRACE(precision);
+    const std::string model = std::string(" --strategy one --batch-size 32 --precision ") + precision + " --json";
+    const nlohmann::json cuda = run_json("estimate --devices cuda:0 --device-memory 8GiB" + model);
+    const nlohmann::json sim = run_json("estimate --devices sim:0 --sim-memory 8GiB" + model);
+    ASSERT_EQ(cuda.at("devices").size(), 1U);
+    ASSERT_EQ(sim.at("devices").size(), 1U);
+    const nlohmann::json& planned = cuda.at("devices").at(0);
+    EXPECT_EQ(planned.at("device"), "cuda:0");
+    EXPECT_EQ(planned.at("limit_bytes").get<std::size_t>(), k8GiB);
+    EXPECT_TRUE(planned.at("fits").get<bool>());
+    EXPECT_GT(planned.at("planned_peak_bytes").get<std::size_t>(), 0U);
+    EXPECT_EQ(planned.at("planned_peak_bytes"), sim.at("devices").at(0).at("planned_peak_bytes"));
+    EXPECT_EQ(planned.at("variable_bytes"), sim.at("devices").at(0).at("variable_bytes"));
+    EXPECT_EQ(planned.at("arena_bytes"), sim.at("devices").at(0).at("arena_bytes"));
+    EXPECT_EQ(planned.at("planning_only").get<bool>(), !gpu_present());
+    const std::string note = planned.at("planning_note");
+    if (gpu_present()) {
+      EXPECT_TRUE(note.empty()) << note;
+    } else {
+      EXPECT_NE(note.find("no GPU was present"), std::string::npos) << note;
+      EXPECT_NE(note.find("--device-memory 8GiB"), std::string::npos) << note;
+    }
+    EXPECT_FALSE(sim.at("devices").at(0).at("planning_only").get<bool>());
+  }
+}
+
+TEST_F(EstimateCudaCli, TextOutputSaysThePlanIsForAGivenCapacity) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present: cuda:0 plans as itself";
+  const CliRun run = run_cli("estimate --devices cuda:0 --strategy one --device-memory 80GiB", "env -u TP_CUDA_DEVICES");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("cuda:0: planning only: no GPU was present"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("came from --device-memory 80GiB"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("planned peak on cuda:0"), std::string::npos) << run.output;
+}
+
+TEST_F(EstimateCudaCli, MirroredOverTwoPlanningDevices) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present: its cuda devices plan as themselves";
+  const nlohmann::json estimate = run_json("estimate --devices cuda:0,cuda:1 --device-memory 4GiB --json");
+  ASSERT_EQ(estimate.at("devices").size(), 2U);
+  EXPECT_EQ(estimate.at("devices").at(0).at("device"), "cuda:0");
+  EXPECT_EQ(estimate.at("devices").at(1).at("device"), "cuda:1");
+  for (const nlohmann::json& device : estimate.at("devices")) {
+    EXPECT_TRUE(device.at("planning_only").get<bool>());
+    EXPECT_EQ(device.at("limit_bytes").get<std::size_t>(), std::size_t{4} << 30);
+  }
+  EXPECT_EQ(estimate.at("devices").at(0).at("planned_peak_bytes"), estimate.at("devices").at(1).at("planned_peak_bytes"));
+}
+
+TEST_F(EstimateCudaCli, WithoutAGpuOrDeviceMemorySaysToPassIt) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present: estimate needs no --device-memory";
+  const CliRun run = run_cli("estimate --devices cuda:0 --strategy one", "env -u TP_CUDA_DEVICES");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("no GPU is present"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--device-memory"), std::string::npos) << run.output;
+}
+
+TEST_F(EstimateCudaCli, TrainNeverRunsOnPlanningDevices) {
+  if (gpu_present()) GTEST_SKIP() << "a GPU is present: train would run on it";
+  const CliRun run = run_cli("train --devices cuda:0 --strategy one --device-memory 8GiB --epochs 1",
+                             "env -u TP_CUDA_DEVICES");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("cuda:0, which does not exist"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("planning only"), std::string::npos) << run.output;
+}
+
+// The devices behind the CLI: they refuse to run anything, naming themselves and why.
+TEST(CudaPlanningDevice, PlansAndRunsNothing) {
+  if (!tp::device::cuda_physical_devices().empty()) GTEST_SKIP() << "a GPU is present: no planning-only devices";
+  tp::device::DeviceManagerOptions options;
+  options.cuda_planning = tp::device::DeviceManagerOptions::CudaPlanning{2, std::size_t{1} << 30, "the test"};
+  tp::device::DeviceManager manager(options, [](const char*) -> const char* { return nullptr; });
+  const std::vector<tp::device::Device*> cuda = manager.devices(tp::device::DeviceKind::cuda);
+  ASSERT_EQ(cuda.size(), 2U);
+  tp::device::Device& device = *cuda[0];
+  EXPECT_EQ(device.name(), "cuda:0");
+  EXPECT_EQ(device.capacity_bytes(), std::size_t{1} << 30);
+  EXPECT_FALSE(device.host_accessible());
+  EXPECT_EQ(device.shared_memory(), nullptr);
+  EXPECT_NE(device.planning_note().find("came from the test"), std::string::npos) << device.planning_note();
+  try {
+    device.stream(0).enqueue([] {});
+    ADD_FAILURE() << "a planning-only device ran a task";
+  } catch (const tp::DeviceError& error) {
+    EXPECT_NE(std::string(error.what()).find("cuda:0 is a planning-only device"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(manager.devices(tp::device::DeviceKind::cpu).front()->planning_note().empty());
+}
+
+TEST(CudaPlanningDevice, BadCountOrCapacityIsRefused) {
+  tp::device::DeviceManager manager({}, [](const char*) -> const char* { return nullptr; });
+  EXPECT_THROW(manager.set_cuda_planning_devices(0, std::size_t{1} << 30, "x"), tp::InvalidArgument);
+  EXPECT_THROW(manager.set_cuda_planning_devices(1, 0, "x"), tp::InvalidArgument);
+}
+
+}  // namespace
