@@ -80,5 +80,6 @@ function(tp_link_cuda_backend target)
     target_sources(${target} PRIVATE $<TARGET_OBJECTS:tp_cuda_kernels>)
   endif()
   # cuBLASLt alone (the products and its status names, cuda_error.cpp): no libcublas.
-  target_link_libraries(${target} PRIVATE CUDA::cudart_static CUDA::cublasLt)
+  # NCCL is loaded with dlopen when a collective needs it (nccl_library.hpp): no libnccl link.
+  target_link_libraries(${target} PRIVATE CUDA::cudart_static CUDA::cublasLt ${CMAKE_DL_LIBS})
 endfunction()

@@ -8,6 +8,7 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
 #include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/distribute/nccl.hpp"
 #include "tensorpool/ops/elementwise.hpp"
 
 namespace tp::distribute {
@@ -340,8 +341,10 @@ std::unique_ptr<Communicator> make_communicator(std::string_view algorithm) {
   if (algorithm == "ring") return std::make_unique<RingCommunicator>();
   if (algorithm == "reduce_to_one") return std::make_unique<ReduceToOneCommunicator>();
   if (algorithm == "mpi") return make_mpi_communicator();
+  if (algorithm == "nccl") return make_nccl_communicator();
   TP_THROW(InvalidArgument, "distribute", "all-reduce algorithm '", algorithm,
-           "' is not ring, reduce_to_one or mpi (across the workers of an mpirun job)");
+           "' is not ring, reduce_to_one, mpi (across the workers of an mpirun job) or nccl (cuda devices on "
+           "distinct GPUs)");
 }
 
 }  // namespace tp::distribute

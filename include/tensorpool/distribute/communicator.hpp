@@ -5,7 +5,8 @@
 // the data; when every participant reaches every other's memory directly, as sim devices do, the direct
 // collectives instead: each device sums its chunk over all participants in place and stores it everywhere,
 // one hand-off between the streams before and one after) and "reduce_to_one" (everything to participant 0,
-// summed there, then broadcast back) as the simple alternative; "mpi" crosses processes (mpi.hpp).
+// summed there, then broadcast back) as the simple alternative; "mpi" crosses processes (mpi.hpp); "nccl" runs
+// NVIDIA's NCCL between cuda devices on distinct GPUs, in one process or across an MPI job (nccl.hpp).
 //
 // Stream order: a collective enqueues its copies and additions on each participant's device stream 0 and
 // returns; work enqueued later on those streams sees the result, and the tensors stay alive until it has run.
@@ -85,8 +86,8 @@ class Communicator {
                     std::span<const Tensor> buckets, std::span<const Tensor> scratch, bool everywhere);
 };
 
-// "ring", "reduce_to_one" or "mpi" (tensorpool/distribute/mpi.hpp); anything else throws tp::InvalidArgument
-// naming it and the accepted names.
+// "ring", "reduce_to_one", "mpi" (tensorpool/distribute/mpi.hpp) or "nccl" (tensorpool/distribute/nccl.hpp:
+// loads NCCL now); anything else throws tp::InvalidArgument naming it and the accepted names.
 [[nodiscard]] std::unique_ptr<Communicator> make_communicator(std::string_view algorithm);
 
 }  // namespace tp::distribute
