@@ -281,6 +281,13 @@ memory::AllocatorKind default_allocator(DeviceKind kind, memory::GrowthPolicy po
                                                             : memory::AllocatorKind::bfc;
 }
 
+memory::AllocatorKind cuda_allocator_for(memory::AllocatorKind requested, const CudaProperties& gpu) noexcept {
+  if (requested == memory::AllocatorKind::expandable && !gpu.virtual_memory_management) {
+    return memory::AllocatorKind::bfc;
+  }
+  return requested;
+}
+
 DeviceManager::DeviceManager(DeviceManagerOptions options, memory::GetEnv get_env)
     : options_(std::move(options)), get_env_(std::move(get_env)) {
   if (!get_env_) get_env_ = [](const char*) -> const char* { return nullptr; };
@@ -447,6 +454,19 @@ void DeviceManager::materialise() {
       built.push_back(make_cuda_planning_device(device.id, device.capacity_bytes, config, options_.device_options,
                                                 note));
     } else if (device.id.kind == DeviceKind::cuda) {
+      const std::vector<CudaProperties>& found = cuda_physical_devices();
+      const auto physical = static_cast<std::size_t>(device.physical.index);
+      if (physical < found.size()) {
+        const memory::AllocatorKind usable = cuda_allocator_for(config.allocator, found[physical]);
+        if (usable != config.allocator) {
+          TP_LOG(warning, "device", device.id.str(), ": allocator ", memory::to_string(config.allocator), " needs ",
+                 "CUDA virtual memory management, which ", found[physical].name, " (", device.physical.str(),
+                 ") does not support; using ", memory::to_string(usable),
+                 " (cudaMalloc regions) instead; choose bfc or cuda_malloc_async (--allocator, TP_ALLOCATOR) to "
+                 "silence this");
+          config.allocator = usable;
+        }
+      }
       built.push_back(
           make_cuda_device(device.id, device.physical, device.capacity_bytes, config, options_.device_options));
     } else {

@@ -474,6 +474,26 @@ TEST(DeviceManager, ConcurrentFirstUseBuildsOneSetOfDevices) {
   for (const auto& devices : seen) EXPECT_EQ(devices, seen[0]);
 }
 
+// Issue 20: the expandable arena maps pages with CUDA's virtual memory management; a cuda device on a GPU
+// without it builds BFC instead (logged), so the default allocator never makes such a GPU unusable. Every
+// other request, and every request on a GPU with it, is kept.
+TEST(DeviceManager, CudaWithoutVirtualMemoryFallsBackFromTheArenaToBfc) {
+  CudaProperties without_vmm;
+  without_vmm.virtual_memory_management = false;
+  CudaProperties with_vmm;
+  with_vmm.virtual_memory_management = true;
+  const memory::AllocatorKind grown = default_allocator(DeviceKind::cuda, memory::GrowthPolicy::grow);
+  ASSERT_EQ(grown, memory::AllocatorKind::expandable);
+  EXPECT_EQ(cuda_allocator_for(grown, without_vmm), memory::AllocatorKind::bfc);
+  EXPECT_EQ(cuda_allocator_for(grown, with_vmm), memory::AllocatorKind::expandable);
+  for (const memory::AllocatorKind kept :
+       {memory::AllocatorKind::bfc, memory::AllocatorKind::system, memory::AllocatorKind::cuda_malloc_async,
+        memory::AllocatorKind::managed}) {
+    EXPECT_EQ(cuda_allocator_for(kept, without_vmm), kept);
+    EXPECT_EQ(cuda_allocator_for(kept, with_vmm), kept);
+  }
+}
+
 TEST(DeviceManager, InstanceIsOneManager) { EXPECT_EQ(&DeviceManager::instance(), &DeviceManager::instance()); }
 
 }  // namespace

@@ -120,6 +120,14 @@ struct DeviceManagerOptions {
 // granule of rounding, where BFC's split rule (TensorFlow's) may keep up to twice a request.
 [[nodiscard]] memory::AllocatorKind default_allocator(DeviceKind kind, memory::GrowthPolicy policy) noexcept;
 
+// The allocator a cuda device on `gpu` builds for a config asking for `requested`: the same, except that the
+// expandable arena needs CUDA's virtual memory management (cuMemMap), so on a GPU without it (older GPUs,
+// some virtualised ones) it falls back to BFC, which serves the same allocations from cudaMalloc regions. The
+// DeviceManager logs the fallback once per device. Where expandable is the default (default_allocator), this
+// keeps such a GPU usable instead of failing to build its device.
+[[nodiscard]] memory::AllocatorKind cuda_allocator_for(memory::AllocatorKind requested,
+                                                       const CudaProperties& gpu) noexcept;
+
 class DeviceManager {
  public:
   explicit DeviceManager(DeviceManagerOptions options = {}, memory::GetEnv get_env = ::getenv);
