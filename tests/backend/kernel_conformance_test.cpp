@@ -1293,16 +1293,29 @@ TEST_P(KernelConformance, BadLabelsAreTaskErrors) {
         (void)download(ops::correct_count(predictions, too_big));
         device().synchronize();
       },
-      {"3"});
+      {"row 2 has label 3"});
   const Tensor negative = make({0, -1, 2, 2}, Shape{4}, DType::i32);
   expect_invalid(
       [&] {
         (void)download(ops::sparse_cross_entropy(predictions, negative).loss);
         device().synchronize();
       },
-      {"-1"});
+      {"row 1 has label -1"});
   EXPECT_EQ(download(ops::correct_count(predictions, make({0, 1, 2, 2}, Shape{4}, DType::i32))).size(), 1U)
       << "the device works after the error";
+  // Several checks in flight (a device checks them after the fact, with work enqueued behind them): the bad
+  // batch's error is the one reported, not hidden by the good checks around it, and work behind it is safe.
+  const Tensor good = make({0, 1, 2, 2}, Shape{4}, DType::i32);
+  expect_invalid(
+      [&] {
+        (void)ops::correct_count(predictions, good);
+        (void)ops::sparse_cross_entropy(predictions, too_big);
+        (void)ops::correct_count(predictions, good);
+        (void)ops::sparse_cross_entropy(predictions, good);
+        device().synchronize();
+      },
+      {"row 2 has label 3"});
+  EXPECT_EQ(download(ops::correct_count(predictions, good)).size(), 1U) << "the device works after the error";
 }
 
 // Bad arguments are refused before any kernel runs, with tp::InvalidArgument naming the op, on every backend.

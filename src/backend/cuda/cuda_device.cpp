@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,7 +82,7 @@ CudaDevice::CudaDevice(device::DeviceId id, device::DeviceId physical_id, std::s
   } catch (...) {
     streams.clear();
     const ScopedDevice scoped(ordinal_);
-    (void)cudaStreamDestroy(service_stream_);
+    report_teardown_failure(cudaStreamDestroy(service_stream_), "cudaStreamDestroy (service stream)");
     throw;
   }
   set_streams(std::move(streams));
@@ -89,11 +90,8 @@ CudaDevice::CudaDevice(device::DeviceId id, device::DeviceId physical_id, std::s
 
 CudaDevice::~CudaDevice() {
   shut_down();
-  try {
-    const ScopedDevice scoped(ordinal_);
-    (void)cudaStreamDestroy(service_stream_);
-  } catch (const Error&) {  // the process's CUDA state is gone, and the stream with it
-  }
+  const ScopedDevice scoped(ordinal_, std::nothrow);  // reports a failure, unless the process is exiting
+  if (scoped.ok()) report_teardown_failure(cudaStreamDestroy(service_stream_), "cudaStreamDestroy (service stream)");
 }
 
 void CudaDevice::enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset,
@@ -158,12 +156,14 @@ void CudaDevice::enqueue_peer(device::Stream& stream, const std::shared_ptr<Buff
 }
 
 void CudaDevice::poison(void* ptr, std::size_t bytes) noexcept {
-  try {
-    const ScopedDevice scoped(ordinal_);
-    check(cudaMemsetAsync(ptr, device::kPoisonByte, bytes, service_stream_), "cudaMemsetAsync (poison)");
-    check(cudaStreamSynchronize(service_stream_), "cudaStreamSynchronize (after the poison fill)");
-  } catch (const std::exception& error) {
-    TP_LOG(warning, "cuda", name(), ": poisoning a freed buffer failed: ", error.what());
+  // Only with poisoning on (a debugging aid): the fill completes before the memory can be handed out again, so
+  // the service stream is synchronized per freed buffer. A buffer freed while the process exits needs none.
+  const ScopedDevice scoped(ordinal_, std::nothrow);
+  if (!scoped.ok()) return;
+  const cudaError_t filled = cudaMemsetAsync(ptr, device::kPoisonByte, bytes, service_stream_);
+  report_teardown_failure(filled, "cudaMemsetAsync (poisoning a freed buffer)");
+  if (filled == cudaSuccess) {
+    report_teardown_failure(cudaStreamSynchronize(service_stream_), "cudaStreamSynchronize (after the poison fill)");
   }
 }
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cuda/cuda_error.hpp"
 
+#include <cstdio>
+
 #include "backend/cuda/cuda_driver.hpp"
 #include "tensorpool/core/error.hpp"
 
@@ -12,18 +14,34 @@ void check(cudaError_t status, std::string_view call) {
            "): ", cudaGetErrorString(status));
 }
 
-void check(CUresult status, std::string_view call) {
-  if (status == CUDA_SUCCESS) return;
+namespace {
+
+struct DriverStatusWords {
+  const char* name = "CUDA_ERROR_UNKNOWN";
+  const char* text = "no description";
+};
+
+// The driver's name and description of `status` (cuGetErrorName / cuGetErrorString), or placeholders.
+DriverStatusWords words_of(CUresult status) noexcept {
+  DriverStatusWords words;
   const char* name = nullptr;
   const char* text = nullptr;
   try {
     if (driver_function<decltype(&cuGetErrorName)>("cuGetErrorName")(status, &name) != CUDA_SUCCESS) name = nullptr;
     if (driver_function<decltype(&cuGetErrorString)>("cuGetErrorString")(status, &text) != CUDA_SUCCESS) text = nullptr;
-  } catch (const DeviceError&) {  // a driver without the lookup: the code alone still names the failure
+  } catch (...) {  // a driver without the lookup: the code alone still names the failure
   }
-  if (name == nullptr) name = "CUDA_ERROR_UNKNOWN";
-  if (text == nullptr) text = "no description";
-  TP_THROW(DeviceError, "cuda", call, " failed: ", name, " (", static_cast<int>(status), "): ", text);
+  if (name != nullptr) words.name = name;
+  if (text != nullptr) words.text = text;
+  return words;
+}
+
+}  // namespace
+
+void check(CUresult status, std::string_view call) {
+  if (status == CUDA_SUCCESS) return;
+  const DriverStatusWords words = words_of(status);
+  TP_THROW(DeviceError, "cuda", call, " failed: ", words.name, " (", static_cast<int>(status), "): ", words.text);
 }
 
 void check(cublasStatus_t status, std::string_view call) {
@@ -35,5 +53,28 @@ void check(cublasStatus_t status, std::string_view call) {
 bool is_out_of_memory(cudaError_t status) noexcept { return status == cudaErrorMemoryAllocation; }
 
 bool is_out_of_memory(CUresult status) noexcept { return status == CUDA_ERROR_OUT_OF_MEMORY; }
+
+bool is_shutting_down(cudaError_t status) noexcept { return status == cudaErrorCudartUnloading; }
+
+bool is_shutting_down(CUresult status) noexcept { return status == CUDA_ERROR_DEINITIALIZED; }
+
+void report_teardown_failure(cudaError_t status, const char* call) noexcept {
+  if (status == cudaSuccess || is_shutting_down(status)) return;
+  std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, cudaGetErrorName(status),
+               static_cast<int>(status), cudaGetErrorString(status));
+}
+
+void report_teardown_failure(CUresult status, const char* call) noexcept {
+  if (status == CUDA_SUCCESS || is_shutting_down(status)) return;
+  const DriverStatusWords words = words_of(status);
+  std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, words.name, static_cast<int>(status),
+               words.text);
+}
+
+void report_teardown_failure(cublasStatus_t status, const char* call) noexcept {
+  if (status == CUBLAS_STATUS_SUCCESS) return;  // cuBLASLt has no status of its own for an exiting process
+  std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, cublasLtGetStatusName(status),
+               static_cast<int>(status), cublasLtGetStatusString(status));
+}
 
 }  // namespace tp::backend::cuda

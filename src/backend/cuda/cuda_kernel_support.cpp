@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cuda/cuda_kernel_support.hpp"
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_error.hpp"
 #include "tensorpool/device/device.hpp"
@@ -58,14 +60,7 @@ StreamScratch& scratch_of(const CudaStream& stream) {
     auto fresh = std::make_unique<StreamScratch>();
     void* device_words = nullptr;
     check(cudaMalloc(&device_words, 2 * sizeof(std::int64_t)), "cudaMalloc (status word)");
-    void* host_words = nullptr;
-    const cudaError_t status = cudaHostAlloc(&host_words, 2 * sizeof(std::int64_t), cudaHostAllocPortable);
-    if (status != cudaSuccess) {
-      (void)cudaFree(device_words);
-      check(status, "cudaHostAlloc (status word)");
-    }
     fresh->status_device = static_cast<std::int64_t*>(device_words);
-    fresh->status_host = static_cast<std::int64_t*>(host_words);
     entry = std::move(fresh);
   }
   return *entry;
@@ -79,26 +74,62 @@ void* matmul_workspace(StreamScratch& scratch) {
   return scratch.workspace;
 }
 
-void check_labels(device::Stream& stream, std::string_view op, const Tensor& labels, std::int64_t rows,
-                  std::int64_t cols) {
+namespace {
+
+// Pinned slots are allocated this many at a time (one cudaHostAlloc of a page or so): a stream has at most
+// its max_in_flight entries outstanding, so a few chunks cover every check in flight.
+constexpr std::size_t kSlotsPerChunk = 64;
+
+// A status slot taken from `scratch` for one check; goes back to the free list when the last copy of the
+// check (held by the stream's entry, destroyed on the completer once the device has written the slot) goes.
+class StatusSlot {
+ public:
+  explicit StatusSlot(StreamScratch& scratch) : scratch_(scratch) {
+    const std::lock_guard lock(scratch.slots_mutex);
+    if (scratch.free_slots.empty()) {
+      void* chunk = nullptr;
+      check(cudaHostAlloc(&chunk, kSlotsPerChunk * 2 * sizeof(std::int64_t), cudaHostAllocPortable),
+            "cudaHostAlloc (label check status slots)");
+      // Kept for the process's lifetime, as the scratch that lists them.
+      auto* words = static_cast<std::int64_t*>(chunk);
+      for (std::size_t slot = 0; slot < kSlotsPerChunk; ++slot) scratch.free_slots.push_back(words + 2 * slot);
+    }
+    words_ = scratch.free_slots.back();
+    scratch.free_slots.pop_back();
+  }
+  ~StatusSlot() {
+    const std::lock_guard lock(scratch_.slots_mutex);
+    scratch_.free_slots.push_back(words_);  // reserved by the constructor: no allocation, cannot throw
+  }
+  StatusSlot(const StatusSlot&) = delete;
+  StatusSlot& operator=(const StatusSlot&) = delete;
+
+  [[nodiscard]] std::int64_t* words() const noexcept { return words_; }
+
+ private:
+  StreamScratch& scratch_;
+  std::int64_t* words_ = nullptr;
+};
+
+}  // namespace
+
+void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, const Tensor& labels,
+                  std::int64_t rows, std::int64_t cols) {
   if (rows == 0) return;
-  CudaStream& cuda = cuda_stream(stream);
-  // Filled by the command, read by the host task behind it on the same worker (nothing runs in between).
-  auto result = std::make_shared<StreamScratch*>(nullptr);
-  enqueue(stream, [labels, rows, cols, result, &cuda](cudaStream_t native) {
-    StreamScratch& scratch = scratch_of(cuda);
-    *result = &scratch;
-    check_launch(kernels::launch_check_labels(labels.data(), labels.dtype() == DType::i64, rows, cols,
-                                              scratch.status_device, native),
-                 "launch_check_labels");
-    check(cudaMemcpyAsync(scratch.status_host, scratch.status_device, 2 * sizeof(std::int64_t),
-                          cudaMemcpyDeviceToHost, native),
-          "cudaMemcpyAsync (label check)");
-  });
-  stream.enqueue([result, op = std::string(op), cols] {
-    if (*result == nullptr) return;  // the command was skipped behind an earlier error
-    const std::int64_t row = (*result)->status_host[0];
-    const std::int64_t label = (*result)->status_host[1];
+  StreamScratch& scratch = scratch_of(stream);
+  // A slot of its own: the single device word is rewritten by the next check's kernel (stream order keeps the
+  // copy before it), but the host reads this copy only later, on the completer.
+  auto slot = std::make_shared<StatusSlot>(scratch);
+  check_launch(kernels::launch_check_labels(labels.data(), labels.dtype() == DType::i64, rows, cols,
+                                            scratch.status_device, native),
+               "launch_check_labels");
+  check(cudaMemcpyAsync(slot->words(), scratch.status_device, 2 * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
+                        native),
+        "cudaMemcpyAsync (label check)");
+  // Registered only once the copy is enqueued: a throw above returns the slot, nothing writes it.
+  stream.after_completion([slot, op = std::string(op), cols] {
+    const std::int64_t row = slot->words()[0];
+    const std::int64_t label = slot->words()[1];
     if (row < 0) return;
     TP_THROW(InvalidArgument, kComponent, op, ": row ", row, " has label ", label,
              ", outside the valid class range [0, ", cols, ") for ", cols, " classes");

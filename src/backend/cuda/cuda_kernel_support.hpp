@@ -12,8 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_stream.hpp"
 #include "backend/cuda/kernels/launch.cuh"
@@ -53,9 +55,12 @@ void enqueue(device::Stream& stream, Body body) {
 // stack (cudaMalloc / cudaHostAlloc, a few bytes, plus cuBLASLt's workspace when a product runs) and kept for
 // the process's lifetime: a stream handle the driver hands out again reuses its predecessor's scratch.
 struct StreamScratch {
-  std::int64_t* status_device = nullptr;  // 2 words: launch_check_labels' (row, label)
-  std::int64_t* status_host = nullptr;    // pinned: the copy read back by a host task
+  std::int64_t* status_device = nullptr;  // 2 words: launch_check_labels' (row, label), rewritten by each launch
   void* workspace = nullptr;              // cuBLASLt's, kMatmulWorkspaceBytes (null until the first product)
+  // Pinned 2-word slots, each the host copy of one label check's status from its copy until the completer
+  // read it: checks in flight at once never share one. Taken by the worker, returned by the completer.
+  std::mutex slots_mutex;
+  std::vector<std::int64_t*> free_slots;  // guarded by slots_mutex
 };
 // Inside a command of `stream` (its device current). Throws tp::DeviceError on a refused allocation.
 StreamScratch& scratch_of(const CudaStream& stream);
@@ -67,11 +72,13 @@ void* matmul_workspace(StreamScratch& scratch);
 // not in the planner's figures; the device's free memory is that much smaller per stream that multiplies.
 inline constexpr std::size_t kMatmulWorkspaceBytes = std::size_t{32} << 20;
 
-// Runs launch_check_labels in a command of `stream` and a host task behind it that throws tp::InvalidArgument
-// (the stream's error, reported at the next synchronize) naming `op`, the first bad row and its label when a
-// label lies outside [0, cols): the CPU kernels' refusal, found on the device. The host task waits for the
-// check (and everything before it) to complete.
-void check_labels(device::Stream& stream, std::string_view op, const Tensor& labels, std::int64_t rows,
-                  std::int64_t cols);
+// Inside a command of `stream` (`native` its CUDA stream), before the kernel that reads `labels`: enqueues
+// launch_check_labels and the copy of its status into a pinned slot, and registers an after_completion check
+// that throws tp::InvalidArgument (the stream's error, reported at the next synchronize) naming `op`, the first
+// bad row and its label when a label lies outside [0, cols): the CPU kernels' refusal, found on the device.
+// Nothing waits for the device here: the completer reads the slot once the command's work has completed (the
+// kernels behind it give a bad row NaN and never index outside it).
+void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, const Tensor& labels,
+                  std::int64_t rows, std::int64_t cols);
 
 }  // namespace tp::backend::cuda::support

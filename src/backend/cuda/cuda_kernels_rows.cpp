@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Row and axis adapters on kernels/rows.cu: softmax, sparse cross-entropy, the correct count and the reductions
 // over the middle axis. Semantics: backend/cpu/kernels/softmax.hpp, cross_entropy.hpp, metrics.hpp, reduce.hpp.
-// A label outside [0, classes) is found on the device (support::check_labels) and becomes the stream's
+// A label outside [0, classes) is found on the device (support::check_labels, in the same command, checked by
+// the stream's completer: the worker does not wait for the device) and becomes the stream's
 // tp::InvalidArgument, as the CPU kernels' refusal.
 #include "backend/cuda/cuda_kernel_support.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
@@ -47,8 +48,9 @@ void cross_entropy(device::Stream& stream, const CrossEntropyArgs& args) {
   const std::int64_t rows = args.input.shape().dim(0);
   const std::int64_t cols = args.input.shape().dim(1);
   check_classes("cross_entropy", rows, cols);
-  support::check_labels(stream, "cross_entropy", args.labels, rows, cols);
-  enqueue(stream, [args, rows, cols](cudaStream_t native) {
+  CudaStream& cuda = cuda_stream(stream);
+  enqueue(stream, [args, rows, cols, &cuda](cudaStream_t native) {
+    support::check_labels(cuda, native, "cross_entropy", args.labels, rows, cols);
     check_launch(kernels::launch_cross_entropy(kernel_dtype(args.input.dtype()),
                                                args.kind == ops::CrossEntropyInput::logits, address(args.input),
                                                address(args.labels), args.labels.dtype() == DType::i64,
@@ -62,8 +64,9 @@ void correct_count(device::Stream& stream, const CorrectCountArgs& args) {
   const std::int64_t rows = args.predictions.shape().dim(0);
   const std::int64_t cols = args.predictions.shape().dim(1);
   check_classes("correct_count", rows, cols);
-  support::check_labels(stream, "correct_count", args.labels, rows, cols);
-  enqueue(stream, [args, rows, cols](cudaStream_t native) {
+  CudaStream& cuda = cuda_stream(stream);
+  enqueue(stream, [args, rows, cols, &cuda](cudaStream_t native) {
+    support::check_labels(cuda, native, "correct_count", args.labels, rows, cols);
     check_launch(kernels::launch_correct_count(kernel_dtype(args.predictions.dtype()), address(args.predictions),
                                                address(args.labels), args.labels.dtype() == DType::i64,
                                                static_cast<float*>(args.out.data()), rows, cols, native),

@@ -77,10 +77,10 @@ class Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    // Destruction failures are ignored: nothing can be done about them at exit.
-    if (desc != nullptr) (void)cublasLtMatmulDescDestroy(desc);
+    // Host-side descriptors (destroyed at exit with the plan cache): a failure is reported, nothing more.
+    if (desc != nullptr) report_teardown_failure(cublasLtMatmulDescDestroy(desc), "cublasLtMatmulDescDestroy");
     for (cublasLtMatrixLayout_t layout : {layout_a, layout_b, layout_c}) {
-      if (layout != nullptr) (void)cublasLtMatrixLayoutDestroy(layout);
+      if (layout != nullptr) report_teardown_failure(cublasLtMatrixLayoutDestroy(layout), "cublasLtMatrixLayoutDestroy");
     }
   }
 

@@ -23,13 +23,9 @@ namespace {
 
 void set_device(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
 
-// For noexcept paths (frees): a failure there cannot be thrown, and ignoring it would hide a broken device.
-void report_failure(cudaError_t status, const char* call) noexcept {
-  if (status != cudaSuccess) {
-    std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, cudaGetErrorName(status),
-                 static_cast<int>(status), cudaGetErrorString(status));
-  }
-}
+// For noexcept paths (frees): a failure there cannot be thrown, and ignoring it would hide a broken device;
+// one that says the process is exiting (is_shutting_down) is not one (cuda_error.hpp).
+void report_failure(cudaError_t status, const char* call) noexcept { report_teardown_failure(status, call); }
 
 std::string free_words(int ordinal) {
   std::size_t free = 0;
@@ -140,8 +136,9 @@ class CudaPageDriver final : public PageDriver {
     cudaError_t status = cudaSetDevice(ordinal_);
     if (status == cudaSuccess) status = cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice);
     if (status == cudaSuccess) status = cudaDeviceSynchronize();  // a device-to-device cudaMemcpy may return early
-    if (status != cudaSuccess) {
-      report_failure(status, "cudaMemcpy (expandable arena compaction)");
+    if (status != cudaSuccess) {  // reported whatever the status: the process stops here
+      std::fprintf(stderr, "tensorpool: cudaMemcpy (expandable arena compaction) failed: %s (%d): %s\n",
+                   cudaGetErrorName(status), static_cast<int>(status), cudaGetErrorString(status));
       std::abort();
     }
   }
@@ -151,9 +148,8 @@ class CudaPageDriver final : public PageDriver {
   }
 
  private:
-  static void report(CUresult status, const char* call) noexcept {
-    if (status != CUDA_SUCCESS) std::fprintf(stderr, "tensorpool: %s failed: CUresult %d\n", call, static_cast<int>(status));
-  }
+  // A free that fails is reported, unless the process is exiting (cuda_error.hpp, is_shutting_down).
+  static void report(CUresult status, const char* call) noexcept { report_teardown_failure(status, call); }
 
   const int ordinal_;
   decltype(&cuMemAddressReserve) reserve_;

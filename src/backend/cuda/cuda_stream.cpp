@@ -5,6 +5,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -31,7 +32,7 @@ class EventSlot {
   EventSlot(const EventSlot&) = delete;
   EventSlot& operator=(const EventSlot&) = delete;
   ~EventSlot() {
-    if (owned_ != nullptr) (void)cudaEventDestroy(owned_);
+    if (owned_ != nullptr) report_teardown_failure(cudaEventDestroy(owned_), "cudaEventDestroy (a recorded event)");
   }
 
   // Takes `event` (may be null); `recorded` says whether it is on the stream (else waiters block the host).
@@ -82,8 +83,21 @@ ScopedDevice::ScopedDevice(int ordinal) {
   previous_ = current;
 }
 
+ScopedDevice::ScopedDevice(int ordinal, std::nothrow_t) noexcept {
+  int current = 0;
+  cudaError_t status = cudaGetDevice(&current);
+  report_teardown_failure(status, "cudaGetDevice");
+  if (status != cudaSuccess) return;
+  if (current != ordinal) {
+    status = cudaSetDevice(ordinal);
+    report_teardown_failure(status, "cudaSetDevice");
+    if (status != cudaSuccess) return;
+  }
+  previous_ = current;
+}
+
 ScopedDevice::~ScopedDevice() {
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  if (previous_ >= 0) report_teardown_failure(cudaSetDevice(previous_), "cudaSetDevice (restoring the device)");
 }
 
 CudaStream& cuda_stream(device::Stream& stream) {
@@ -111,12 +125,12 @@ CudaStreamImpl::~CudaStreamImpl() {
   work_available_.notify_all();
   worker_.join();     // runs every item already enqueued
   completer_.join();  // retires every entry the worker handed over
-  try {
-    const ScopedDevice scoped(ordinal_);
-    for (cudaEvent_t event : events_) (void)cudaEventDestroy(event);
-    (void)cudaStreamDestroy(stream_);
-  } catch (const Error&) {  // no device to make current: the process's CUDA state is gone, and with it these
-  }
+  // No device to make current (reported unless the process is exiting, when these went with CUDA's state):
+  // nothing to destroy them with.
+  const ScopedDevice scoped(ordinal_, std::nothrow);
+  if (!scoped.ok()) return;
+  for (cudaEvent_t event : events_) report_teardown_failure(cudaEventDestroy(event), "cudaEventDestroy");
+  report_teardown_failure(cudaStreamDestroy(stream_), "cudaStreamDestroy");
 }
 
 void CudaStreamImpl::push(Item item) {
@@ -131,6 +145,13 @@ void CudaStreamImpl::push(Item item) {
 void CudaStreamImpl::do_enqueue(Task task) { push(Item{ItemKind::host, std::move(task), {}}); }
 
 void CudaStreamImpl::enqueue_commands(Commands commands) { push(Item{ItemKind::commands, std::move(commands), {}}); }
+
+void CudaStreamImpl::after_completion(Commands check) {
+  if (Stream::current() != this) {
+    TP_THROW(DeviceError, "cuda", name(), ": after_completion is called only inside a command task of the stream");
+  }
+  checks_.push_back(std::move(check));
+}
 
 device::Event CudaStreamImpl::do_record() {
   device::Event event = pending_event(std::make_shared<EventSlot>(), &kCudaEventOwner);
@@ -251,6 +272,7 @@ void CudaStreamImpl::mark(Task captures, std::optional<device::Event> completes)
   Entry entry;
   entry.captures = std::move(captures);
   entry.completes = std::move(completes);
+  entry.checks = std::exchange(checks_, {});  // the command just run registered them (none for the others)
   // A record's event belongs to its slot (waiters may use it after this entry retired); the others are pooled.
   EventSlot* slot = entry.completes.has_value()
                         ? static_cast<EventSlot*>(native_handle(*entry.completes, &kCudaEventOwner))
@@ -276,7 +298,7 @@ void CudaStreamImpl::mark(Task captures, std::optional<device::Event> completes)
     // No event to wait for: the captures go only once the stream has run their work.
     keep_device_error(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (no event recorded)");
     if (entry.pooled) {
-      (void)cudaEventDestroy(event);
+      report_teardown_failure(cudaEventDestroy(event), "cudaEventDestroy (an event that was not recorded)");
       entry.pooled = false;
     }
   }
@@ -320,12 +342,14 @@ void CudaStreamImpl::retire() {
       if (status != cudaSuccess) {
         // A kernel or copy before the event failed on the device (or the context is lost).
         keep_device_error(status, "cudaEventSynchronize (a kernel or copy on this stream failed)");
-        if (entry.pooled) (void)cudaEventDestroy(entry.event);
+        if (entry.pooled) report_teardown_failure(cudaEventDestroy(entry.event), "cudaEventDestroy (a failed event)");
       } else if (entry.pooled) {
         std::lock_guard lock(mutex_);
         events_.push_back(entry.event);
       }
     }
+    // Without an event the worker synchronized the stream (a failure there is kept): the work has run too.
+    run_checks(entry.checks);
     entry.captures = nullptr;  // buffers go back to the allocator only now, after their work
     if (entry.completes.has_value()) complete_event(*entry.completes);
     entry.completes.reset();  // the slot (and its event) may go with it
@@ -336,6 +360,18 @@ void CudaStreamImpl::retire() {
     room_available_.notify_one();
     completed_.add_one();
   }
+}
+
+void CudaStreamImpl::run_checks(std::vector<Task>& checks) noexcept {
+  for (Task& check : checks) {
+    if (failed()) break;  // a failed kernel or an earlier check: its results may be missing, the first error stays
+    try {
+      check();
+    } catch (...) {
+      keep_error(std::current_exception());
+    }
+  }
+  checks.clear();  // what they hold (a status slot) goes here, after the device wrote it
 }
 
 void CudaStreamImpl::keep_device_error(cudaError_t status, const char* call) noexcept {

@@ -8,7 +8,9 @@
 //   addresses), and enqueues asynchronous work on native() without waiting for it. Its captures (buffers,
 //   staging blocks) are kept until that work has completed (an event recorded behind it), so a buffer the host
 //   dropped returns to the allocator only after the kernels that use it ran: stream-ordered reuse.
-// - A host task (Stream::enqueue) runs on the worker once every earlier command has completed.
+// - A host task (Stream::enqueue) runs on the worker once every earlier command has completed: the worker
+//   waits for the device there, so the training step's kernels enqueue none (a result the host must check,
+//   such as the label check's status, goes through after_completion instead).
 // - record() records a cudaEvent_t; wait(event) on an event of a cuda stream is cudaStreamWaitEvent (no thread
 //   blocks); any other event blocks the worker.
 // - Errors: an exception from a command task, or a failed CUDA call on the stream, is kept as the stream's
@@ -32,6 +34,12 @@ class CudaStream : public device::Stream {
   [[nodiscard]] virtual int ordinal() const noexcept = 0;
   // Enqueues `commands` behind everything enqueued before; skipped (not run) behind a kept error.
   virtual void enqueue_commands(Commands commands) = 0;
+  // Inside a command task of this stream only (on its worker; throws tp::DeviceError elsewhere): `check` runs
+  // on the stream's completer once the device has run everything the task enqueued (after its event
+  // completed, before its captures go), and the worker does not wait for it. An exception from `check` becomes
+  // the stream's error (synchronize() rethrows it; work the worker enqueued meanwhile has run). Not run when the
+  // stream already failed (the device's results may be missing); destroyed on the completer either way.
+  virtual void after_completion(Commands check) = 0;
 
  protected:
   using device::Stream::Stream;

@@ -17,6 +17,8 @@
 //   blocks, apart from the worker waiting for the recording worker to have recorded it): CUDA events order
 //   streams of every device of the process. Any other event blocks the worker before it runs later tasks.
 // - A host task (Stream::enqueue) runs on the worker once every earlier command has completed.
+// - A command task's after_completion checks go with its entry; the completer runs them after the entry's
+//   event completed, before the captures go: the host reads a device result without the worker waiting.
 // - Errors: an exception from a command task (a failed CUDA call it checked: a copy, a launch whose
 //   cudaGetLastError the launching code reads), a failed record or wait, or a kernel that failed on the device
 //   (cudaEventSynchronize reports it) is kept as the stream's error (Stream::keep_error): later
@@ -35,6 +37,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -51,10 +54,17 @@ extern const char kCudaEventOwner;
 // Makes CUDA device `ordinal` current on this thread for the scope, then restores the one before.
 class ScopedDevice {
  public:
+  // Throws tp::DeviceError when CUDA cannot read or set the current device.
   explicit ScopedDevice(int ordinal);
+  // For noexcept teardown paths: a failure is reported through report_teardown_failure (quiet when the process
+  // is exiting) and leaves ok() false, the current device unchanged.
+  ScopedDevice(int ordinal, std::nothrow_t) noexcept;
   ~ScopedDevice();
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+  // Whether `ordinal` is current for the scope.
+  [[nodiscard]] bool ok() const noexcept { return previous_ >= 0; }
 
  private:
   int previous_ = -1;  // -1: the current device was not read, nothing to restore
@@ -73,6 +83,7 @@ class CudaStreamImpl final : public CudaStream {
   cudaStream_t native() const noexcept override { return stream_; }
   int ordinal() const noexcept override { return ordinal_; }
   void enqueue_commands(Commands commands) override;
+  void after_completion(Commands check) override;
 
   // Entries recorded and not yet retired (never blocks), and the most there were at once.
   std::size_t in_flight() const;
@@ -93,6 +104,7 @@ class CudaStreamImpl final : public CudaStream {
     bool pooled = false;                     // `event` goes back to events_ (else a record slot owns it)
     Task captures;                           // destroyed once `event` has completed
     std::optional<device::Event> completes;  // completed after the captures went
+    std::vector<Task> checks;                // after_completion's, run once `event` has completed
   };
 
   void do_enqueue(Task task) override;
@@ -114,11 +126,15 @@ class CudaStreamImpl final : public CudaStream {
   // A pooled event (created on the worker, whose device is current), or null after keeping the error.
   cudaEvent_t take_event();
   void keep_device_error(cudaError_t status, const char* call) noexcept;
+  // Completer: runs `checks` (an entry's, its event completed) unless the stream failed; the first exception
+  // becomes the stream's error.
+  void run_checks(std::vector<Task>& checks) noexcept;
 
   // Immutable after construction.
   const int ordinal_;
   const std::size_t max_in_flight_;
   cudaStream_t stream_ = nullptr;
+  std::vector<Task> checks_;  // worker only: after_completion's of the command task running now
 
   mutable std::mutex mutex_;                   // guards everything below up to the threads (enqueued_'s writes)
   std::condition_variable work_available_;     // worker: items_ non-empty or stopping_

@@ -2,8 +2,9 @@
 // CudaStreamImpl's own rules (src/backend/cuda/cuda_stream_impl.hpp) with a gate on the CUDA stream (a host
 // function that holds it until released): a command task's captures live until the stream has passed its work,
 // in-flight work is bounded, a wait on another CUDA stream's event orders the device without blocking the
-// worker, and a failed CUDA call checked in a task is kept as a DeviceError naming the call, skipping the work
-// behind it. Built only with the CUDA backend; skips, saying why, without a GPU.
+// worker, a failed CUDA call checked in a task is kept as a DeviceError naming the call, skipping the work
+// behind it, and an after_completion check runs on the completer once the work completed. Built only with the
+// CUDA backend; skips, saying why, without a GPU.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -154,6 +155,44 @@ TEST(CudaStream, AFailedCallInATaskIsKeptNamingIt) {
   stream.enqueue_commands([&ran] { ran = true; });
   stream.synchronize();
   EXPECT_TRUE(ran) << "the stream runs again once the error was reported";
+}
+
+// The label check's pattern (cuda_kernel_support.hpp): a command registers an after_completion check; the
+// completer runs it once the device passed the command's work, and the worker goes on meanwhile.
+TEST(CudaStream, AnAfterCompletionCheckRunsOnceTheWorkCompletedWithoutHoldingTheWorker) {
+  TP_REQUIRE_CUDA();
+  const auto manager = make_manager(cuda_options());
+  CudaStream& stream = cuda_stream(manager->device("cuda:0").stream());
+  Gate gate;
+  gate.close_on(stream);
+  std::atomic<bool> checked{false};
+  stream.enqueue_commands([&stream, &checked] {
+    stream.after_completion([&checked] {
+      checked.store(true);
+      TP_THROW(InvalidArgument, "test", "the check found a bad value");
+    });
+  });
+  std::atomic<bool> behind{false};
+  stream.enqueue_commands([&behind] { behind.store(true); });
+  // The worker ran the command behind the check while the device is still held at the gate ...
+  EXPECT_TRUE(eventually([&] { return behind.load(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(checked.load()) << "the check ran before the device passed the command's work";
+  EXPECT_FALSE(stream.failed());
+  gate.open();
+  // ... and the check's error is the stream's, at the next synchronize.
+  const std::string message = message_of([&] { stream.synchronize(); });
+  EXPECT_TRUE(checked.load());
+  EXPECT_NE(message.find("the check found a bad value"), std::string::npos) << message;
+  EXPECT_NO_THROW(stream.synchronize());
+}
+
+TEST(CudaStream, AfterCompletionOutsideACommandIsRefused) {
+  TP_REQUIRE_CUDA();
+  const auto manager = make_manager(cuda_options());
+  CudaStream& stream = cuda_stream(manager->device("cuda:0").stream());
+  const std::string message = message_of([&] { stream.after_completion([] {}); });
+  EXPECT_NE(message.find("only inside a command task"), std::string::npos) << message;
 }
 
 }  // namespace
