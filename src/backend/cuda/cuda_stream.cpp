@@ -129,6 +129,7 @@ CudaStreamImpl::~CudaStreamImpl() {
   // nothing to destroy them with.
   const ScopedDevice scoped(ordinal_, std::nothrow);
   if (!scoped.ok()) return;
+  execs_.clear();  // every launch of them has run: the completer retired it
   for (cudaEvent_t event : events_) report_teardown_failure(cudaEventDestroy(event), "cudaEventDestroy");
   report_teardown_failure(cudaStreamDestroy(stream_), "cudaStreamDestroy");
 }
@@ -184,7 +185,11 @@ void CudaStreamImpl::serve() {
   std::uint64_t taken = 0;  // items this worker has popped; only it pops
   for (;;) {
     Item item;
-    device::detail::poll_before_sleeping([&] { return enqueued_.load(std::memory_order_acquire) > taken; });
+    const bool more =
+        device::detail::poll_before_sleeping([&] { return enqueued_.load(std::memory_order_acquire) > taken; });
+    // Nothing more came within the poll: the open segment is launched before the worker sleeps, so work that
+    // someone waits for is never held back in a capture.
+    if (!more) flush_segment();
     {
       std::unique_lock lock(mutex_);
       work_available_.wait(lock, [this] { return stopping_ || !items_.empty(); });
@@ -195,6 +200,7 @@ void CudaStreamImpl::serve() {
     }
     run_item(item);
   }
+  flush_segment();  // none is open here (the last poll found nothing); kept for the invariant
   {
     std::lock_guard lock(mutex_);
     worker_done_ = true;
@@ -202,29 +208,35 @@ void CudaStreamImpl::serve() {
   entries_available_.notify_all();
 }
 
+void CudaStreamImpl::run_commands(Task& task) {
+  if (!failed()) {
+    // A launch reports a bad configuration only through the thread's last error, which the launching code
+    // reads after each launch (kernels/launch.cuh): clear whatever an earlier call left there, so it is not
+    // blamed on this task's launches. Not read after the task: cuBLASLt or a handled refusal may leave a
+    // status there that is no failure of the task.
+    (void)cudaGetLastError();
+    // run() destroys what it runs: run a reference, so the captures stay with the event.
+    Task body = [&task] { task(); };
+    run(body, /*propagate=*/false);
+  }
+  // Also after an error or a skip: work enqueued before a throw still uses the captures.
+  mark(std::move(task), std::nullopt);
+}
+
 void CudaStreamImpl::run_item(Item& item) {
+  // Only command tasks are captured: anything else first launches the open segment, so it comes after it.
+  if (item.kind != ItemKind::commands) flush_segment();
   switch (item.kind) {
     case ItemKind::host:
       wait_for_outstanding_below(1);        // every earlier command has completed and released its captures
       run(item.task, /*propagate=*/false);  // skipped inside behind a kept error (Stream::enqueue's wrapper)
       completed_.add_one();
       return;
-    case ItemKind::commands: {
+    case ItemKind::commands:
+      if (capture_commands(item)) return;  // into the open graph segment (cuda_stream_graphs.cpp)
       wait_for_outstanding_below(max_in_flight_);
-      if (!failed()) {
-        // A launch reports a bad configuration only through the thread's last error, which the launching code
-        // reads after each launch (kernels/launch.cuh): clear whatever an earlier call left there, so it is not
-        // blamed on this task's launches. Not read after the task: cuBLASLt or a handled refusal may leave a
-        // status there that is no failure of the task.
-        (void)cudaGetLastError();
-        // run() destroys what it runs: run a reference, so the captures stay with the event.
-        Task body = [&item] { item.task(); };
-        run(body, /*propagate=*/false);
-      }
-      // Also after an error or a skip: work enqueued before a throw still uses the captures.
-      mark(std::move(item.task), std::nullopt);
+      run_commands(item.task);
       return;
-    }
     case ItemKind::record: {
       wait_for_outstanding_below(max_in_flight_);
       mark(nullptr, item.event);

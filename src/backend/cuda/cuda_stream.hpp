@@ -40,6 +40,10 @@ class CudaStream : public device::Stream {
   // the stream's error (synchronize() rethrows it; work the worker enqueued meanwhile has run). Not run when the
   // stream already failed (the device's results may be missing); destroyed on the completer either way.
   virtual void after_completion(Commands check) = 0;
+  // Captures runs of consecutive command tasks into CUDA graphs (on) or launches each call as it comes
+  // (off, the default); takes effect from the next segment. Results are the same either way (docs/cuda.md,
+  // "CUDA graphs"). Any thread.
+  virtual void set_graph_capture(bool on) noexcept = 0;
 
  protected:
   using device::Stream::Stream;

@@ -19,6 +19,11 @@
 // - A host task (Stream::enqueue) runs on the worker once every earlier command has completed.
 // - A command task's after_completion checks go with its entry; the completer runs them after the entry's
 //   event completed, before the captures go: the host reads a device result without the worker waiting.
+// - Graph capture (set_graph_capture(true); cuda_stream_graphs.cpp; docs/cuda.md, "CUDA graphs"): the worker
+//   captures each run of consecutive command tasks (a segment: it ends at any other item, or when no item
+//   came within the worker's poll) into a CUDA graph and launches it once; one event behind the launch holds
+//   every task's captures and checks, and each task still completes once, in order. A segment CUDA refuses
+//   to capture, instantiate or launch has run nothing on the device and runs again eagerly.
 // - Errors: an exception from a command task (a failed CUDA call it checked: a copy, a launch whose
 //   cudaGetLastError the launching code reads), a failed record or wait, or a kernel that failed on the device
 //   (cudaEventSynchronize reports it) is kept as the stream's error (Stream::keep_error): later
@@ -42,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/cuda_graph_book.hpp"
 #include "backend/cuda/cuda_stream.hpp"
 #include "device/completion_count.hpp"
 
@@ -84,11 +90,16 @@ class CudaStreamImpl final : public CudaStream {
   int ordinal() const noexcept override { return ordinal_; }
   void enqueue_commands(Commands commands) override;
   void after_completion(Commands check) override;
+  void set_graph_capture(bool on) noexcept override;
 
   // Entries recorded and not yet retired (never blocks), and the most there were at once.
   std::size_t in_flight() const;
   std::size_t peak_in_flight() const;
   std::size_t max_in_flight() const noexcept { return max_in_flight_; }
+  // Graph capture's counts (never block): segments launched as graphs, and segments run again eagerly
+  // because CUDA refused their capture, instantiation or launch.
+  std::size_t graph_launches() const noexcept { return graph_launches_.load(std::memory_order_relaxed); }
+  std::size_t eager_reruns() const noexcept { return eager_reruns_.load(std::memory_order_relaxed); }
 
  private:
   enum class ItemKind { host, commands, record, wait };
@@ -117,6 +128,18 @@ class CudaStreamImpl final : public CudaStream {
   void serve();   // the worker
   void retire();  // the completer
   void run_item(Item& item);
+  // Worker: runs a command task eagerly (skipped behind a kept error) and hands its captures over.
+  void run_commands(Task& task);
+  // Worker, graph capture (cuda_stream_graphs.cpp). capture_commands: runs `item`'s task into the open
+  // segment (opening one when capture is on); false when capture is off and the caller runs it eagerly.
+  // flush_segment: ends the open segment's capture and launches its graph (or reruns it eagerly); no-op when
+  // none is open. executable_of: the segment's executable, updated or instantiated (nullopt: refused).
+  bool capture_commands(Item& item);
+  void flush_segment();
+  std::optional<cudaGraphExec_t> executable_of(cudaGraph_t graph);
+  void rerun_segment_eagerly();
+  void hand_over_segment();
+  void capture_failed(const char* call, cudaError_t status) noexcept;
   // Records an event behind everything on the stream and hands it, with `captures` and `completes`, to the
   // completer (on the worker). A record's event (`completes` carries its slot) is its own, the others pooled.
   void mark(Task captures, std::optional<device::Event> completes);
@@ -135,6 +158,18 @@ class CudaStreamImpl final : public CudaStream {
   const std::size_t max_in_flight_;
   cudaStream_t stream_ = nullptr;
   std::vector<Task> checks_;  // worker only: after_completion's of the command task running now
+
+  // Graph capture. graph_capture_: set by any thread, read by the worker when it opens a segment. The rest
+  // is the worker's only: capturing_ <=> the CUDA stream is capturing and segment_ holds its tasks (each run
+  // once into the capture), segment_checks_ their after_completion checks.
+  std::atomic<bool> graph_capture_{false};
+  bool capturing_ = false;
+  std::vector<Task> segment_;
+  std::vector<Task> segment_checks_;
+  ExecCache<cudaGraphExec_t> execs_{[](cudaGraphExec_t exec) { (void)cudaGraphExecDestroy(exec); }};
+  CaptureFailures capture_failures_;
+  std::atomic<std::size_t> graph_launches_{0};  // written by the worker only
+  std::atomic<std::size_t> eager_reruns_{0};    // written by the worker only
 
   mutable std::mutex mutex_;                   // guards everything below up to the threads (enqueued_'s writes)
   std::condition_variable work_available_;     // worker: items_ non-empty or stopping_
