@@ -11,6 +11,7 @@
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
+#include "tensorpool/device/cuda_graphs.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/train/checkpoint.hpp"
 #include "tensorpool/train/distribution_strategy.hpp"
@@ -20,6 +21,43 @@
 namespace tp::train {
 
 namespace {
+
+// FitOptions::cuda_graphs: capture on for the model's devices for the scope, off again after. Every device is
+// checked before any is turned on, so a refusal leaves none on.
+class CudaGraphScope {
+ public:
+  CudaGraphScope(Sequential& model, bool on) {
+    if (!on) return;
+    device::DeviceManager& manager = *model.session().options().devices;
+    std::vector<device::Device*> devices;
+    for (const std::string& name : model.devices()) {
+      device::Device& device = manager.device(name);
+      if (device.kind() != device::DeviceKind::cuda) {
+        TP_THROW(InvalidArgument, "train", "cuda_graphs = true, but the model trains on ", device.name(), ", a ",
+                 device::to_string(device.kind()),
+                 " device: CUDA graphs exist only on cuda devices; train on cuda devices, or turn cuda_graphs off");
+      }
+      devices.push_back(&device);
+    }
+    for (device::Device* device : devices) {
+      device::set_cuda_graph_capture(*device, true);
+      on_.push_back(device);
+    }
+  }
+  ~CudaGraphScope() {
+    for (device::Device* device : on_) {
+      try {
+        device::set_cuda_graph_capture(*device, false);
+      } catch (const Error&) {  // off on a cuda device does not throw; nothing to report from a destructor
+      }
+    }
+  }
+  CudaGraphScope(const CudaGraphScope&) = delete;
+  CudaGraphScope& operator=(const CudaGraphScope&) = delete;
+
+ private:
+  std::vector<device::Device*> on_;
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -76,6 +114,7 @@ Evaluation evaluate(Sequential& model, const data::Dataset& dataset) {
 
 FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options) {
   const DistributionStrategy& strategy = model.distribution();
+  const CudaGraphScope cuda_graphs(model, options.cuda_graphs);
   if (strategy.runs_own_loop()) return strategy.fit_own_loop(model, train, options);  // e.g. asynchronous workers
   if (options.epochs < 0) TP_THROW(InvalidArgument, "train", "epochs = ", options.epochs, " must be >= 0");
   const std::size_t steps_in_flight = pipelined_steps(model, options);

@@ -52,6 +52,7 @@ struct TrainArguments {
   std::int64_t limit_train = 0;
   std::int64_t steps_in_flight = 2;  // FitOptions::steps_in_flight: the host launches a step ahead
   std::string profile_dir;           // --profile: memory profiler reports written there (docs/profiling.md)
+  bool cuda_graph = false;           // FitOptions::cuda_graphs
 };
 
 // Prints each epoch's figures and the staleness of the updates; returns them for --summary-json.
@@ -207,7 +208,8 @@ void run_train(const TrainArguments& arguments) {
                             .validation = &test,
                             .checkpoint_dir = arguments.checkpoint_dir,
                             .write_checkpoints = rank == 0,
-                            .steps_in_flight = arguments.steps_in_flight};
+                            .steps_in_flight = arguments.steps_in_flight,
+                            .cuda_graphs = arguments.cuda_graph};
   if (rank == 0 && !parameter_server)
     options.callbacks.push_back(std::make_shared<train::ProgressBar>(std::cout, train::stdout_is_terminal()));
   if (!arguments.history_csv.empty() && rank == 0)
@@ -312,6 +314,11 @@ void add_train_command(CLI::App& app) {
                    "launching the next; 2: the devices never wait for the host between steps)")
       ->capture_default_str()
       ->check(whole_number<std::int64_t>(1));
+  command
+      ->add_option("--cuda-graph", arguments->cuda_graph,
+                   "capture each training step's kernels and copies into CUDA graphs (true|false); every device "
+                   "must be a cuda device (docs/cuda.md, \"CUDA graphs\")")
+      ->capture_default_str();
   command->add_option("--profile", arguments->profile_dir,
                       "record memory; write snapshot.json, trace.json, trace-DEVICE.csv (one per device), "
                       "report.html, summary.txt there");
