@@ -87,19 +87,22 @@ class StatusSlot {
   explicit StatusSlot(StreamScratch& scratch) : scratch_(scratch) {
     const std::lock_guard lock(scratch.slots_mutex);
     if (scratch.free_slots.empty()) {
+      // Room for every slot there will be, first: the destructor's push_back never allocates.
+      scratch.free_slots.reserve(scratch.slot_count + kSlotsPerChunk);
       void* chunk = nullptr;
       check(cudaHostAlloc(&chunk, kSlotsPerChunk * 2 * sizeof(std::int64_t), cudaHostAllocPortable),
             "cudaHostAlloc (label check status slots)");
       // Kept for the process's lifetime, as the scratch that lists them.
       auto* words = static_cast<std::int64_t*>(chunk);
       for (std::size_t slot = 0; slot < kSlotsPerChunk; ++slot) scratch.free_slots.push_back(words + 2 * slot);
+      scratch.slot_count += kSlotsPerChunk;
     }
     words_ = scratch.free_slots.back();
     scratch.free_slots.pop_back();
   }
   ~StatusSlot() {
     const std::lock_guard lock(scratch_.slots_mutex);
-    scratch_.free_slots.push_back(words_);  // reserved by the constructor: no allocation, cannot throw
+    scratch_.free_slots.push_back(words_);  // within the capacity reserved for slot_count: cannot throw
   }
   StatusSlot(const StatusSlot&) = delete;
   StatusSlot& operator=(const StatusSlot&) = delete;

@@ -60,7 +60,8 @@ struct StreamScratch {
   // Pinned 2-word slots, each the host copy of one label check's status from its copy until the completer
   // read it: checks in flight at once never share one. Taken by the worker, returned by the completer.
   std::mutex slots_mutex;
-  std::vector<std::int64_t*> free_slots;  // guarded by slots_mutex
+  std::vector<std::int64_t*> free_slots;  // guarded by slots_mutex; capacity >= slot_count
+  std::size_t slot_count = 0;             // slots allocated; guarded by slots_mutex
 };
 // Inside a command of `stream` (its device current). Throws tp::DeviceError on a refused allocation.
 StreamScratch& scratch_of(const CudaStream& stream);
