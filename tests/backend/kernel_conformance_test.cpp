@@ -20,6 +20,7 @@
 #include "backend/support/backend_params.hpp"
 #include "backend/support/conformance_support.hpp"
 #include "backend/support/host_reference.hpp"
+#include "ops/peer_sum.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/ops/broadcast.hpp"
 #include "tensorpool/ops/cast.hpp"
@@ -105,6 +106,7 @@ class KernelConformance : public ::testing::TestWithParam<std::string> {
   void check_binary(DType dtype);
   void check_scale(DType dtype);
   void check_add_scaled(DType dtype);
+  void check_sum_across_peers(DType dtype);
   void check_broadcast_axis(DType dtype);
   void check_scale_rows(DType dtype);
   void check_casts(bool with_float64);
@@ -241,6 +243,38 @@ TEST_P(KernelConformance, AddScaledF16) { check_add_scaled(DType::f16); }
 TEST_P(KernelConformance, AddScaledBF16) { check_add_scaled(DType::bf16); }
 TEST_P(KernelConformance, AddScaledF64) {
   run_float64([&] { check_add_scaled(DType::f64); });
+}
+
+// ops::sum_across_peers, the mirrored strategy's direct all-reduce (16-bit gradients under mixed precision),
+// with every tensor on the one device (which reaches itself): three inputs added left to right, each addition
+// rounded once to the dtype, into the first input in place and into a second output, which holds the same
+// bits.
+void KernelConformance::check_sum_across_peers(DType dtype) {
+  const std::uint32_t seed = test_seed();
+  TRACE_SEED(seed);
+  const std::size_t count = 1027;
+  const Shape shape{static_cast<std::int64_t>(count)};
+  const Values a = random_values(dtype, count, seed, -2, 2);
+  const Values b = random_values(dtype, count, seed + 1, -2, 2);
+  const Values c = random_values(dtype, count, seed + 2, -2, 2);
+  const Tensor ta = make(a, shape, dtype);
+  const Tensor other = make(Values(count, 0.0), shape, dtype);
+  const std::vector<Tensor> inputs{ta, make(b, shape, dtype), make(c, shape, dtype)};
+  const std::vector<Tensor> outputs{ta, other};
+  ops::sum_across_peers(outputs, inputs);
+  Values expected(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    expected[i] = representable(representable(a[i] + b[i], dtype) + c[i], dtype);
+  }
+  const Values got = download(ta);
+  expect_close(label("sum_across_peers", dtype), got, expected, tolerance_of(dtype));
+  EXPECT_EQ(download(other), got) << "every output holds the same values";
+}
+TEST_P(KernelConformance, SumAcrossPeersF32) { check_sum_across_peers(DType::f32); }
+TEST_P(KernelConformance, SumAcrossPeersF16) { check_sum_across_peers(DType::f16); }
+TEST_P(KernelConformance, SumAcrossPeersBF16) { check_sum_across_peers(DType::bf16); }
+TEST_P(KernelConformance, SumAcrossPeersF64) {
+  run_float64([&] { check_sum_across_peers(DType::f64); });
 }
 
 // ---- broadcasts ----
