@@ -22,30 +22,28 @@ namespace tp::train {
 
 namespace {
 
-// FitOptions::cuda_graphs: capture on for the model's devices for the scope, off again after. Every device is
-// checked before any is turned on, so a refusal leaves none on.
+// FitOptions::cuda_graphs: capture on for the model's devices once the first step of the fit has finished,
+// off again at the end of the scope. Every device is checked at construction, before anything trains, so a
+// refusal leaves none on. The first step runs eagerly (PyTorch's warm-up before capture): what a first launch
+// initialises lazily (a library handle, a kernel module) is done outside any capture.
 class CudaGraphScope {
  public:
   CudaGraphScope(Sequential& model, bool on) {
     if (!on) return;
     device::DeviceManager& manager = *model.session().options().devices;
-    std::vector<device::Device*> devices;
     for (const std::string& name : model.devices()) {
       device::Device& device = manager.device(name);
       if (device.kind() != device::DeviceKind::cuda) {
-        TP_THROW(InvalidArgument, "train", "cuda_graphs = true, but the model trains on ", device.name(), ", a ",
-                 device::to_string(device.kind()),
-                 " device: CUDA graphs exist only on cuda devices; train on cuda devices, or turn cuda_graphs off");
+        TP_THROW(InvalidArgument, "train", "cuda_graphs = true (--cuda-graph true), but the model trains on ",
+                 device.name(), ", a ", device::to_string(device.kind()),
+                 " device: CUDA graphs exist only on cuda devices; train on cuda devices, or turn them off");
       }
-      devices.push_back(&device);
-    }
-    for (device::Device* device : devices) {
-      device::set_cuda_graph_capture(*device, true);
-      on_.push_back(device);
+      devices_.push_back(&device);
     }
   }
   ~CudaGraphScope() {
-    for (device::Device* device : on_) {
+    if (!on_) return;
+    for (device::Device* device : devices_) {
       try {
         device::set_cuda_graph_capture(*device, false);
       } catch (const Error&) {  // off on a cuda device does not throw; nothing to report from a destructor
@@ -55,8 +53,16 @@ class CudaGraphScope {
   CudaGraphScope(const CudaGraphScope&) = delete;
   CudaGraphScope& operator=(const CudaGraphScope&) = delete;
 
+  // A training step has finished: capture goes on (once) for the steps launched from now on.
+  void step_finished() {
+    if (on_ || devices_.empty()) return;
+    on_ = true;
+    for (device::Device* device : devices_) device::set_cuda_graph_capture(*device, true);
+  }
+
  private:
-  std::vector<device::Device*> on_;
+  std::vector<device::Device*> devices_;  // empty: graphs not asked for
+  bool on_ = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -114,7 +120,7 @@ Evaluation evaluate(Sequential& model, const data::Dataset& dataset) {
 
 FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& options) {
   const DistributionStrategy& strategy = model.distribution();
-  const CudaGraphScope cuda_graphs(model, options.cuda_graphs);
+  CudaGraphScope cuda_graphs(model, options.cuda_graphs);
   if (strategy.runs_own_loop()) return strategy.fit_own_loop(model, train, options);  // e.g. asynchronous workers
   if (options.epochs < 0) TP_THROW(InvalidArgument, "train", "epochs = ", options.epochs, " must be >= 0");
   const std::size_t steps_in_flight = pipelined_steps(model, options);
@@ -178,6 +184,7 @@ FitResult fit(Sequential& model, const data::Dataset& train, const FitOptions& o
                      .elapsed_seconds = seconds_since(start)};
       if (model.has_accuracy()) logs.accuracy = correct / static_cast<double>(samples);
       callbacks.on_batch_end(logs);
+      cuda_graphs.step_finished();
     };
     struct InFlight {
       PendingStep pending;

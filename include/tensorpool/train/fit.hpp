@@ -40,9 +40,9 @@ struct FitOptions {
   // epoch ends (validation, checkpoints and epoch callbacks see every update). Steps run one at a time
   // (as 1) with loss scaling, per-step checkpoints and the multi-worker strategy.
   std::int64_t steps_in_flight = 1;
-  // CUDA graphs (docs/cuda.md, "CUDA graphs"): while fit runs, the streams of the model's devices capture each
-  // step's runs of kernels and copies into CUDA graphs and launch them whole; off again when fit returns. The
-  // variables are the same as without. Every device of the model must be a cuda device (tp::InvalidArgument
+  // CUDA graphs (docs/cuda.md, "CUDA graphs"): from the second step of this fit on (the first warms up
+  // eagerly), the streams of the model's devices capture each step's runs of kernels and copies into CUDA
+  // graphs and launch them whole; off again when fit returns. The variables are the same as without. Every device of the model must be a cuda device (tp::InvalidArgument
   // naming the first that is not: graphs are CUDA's, as in PyTorch).
   bool cuda_graphs = false;
 };
