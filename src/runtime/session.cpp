@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <memory>
+#include <vector>
 
 #include "runtime/executable.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/session_memory.hpp"
 #include "runtime/step_dependencies.hpp"
 #include "runtime/step_runner.hpp"
+#include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
@@ -313,6 +317,22 @@ std::vector<device::Stream*> streams_of(const Executable& step) {
   return streams;
 }
 
+// Managed memory migrates on demand: each device that prefetches steps (Device::prefetches_steps) is given
+// every buffer the step's values on it live in (its arena, the variables, feeds bound in place), to move them
+// to itself on its stream 0 ahead of the kernels. Other devices are not looked at.
+void prefetch_step_memory(const Executable& step) {
+  std::map<device::Device*, std::vector<std::shared_ptr<Buffer>>> buffers;
+  for (const Value& value : step.values) {
+    device::Device* device = value.device;
+    if (device == nullptr || !device->prefetches_steps()) continue;
+    const std::shared_ptr<Buffer>& buffer = value.tensor.buffer();
+    if (buffer == nullptr || buffer->bytes() == 0) continue;
+    std::vector<std::shared_ptr<Buffer>>& list = buffers[device];
+    if (std::find(list.begin(), list.end(), buffer) == list.end()) list.push_back(buffer);
+  }
+  for (const auto& [device, list] : buffers) device->prefetch_step(device->stream(0), list);
+}
+
 }  // namespace
 
 std::vector<Tensor> Session::run(const FeedMap& feeds, const std::vector<std::string>& fetches,
@@ -345,6 +365,7 @@ PendingRun Session::run_async(const FeedMap& feeds, const std::vector<std::strin
   }
   PendingRun pending;
   try {
+    prefetch_step_memory(step);
     Executor(state_->graph, step, feeds, state_->memory, {.planner = options_.planner, .step = options.step})
         .run(*state_->runner);
     enqueue_fetches(step, streams, pending);

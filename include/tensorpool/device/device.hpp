@@ -102,6 +102,17 @@ class Device {
   // --devices cuda:N` on a machine without a GPU) plans steps and runs none: this says so, why, and where its
   // capacity came from, for every report that shows its figures.
   [[nodiscard]] virtual std::string planning_note() const { return {}; }
+  // Memory that migrates on demand (a cuda device whose allocator is managed, on a GPU with concurrent managed
+  // access): whether prefetch_step does anything here. A session asks before collecting a step's buffers, so
+  // other devices cost nothing.
+  [[nodiscard]] virtual bool prefetches_steps() const noexcept { return false; }
+  // Enqueues on `stream` (one of this device's) the migration to this device of `buffers`, the memory a step's
+  // work on it uses (its arena, the variables, feeds bound in place), ahead of the step's kernels: a hint, so
+  // its failure is logged and never fails the step. Nothing by default.
+  virtual void prefetch_step(Stream& stream, std::span<const std::shared_ptr<Buffer>> buffers) {
+    (void)stream;
+    (void)buffers;
+  }
 
   [[nodiscard]] std::size_t num_streams() const noexcept { return streams_.size(); }
   // Throws tp::InvalidArgument naming the index and the count when out of range.

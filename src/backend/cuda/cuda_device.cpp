@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_error.hpp"
 #include "backend/cuda/cuda_kernel_table.hpp"
 #include "backend/cuda/cuda_memory.hpp"
+#include "backend/cuda/cuda_memory_sources.hpp"
 #include "backend/cuda/cuda_stream_impl.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
@@ -59,6 +60,17 @@ bool gpus_are_peers(int a, int b) noexcept {
   return peers;
 }
 
+// Whether a device with `memory` on GPU `ordinal` prefetches its steps: managed memory, on a GPU where the
+// driver migrates pages while kernels run (cudaDevAttrConcurrentManagedAccess; without it, managed memory is
+// moved whole at each launch and a prefetch has nothing to add).
+bool prefetches_managed_steps(const memory::MemoryStack& memory, int ordinal) {
+  if (memory.config().allocator != memory::AllocatorKind::managed) return false;
+  int concurrent = 0;
+  check(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, ordinal),
+        "cudaDeviceGetAttribute(cudaDevAttrConcurrentManagedAccess)");
+  return concurrent != 0;
+}
+
 cudaStream_t create_service_stream(int ordinal) {
   const ScopedDevice scoped(ordinal);
   cudaStream_t stream = nullptr;
@@ -72,6 +84,7 @@ CudaDevice::CudaDevice(device::DeviceId id, device::DeviceId physical_id, std::s
                        std::unique_ptr<memory::MemoryStack> memory, int ordinal, const device::DeviceOptions& options)
     : Device(id, physical_id, capacity_bytes, std::move(memory), options),
       ordinal_(ordinal),
+      prefetches_steps_(prefetches_managed_steps(Device::memory(), ordinal)),
       staging_(device::StagingPool::create(id.str(), "cudaHostAlloc", [] { return make_cuda_pinned_host_resource(); })),
       service_stream_(create_service_stream(ordinal)) {
   std::vector<std::unique_ptr<device::Stream>> streams;
@@ -131,6 +144,33 @@ void CudaDevice::enqueue_within(device::Stream& stream, const std::shared_ptr<Bu
     }
     check(cudaMemcpyAsync(address(dst, dst_offset), address(src, src_offset), bytes, cudaMemcpyDefault, cuda.native()),
           "cudaMemcpyAsync (within a device)");
+  });
+}
+
+void CudaDevice::prefetch_step(device::Stream& stream, std::span<const std::shared_ptr<Buffer>> buffers) {
+  if (!prefetches_steps_ || buffers.empty()) return;
+  // The buffers are captures: none is released before the prefetch enqueued on the stream has run.
+  std::vector<std::shared_ptr<Buffer>> held(buffers.begin(), buffers.end());
+  CudaStream& cuda = cuda_stream(stream);
+  cuda.enqueue_commands([this, &cuda, held = std::move(held)] {
+    // Inside a CUDA graph capture (CudaStream::set_graphs) the prefetch is left out: a hint, not the step's work.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cuda.native(), &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();
+      return;
+    }
+    for (const std::shared_ptr<Buffer>& buffer : held) {
+      try {
+        prefetch(address(buffer, 0), buffer->bytes(), ordinal_, cuda.native());
+      } catch (const DeviceError& error) {  // a hint: the kernels fault the pages in instead
+        (void)cudaGetLastError();
+        std::call_once(prefetch_warned_, [&] {
+          TP_LOG(warning, "cuda", name(), ": prefetching a step's managed memory failed; its pages fault in: ",
+                 error.what());
+        });
+        return;
+      }
+    }
   });
 }
 

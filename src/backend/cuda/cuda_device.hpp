@@ -20,6 +20,8 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 
 #include "device/staging_pool.hpp"
@@ -39,6 +41,12 @@ class CudaDevice final : public device::Device {
   // The CUDA device ordinal of the GPU behind this device.
   int ordinal() const noexcept { return ordinal_; }
   const device::StagingPool& staging() const noexcept { return *staging_; }
+  // Managed memory (allocator managed) on a GPU with concurrent managed access: a step's buffers are prefetched
+  // to the GPU (cudaMemPrefetchAsync on the step's stream) before its kernels, so pages migrate in bulk ahead
+  // of them instead of faulting in one by one (after the host touched them, or evicted under
+  // oversubscription). A refused prefetch is logged once and the step runs on (pages then fault in).
+  bool prefetches_steps() const noexcept override { return prefetches_steps_; }
+  void prefetch_step(device::Stream& stream, std::span<const std::shared_ptr<Buffer>> buffers) override;
 
  private:
   void enqueue_to_host(device::Stream& stream, const std::shared_ptr<Buffer>& src, std::size_t src_offset, void* host,
@@ -58,8 +66,10 @@ class CudaDevice final : public device::Device {
 
   // Immutable after construction.
   const int ordinal_;
+  const bool prefetches_steps_;
   std::shared_ptr<device::StagingPool> staging_;
   cudaStream_t service_stream_ = nullptr;  // poison fills
+  std::once_flag prefetch_warned_;         // prefetch_step's failure is logged once
 };
 
 }  // namespace tp::backend::cuda

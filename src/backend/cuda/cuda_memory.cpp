@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_memory_pages.hpp"
 #include "backend/cuda/cuda_memory_sources.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -241,6 +242,16 @@ void* CudaRegionResource::do_allocate(std::size_t bytes, std::size_t /*alignment
                                       cudaGetErrorName(status) + free_words(ordinal_));
     }
     check(status, call);
+  }
+  if (kind_ == Kind::managed) {
+    // The device's managed memory prefers its GPU: pages the host touched migrate back at the next access or
+    // prefetch, and under oversubscription the driver evicts them last. A hint: its failure is logged.
+    try {
+      advise_preferred_location(ptr, bytes, ordinal_);
+    } catch (const DeviceError& error) {
+      static_cast<void>(cudaGetLastError());
+      TP_LOG(warning, "cuda", name(), ": the preferred location of a managed region was refused: ", error.what());
+    }
   }
   std::lock_guard lock(mutex_);
   ++stats_.upstream_allocs;
