@@ -50,7 +50,9 @@ void bind_strategy(nb::module_& module) {
       .value("ring", train::AllReduce::ring)
       .value("reduce_to_one", train::AllReduce::reduce_to_one)
       .value("mpi", train::AllReduce::mpi)
-      .value("none", train::AllReduce::none);
+      .value("none", train::AllReduce::none)
+      .value("nccl", train::AllReduce::nccl)
+      .value("auto", train::AllReduce::automatic);
   nb::enum_<train::Shard>(module, "Shard")
       .value("none", train::Shard::none)
       .value("optimizer", train::Shard::optimizer)
@@ -85,7 +87,7 @@ void bind_strategy(nb::module_& module) {
           nb::arg("devices") = std::vector<std::string>{}, nb::arg("all_reduce") = "ring",
           nb::arg("shard") = train::Shard::none)
       .def_static("multi_worker", &Strategy::multi_worker, nb::arg("devices") = std::vector<std::string>{},
-                  nb::arg("shard") = train::Shard::none)
+                  nb::arg("shard") = train::Shard::none, nb::arg("all_reduce") = train::AllReduce::automatic)
       .def_static("parameter_server", &Strategy::parameter_server, nb::arg("workers"),
                   nb::arg("parameter_device") = "cpu:0", nb::arg("max_staleness") = nb::none())
       // The implementation's name ("one", "mirrored", "multi_worker", "parameter_server"); checks nothing.

@@ -194,7 +194,11 @@ ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::strin
 }
 
 ModelGraph build_model_graph(const ModelSpec& spec, const std::vector<std::string>& devices) {
-  return build_model_graph(spec, devices, *make_distribution_strategy(Strategy::mirrored(devices, spec.all_reduce)));
+  // No device manager here to tell which GPU each device is on: auto plans the in-process ring.
+  ModelSpec settled = spec;
+  if (settled.all_reduce == AllReduce::automatic) settled.all_reduce = AllReduce::ring;
+  return build_model_graph(settled, devices,
+                           *make_distribution_strategy(Strategy::mirrored(devices, settled.all_reduce)));
 }
 
 }  // namespace tp::train

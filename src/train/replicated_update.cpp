@@ -200,7 +200,8 @@ void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string
     return;
   }
   ReducedGradients reduced(parameters);
-  if (replicas > 1 || spec.all_reduce == AllReduce::mpi) {  // across workers even with one local replica
+  // Across workers even with one local replica.
+  if (replicas > 1 || spec.all_reduce == AllReduce::mpi || (spec.all_reduce == AllReduce::nccl && spec.workers > 1)) {
     reduced = all_reduce_buckets(spec, model.graph, replicas, stage);
   } else {
     for (std::size_t index = 0; index < parameters; ++index) reduced[index] = {{*stage.gradients[0][index]}};

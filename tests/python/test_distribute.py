@@ -32,7 +32,7 @@ def test_mirrored_strategy_defaults_to_the_sim_devices():
     assert isinstance(native, _tensorpool.Strategy)
     assert native.kind == _tensorpool.Strategy.Kind.mirrored
     assert native.devices == ["sim:0", "sim:1"]
-    assert native.all_reduce == _tensorpool.AllReduce.ring
+    assert native.all_reduce == _tensorpool.AllReduce.auto  # NcclAllReduce: nccl on distinct GPUs, else the ring
     assert native.shard == _tensorpool.Shard.auto  # ZeRO-1 where the update folds, as the CLI's default
     assert native.bucket_bytes == 25 << 20
     assert native.fuse_update is True  # the all-reduce folded into Adam, as in the CLI
@@ -108,7 +108,7 @@ def test_multi_worker_strategy_without_mpirun_is_one_worker():
     assert strategy.num_replicas_in_sync == (_tensorpool.launcher_world_size() or 1)
     native = strategy._native()
     assert native.kind == _tensorpool.Strategy.Kind.multi_worker
-    assert native.all_reduce == _tensorpool.AllReduce.mpi
+    assert native.all_reduce == _tensorpool.AllReduce.auto  # mpi, or nccl for cuda devices, once compiled
     assert native.devices == ["sim:0"]
     assert tf.distribute.MultiWorkerMirroredStrategy(devices=["sim:0", "sim:1"]).tp_devices == ["sim:0", "sim:1"]
     with pytest.raises(ValueError, match="mpirun"):

@@ -82,7 +82,7 @@ TEST_F(CliMessages, ChoicesNameTheFlagTheValueAndTheChoices) {
   expect_one_line_exit_two({
       {"estimate --strategy x", "--strategy: 'x' is not one of one, mirrored, multi_worker, parameter_server, ps"},
       {"estimate --allocator x", "--allocator: 'x' is not one of bfc, expandable, system, cuda_malloc_async, managed"},
-      {"estimate --all-reduce x", "--all-reduce: 'x' is not one of ring, reduce_to_one, mpi"},
+      {"estimate --all-reduce x", "--all-reduce: 'x' is not one of auto, ring, reduce_to_one, nccl, mpi"},
       {"train --shard x", "--shard: 'x' is not one of auto, none, optimizer, gradients"},
       {"train --precision float8", "--precision: 'float8' is not one of float32, mixed_float16, mixed_bfloat16"},
       {"profile --gemm mkl", "--gemm: 'mkl' is not one of auto, openblas, onednn"},

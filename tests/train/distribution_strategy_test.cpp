@@ -36,7 +36,8 @@ std::string message_of(const std::function<void()>& call) {
 }
 
 TEST(AllReduce, ParsesEveryNameAndNamesABadOne) {
-  for (const AllReduce algorithm : {AllReduce::ring, AllReduce::reduce_to_one, AllReduce::mpi, AllReduce::none}) {
+  for (const AllReduce algorithm : {AllReduce::ring, AllReduce::reduce_to_one, AllReduce::mpi, AllReduce::none,
+                                    AllReduce::nccl, AllReduce::automatic}) {
     EXPECT_EQ(parse_all_reduce(name_of(algorithm)), algorithm);
   }
   EXPECT_NE(message_of([] { static_cast<void>(parse_all_reduce("butterfly")); }).find("'butterfly'"),
@@ -101,6 +102,59 @@ TEST(DistributionStrategy, PrepareRejectsBadSettingsNamingThem) {
   EXPECT_NE(message_of([&] { static_cast<void>(prepare(sharded_alone)); }).find("shard = optimizer"),
             std::string::npos);
   EXPECT_EQ(prepare(Strategy::mirrored({"sim:0", "sim:1"}, AllReduce::ring, Shard::gradients)).size(), 2U);
+}
+
+// auto picks NCCL only where it can serve (each replica a cuda device on a GPU of its own), the in-process ring
+// for logical devices sharing a GPU or other kinds, MPI across workers without cuda; an explicit nccl it cannot
+// serve, and collectives that do not fit the strategy, are refused naming the fix. Host-side: the physical
+// devices are given by name, no GPU is needed.
+TEST(AllReduce, AutoChoosesNcclOnlyForCudaDevicesOnDistinctGpus) {
+  using Kind = Strategy::Kind;
+  const std::vector<std::string> gpus = {"cuda:0", "cuda:1"};
+  const std::vector<std::string> one_gpu = {"cuda:0", "cuda:0"};  // cuda:0 split into two logical devices
+  const std::vector<std::string> sims = {"sim:0", "sim:1"};
+  const AllReduceChoice distinct = choose_all_reduce(Kind::mirrored, AllReduce::automatic, gpus, gpus);
+  EXPECT_EQ(distinct.all_reduce, AllReduce::nccl);
+  EXPECT_NE(distinct.reason.find("nccl"), std::string::npos);
+  const AllReduceChoice shared = choose_all_reduce(Kind::mirrored, AllReduce::automatic, gpus, one_gpu);
+  EXPECT_EQ(shared.all_reduce, AllReduce::ring);
+  EXPECT_NE(shared.reason.find("share the GPU cuda:0"), std::string::npos) << shared.reason;
+  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, sims, sims).all_reduce, AllReduce::ring);
+  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, {"cuda:0"}, {"cuda:0"}).all_reduce,
+            AllReduce::ring)
+      << "one replica has nothing to reduce";
+  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, {"cuda:0", "sim:0"}, {"cuda:0", "sim:0"}).all_reduce,
+            AllReduce::ring);
+  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::ring, gpus, gpus).all_reduce, AllReduce::ring)
+      << "an explicit ring stays";
+  EXPECT_EQ(choose_all_reduce(Kind::multi_worker, AllReduce::automatic, {"cuda:0"}, {"cuda:0"}).all_reduce,
+            AllReduce::nccl);
+  EXPECT_EQ(choose_all_reduce(Kind::multi_worker, AllReduce::automatic, {"sim:0"}, {"sim:0"}).all_reduce,
+            AllReduce::mpi);
+  EXPECT_EQ(choose_all_reduce(Kind::multi_worker, AllReduce::automatic, gpus, one_gpu).all_reduce, AllReduce::mpi);
+  EXPECT_EQ(choose_all_reduce(Kind::one, AllReduce::ring, {"cuda:0"}, {"cuda:0"}).all_reduce, AllReduce::ring);
+  EXPECT_EQ(choose_all_reduce(Kind::parameter_server, AllReduce::none, gpus, gpus).all_reduce, AllReduce::none);
+
+  EXPECT_NE(message_of([&] { static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::nccl, gpus, one_gpu)); })
+                .find("use all_reduce ring"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::nccl, sims, sims)); })
+                .find("sim:0 is not a cuda device"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { static_cast<void>(choose_all_reduce(Kind::multi_worker, AllReduce::ring, sims, sims)); })
+                .find("must be auto, mpi or nccl"),
+            std::string::npos);
+  EXPECT_THROW(static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::mpi, sims, sims)), InvalidArgument);
+}
+
+TEST(AllReduce, PrepareSettlesAutoFromTheDevices) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  auto mirrored = make_distribution_strategy(Strategy::mirrored({"sim:0", "sim:1"}));
+  EXPECT_EQ(Strategy::mirrored({"sim:0", "sim:1"}).all_reduce, AllReduce::automatic);
+  static_cast<void>(mirrored->prepare(manager, CompileOptions{}, layers()));
+  EXPECT_EQ(mirrored->description().all_reduce, AllReduce::ring) << "sim devices: the in-process ring";
+  auto nccl_on_sims = make_distribution_strategy(Strategy::mirrored({"sim:0", "sim:1"}, AllReduce::nccl));
+  EXPECT_THROW(static_cast<void>(nccl_on_sims->prepare(manager, CompileOptions{}, layers())), InvalidArgument);
 }
 
 // A strategy of the test's own: one replica per listed device, the replicated update stage, and a record of

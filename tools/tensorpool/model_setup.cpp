@@ -57,9 +57,14 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
                   "memory budget of each cuda device, e.g. 8GiB (TensorFlow's memory_limit); with --allocator managed "
                   "it may exceed the GPU's memory (oversubscription); default: the GPU's memory")
       ->type_name("BYTES");
-  command.add_option("--all-reduce", arguments.all_reduce, "ring | reduce_to_one")
+  command
+      .add_option("--all-reduce", arguments.all_reduce,
+                  "auto | ring | reduce_to_one | nccl | mpi. auto: nccl over cuda devices each on a GPU of its own "
+                  "(mirrored) or across workers with cuda devices (multi_worker), else ring (mirrored; logical devices "
+                  "sharing one GPU keep it: NCCL takes one participant per GPU) or mpi (multi_worker); the choice is "
+                  "logged")
       ->capture_default_str()
-      ->check(one_of({"ring", "reduce_to_one", "mpi"}));
+      ->check(one_of({"auto", "ring", "reduce_to_one", "nccl", "mpi"}));
   command
       .add_option("--shard", arguments.shard,
                   "auto | none | optimizer | gradients (ZeRO-1 / ZeRO-2; mirrored, or multi_worker with one device per "
@@ -296,7 +301,8 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   } else if (arguments.strategy == "mirrored") {
     setup.strategy = train::Strategy::mirrored(setup.names, arguments.all_reduce, train::parse_shard(arguments.shard));
   } else if (arguments.strategy == "multi_worker") {
-    setup.strategy = train::Strategy::multi_worker(setup.names, train::parse_shard(arguments.shard));
+    setup.strategy = train::Strategy::multi_worker(setup.names, train::parse_shard(arguments.shard),
+                                                   train::parse_all_reduce(arguments.all_reduce));
   } else if (arguments.strategy == "parameter_server" || arguments.strategy == "ps") {
     setup.strategy = parameter_server_strategy(arguments, setup.names, command);
   } else {

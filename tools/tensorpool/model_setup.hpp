@@ -27,7 +27,7 @@ struct ModelArguments {
   bool allow_growth = true;
   std::string sim_memory;     // empty: TP_SIM_MEMORY, else 1GiB (a flag overrides the environment)
   std::string device_memory;  // each cuda device's budget (limit_bytes); empty: the default fraction of the GPU
-  std::string all_reduce = "ring";
+  std::string all_reduce = "auto";
   std::string shard = "auto";         // auto | none | optimizer (ZeRO-1) | gradients (ZeRO-2): train::Shard
   std::string bucket_size = "25MiB";  // mirrored, multi_worker: the AllReduce buckets' size limit
   bool fuse_update = true;            // mirrored, Adam on sim devices: Strategy::fuse_update

@@ -57,10 +57,14 @@ std::string_view name_of(Shard shard);
 //   ring:          ring all-reduce between the replicas' devices (mirrored's default).
 //   reduce_to_one: every replica's gradients summed on the first device, then copied back.
 //   mpi:           across the processes of an mpirun job (multi_worker: a local ring, then MPI).
+//   nccl:          NVIDIA's NCCL between cuda devices on distinct GPUs (mirrored), or across the workers of an
+//                  mpirun job (multi_worker); distribute/nccl.hpp.
 //   none:          no collective (parameter_server: the server applies each worker's gradients itself).
-enum class AllReduce { ring, reduce_to_one, mpi, none };
+//   automatic ("auto", the mirrored and multi_worker default): settled when the strategy is prepared, from the
+//                  devices (choose_all_reduce).
+enum class AllReduce { ring, reduce_to_one, mpi, none, nccl, automatic };
 
-// "ring", "reduce_to_one", "mpi" or "none"; anything else throws tp::InvalidArgument naming it.
+// "ring", "reduce_to_one", "mpi", "nccl", "none" or "auto"; anything else throws tp::InvalidArgument naming it.
 [[nodiscard]] AllReduce parse_all_reduce(std::string_view text);
 [[nodiscard]] std::string_view name_of(AllReduce algorithm);
 
@@ -68,7 +72,7 @@ struct Strategy {
   enum class Kind { one, mirrored, multi_worker, parameter_server };
   Kind kind = Kind::one;
   std::vector<std::string> devices{};           // empty: the first accelerator (one) or every accelerator (mirrored)
-  AllReduce all_reduce = AllReduce::ring;       // mirrored: ring or reduce_to_one; multi_worker: mpi
+  AllReduce all_reduce = AllReduce::ring;       // mirrored: ring, reduce_to_one, nccl; multi_worker: mpi, nccl
   Shard shard = Shard::none;                    // mirrored, multi_worker (one device per worker)
   std::string parameter_device{};               // parameter_server: where the variables and optimizer state live
   std::optional<std::int64_t> max_staleness{};  // parameter_server: the bound K (>= 0); absent: unbounded
@@ -89,17 +93,19 @@ struct Strategy {
             {},
             std::nullopt};
   }
-  static Strategy mirrored(std::vector<std::string> devices = {}, AllReduce all_reduce = AllReduce::ring,
+  static Strategy mirrored(std::vector<std::string> devices = {}, AllReduce all_reduce = AllReduce::automatic,
                            Shard shard = Shard::none) {
     return {Kind::mirrored, std::move(devices), all_reduce, shard, {}, std::nullopt};
   }
-  // `all_reduce` by name ("ring", "reduce_to_one"); an unknown name throws tp::InvalidArgument.
+  // `all_reduce` by name ("auto", "ring", "reduce_to_one", "nccl"); an unknown name throws tp::InvalidArgument.
   static Strategy mirrored(std::vector<std::string> devices, std::string_view all_reduce, Shard shard = Shard::none) {
     return mirrored(std::move(devices), parse_all_reduce(all_reduce), shard);
   }
-  // `devices`: this worker's (empty: its accelerators); the collective is MPI's.
-  static Strategy multi_worker(std::vector<std::string> devices = {}, Shard shard = Shard::none) {
-    return {Kind::multi_worker, std::move(devices), AllReduce::mpi, shard, {}, std::nullopt};
+  // `devices`: this worker's (empty: its accelerators); the collective crosses the workers through MPI, or
+  // NCCL for cuda devices (AllReduce::automatic; choose_all_reduce).
+  static Strategy multi_worker(std::vector<std::string> devices = {}, Shard shard = Shard::none,
+                               AllReduce all_reduce = AllReduce::automatic) {
+    return {Kind::multi_worker, std::move(devices), all_reduce, shard, {}, std::nullopt};
   }
   // `workers`: the worker devices (each computes gradients on its shard of the data); `parameter_device` holds
   // the variables. Checked at compile(): at least one worker, existing devices, max_staleness >= 0.
@@ -109,5 +115,21 @@ struct Strategy {
             std::move(parameter_device), max_staleness};
   }
 };
+
+// The collective a strategy of `kind` asked for `requested` runs with, given the physical device of each of
+// this process's replicas, and why (a line for the log). AllReduce::automatic settles to nccl where NCCL can
+// serve: mirrored over two or more cuda devices each on a GPU of its own, multi_worker whose local devices are
+// all cuda devices on distinct GPUs; otherwise to ring (mirrored; logical devices sharing one GPU keep the
+// in-process collectives, whose peer kernels read each other's memory, since NCCL refuses two participants on
+// one GPU) or mpi (multi_worker). Other kinds keep what they hold. An explicit nccl over devices NCCL cannot
+// serve, mpi outside multi_worker, or ring/reduce_to_one under multi_worker throw tp::InvalidArgument naming
+// the devices and the fix.
+struct AllReduceChoice {
+  AllReduce all_reduce = AllReduce::ring;
+  std::string reason;
+};
+[[nodiscard]] AllReduceChoice choose_all_reduce(Strategy::Kind kind, AllReduce requested,
+                                                const std::vector<std::string>& devices,
+                                                const std::vector<std::string>& physical_devices);
 
 }  // namespace tp::train

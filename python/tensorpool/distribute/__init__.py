@@ -51,14 +51,16 @@ class CrossDeviceOps:
 
 
 class NcclAllReduce(CrossDeviceOps):
-    """A ring all-reduce between the replicas' devices (tensorpool's ring; there is no NCCL)."""
+    """NCCL where it can serve (cuda devices each on a GPU of its own), else tensorpool's ring: all_reduce "auto"."""
+
+    _all_reduce = "auto"
 
     def __init__(self, num_packs=1):
         self.num_packs = num_packs
 
 
 class HierarchicalCopyAllReduce(CrossDeviceOps):
-    """The ring all-reduce, as NcclAllReduce."""
+    """The ring all-reduce between the replicas' devices."""
 
     def __init__(self, num_packs=1):
         self.num_packs = num_packs
@@ -206,7 +208,8 @@ class OneDeviceStrategy(Strategy):
 class MirroredStrategy(Strategy):
     """One replica per device, variables mirrored, gradients summed every step. `devices`: when None, every
     visible accelerator of the first kind (the simulated devices; the opencl ones without any; else cpu:0).
-    cross_device_ops: NcclAllReduce / HierarchicalCopyAllReduce (the ring) or ReductionToOneDevice.
+    cross_device_ops: NcclAllReduce (the default: NCCL over cuda devices each on a GPU of its own, else the
+    ring), HierarchicalCopyAllReduce (the ring) or ReductionToOneDevice.
     tensorpool's own keywords: `shard` ('auto', the default: ZeRO-1 where the Adam update folds the all-reduce
     in, else none; 'none', 'optimizer': ZeRO-1, 'gradients': ZeRO-2) and `bucket_bytes` (the all-reduce
     buckets)."""

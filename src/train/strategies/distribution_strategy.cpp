@@ -3,6 +3,7 @@
 #include "tensorpool/train/distribution_strategy.hpp"
 
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/train/fit.hpp"
 #include "tensorpool/train/sequential.hpp"
@@ -16,6 +17,11 @@ namespace tp::train {
 std::vector<std::string> DistributionStrategy::prepare(device::DeviceManager& manager, const CompileOptions& options,
                                                        const std::vector<Dense>& layers) {
   std::vector<std::string> devices = resolve_devices(manager, options, layers);
+  std::vector<std::string> physical;
+  for (const std::string& name : devices) physical.push_back(manager.device(name).physical_id().str());
+  const AllReduceChoice choice = choose_all_reduce(description_.kind, description_.all_reduce, devices, physical);
+  if (description_.all_reduce == AllReduce::automatic && !choice.reason.empty()) TP_LOG(info, "train", choice.reason);
+  description_.all_reduce = choice.all_reduce;
   if (description_.bucket_bytes <= 0) {
     TP_THROW(InvalidArgument, "train", "bucket_bytes = ", description_.bucket_bytes,
              " must be positive (the AllReduce buckets' size limit; default 25 MiB)");

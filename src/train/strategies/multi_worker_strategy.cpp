@@ -21,10 +21,6 @@ std::vector<std::string> MultiWorkerStrategy::resolve_devices(device::DeviceMana
   const distribute::MpiWorld& world = distribute::mpi_world();  // throws when built without MPI
   workers_ = world.size;
   rank_ = world.rank;
-  if (description().all_reduce != AllReduce::mpi) {
-    TP_THROW(InvalidArgument, "train", "the multi-worker strategy reduces through MPI; all_reduce '",
-             name_of(description().all_reduce), "' must be mpi");
-  }
   return devices;
 }
 

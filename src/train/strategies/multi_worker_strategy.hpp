@@ -31,7 +31,8 @@ class MultiWorkerStrategy final : public MirroredStrategy {
   bool host_exchange_per_step() const override { return true; }
 
  protected:
-  // This worker's devices; joins the MPI world (throws when built without MPI); the collective must be mpi.
+  // This worker's devices; joins the MPI world (throws when built without MPI). The collective (mpi or nccl)
+  // is settled and checked by prepare() (choose_all_reduce).
   std::vector<std::string> resolve_devices(device::DeviceManager& manager, const CompileOptions& options,
                                            const std::vector<Dense>& layers) override;
   // ZeRO across workers: one device per worker (the MPI collectives shard per worker), two or more workers.
