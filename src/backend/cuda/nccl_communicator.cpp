@@ -248,15 +248,35 @@ class NcclCommunicator final : public Communicator {
       CudaStream& stream = backend::cuda::cuda_stream(tensors[index].device().stream(0));
       stream.enqueue_commands([state, shared_issue, index, timeout, what, library = &library_, comm = comms[index],
                                tensor = tensors[index], stream = &stream]() {
+        // Under CUDA graph capture (cuda_graphs.hpp) the task refuses before it arrives: the capture fails and
+        // the stream reruns its segment eagerly, where the task arrives once. A captured arrival would be
+        // rerun too, arriving twice, and the last arrival issues onto the other participants' streams, which
+        // are not this worker's capture.
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        backend::cuda::check(cudaStreamIsCapturing(stream->native(), &capture), "cudaStreamIsCapturing");
+        if (capture != cudaStreamCaptureStatusNone) {
+          TP_THROW(DeviceError, "nccl", what, " is not captured into a CUDA graph; it runs eagerly");
+        }
         std::unique_lock lock(state->mutex);
         state->slots[index] = {tensor.data(), stream->native(), comm};
         if (++state->arrived == state->slots.size()) {
           try {
+            // NCCL switches devices while it issues for several; this worker's stream keeps its own current.
+            int current = 0;
+            backend::cuda::check(cudaGetDevice(&current), "cudaGetDevice");
             nccl::check(*library, library->GroupStart(), "ncclGroupStart");
-            for (std::size_t slot = 0; slot < state->slots.size(); ++slot) {
-              (*shared_issue)(*library, state->slots[slot], slot);
+            std::exception_ptr refused;  // a call refused inside the group still ends it
+            try {
+              for (std::size_t slot = 0; slot < state->slots.size(); ++slot) {
+                (*shared_issue)(*library, state->slots[slot], slot);
+              }
+            } catch (...) {
+              refused = std::current_exception();
             }
-            nccl::check(*library, library->GroupEnd(), "ncclGroupEnd (" + what + ")");
+            const nccl::Result ended = library->GroupEnd();
+            backend::cuda::check(cudaSetDevice(current), "cudaSetDevice");
+            if (refused) std::rethrow_exception(refused);
+            nccl::check(*library, ended, "ncclGroupEnd (" + what + ")");
           } catch (...) {
             state->error = std::current_exception();
           }
