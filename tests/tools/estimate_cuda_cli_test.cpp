@@ -135,6 +135,9 @@ TEST(CudaPlanningDevice, PlansAndRunsNothing) {
   if (!tp::device::cuda_physical_devices().empty()) GTEST_SKIP() << "a GPU is present: no planning-only devices";
   tp::device::DeviceManagerOptions options;
   options.cuda_planning = tp::device::DeviceManagerOptions::CudaPlanning{2, std::size_t{1} << 30, "the test"};
+  tp::memory::MemoryConfig bfc = tp::device::DeviceManagerOptions::default_device_memory_config();
+  bfc.allocator = tp::memory::AllocatorKind::bfc;
+  options.memory_configs[tp::device::DeviceId{tp::device::DeviceKind::cuda, 1}] = bfc;
   tp::device::DeviceManager manager(options, [](const char*) -> const char* { return nullptr; });
   const std::vector<tp::device::Device*> cuda = manager.devices(tp::device::DeviceKind::cuda);
   ASSERT_EQ(cuda.size(), 2U);
@@ -151,6 +154,16 @@ TEST(CudaPlanningDevice, PlansAndRunsNothing) {
     EXPECT_NE(std::string(error.what()).find("cuda:0 is a planning-only device"), std::string::npos) << error.what();
   }
   EXPECT_TRUE(manager.devices(tp::device::DeviceKind::cpu).front()->planning_note().empty());
+  // cuda:1 runs bfc over a source that serves nothing, reporting cudaMalloc's 256-byte unit as a GPU's does.
+  tp::device::Device& second = *cuda[1];
+  EXPECT_EQ(second.memory().config().allocator, tp::memory::AllocatorKind::bfc);
+  try {  // BFC reports its source's refusal as out of memory, quoting it
+    (void)second.allocate(1024);
+    ADD_FAILURE() << "a planning-only device allocated memory";
+  } catch (const std::exception& error) {  // tp::OutOfMemoryError is a std::bad_alloc
+    EXPECT_NE(std::string(error.what()).find("cuda:1 is a planning-only device"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(second.memory().stats().num_allocs, 0U);
 }
 
 TEST(CudaPlanningDevice, BadCountOrCapacityIsRefused) {
