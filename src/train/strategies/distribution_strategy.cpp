@@ -5,6 +5,7 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/distribute/nccl.hpp"
 #include "tensorpool/train/fit.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "train/strategies/mirrored_strategy.hpp"
@@ -19,7 +20,18 @@ std::vector<std::string> DistributionStrategy::prepare(device::DeviceManager& ma
   std::vector<std::string> devices = resolve_devices(manager, options, layers);
   std::vector<std::string> physical;
   for (const std::string& name : devices) physical.push_back(manager.device(name).physical_id().str());
-  const AllReduceChoice choice = choose_all_reduce(description_.kind, description_.all_reduce, devices, physical);
+  AllReduceChoice choice = choose_all_reduce(description_.kind, description_.all_reduce, devices, physical);
+  if (description_.all_reduce == AllReduce::automatic && choice.all_reduce == AllReduce::nccl &&
+      description_.kind == Strategy::Kind::mirrored) {
+    // auto means NCCL where it can serve: a process without a loadable NCCL keeps the ring (copies between the
+    // GPUs), saying why. Not across workers, which must all choose alike: there the missing NCCL is the error.
+    try {
+      static_cast<void>(distribute::nccl_version());
+    } catch (const DeviceError& error) {
+      choice = {AllReduce::ring, ""};
+      TP_LOG(warning, "train", "all-reduce: ring, not nccl: ", error.what());
+    }
+  }
   if (description_.all_reduce == AllReduce::automatic && !choice.reason.empty()) TP_LOG(info, "train", choice.reason);
   description_.all_reduce = choice.all_reduce;
   if (description_.bucket_bytes <= 0) {
