@@ -123,7 +123,8 @@ struct Strategy {
 // in-process collectives, whose peer kernels read each other's memory, since NCCL refuses two participants on
 // one GPU) or mpi (multi_worker). Other kinds keep what they hold. An explicit nccl over devices NCCL cannot
 // serve, mpi outside multi_worker, or ring/reduce_to_one under multi_worker throw tp::InvalidArgument naming
-// the devices and the fix.
+// the devices and the fix. (DistributionStrategy::prepare then keeps a mirrored auto on the ring, with a
+// warning, when NCCL cannot be loaded.)
 struct AllReduceChoice {
   AllReduce all_reduce = AllReduce::ring;
   std::string reason;
