@@ -147,6 +147,10 @@ void CudaStreamImpl::do_enqueue(Task task) { push(Item{ItemKind::host, std::move
 
 void CudaStreamImpl::enqueue_commands(Commands commands) { push(Item{ItemKind::commands, std::move(commands), {}}); }
 
+void CudaStreamImpl::enqueue_eager_commands(Commands commands) {
+  push(Item{ItemKind::eager_commands, std::move(commands), {}});
+}
+
 void CudaStreamImpl::after_completion(Commands check) {
   if (Stream::current() != this) {
     TP_THROW(DeviceError, "cuda", name(), ": after_completion is called only inside a command task of the stream");
@@ -234,6 +238,10 @@ void CudaStreamImpl::run_item(Item& item) {
       return;
     case ItemKind::commands:
       if (capture_commands(item)) return;  // into the open graph segment (cuda_stream_graphs.cpp)
+      wait_for_outstanding_below(max_in_flight_);
+      run_commands(item.task);
+      return;
+    case ItemKind::eager_commands:  // the open segment was launched above: it runs after it, uncaptured
       wait_for_outstanding_below(max_in_flight_);
       run_commands(item.task);
       return;

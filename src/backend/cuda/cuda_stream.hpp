@@ -34,6 +34,11 @@ class CudaStream : public device::Stream {
   [[nodiscard]] virtual int ordinal() const noexcept = 0;
   // Enqueues `commands` behind everything enqueued before; skipped (not run) behind a kept error.
   virtual void enqueue_commands(Commands commands) = 0;
+  // As enqueue_commands, for a command task that must not be captured into a CUDA graph (set_graph_capture):
+  // one that synchronizes with other threads or streams as it runs (a collective whose participants arrive
+  // from several workers), or must run exactly once on the host. It ends the open segment, whose graph is
+  // launched before it, and runs eagerly: no refused capture, no rerun, no count against the failure limit.
+  virtual void enqueue_eager_commands(Commands commands) = 0;
   // Inside a command task of this stream only (on its worker; throws tp::DeviceError elsewhere): `check` runs
   // on the stream's completer once the device has run everything the task enqueued (after its event
   // completed, before its captures go), and the worker does not wait for it. An exception from `check` becomes

@@ -89,6 +89,7 @@ class CudaStreamImpl final : public CudaStream {
   cudaStream_t native() const noexcept override { return stream_; }
   int ordinal() const noexcept override { return ordinal_; }
   void enqueue_commands(Commands commands) override;
+  void enqueue_eager_commands(Commands commands) override;
   void after_completion(Commands check) override;
   void set_graph_capture(bool on) noexcept override;
 
@@ -102,11 +103,12 @@ class CudaStreamImpl final : public CudaStream {
   std::size_t eager_reruns() const noexcept { return eager_reruns_.load(std::memory_order_relaxed); }
 
  private:
-  enum class ItemKind { host, commands, record, wait };
+  // eager_commands: a command task that is never captured (enqueue_eager_commands).
+  enum class ItemKind { host, commands, eager_commands, record, wait };
   // What the host enqueued, waiting for the worker.
   struct Item {
     ItemKind kind = ItemKind::host;
-    Task task;            // host: the task; commands: the command task
+    Task task;            // host: the task; commands, eager_commands: the command task
     device::Event event;  // record: the event to complete; wait: the event to wait for
   };
   // What the worker recorded on the stream, waiting for the completer.

@@ -2,8 +2,8 @@
 // Training with CUDA graph capture (FitOptions::cuda_graphs; docs/cuda.md, "CUDA graphs") against training
 // without it on cuda:0: bitwise the same variables and losses after several epochs, with the step's work
 // launched as graphs (the stream counts its graph launches, so a capture that silently fell back to eager
-// launches fails the test). Needs a GPU: SKIPPED with the reason without one. The refusal of graphs on a
-// device that is not a cuda device needs none.
+// launches fails the test); on the stream, an eager command between captured ones. Needs a GPU: SKIPPED
+// with the reason without one. The refusal of graphs on a device that is not a cuda device needs none.
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cuda_error.hpp"
 #include "backend/cuda/cuda_stream_impl.hpp"
 #include "backend/cuda/cuda_test_support.hpp"
 #include "runtime/support/mlp_graph.hpp"
@@ -102,6 +103,41 @@ TEST(CudaGraphTraining, GivesTheSameVariablesWithTwoStepsInFlight) {
   const Trained graphs = train_on_cuda(true, 2);
   EXPECT_GT(graphs.graph_launches, 0U);
   expect_same_training(eager, graphs);
+}
+
+// On the stream itself: commands go into graphs, an eager command ends the segment and runs uncaptured, and the
+// work runs once, in order (the last fill wins).
+TEST(CudaGraphStream, EagerCommandsEndTheSegmentAndAreNeverCaptured) {
+  TP_REQUIRE_CUDA();
+  auto manager = testing::make_manager(testing::cuda_options());
+  device::Device& gpu = manager->device("cuda:0");
+  auto& stream = dynamic_cast<CudaStreamImpl&>(gpu.stream(0));
+  const Tensor buffer = Tensor::empty(Shape{256}, DType::f32, gpu, TensorTag{.name = "graph stream test"});
+  std::vector<cudaStreamCaptureStatus> seen;  // written on the worker only, read after synchronize()
+  auto note = [&stream, &seen] {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream.native(), &status), "cudaStreamIsCapturing");
+    seen.push_back(status);
+  };
+  auto fill = [&stream, &note, buffer](int value) {
+    return [&stream, &note, buffer, value] {
+      check(cudaMemsetAsync(buffer.data(), value, buffer.nbytes(), stream.native()), "cudaMemsetAsync");
+      note();
+    };
+  };
+  stream.set_graph_capture(true);
+  stream.enqueue_commands(fill(1));
+  stream.enqueue_commands(fill(2));
+  stream.enqueue_eager_commands(note);
+  stream.enqueue_commands(fill(3));
+  stream.synchronize();
+  stream.set_graph_capture(false);
+  const std::vector<cudaStreamCaptureStatus> expected{cudaStreamCaptureStatusActive, cudaStreamCaptureStatusActive,
+                                                      cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive};
+  EXPECT_EQ(seen, expected);
+  EXPECT_GE(stream.graph_launches(), 2U);
+  EXPECT_EQ(stream.eager_reruns(), 0U);
+  for (const float value : buffer.to_vector<float>()) EXPECT_EQ(std::bit_cast<std::uint32_t>(value), 0x03030303U);
 }
 
 TEST(CudaGraphTraining, IsRefusedOnADeviceThatIsNotCuda) {
