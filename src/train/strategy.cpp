@@ -71,8 +71,8 @@ std::string why_not_nccl(const std::vector<std::string>& devices, const std::vec
 AllReduceChoice choose_all_reduce(Strategy::Kind kind, AllReduce requested, const std::vector<std::string>& devices,
                                   const std::vector<std::string>& physical_devices) {
   if (devices.size() != physical_devices.size()) {
-    TP_THROW(InvalidArgument, "train", "choose_all_reduce: ", devices.size(), " devices but ",
-             physical_devices.size(), " physical devices");
+    TP_THROW(InvalidArgument, "train", "choose_all_reduce: ", devices.size(), " devices but ", physical_devices.size(),
+             " physical devices");
   }
   const bool mirrored = kind == Strategy::Kind::mirrored;
   const bool multi_worker = kind == Strategy::Kind::multi_worker;
@@ -106,11 +106,14 @@ AllReduceChoice choose_all_reduce(Strategy::Kind kind, AllReduce requested, cons
     return {AllReduce::nccl, "all-reduce: nccl (asked for)"};
   }
   if (multi_worker && requested != AllReduce::mpi) {
-    TP_THROW(InvalidArgument, "train", "the multi-worker strategy reduces across the workers through MPI or NCCL; "
-             "all_reduce '", name_of(requested), "' must be auto, mpi or nccl");
+    TP_THROW(InvalidArgument, "train",
+             "the multi-worker strategy reduces across the workers through MPI or NCCL; "
+             "all_reduce '",
+             name_of(requested), "' must be auto, mpi or nccl");
   }
   if (mirrored && requested == AllReduce::mpi) {
-    TP_THROW(InvalidArgument, "train", "all_reduce mpi crosses the workers of an mpirun job: use the multi-worker "
+    TP_THROW(InvalidArgument, "train",
+             "all_reduce mpi crosses the workers of an mpirun job: use the multi-worker "
              "strategy, or ring, reduce_to_one or nccl for the mirrored strategy");
   }
   return {requested, ""};

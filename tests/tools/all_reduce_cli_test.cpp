@@ -69,7 +69,7 @@ TEST_F(AllReduceCli, NcclOverSimDevicesIsRefusedNamingTheDevice) {
   const CliRun sims = run_cli("estimate --strategy mirrored --devices sim:0,sim:1");
   EXPECT_EQ(sims.exit_code, 0) << sims.output;
   EXPECT_EQ(sims.output.find("all-reduce:"), std::string::npos) << "sim devices settle to the ring silently\n"
-                                                                 << sims.output;
+                                                                << sims.output;
 }
 
 }  // namespace

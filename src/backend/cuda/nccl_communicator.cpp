@@ -63,7 +63,7 @@ Job job() {
 class CommunicatorSet {
  public:
   static const std::vector<nccl::Comm_t>& of(const nccl::Library& library, const std::vector<int>& ordinals,
-                                            const Job& job) {
+                                             const Job& job) {
     static std::mutex mutex;
     // Leaked on purpose: NCCL's communicators are released by the process's exit (destroying them from a static
     // destructor would run after the CUDA runtime unloaded).
@@ -86,8 +86,8 @@ class CommunicatorSet {
     std::vector<int> counts(static_cast<std::size_t>(job.workers), 0);
     mpi_all_gather(&local, sizeof(local), counts.data());
     if (std::any_of(counts.begin(), counts.end(), [local](int count) { return count != local; })) {
-      TP_THROW(InvalidArgument, "nccl", "every worker of an nccl job takes the same number of devices; rank ",
-               job.rank, " has ", local, " and another has ",
+      TP_THROW(InvalidArgument, "nccl", "every worker of an nccl job takes the same number of devices; rank ", job.rank,
+               " has ", local, " and another has ",
                *std::find_if(counts.begin(), counts.end(), [local](int count) { return count != local; }));
     }
     nccl::UniqueId id{};
@@ -98,7 +98,8 @@ class CommunicatorSet {
     nccl::check(library, library.GroupStart(), "ncclGroupStart");
     for (int index = 0; index < local; ++index) {
       backend::cuda::check(cudaSetDevice(ordinals[static_cast<std::size_t>(index)]), "cudaSetDevice");
-      nccl::check(library, library.CommInitRank(&comms[static_cast<std::size_t>(index)], job.workers * local, id,
+      nccl::check(library,
+                  library.CommInitRank(&comms[static_cast<std::size_t>(index)], job.workers * local, id,
                                        job.rank * local + index),
                   "ncclCommInitRank");
     }
@@ -133,15 +134,14 @@ class NcclCommunicator final : public Communicator {
   std::int64_t scratch_elements(std::int64_t, std::size_t, std::size_t) const override { return 0; }
 
  protected:
-  std::size_t participants(std::size_t local) const override {
-    return local * static_cast<std::size_t>(job_.workers);
-  }
+  std::size_t participants(std::size_t local) const override { return local * static_cast<std::size_t>(job_.workers); }
 
   void do_broadcast(std::span<const Tensor> tensors, std::size_t root) override {
     const std::int64_t elements = tensors[0].num_elements();
     const int type = nccl_type(tensors[0].dtype());
     launch("ncclBroadcast", tensors, [=](const nccl::Library& library, const Slot& slot, std::size_t) {
-      nccl::check(library, library.Broadcast(slot.address, slot.address, static_cast<std::size_t>(elements), type,
+      nccl::check(library,
+                  library.Broadcast(slot.address, slot.address, static_cast<std::size_t>(elements), type,
                                     static_cast<int>(root), slot.comm, slot.stream),
                   "ncclBroadcast");
     });
@@ -152,7 +152,8 @@ class NcclCommunicator final : public Communicator {
     const std::int64_t elements = tensors[0].num_elements();
     const int type = nccl_type(tensors[0].dtype());
     launch("ncclAllReduce", tensors, [=](const nccl::Library& library, const Slot& slot, std::size_t) {
-      nccl::check(library, library.AllReduce(slot.address, slot.address, static_cast<std::size_t>(elements), type, nccl::kSum,
+      nccl::check(library,
+                  library.AllReduce(slot.address, slot.address, static_cast<std::size_t>(elements), type, nccl::kSum,
                                     slot.comm, slot.stream),
                   "ncclAllReduce");
     });
@@ -170,7 +171,8 @@ class NcclCommunicator final : public Communicator {
       const auto chunk = static_cast<std::size_t>(elements) / total;
       launch("ncclReduceScatter", tensors, [=](const nccl::Library& library, const Slot& slot, std::size_t index) {
         char* base = static_cast<char*>(slot.address);
-        nccl::check(library, library.ReduceScatter(base, base + ((first + index) * chunk * item), chunk, type, nccl::kSum,
+        nccl::check(library,
+                    library.ReduceScatter(base, base + ((first + index) * chunk * item), chunk, type, nccl::kSum,
                                           slot.comm, slot.stream),
                     "ncclReduceScatter");
       });
@@ -181,7 +183,8 @@ class NcclCommunicator final : public Communicator {
         const auto [begin, end] = chunk(elements, total, owner);
         if (begin == end) continue;
         char* at = static_cast<char*>(slot.address) + (static_cast<std::size_t>(begin) * item);
-        nccl::check(library, library.Reduce(at, at, static_cast<std::size_t>(end - begin), type, nccl::kSum,
+        nccl::check(library,
+                    library.Reduce(at, at, static_cast<std::size_t>(end - begin), type, nccl::kSum,
                                    static_cast<int>(owner), slot.comm, slot.stream),
                     "ncclReduce");
       }
@@ -200,8 +203,10 @@ class NcclCommunicator final : public Communicator {
       const auto chunk = static_cast<std::size_t>(elements) / total;
       launch("ncclAllGather", tensors, [=](const nccl::Library& library, const Slot& slot, std::size_t index) {
         char* base = static_cast<char*>(slot.address);
-        nccl::check(library, library.AllGather(base + ((first + index) * chunk * item), base, chunk, type, slot.comm, slot.stream),
-                    "ncclAllGather");
+        nccl::check(
+            library,
+            library.AllGather(base + ((first + index) * chunk * item), base, chunk, type, slot.comm, slot.stream),
+            "ncclAllGather");
       });
       return;
     }
@@ -210,7 +215,8 @@ class NcclCommunicator final : public Communicator {
         const auto [begin, end] = chunk(elements, total, owner);
         if (begin == end) continue;
         char* at = static_cast<char*>(slot.address) + (static_cast<std::size_t>(begin) * item);
-        nccl::check(library, library.Broadcast(at, at, static_cast<std::size_t>(end - begin), type, static_cast<int>(owner),
+        nccl::check(library,
+                    library.Broadcast(at, at, static_cast<std::size_t>(end - begin), type, static_cast<int>(owner),
                                       slot.comm, slot.stream),
                     "ncclBroadcast");
       }
@@ -246,12 +252,12 @@ class NcclCommunicator final : public Communicator {
     const std::string what(call);
     for (std::size_t index = 0; index < tensors.size(); ++index) {
       CudaStream& stream = backend::cuda::cuda_stream(tensors[index].device().stream(0));
-      stream.enqueue_commands([state, shared_issue, index, timeout, what, library = &library_, comm = comms[index],
-                               tensor = tensors[index], stream = &stream]() {
-        // Under CUDA graph capture (cuda_graphs.hpp) the task refuses before it arrives: the capture fails and
-        // the stream reruns its segment eagerly, where the task arrives once. A captured arrival would be
-        // rerun too, arriving twice, and the last arrival issues onto the other participants' streams, which
-        // are not this worker's capture.
+      // Eager, never captured into a CUDA graph (cuda_graphs.hpp): the task meets the other participants' workers
+      // and must arrive exactly once; a capture's eager rerun would arrive twice, and the last arrival issues
+      // onto the other streams, which are not this worker's capture.
+      stream.enqueue_eager_commands([state, shared_issue, index, timeout, what, library = &library_,
+                                     comm = comms[index], tensor = tensors[index], stream = &stream]() {
+        // A guard for the contract above: refused before arriving, should the stream ever capture it.
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         backend::cuda::check(cudaStreamIsCapturing(stream->native(), &capture), "cudaStreamIsCapturing");
         if (capture != cudaStreamCaptureStatusNone) {

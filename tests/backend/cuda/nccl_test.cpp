@@ -39,7 +39,7 @@ class NcclLibraryScope {
  public:
   explicit NcclLibraryScope(const std::string& value) {
     if (const char* old = std::getenv("TP_NCCL_LIBRARY")) old_ = old;  // NOLINT(concurrency-mt-unsafe)
-    ::setenv("TP_NCCL_LIBRARY", value.c_str(), 1);                      // NOLINT(concurrency-mt-unsafe)
+    ::setenv("TP_NCCL_LIBRARY", value.c_str(), 1);                     // NOLINT(concurrency-mt-unsafe)
   }
   ~NcclLibraryScope() {
     if (old_) {
@@ -84,16 +84,16 @@ TEST(NcclLoading, TheToolkitsLibraryLoadsWithoutAGpu) {
 }
 
 // Skips unless NCCL loads (TP_NCCL_LIBRARY or the loader's path) and `gpus` GPUs are there.
-#define TP_REQUIRE_NCCL_GPUS(gpus)                                                                      \
-  do {                                                                                                  \
-    TP_REQUIRE_CUDA();                                                                                  \
-    const std::size_t found = ::tp::device::cuda_physical_devices().size();                             \
-    if (found < (gpus)) GTEST_SKIP() << "needs " << (gpus) << " GPUs, found " << found;                 \
-    try {                                                                                               \
-      static_cast<void>(nccl_version());                                                                \
-    } catch (const DeviceError& error) {                                                                \
-      GTEST_SKIP() << error.what();                                                                     \
-    }                                                                                                   \
+#define TP_REQUIRE_NCCL_GPUS(gpus)                                                      \
+  do {                                                                                  \
+    TP_REQUIRE_CUDA();                                                                  \
+    const std::size_t found = ::tp::device::cuda_physical_devices().size();             \
+    if (found < (gpus)) GTEST_SKIP() << "needs " << (gpus) << " GPUs, found " << found; \
+    try {                                                                               \
+      static_cast<void>(nccl_version());                                                \
+    } catch (const DeviceError& error) {                                                \
+      GTEST_SKIP() << error.what();                                                     \
+    }                                                                                   \
   } while (false)
 
 TEST(NcclCollectives, TwoLogicalDevicesOfOneGpuAreRefused) {
