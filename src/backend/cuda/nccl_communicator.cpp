@@ -250,6 +250,12 @@ class NcclCommunicator final : public Communicator {
     const std::chrono::milliseconds timeout = effective_timeout();
     const auto shared_issue = std::make_shared<const Issue>(std::move(issue));
     const std::string what(call);
+    // Every participant's task of one collective is enqueued before any of another's: two collectives started
+    // from two threads (the executor's inter-op threads) then reach every stream in the same order, as the
+    // rendezvous (and NCCL itself: the same order on every communicator) needs; interleaved, stream A could
+    // hold collective 1 before 2 and stream B 2 before 1, each worker waiting for the other.
+    static std::mutex enqueue_order;
+    const std::scoped_lock ordered(enqueue_order);
     for (std::size_t index = 0; index < tensors.size(); ++index) {
       CudaStream& stream = backend::cuda::cuda_stream(tensors[index].device().stream(0));
       // Eager, never captured into a CUDA graph (cuda_graphs.hpp): the task meets the other participants' workers
