@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """GPU twin of ../shared/peers/torch_mlp.py: the Keras-example MLP (784-512 relu-10) on Fashion-MNIST with
 PyTorch on one CUDA device, for scripts/gpu-check's side-by-side with `tensorpool train --devices cuda:0`.
 

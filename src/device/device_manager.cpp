@@ -451,8 +451,8 @@ void DeviceManager::materialise() {
                                "); the capacity of physical " + device.physical.str() + ", " +
                                format_bytes(options_.cuda_planning->capacity_bytes) + ", came from " +
                                options_.cuda_planning->source;
-      built.push_back(make_cuda_planning_device(device.id, device.capacity_bytes, config, options_.device_options,
-                                                note));
+      built.push_back(
+          make_cuda_planning_device(device.id, device.capacity_bytes, config, options_.device_options, note));
     } else if (device.id.kind == DeviceKind::cuda) {
       const std::vector<CudaProperties>& found = cuda_physical_devices();
       const auto physical = static_cast<std::size_t>(device.physical.index);

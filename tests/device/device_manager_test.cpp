@@ -486,9 +486,8 @@ TEST(DeviceManager, CudaWithoutVirtualMemoryFallsBackFromTheArenaToBfc) {
   ASSERT_EQ(grown, memory::AllocatorKind::expandable);
   EXPECT_EQ(cuda_allocator_for(grown, without_vmm), memory::AllocatorKind::bfc);
   EXPECT_EQ(cuda_allocator_for(grown, with_vmm), memory::AllocatorKind::expandable);
-  for (const memory::AllocatorKind kept :
-       {memory::AllocatorKind::bfc, memory::AllocatorKind::system, memory::AllocatorKind::cuda_malloc_async,
-        memory::AllocatorKind::managed}) {
+  for (const memory::AllocatorKind kept : {memory::AllocatorKind::bfc, memory::AllocatorKind::system,
+                                           memory::AllocatorKind::cuda_malloc_async, memory::AllocatorKind::managed}) {
     EXPECT_EQ(cuda_allocator_for(kept, without_vmm), kept);
     EXPECT_EQ(cuda_allocator_for(kept, with_vmm), kept);
   }

@@ -76,7 +76,15 @@ _BUFFER_RETURNS_TO_ITS_DEVICE = (
     "a Buffer's destructor is the one place its bytes return, through its Device (Device::release, a friend), "
     "and Tensor's transfers (from_host, to, copy_to_host) go through the device's streams; core's headers only "
     "forward-declare device::Device and device::Stream, so nothing above core leaks into its interface")
+# NCCL is a CUDA library: its communicator implements distribute's Communicator interface but must live in the
+# cuda backend (device-specific code only under src/backend/<name>/), and bootstraps across processes over the
+# MPI world (ARCHITECTURE.md: "NCCL (CUDA, bootstrapped over MPI)").
+_NCCL_COMMUNICATOR_IS_CUDA_CODE = "the NCCL communicator is the cuda backend's implementation of a distribute interface"
+
 ALLOWED: dict[tuple[str, str], str] = {
+    ("src/backend/cuda/nccl_communicator.cpp", "include/tensorpool/distribute/mpi.hpp"): _NCCL_COMMUNICATOR_IS_CUDA_CODE,
+    ("src/backend/cuda/nccl_communicator.cpp", "include/tensorpool/distribute/nccl.hpp"): _NCCL_COMMUNICATOR_IS_CUDA_CODE,
+    ("src/backend/no_cuda/nccl_unavailable.cpp", "include/tensorpool/distribute/nccl.hpp"): _NCCL_COMMUNICATOR_IS_CUDA_CODE,
     ("src/core/buffer.cpp", "include/tensorpool/device/device.hpp"): _BUFFER_RETURNS_TO_ITS_DEVICE,
     ("src/core/buffer.cpp", "include/tensorpool/device/stream.hpp"): _BUFFER_RETURNS_TO_ITS_DEVICE,
     ("src/core/tensor.cpp", "include/tensorpool/device/device.hpp"): _BUFFER_RETURNS_TO_ITS_DEVICE,

@@ -256,8 +256,8 @@ TEST(MemoryConfig, AFractionAboveOneOversubscribesOnlyManagedMemory) {
   MemoryConfig config;
   config.device = "cuda:0";
   config.fraction = 1.5;
-  for (const AllocatorKind kind : {AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system,
-                                   AllocatorKind::cuda_malloc_async}) {
+  for (const AllocatorKind kind :
+       {AllocatorKind::bfc, AllocatorKind::expandable, AllocatorKind::system, AllocatorKind::cuda_malloc_async}) {
     config.allocator = kind;
     expect_invalid([&] { config.validate(); }, {"fraction = 1.5", "managed", "(0, 1]"});
   }

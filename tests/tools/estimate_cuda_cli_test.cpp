@@ -91,7 +91,8 @@ TEST_F(EstimateCudaCli, PlansCudaDevicesOfTheGivenMemory) {
 TEST_F(EstimateCudaCli, TextOutputSaysThePlanIsForAGivenCapacity) {
   SKIP_WITHOUT_CUDA_BACKEND();
   if (gpu_present()) GTEST_SKIP() << "a GPU is present: cuda:0 plans as itself";
-  const CliRun run = run_cli("estimate --devices cuda:0 --strategy one --device-memory 80GiB", "env -u TP_CUDA_DEVICES");
+  const CliRun run =
+      run_cli("estimate --devices cuda:0 --strategy one --device-memory 80GiB", "env -u TP_CUDA_DEVICES");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("cuda:0: planning only: no GPU was present"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("came from --device-memory 80GiB"), std::string::npos) << run.output;
@@ -109,7 +110,8 @@ TEST_F(EstimateCudaCli, MirroredOverTwoPlanningDevices) {
     EXPECT_TRUE(device.at("planning_only").get<bool>());
     EXPECT_EQ(device.at("limit_bytes").get<std::size_t>(), std::size_t{4} << 30);
   }
-  EXPECT_EQ(estimate.at("devices").at(0).at("planned_peak_bytes"), estimate.at("devices").at(1).at("planned_peak_bytes"));
+  EXPECT_EQ(estimate.at("devices").at(0).at("planned_peak_bytes"),
+            estimate.at("devices").at(1).at("planned_peak_bytes"));
 }
 
 TEST_F(EstimateCudaCli, WithoutAGpuOrDeviceMemorySaysToPassIt) {
@@ -122,8 +124,8 @@ TEST_F(EstimateCudaCli, WithoutAGpuOrDeviceMemorySaysToPassIt) {
 
 TEST_F(EstimateCudaCli, TrainNeverRunsOnPlanningDevices) {
   if (gpu_present()) GTEST_SKIP() << "a GPU is present: train would run on it";
-  const CliRun run = run_cli("train --devices cuda:0 --strategy one --device-memory 8GiB --epochs 1",
-                             "env -u TP_CUDA_DEVICES");
+  const CliRun run =
+      run_cli("train --devices cuda:0 --strategy one --device-memory 8GiB --epochs 1", "env -u TP_CUDA_DEVICES");
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("cuda:0, which does not exist"), std::string::npos) << run.output;
   EXPECT_EQ(run.output.find("planning only"), std::string::npos) << run.output;

@@ -120,11 +120,11 @@ TEST(AllReduce, AutoChoosesNcclOnlyForCudaDevicesOnDistinctGpus) {
   EXPECT_EQ(shared.all_reduce, AllReduce::ring);
   EXPECT_NE(shared.reason.find("share the GPU cuda:0"), std::string::npos) << shared.reason;
   EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, sims, sims).all_reduce, AllReduce::ring);
-  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, {"cuda:0"}, {"cuda:0"}).all_reduce,
-            AllReduce::ring)
+  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, {"cuda:0"}, {"cuda:0"}).all_reduce, AllReduce::ring)
       << "one replica has nothing to reduce";
-  EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::automatic, {"cuda:0", "sim:0"}, {"cuda:0", "sim:0"}).all_reduce,
-            AllReduce::ring);
+  EXPECT_EQ(
+      choose_all_reduce(Kind::mirrored, AllReduce::automatic, {"cuda:0", "sim:0"}, {"cuda:0", "sim:0"}).all_reduce,
+      AllReduce::ring);
   EXPECT_EQ(choose_all_reduce(Kind::mirrored, AllReduce::ring, gpus, gpus).all_reduce, AllReduce::ring)
       << "an explicit ring stays";
   EXPECT_EQ(choose_all_reduce(Kind::multi_worker, AllReduce::automatic, {"cuda:0"}, {"cuda:0"}).all_reduce,
@@ -135,14 +135,17 @@ TEST(AllReduce, AutoChoosesNcclOnlyForCudaDevicesOnDistinctGpus) {
   EXPECT_EQ(choose_all_reduce(Kind::one, AllReduce::ring, {"cuda:0"}, {"cuda:0"}).all_reduce, AllReduce::ring);
   EXPECT_EQ(choose_all_reduce(Kind::parameter_server, AllReduce::none, gpus, gpus).all_reduce, AllReduce::none);
 
-  EXPECT_NE(message_of([&] { static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::nccl, gpus, one_gpu)); })
-                .find("use all_reduce ring"),
+  EXPECT_NE(message_of([&] {
+              static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::nccl, gpus, one_gpu));
+            }).find("use all_reduce ring"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::nccl, sims, sims)); })
-                .find("sim:0 is not a cuda device"),
+  EXPECT_NE(message_of([&] {
+              static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::nccl, sims, sims));
+            }).find("sim:0 is not a cuda device"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { static_cast<void>(choose_all_reduce(Kind::multi_worker, AllReduce::ring, sims, sims)); })
-                .find("must be auto, mpi or nccl"),
+  EXPECT_NE(message_of([&] {
+              static_cast<void>(choose_all_reduce(Kind::multi_worker, AllReduce::ring, sims, sims));
+            }).find("must be auto, mpi or nccl"),
             std::string::npos);
   EXPECT_THROW(static_cast<void>(choose_all_reduce(Kind::mirrored, AllReduce::mpi, sims, sims)), InvalidArgument);
 }

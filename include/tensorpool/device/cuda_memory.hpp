@@ -17,8 +17,8 @@ namespace tp::device {
 // regions; expandable: the virtual memory API's pages; cuda_malloc_async: the driver's pool; managed:
 // cudaMallocManaged), `capacity_bytes` of GPU `ordinal` (0 or above its total memory: tp::InvalidArgument).
 [[nodiscard]] std::unique_ptr<memory::MemoryStack> make_cuda_device_memory_stack(const memory::MemoryConfig& config,
-                                                                                std::size_t capacity_bytes,
-                                                                                int ordinal);
+                                                                                 std::size_t capacity_bytes,
+                                                                                 int ordinal);
 
 struct CudaMemoryInfo {
   std::size_t free_bytes = 0;   // cudaMemGetInfo

@@ -96,9 +96,9 @@ struct DeviceManagerOptions {
   // cuda:0..cuda:count-1, each of capacity_bytes, that plan steps and run none. A process with a GPU ignores
   // it (its real devices plan). Never set by `train`: nothing may run on them.
   struct CudaPlanning {
-    int count = 0;                 // 1..kMaxSimDevices
+    int count = 0;                   // 1..kMaxSimDevices
     std::size_t capacity_bytes = 0;  // > 0
-    std::string source;            // where the capacity came from, for the note ("--device-memory")
+    std::string source;              // where the capacity came from, for the note ("--device-memory")
   };
   std::optional<CudaPlanning> cuda_planning;
   std::optional<std::vector<DeviceId>> visible_devices;         // unset: all

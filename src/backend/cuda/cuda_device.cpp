@@ -165,8 +165,8 @@ void CudaDevice::prefetch_step(device::Stream& stream, std::span<const std::shar
       } catch (const DeviceError& error) {  // a hint: the kernels fault the pages in instead
         (void)cudaGetLastError();
         std::call_once(prefetch_warned_, [&] {
-          TP_LOG(warning, "cuda", name(), ": prefetching a step's managed memory failed; its pages fault in: ",
-                 error.what());
+          TP_LOG(warning, "cuda", name(),
+                 ": prefetching a step's managed memory failed; its pages fault in: ", error.what());
         });
         return;
       }

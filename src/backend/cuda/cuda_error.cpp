@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cuda/cuda_error.hpp"
 
-#include <cstdio>
-
 #include "backend/cuda/cuda_driver.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/core/log.hpp"
 
 namespace tp::backend::cuda {
 
@@ -60,21 +59,20 @@ bool is_shutting_down(CUresult status) noexcept { return status == CUDA_ERROR_DE
 
 void report_teardown_failure(cudaError_t status, const char* call) noexcept {
   if (status == cudaSuccess || is_shutting_down(status)) return;
-  std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, cudaGetErrorName(status),
-               static_cast<int>(status), cudaGetErrorString(status));
+  TP_LOG(error, "cuda", call, " failed: ", cudaGetErrorName(status), " (", static_cast<int>(status),
+         "): ", cudaGetErrorString(status));
 }
 
 void report_teardown_failure(CUresult status, const char* call) noexcept {
   if (status == CUDA_SUCCESS || is_shutting_down(status)) return;
   const DriverStatusWords words = words_of(status);
-  std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, words.name, static_cast<int>(status),
-               words.text);
+  TP_LOG(error, "cuda", call, " failed: ", words.name, " (", static_cast<int>(status), "): ", words.text);
 }
 
 void report_teardown_failure(cublasStatus_t status, const char* call) noexcept {
   if (status == CUBLAS_STATUS_SUCCESS) return;  // cuBLASLt has no status of its own for an exiting process
-  std::fprintf(stderr, "tensorpool: %s failed: %s (%d): %s\n", call, cublasLtGetStatusName(status),
-               static_cast<int>(status), cublasLtGetStatusString(status));
+  TP_LOG(error, "cuda", call, " failed: ", cublasLtGetStatusName(status), " (", static_cast<int>(status),
+         "): ", cublasLtGetStatusString(status));
 }
 
 }  // namespace tp::backend::cuda

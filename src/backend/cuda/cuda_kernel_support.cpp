@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_error.hpp"
-#include "tensorpool/device/device.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/device/device.hpp"
 
 namespace tp::backend::cuda::support {
 
@@ -116,8 +116,8 @@ class StatusSlot {
 
 }  // namespace
 
-void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, const Tensor& labels,
-                  std::int64_t rows, std::int64_t cols) {
+void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, const Tensor& labels, std::int64_t rows,
+                  std::int64_t cols) {
   if (rows == 0) return;
   StreamScratch& scratch = scratch_of(stream);
   // A slot of its own: the single device word is rewritten by the next check's kernel (stream order keeps the
@@ -126,8 +126,7 @@ void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, 
   check_launch(kernels::launch_check_labels(labels.data(), labels.dtype() == DType::i64, rows, cols,
                                             scratch.status_device, native),
                "launch_check_labels");
-  check(cudaMemcpyAsync(slot->words(), scratch.status_device, 2 * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
-                        native),
+  check(cudaMemcpyAsync(slot->words(), scratch.status_device, 2 * sizeof(std::int64_t), cudaMemcpyDeviceToHost, native),
         "cudaMemcpyAsync (label check)");
   // Registered only once the copy is enqueued: a throw above returns the slot, nothing writes it.
   stream.after_completion([slot, op = std::string(op), cols] {

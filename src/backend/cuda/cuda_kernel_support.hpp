@@ -79,7 +79,7 @@ inline constexpr std::size_t kMatmulWorkspaceBytes = std::size_t{32} << 20;
 // bad row and its label when a label lies outside [0, cols): the CPU kernels' refusal, found on the device.
 // Nothing waits for the device here: the completer reads the slot once the command's work has completed (the
 // kernels behind it give a bad row NaN and never index outside it).
-void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, const Tensor& labels,
-                  std::int64_t rows, std::int64_t cols);
+void check_labels(CudaStream& stream, cudaStream_t native, std::string_view op, const Tensor& labels, std::int64_t rows,
+                  std::int64_t cols);
 
 }  // namespace tp::backend::cuda::support

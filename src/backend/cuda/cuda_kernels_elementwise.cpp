@@ -42,8 +42,8 @@ void binary(device::Stream& stream, const BinaryArgs& args) {
   const int broadcast = args.broadcast == BinaryBroadcast::same ? 0 : args.broadcast == BinaryBroadcast::row ? 1 : 2;
   const std::int64_t cols = args.broadcast == BinaryBroadcast::row ? args.y.shape().dim(0) : 1;
   enqueue(stream, [args, op, broadcast, cols](cudaStream_t native) {
-    check_launch(kernels::launch_binary(kernel_dtype(args.x.dtype()), op, broadcast, address(args.x),
-                                        address(args.y), address(args.out), elements(args.x), cols, native),
+    check_launch(kernels::launch_binary(kernel_dtype(args.x.dtype()), op, broadcast, address(args.x), address(args.y),
+                                        address(args.out), elements(args.x), cols, native),
                  "launch_binary");
   });
 }
@@ -115,10 +115,10 @@ void broadcast_axis(device::Stream& stream, const BroadcastAxisArgs& args) {
                                          : 1.0 / static_cast<double>(extent.axis);
   }
   enqueue(stream, [args, extent, alpha](cudaStream_t native) {
-    check_launch(kernels::launch_broadcast_axis(kernel_dtype(args.x.dtype()), address(args.x), address(args.out),
-                                                extent.axis, extent.inner, alpha,
-                                                extent.outer * extent.axis * extent.inner, native),
-                 "launch_broadcast_axis");
+    check_launch(
+        kernels::launch_broadcast_axis(kernel_dtype(args.x.dtype()), address(args.x), address(args.out), extent.axis,
+                                       extent.inner, alpha, extent.outer * extent.axis * extent.inner, native),
+        "launch_broadcast_axis");
   });
 }
 

@@ -138,11 +138,11 @@ void sgd(device::Stream& stream, const SgdArgs& args) {
 void adam(device::Stream& stream, const AdamArgs& args) {
   enqueue(stream, [args](cudaStream_t native) {
     const kernels::AdamHyper hyper = adam_hyper_of(args.param.dtype(), "adam_update", args.options, args.step);
-    check_launch(kernels::launch_adam(kernel_dtype(args.param.dtype()), kernel_dtype(args.grad.dtype()),
-                                      static_cast<const float*>(address(args.apply)), address(args.param),
-                                      address(args.grad), address(args.m), address(args.v), hyper,
-                                      elements(args.param), native),
-                 "launch_adam");
+    check_launch(
+        kernels::launch_adam(kernel_dtype(args.param.dtype()), kernel_dtype(args.grad.dtype()),
+                             static_cast<const float*>(address(args.apply)), address(args.param), address(args.grad),
+                             address(args.m), address(args.v), hyper, elements(args.param), native),
+        "launch_adam");
   });
 }
 
@@ -153,10 +153,10 @@ void adam(device::Stream& stream, const AdamArgs& args) {
 void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args) {
   Tensor accumulator;
   if (args.grads.size() > static_cast<std::size_t>(kernels::kPeerSumInputs) && args.param.num_elements() > 0) {
-    accumulator = Tensor::empty(
-        args.param.shape(), args.param.dtype(), stream.device(),
-        TensorTag{.name = "adam_across_peers gradient sum", .kind = memory::AllocationKind::temporary,
-                  .op = "AdamUpdateAcrossPeers"});
+    accumulator = Tensor::empty(args.param.shape(), args.param.dtype(), stream.device(),
+                                TensorTag{.name = "adam_across_peers gradient sum",
+                                          .kind = memory::AllocationKind::temporary,
+                                          .op = "AdamUpdateAcrossPeers"});
   }
   enqueue(stream, [args, accumulator](cudaStream_t native) {
     if (args.grads.empty()) {
@@ -192,8 +192,8 @@ void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args) 
       mirrors.m[k] = support::peer_address(mirror.m);
       mirrors.v[k] = support::peer_address(mirror.v);
     }
-    check_launch(kernels::launch_adam_summed(dtype, address(args.param), grads, count, address(args.m),
-                                             address(args.v), mirrors, fused, hyper, n, native),
+    check_launch(kernels::launch_adam_summed(dtype, address(args.param), grads, count, address(args.m), address(args.v),
+                                             mirrors, fused, hyper, n, native),
                  "launch_adam_summed");
     const std::size_t bytes = args.param.nbytes();
     for (std::size_t k = static_cast<std::size_t>(fused); k < args.mirrors.size(); ++k) {

@@ -51,11 +51,11 @@ void cross_entropy(device::Stream& stream, const CrossEntropyArgs& args) {
   CudaStream& cuda = cuda_stream(stream);
   enqueue(stream, [args, rows, cols, &cuda](cudaStream_t native) {
     support::check_labels(cuda, native, "cross_entropy", args.labels, rows, cols);
-    check_launch(kernels::launch_cross_entropy(kernel_dtype(args.input.dtype()),
-                                               args.kind == ops::CrossEntropyInput::logits, address(args.input),
-                                               address(args.labels), args.labels.dtype() == DType::i64,
-                                               address(args.loss), address(args.gradient), rows, cols, native),
-                 "launch_cross_entropy");
+    check_launch(
+        kernels::launch_cross_entropy(kernel_dtype(args.input.dtype()), args.kind == ops::CrossEntropyInput::logits,
+                                      address(args.input), address(args.labels), args.labels.dtype() == DType::i64,
+                                      address(args.loss), address(args.gradient), rows, cols, native),
+        "launch_cross_entropy");
   });
 }
 
@@ -79,10 +79,10 @@ void reduce(device::Stream& stream, const ReduceArgs& args) {
   if (args.reduction == ops::Reduction::max) check_axis("reduce_max", args.extent);
   const int code = args.reduction == ops::Reduction::sum ? 0 : args.reduction == ops::Reduction::mean ? 1 : 2;
   enqueue(stream, [args, code](cudaStream_t native) {
-    check_launch(kernels::launch_reduce(kernel_dtype(args.x.dtype()), code, address(args.x), address(args.out),
-                                        args.extent.axis, args.extent.inner, args.extent.outer * args.extent.inner,
-                                        native),
-                 "launch_reduce");
+    check_launch(
+        kernels::launch_reduce(kernel_dtype(args.x.dtype()), code, address(args.x), address(args.out), args.extent.axis,
+                               args.extent.inner, args.extent.outer * args.extent.inner, native),
+        "launch_reduce");
   });
 }
 

@@ -80,7 +80,8 @@ class Plan {
     // Host-side descriptors (destroyed at exit with the plan cache): a failure is reported, nothing more.
     if (desc != nullptr) report_teardown_failure(cublasLtMatmulDescDestroy(desc), "cublasLtMatmulDescDestroy");
     for (cublasLtMatrixLayout_t layout : {layout_a, layout_b, layout_c}) {
-      if (layout != nullptr) report_teardown_failure(cublasLtMatrixLayoutDestroy(layout), "cublasLtMatrixLayoutDestroy");
+      if (layout != nullptr)
+        report_teardown_failure(cublasLtMatrixLayoutDestroy(layout), "cublasLtMatrixLayoutDestroy");
     }
   }
 
@@ -134,7 +135,8 @@ std::unique_ptr<Plan> build_plan(cublasLtHandle_t handle, const PlanKey& key) {
 
   cublasLtMatmulPreference_t preference = nullptr;
   check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
-  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                        cublasStatus_t (*)(cublasLtMatmulPreference_t)>
       owned(preference, &cublasLtMatmulPreferenceDestroy);
   const std::size_t workspace = support::kMatmulWorkspaceBytes;
   check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
@@ -153,8 +155,9 @@ std::unique_ptr<Plan> build_plan(cublasLtHandle_t handle, const PlanKey& key) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c, preference, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
+                                     preference, 1, &result, &found);
   // No algorithm for this shape and alignment (CUBLAS_STATUS_NOT_SUPPORTED, or none found): the plan says so
   // and the product runs on the fallback kernel.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
@@ -188,16 +191,24 @@ void matmul(device::Stream& stream, const MatmulArgs& args) {
     }
     const void* a = args.a.data();
     const void* b = args.b.data();
-    const PlanKey key{cuda.ordinal(), args.a.dtype(), args.transpose_a, args.transpose_b,
-                      args.a.dtype() == DType::f32 && tf32_enabled(), args.m, args.n, args.k, alignment_of(a),
-                      alignment_of(b), alignment_of(out)};
+    const PlanKey key{cuda.ordinal(),
+                      args.a.dtype(),
+                      args.transpose_a,
+                      args.transpose_b,
+                      args.a.dtype() == DType::f32 && tf32_enabled(),
+                      args.m,
+                      args.n,
+                      args.k,
+                      alignment_of(a),
+                      alignment_of(b),
+                      alignment_of(out)};
     const cublasLtHandle_t handle = lt_handle(key.ordinal);
     const Plan& plan = plan_for(handle, key);
     if (plan.fallback) {
-      support::check_launch(kernels::launch_matmul_fallback(support::kernel_dtype(key.dtype), args.transpose_a,
-                                                             args.transpose_b, a, b, out, args.m, args.n, args.k,
-                                                             native),
-                            "launch_matmul_fallback");
+      support::check_launch(
+          kernels::launch_matmul_fallback(support::kernel_dtype(key.dtype), args.transpose_a, args.transpose_b, a, b,
+                                          out, args.m, args.n, args.k, native),
+          "launch_matmul_fallback");
       return;
     }
     void* workspace = support::matmul_workspace(support::scratch_of(cuda));

@@ -5,7 +5,6 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -35,8 +34,8 @@ std::string free_words(int ordinal) {
     static_cast<void>(cudaGetLastError());
     return "";
   }
-  return "; the driver reports " + format_bytes(free) + " free of " + format_bytes(total) + " on cuda:" +
-         std::to_string(ordinal);
+  return "; the driver reports " + format_bytes(free) + " free of " + format_bytes(total) +
+         " on cuda:" + std::to_string(ordinal);
 }
 
 // The other GPUs that can reach device `ordinal`'s memory (cudaDeviceCanAccessPeer): the pool's and the VMM
@@ -138,14 +137,14 @@ class CudaPageDriver final : public PageDriver {
     if (status == cudaSuccess) status = cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice);
     if (status == cudaSuccess) status = cudaDeviceSynchronize();  // a device-to-device cudaMemcpy may return early
     if (status != cudaSuccess) {  // reported whatever the status: the process stops here
-      std::fprintf(stderr, "tensorpool: cudaMemcpy (expandable arena compaction) failed: %s (%d): %s\n",
-                   cudaGetErrorName(status), static_cast<int>(status), cudaGetErrorString(status));
+      TP_LOG(error, "cuda", "cudaMemcpy (expandable arena compaction) failed: ", cudaGetErrorName(status), " (",
+             static_cast<int>(status), "): ", cudaGetErrorString(status));
       std::abort();
     }
   }
   std::string describe_refusal(const char* call) const override {
-    return std::string(call) + " refused a " + format_bytes(granularity_) + " page on cuda:" +
-           std::to_string(ordinal_) + " (out of memory)" + free_words(ordinal_);
+    return std::string(call) + " refused a " + format_bytes(granularity_) +
+           " page on cuda:" + std::to_string(ordinal_) + " (out of memory)" + free_words(ordinal_);
   }
 
  private:
@@ -198,7 +197,7 @@ void CudaRegionResource::refuse(std::size_t bytes, std::size_t rounded, const me
     std::lock_guard lock(mutex_);
     ++stats_.num_ooms;
     report = OutOfMemoryReport::for_request(name(), bytes, rounded, tag, capacity_, stats_.bytes_in_use,
-                                                    stats_.bytes_reserved);
+                                            stats_.bytes_reserved);
     report.largest_free_block = capacity_ > stats_.bytes_reserved ? capacity_ - stats_.bytes_reserved : 0;
   }
   report.detail = detail;
@@ -215,8 +214,7 @@ void* CudaRegionResource::do_allocate(std::size_t bytes, std::size_t /*alignment
     const std::size_t used = stats_.bytes_reserved + pending_;
     if (used > capacity_ || rounded > capacity_ - used) {
       ++stats_.num_ooms;
-      auto report =
-          OutOfMemoryReport::for_request(name(), bytes, rounded, tag, capacity_, stats_.bytes_in_use, used);
+      auto report = OutOfMemoryReport::for_request(name(), bytes, rounded, tag, capacity_, stats_.bytes_in_use, used);
       report.largest_free_block = capacity_ > used ? capacity_ - used : 0;
       report.detail = name() + ": " + format_bytes(rounded) + " more would exceed the " +
                       (kind_ == Kind::managed ? "managed-memory budget" : "device's share") + " of " +
@@ -238,8 +236,9 @@ void* CudaRegionResource::do_allocate(std::size_t bytes, std::size_t /*alignment
   if (status != cudaSuccess) {
     if (is_out_of_memory(status)) {
       static_cast<void>(cudaGetLastError());  // clears the (non-sticky) error so later calls do not see it
-      refuse(bytes, rounded, tag, std::string(call) + " of " + format_bytes(bytes) + " refused: " +
-                                      cudaGetErrorName(status) + free_words(ordinal_));
+      refuse(bytes, rounded, tag,
+             std::string(call) + " of " + format_bytes(bytes) + " refused: " + cudaGetErrorName(status) +
+                 free_words(ordinal_));
     }
     check(status, call);
   }
@@ -287,8 +286,9 @@ CudaAsyncPoolResource::CudaAsyncPoolResource(int ordinal, std::size_t budget_byt
     : MemoryResource(std::move(name)), ordinal_(ordinal), budget_(budget_bytes) {
   set_device(ordinal_);
   if (device_attribute(cudaDevAttrMemoryPoolsSupported, ordinal_, "cudaDevAttrMemoryPoolsSupported") == 0) {
-    TP_THROW(InvalidArgument, "memory", this->name(), ": allocator = cuda_malloc_async needs memory pools, which cuda:",
-             ordinal_, " does not support (cudaDevAttrMemoryPoolsSupported = 0); use allocator = bfc");
+    TP_THROW(InvalidArgument, "memory", this->name(),
+             ": allocator = cuda_malloc_async needs memory pools, which cuda:", ordinal_,
+             " does not support (cudaDevAttrMemoryPoolsSupported = 0); use allocator = bfc");
   }
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
@@ -347,8 +347,8 @@ void* CudaAsyncPoolResource::do_allocate(std::size_t bytes, std::size_t /*alignm
     static_cast<void>(cudaGetLastError());
     ooms_.fetch_add(1, std::memory_order_relaxed);
     const PoolAttributes pool = attributes();
-    auto report = OutOfMemoryReport::for_request(name(), bytes, bytes, tag, budget_, pool.used_current,
-                                                         pool.reserved_current);
+    auto report =
+        OutOfMemoryReport::for_request(name(), bytes, bytes, tag, budget_, pool.used_current, pool.reserved_current);
     report.largest_free_block = pool.reserved_current - std::min(pool.reserved_current, pool.used_current);
     report.detail = "cudaMallocFromPoolAsync of " + format_bytes(bytes) + " refused: " + cudaGetErrorName(status) +
                     free_words(ordinal_);
@@ -423,7 +423,7 @@ void* CudaPinnedHostResource::do_allocate(std::size_t bytes, std::size_t /*align
       std::lock_guard lock(mutex_);
       ++stats_.num_ooms;
       report = OutOfMemoryReport::for_request(name(), bytes, rounded, tag, std::nullopt, stats_.bytes_in_use,
-                                                      stats_.bytes_reserved);
+                                              stats_.bytes_reserved);
     }
     report.detail = std::string("cudaHostAlloc(cudaHostAllocPortable) refused: ") + cudaGetErrorName(status);
     throw OutOfMemoryError(std::move(report));
@@ -497,10 +497,10 @@ std::unique_ptr<memory::MemoryStack> make_cuda_memory_stack(const memory::Memory
   switch (config.allocator) {
     case AllocatorKind::bfc:
     case AllocatorKind::system:
-      return memory::make_memory_stack(
-          config, std::make_unique<CudaRegionResource>(CudaRegionResource::Kind::device, ordinal, capacity_bytes,
-                                                       config.device),
-          nullptr, capacity_bytes);
+      return memory::make_memory_stack(config,
+                                       std::make_unique<CudaRegionResource>(CudaRegionResource::Kind::device, ordinal,
+                                                                            capacity_bytes, config.device),
+                                       nullptr, capacity_bytes);
     case AllocatorKind::expandable: {
       if (!virtual_memory_supported(ordinal)) {
         TP_THROW(InvalidArgument, "memory", config.device,
@@ -521,8 +521,9 @@ std::unique_ptr<memory::MemoryStack> make_cuda_memory_stack(const memory::Memory
     }
     case AllocatorKind::managed: {
       if (device_attribute(cudaDevAttrManagedMemory, ordinal, "cudaDevAttrManagedMemory") == 0) {
-        TP_THROW(InvalidArgument, "memory", config.device, ": allocator = managed needs managed memory, which cuda:",
-                 ordinal, " does not support (cudaDevAttrManagedMemory = 0); use allocator = bfc");
+        TP_THROW(InvalidArgument, "memory", config.device,
+                 ": allocator = managed needs managed memory, which cuda:", ordinal,
+                 " does not support (cudaDevAttrManagedMemory = 0); use allocator = bfc");
       }
       // A managed budget above what the GPU has free can hang the GPU when it is not asked for: only an
       // explicit fraction above 1 may oversubscribe.
@@ -536,7 +537,8 @@ std::unique_ptr<memory::MemoryStack> make_cuda_memory_stack(const memory::Memory
                  " fraction above 1");
       }
       return memory::make_memory_stack(
-          config, std::make_unique<CudaRegionResource>(CudaRegionResource::Kind::managed, ordinal, budget, config.device),
+          config,
+          std::make_unique<CudaRegionResource>(CudaRegionResource::Kind::managed, ordinal, budget, config.device),
           nullptr, capacity_bytes);
     }
   }

@@ -16,7 +16,8 @@ namespace {
 // The GPU `ordinal`, refused with the reason when there is none.
 const CudaProperties& require_gpu(int ordinal, const char* what) {
   const std::vector<CudaProperties>& gpus = cuda_physical_devices();
-  if (gpus.empty()) TP_THROW(DeviceError, "cuda", "cannot ", what, " of cuda:", ordinal, ": ", cuda_unavailable_reason());
+  if (gpus.empty())
+    TP_THROW(DeviceError, "cuda", "cannot ", what, " of cuda:", ordinal, ": ", cuda_unavailable_reason());
   if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= gpus.size()) {
     TP_THROW(InvalidArgument, "cuda", "cuda:", ordinal, " does not exist: this machine has ", gpus.size(),
              " CUDA device(s), cuda:0 to cuda:", gpus.size() - 1);
@@ -27,7 +28,7 @@ const CudaProperties& require_gpu(int ordinal, const char* what) {
 }  // namespace
 
 std::unique_ptr<memory::MemoryStack> make_cuda_device_memory_stack(const memory::MemoryConfig& config,
-                                                                  std::size_t capacity_bytes, int ordinal) {
+                                                                   std::size_t capacity_bytes, int ordinal) {
   const CudaProperties& gpu = require_gpu(ordinal, "build the memory");
   if (capacity_bytes == 0 || capacity_bytes > gpu.total_bytes) {
     TP_THROW(InvalidArgument, "cuda", "capacity of ", format_bytes(capacity_bytes), " for cuda:", ordinal,

@@ -56,7 +56,7 @@ class CudaRegionResource final : public memory::MemoryResource {
   const Kind kind_;
   const int ordinal_;
   const std::size_t capacity_;
-  mutable std::mutex mutex_;  // guards stats_ and pending_
+  mutable std::mutex mutex_;   // guards stats_ and pending_
   memory::MemoryStats stats_;  // bytes_reserved + pending_ is what counts against capacity_
   std::size_t pending_ = 0;    // bytes of requests the driver is serving now
 };

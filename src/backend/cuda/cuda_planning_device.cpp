@@ -118,8 +118,8 @@ std::unique_ptr<Device> make_cuda_planning_device(DeviceId id, std::size_t capac
           ? memory::make_memory_stack(config, nullptr,
                                       std::make_unique<memory::SimDeviceMemory>(capacity_bytes, config.device),
                                       capacity_bytes)
-          : memory::make_memory_stack(config, std::make_unique<backend::cuda::PlanningSource>(config.device,
-                                                                                            capacity_bytes),
+          : memory::make_memory_stack(config,
+                                      std::make_unique<backend::cuda::PlanningSource>(config.device, capacity_bytes),
                                       nullptr, capacity_bytes);
   return std::make_unique<backend::cuda::CudaPlanningDevice>(id, capacity_bytes, std::move(memory), options,
                                                              std::move(note));

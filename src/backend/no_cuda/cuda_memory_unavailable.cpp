@@ -7,7 +7,7 @@
 namespace tp::device {
 
 std::unique_ptr<memory::MemoryStack> make_cuda_device_memory_stack(const memory::MemoryConfig& /*config*/,
-                                                                  std::size_t /*capacity_bytes*/, int ordinal) {
+                                                                   std::size_t /*capacity_bytes*/, int ordinal) {
   TP_THROW(DeviceError, "cuda", "cannot build the memory of cuda:", ordinal, ": ", cuda_unavailable_reason());
 }
 

@@ -84,8 +84,10 @@ __device__ inline To convert(V v) {
     if constexpr (kLong) return __ll2float_rn(v);
     if constexpr (std::is_same_v<V, std::uint8_t>) return static_cast<float>(v);
   } else if constexpr (std::is_same_v<To, double>) {
-    if constexpr (kLong) return __ll2double_rn(v);
-    else return static_cast<double>(v);  // exact
+    if constexpr (kLong)
+      return __ll2double_rn(v);
+    else
+      return static_cast<double>(v);  // exact
   } else if constexpr (std::is_same_v<To, __half>) {
     if constexpr (kFloat) return to_half(v);
     if constexpr (kDouble) return to_half(round_to_odd(v));
@@ -99,8 +101,10 @@ __device__ inline To convert(V v) {
   } else if constexpr (std::is_same_v<To, Bool>) {
     return Bool{static_cast<std::uint8_t>(v != V{0} ? 1 : 0)};
   } else {  // an integer destination
-    if constexpr (kFloat || kDouble) return truncate_saturating<To>(v);
-    else return clamp_integer<To>(v);
+    if constexpr (kFloat || kDouble)
+      return truncate_saturating<To>(v);
+    else
+      return clamp_integer<To>(v);
   }
 }
 
@@ -132,8 +136,8 @@ cudaError_t launch_cast(Dtype from, Dtype to, const void* x, void* out, std::int
     using From = TP_TYPE_OF(source_tag);
     return with_storage(to, [&](auto* target_tag) {
       using To = TP_TYPE_OF(target_tag);
-      cast_kernel<From, To><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const From*>(x),
-                                                                    static_cast<To*>(out), n);
+      cast_kernel<From, To>
+          <<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const From*>(x), static_cast<To*>(out), n);
       return launched();
     });
   });

@@ -120,8 +120,8 @@ cudaError_t launch_binary(Dtype dtype, int op, int broadcast, const void* x, con
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
     binary_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(op, broadcast, static_cast<const T*>(x),
-                                                             static_cast<const T*>(y), static_cast<T*>(out), n,
-                                                             cols > 0 ? cols : 1);
+                                                              static_cast<const T*>(y), static_cast<T*>(out), n,
+                                                              cols > 0 ? cols : 1);
     return launched();
   });
 }
@@ -131,7 +131,7 @@ cudaError_t launch_scale(Dtype dtype, const void* x, double alpha, void* out, st
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
     scale_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T>(alpha),
-                                                            static_cast<T*>(out), n);
+                                                             static_cast<T*>(out), n);
     return launched();
   });
 }
@@ -141,7 +141,7 @@ cudaError_t launch_add_scaled(Dtype dtype, void* y, double alpha, const void* x,
   return with_float_storage(dtype, [&](auto* tag) {
     using S = TP_TYPE_OF(tag);
     add_scaled_kernel<S><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<S*>(y), static_cast<Compute<S>>(alpha),
-                                                                 static_cast<const S*>(x), n);
+                                                                  static_cast<const S*>(x), n);
     return launched();
   });
 }
@@ -162,8 +162,8 @@ cudaError_t launch_broadcast_axis(Dtype dtype, const void* x, void* out, std::in
   if (n <= 0) return cudaSuccess;
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
-    broadcast_axis_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(out), axis, inner, static_cast<T>(alpha), n);
+    broadcast_axis_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out),
+                                                                      axis, inner, static_cast<T>(alpha), n);
     return launched();
   });
 }
@@ -174,7 +174,7 @@ cudaError_t launch_scale_rows(Dtype dtype, const void* x, const void* s, void* o
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
     scale_rows_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(s),
-                                                                 static_cast<T*>(out), cols, n);
+                                                                  static_cast<T*>(out), cols, n);
     return launched();
   });
 }
@@ -194,18 +194,18 @@ cudaError_t launch_relu_grad(Dtype dtype, const void* dy, const void* x, void* d
   return with_float_storage(dtype, [&](auto* tag) {
     using S = TP_TYPE_OF(tag);
     relu_grad_kernel<S><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const S*>(dy), static_cast<const S*>(x),
-                                                                static_cast<S*>(dx), n);
+                                                                 static_cast<S*>(dx), n);
     return launched();
   });
 }
 
-cudaError_t launch_bias_add(Dtype dtype, const void* x, const void* bias, void* out, std::int64_t cols,
-                            std::int64_t n, cudaStream_t stream) {
+cudaError_t launch_bias_add(Dtype dtype, const void* x, const void* bias, void* out, std::int64_t cols, std::int64_t n,
+                            cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   return with_float_storage(dtype, [&](auto* tag) {
     using S = TP_TYPE_OF(tag);
-    bias_add_kernel<S><<<grid_blocks(n), kThreads, 0, stream>>>(
-        static_cast<const S*>(x), static_cast<const S*>(bias), static_cast<S*>(out), cols > 0 ? cols : 1, n);
+    bias_add_kernel<S><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const S*>(x), static_cast<const S*>(bias),
+                                                                static_cast<S*>(out), cols > 0 ? cols : 1, n);
     return launched();
   });
 }
@@ -215,8 +215,8 @@ cudaError_t launch_bias_add_grad(Dtype dtype, const void* dy, void* dbias, std::
   if (cols <= 0) return cudaSuccess;
   return with_float_storage(dtype, [&](auto* tag) {
     using S = TP_TYPE_OF(tag);
-    bias_add_grad_kernel<S><<<grid_blocks(cols), kThreads, 0, stream>>>(static_cast<const S*>(dy),
-                                                                       static_cast<S*>(dbias), rows, cols);
+    bias_add_grad_kernel<S>
+        <<<grid_blocks(cols), kThreads, 0, stream>>>(static_cast<const S*>(dy), static_cast<S*>(dbias), rows, cols);
     return launched();
   });
 }
@@ -232,8 +232,8 @@ cudaError_t launch_all_finite(Dtype dtype, const void* x, float* out, std::int64
           out, n);
       return launched();
     case Dtype::f32:
-      all_finite_kernel<std::uint32_t><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const std::uint32_t*>(x),
-                                                                                0x7F800000U, out, n);
+      all_finite_kernel<std::uint32_t>
+          <<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const std::uint32_t*>(x), 0x7F800000U, out, n);
       return launched();
     case Dtype::f64:
       all_finite_kernel<std::uint64_t><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const std::uint64_t*>(x),

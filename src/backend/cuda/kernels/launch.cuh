@@ -43,11 +43,10 @@ cudaError_t launch_scale_rows(Dtype dtype, const void* x, const void* s, void* o
                               cudaStream_t stream);
 // y = x <= 0 ? 0 : x (NaN passes) and dx = x > 0 ? dy : 0 (f32, f64, f16, bf16).
 cudaError_t launch_relu(Dtype dtype, const void* x, void* out, std::int64_t n, cudaStream_t stream);
-cudaError_t launch_relu_grad(Dtype dtype, const void* dy, const void* x, void* dx, std::int64_t n,
-                             cudaStream_t stream);
+cudaError_t launch_relu_grad(Dtype dtype, const void* dy, const void* x, void* dx, std::int64_t n, cudaStream_t stream);
 // out[r, c] = x[r, c] + bias[c]; dbias[c] = sum over rows of dy[r, c] in double, in row order, rounded once.
-cudaError_t launch_bias_add(Dtype dtype, const void* x, const void* bias, void* out, std::int64_t cols,
-                            std::int64_t n, cudaStream_t stream);
+cudaError_t launch_bias_add(Dtype dtype, const void* x, const void* bias, void* out, std::int64_t cols, std::int64_t n,
+                            cudaStream_t stream);
 cudaError_t launch_bias_add_grad(Dtype dtype, const void* dy, void* dbias, std::int64_t rows, std::int64_t cols,
                                  cudaStream_t stream);
 // out (float32 scalar) = 1 when every element of x (f32, f64, f16, bf16) is finite, else 0: out set to 1, then
@@ -78,15 +77,14 @@ cudaError_t launch_softmax(Dtype dtype, const void* x, void* out, std::int64_t r
 // form (clip to [1e-7, 1 - 1e-7]). gradient may be null. A row with a label out of range gets NaN (and is
 // reported by launch_check_labels, run first).
 cudaError_t launch_cross_entropy(Dtype dtype, bool from_logits, const void* x, const void* labels, bool labels_64,
-                                 void* loss, void* gradient, std::int64_t rows, std::int64_t cols,
-                                 cudaStream_t stream);
+                                 void* loss, void* gradient, std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 // out[0] (float32) = rows whose first maximum (the first NaN if any) equals the label. One block.
 cudaError_t launch_correct_count(Dtype dtype, const void* x, const void* labels, bool labels_64, float* out,
                                  std::int64_t rows, std::int64_t cols, cudaStream_t stream);
 // reduction: 0 sum, 1 mean, 2 max over the middle axis of [outer, axis, inner]; one thread per output, in
 // order, summing in double. n = outer * inner.
-cudaError_t launch_reduce(Dtype dtype, int reduction, const void* x, void* out, std::int64_t axis,
-                          std::int64_t inner, std::int64_t n, cudaStream_t stream);
+cudaError_t launch_reduce(Dtype dtype, int reduction, const void* x, void* out, std::int64_t axis, std::int64_t inner,
+                          std::int64_t n, cudaStream_t stream);
 // out (int64) = index of the first maximum (or the first NaN) over the middle axis; axis >= 1.
 cudaError_t launch_argmax(Dtype dtype, const void* x, std::int64_t* out, std::int64_t axis, std::int64_t inner,
                           std::int64_t n, cudaStream_t stream);
@@ -111,8 +109,8 @@ cudaError_t launch_sgd(Dtype param_dtype, Dtype grad_dtype, const float* apply, 
 struct AdamHyper {
   double alpha, one_minus_beta1, one_minus_beta2, epsilon;
 };
-cudaError_t launch_adam(Dtype param_dtype, Dtype grad_dtype, const float* apply, void* param, const void* grad,
-                        void* m, void* v, const AdamHyper& hyper, std::int64_t n, cudaStream_t stream);
+cudaError_t launch_adam(Dtype param_dtype, Dtype grad_dtype, const float* apply, void* param, const void* grad, void* m,
+                        void* v, const AdamHyper& hyper, std::int64_t n, cudaStream_t stream);
 // Adam on the gradient grads[0] + ... + grads[count - 1] (each addition rounded to the dtype, as add_scaled),
 // read in place (peers' memory through unified addressing), then param, m, v copied into each mirror (a mirror
 // with m == v == null takes the parameter only). f32 or f64; count 1..kPeerSumInputs per launch.

@@ -30,9 +30,8 @@ cudaError_t launch_matmul_fallback(Dtype dtype, bool transpose_a, bool transpose
   if (m <= 0 || n <= 0) return cudaSuccess;
   return with_float_storage(dtype, [&](auto* tag) {
     using S = TP_TYPE_OF(tag);
-    matmul_kernel<S><<<grid_blocks(m * n), kThreads, 0, stream>>>(static_cast<const S*>(a), static_cast<const S*>(b),
-                                                                 static_cast<S*>(out), transpose_a, transpose_b, m, n,
-                                                                 k);
+    matmul_kernel<S><<<grid_blocks(m * n), kThreads, 0, stream>>>(
+        static_cast<const S*>(a), static_cast<const S*>(b), static_cast<S*>(out), transpose_a, transpose_b, m, n, k);
     return launched();
   });
 }

@@ -55,8 +55,7 @@ __global__ void adam_kernel(const float* apply, T* param, const G* grad, T* m, T
   const float factor = apply_factor(apply);
   if (factor == 0.0F) return;
   TP_GRID_STRIDE(i, n) {
-    adam_element(scaled_gradient<T>(grad, i, factor), param, m, v, i, alpha, one_minus_beta1, one_minus_beta2,
-                 epsilon);
+    adam_element(scaled_gradient<T>(grad, i, factor), param, m, v, i, alpha, one_minus_beta1, one_minus_beta2, epsilon);
   }
 }
 
@@ -82,7 +81,8 @@ __global__ void adam_summed_kernel(T* param, PeerSumInputs grads, int count, T* 
 // Calls body(T*, G*) for the (parameter, gradient) pairs the optimizers take.
 template <typename Body>
 cudaError_t with_optimizer_types(Dtype param, Dtype grad, Body body) {
-  if (param == Dtype::f64 && grad == Dtype::f64) return body(static_cast<double*>(nullptr), static_cast<double*>(nullptr));
+  if (param == Dtype::f64 && grad == Dtype::f64)
+    return body(static_cast<double*>(nullptr), static_cast<double*>(nullptr));
   if (param != Dtype::f32) return cudaErrorInvalidValue;
   switch (grad) {
     case Dtype::f32: return body(static_cast<float*>(nullptr), static_cast<float*>(nullptr));
@@ -101,14 +101,14 @@ cudaError_t launch_sgd(Dtype param_dtype, Dtype grad_dtype, const float* apply, 
     using T = TP_TYPE_OF(param_tag);
     using G = TP_TYPE_OF(grad_tag);
     sgd_kernel<T, G><<<grid_blocks(n), kThreads, 0, stream>>>(
-        apply, static_cast<T*>(param), static_cast<const G*>(grad), static_cast<T*>(velocity),
-        static_cast<T>(hyper.lr), static_cast<T>(hyper.momentum), hyper.nesterov, n);
+        apply, static_cast<T*>(param), static_cast<const G*>(grad), static_cast<T*>(velocity), static_cast<T>(hyper.lr),
+        static_cast<T>(hyper.momentum), hyper.nesterov, n);
     return launched();
   });
 }
 
-cudaError_t launch_adam(Dtype param_dtype, Dtype grad_dtype, const float* apply, void* param, const void* grad,
-                        void* m, void* v, const AdamHyper& hyper, std::int64_t n, cudaStream_t stream) {
+cudaError_t launch_adam(Dtype param_dtype, Dtype grad_dtype, const float* apply, void* param, const void* grad, void* m,
+                        void* v, const AdamHyper& hyper, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   return with_optimizer_types(param_dtype, grad_dtype, [&](auto* param_tag, auto* grad_tag) {
     using T = TP_TYPE_OF(param_tag);

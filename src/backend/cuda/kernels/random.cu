@@ -54,10 +54,10 @@ cudaError_t launch_random(Dtype dtype, int distribution, void* out, double a, do
     using T = TP_TYPE_OF(tag);
     if (distribution == 0) {
       uniform_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<T*>(out), static_cast<T>(a),
-                                                                static_cast<T>(b), seed, offset, n);
+                                                                 static_cast<T>(b), seed, offset, n);
     } else {
       normal_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<T*>(out), static_cast<T>(a),
-                                                               static_cast<T>(b), seed, offset, n);
+                                                                static_cast<T>(b), seed, offset, n);
     }
     return launched();
   });

@@ -113,8 +113,7 @@ __global__ void cross_entropy_kernel(bool from_logits, const T* x, const void* l
       loss[r] = static_cast<T>(__dsub_rn(log(shift.sum_exp), __dsub_rn(static_cast<double>(row[label]), shift.max)));
       if (grad == nullptr) continue;
       for (std::int64_t c = 0; c < cols; ++c) {
-        const double probability =
-            __ddiv_rn(exp(__dsub_rn(static_cast<double>(row[c]), shift.max)), shift.sum_exp);
+        const double probability = __ddiv_rn(exp(__dsub_rn(static_cast<double>(row[c]), shift.max)), shift.sum_exp);
         grad[c] = static_cast<T>(c == label ? __dsub_rn(probability, 1.0) : probability);
       }
     } else {
@@ -132,9 +131,9 @@ __global__ void cross_entropy_kernel(bool from_logits, const T* x, const void* l
       for (std::int64_t c = 0; c < cols; ++c) {
         const auto value = static_cast<double>(row[c]);
         const bool inside = value >= kLow && value <= kHigh;
-        grad[c] = inside ? static_cast<T>(__dsub_rn(__ddiv_rn(1.0, clipped_sum),
-                                                    c == label ? __ddiv_rn(1.0, value) : 0.0))
-                         : T{0};
+        grad[c] = inside
+                      ? static_cast<T>(__dsub_rn(__ddiv_rn(1.0, clipped_sum), c == label ? __ddiv_rn(1.0, value) : 0.0))
+                      : T{0};
       }
     }
   }
@@ -217,8 +216,8 @@ cudaError_t launch_softmax(Dtype dtype, const void* x, void* out, std::int64_t r
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
-    softmax_kernel<T><<<grid_blocks(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out),
-                                                                 rows, cols, log);
+    softmax_kernel<T>
+        <<<grid_blocks(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(out), rows, cols, log);
     return launched();
   });
 }
@@ -229,9 +228,9 @@ cudaError_t launch_cross_entropy(Dtype dtype, bool from_logits, const void* x, c
   if (rows <= 0) return cudaSuccess;
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
-    cross_entropy_kernel<T><<<grid_blocks(rows), kThreads, 0, stream>>>(
-        from_logits, static_cast<const T*>(x), labels, labels_64, static_cast<T*>(loss), static_cast<T*>(gradient),
-        rows, cols);
+    cross_entropy_kernel<T><<<grid_blocks(rows), kThreads, 0, stream>>>(from_logits, static_cast<const T*>(x), labels,
+                                                                        labels_64, static_cast<T*>(loss),
+                                                                        static_cast<T*>(gradient), rows, cols);
     return launched();
   });
 }
@@ -245,13 +244,13 @@ cudaError_t launch_correct_count(Dtype dtype, const void* x, const void* labels,
   });
 }
 
-cudaError_t launch_reduce(Dtype dtype, int reduction, const void* x, void* out, std::int64_t axis,
-                          std::int64_t inner, std::int64_t n, cudaStream_t stream) {
+cudaError_t launch_reduce(Dtype dtype, int reduction, const void* x, void* out, std::int64_t axis, std::int64_t inner,
+                          std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
-    reduce_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(reduction, static_cast<const T*>(x),
-                                                             static_cast<T*>(out), axis, inner > 0 ? inner : 1, n);
+    reduce_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(reduction, static_cast<const T*>(x), static_cast<T*>(out),
+                                                              axis, inner > 0 ? inner : 1, n);
     return launched();
   });
 }
@@ -261,8 +260,8 @@ cudaError_t launch_argmax(Dtype dtype, const void* x, std::int64_t* out, std::in
   if (n <= 0) return cudaSuccess;
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
-    argmax_kernel<T><<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(x), out, axis,
-                                                             inner > 0 ? inner : 1, n);
+    argmax_kernel<T>
+        <<<grid_blocks(n), kThreads, 0, stream>>>(static_cast<const T*>(x), out, axis, inner > 0 ? inner : 1, n);
     return launched();
   });
 }

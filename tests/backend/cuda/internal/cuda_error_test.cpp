@@ -14,10 +14,10 @@ namespace {
 TEST(CudaTeardown, OnlyAnUnloadedRuntimeOrADeinitializedDriverIsShuttingDown) {
   EXPECT_TRUE(is_shutting_down(cudaErrorCudartUnloading));
   EXPECT_TRUE(is_shutting_down(CUDA_ERROR_DEINITIALIZED));
-  for (const cudaError_t status : {cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation,
-                                   cudaErrorInitializationError, cudaErrorNoDevice, cudaErrorInsufficientDriver,
-                                   cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorContextIsDestroyed,
-                                   cudaErrorInvalidResourceHandle, cudaErrorUnknown}) {
+  for (const cudaError_t status :
+       {cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation, cudaErrorInitializationError, cudaErrorNoDevice,
+        cudaErrorInsufficientDriver, cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorContextIsDestroyed,
+        cudaErrorInvalidResourceHandle, cudaErrorUnknown}) {
     EXPECT_FALSE(is_shutting_down(status)) << cudaGetErrorName(status);
   }
   for (const CUresult status : {CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY,
@@ -43,16 +43,14 @@ TEST(CudaTeardown, AFailedTeardownCallIsReportedUnlessTheProcessIsExiting) {
   EXPECT_EQ(stderr_of([] { report_teardown_failure(CUBLAS_STATUS_SUCCESS, "cublasLtMatmulDescDestroy"); }), "");
 
   const std::string runtime = stderr_of([] { report_teardown_failure(cudaErrorInvalidValue, "cudaFree"); });
-  EXPECT_NE(runtime.find("tensorpool: cudaFree failed: cudaErrorInvalidValue (1)"), std::string::npos) << runtime;
+  EXPECT_NE(runtime.find("cudaFree failed: cudaErrorInvalidValue (1)"), std::string::npos) << runtime;
   // The driver's name of the status where a driver answers; its code everywhere.
   const std::string driver = stderr_of([] { report_teardown_failure(CUDA_ERROR_INVALID_VALUE, "cuMemUnmap"); });
-  EXPECT_NE(driver.find("tensorpool: cuMemUnmap failed: "), std::string::npos) << driver;
+  EXPECT_NE(driver.find("cuMemUnmap failed: "), std::string::npos) << driver;
   EXPECT_NE(driver.find(" (1): "), std::string::npos) << driver;
   const std::string blas =
       stderr_of([] { report_teardown_failure(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy"); });
-  EXPECT_NE(blas.find("tensorpool: cublasLtMatmulDescDestroy failed: CUBLAS_STATUS_INVALID_VALUE"),
-            std::string::npos)
-      << blas;
+  EXPECT_NE(blas.find("cublasLtMatmulDescDestroy failed: CUBLAS_STATUS_INVALID_VALUE"), std::string::npos) << blas;
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ TEST(CudaLaunchGeometry, CoversSmallCountsWithWholeBlocks) {
 // element (the threads' first indices cover [0, blocks * kThreads), the stride is that span), and its last
 // step past n stays inside int64 for any n up to 2^62 (more than any device's memory holds).
 TEST(CudaLaunchGeometry, LargeCountsAreCappedWithoutOverflow) {
-  const std::int64_t counts[] = {std::int64_t{1} << 31,       (std::int64_t{1} << 31) + 1, std::int64_t{1} << 32,
+  const std::int64_t counts[] = {std::int64_t{1} << 31, (std::int64_t{1} << 31) + 1, std::int64_t{1} << 32,
                                  (std::int64_t{1} << 40) + 17, std::int64_t{1} << 62};
   for (const std::int64_t n : counts) {
     const unsigned blocks = grid_blocks(n);
@@ -68,8 +68,8 @@ TEST(CudaLaunchGeometry, UnsupportedDtypesAreRefusedWithoutALaunch) {
   EXPECT_EQ(kernels::launch_binary(kernels::Dtype::i32, 0, 0, nullptr, nullptr, nullptr, 4, 1, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(kernels::launch_relu(kernels::Dtype::u8, nullptr, nullptr, 4, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(kernels::launch_adam(kernels::Dtype::f64, kernels::Dtype::f16, nullptr, nullptr, nullptr, nullptr,
-                                 nullptr, kernels::AdamHyper{}, 4, nullptr),
+  EXPECT_EQ(kernels::launch_adam(kernels::Dtype::f64, kernels::Dtype::f16, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                 kernels::AdamHyper{}, 4, nullptr),
             cudaErrorInvalidValue);
   // Nothing to do is a success, whatever the dtype.
   EXPECT_EQ(kernels::launch_binary(kernels::Dtype::i32, 0, 0, nullptr, nullptr, nullptr, 0, 1, nullptr), cudaSuccess);
@@ -151,14 +151,16 @@ TEST(CudaMatmulLayout, TheMainJobsProducts) {
 // ---- Philox ----
 
 TEST(CudaPhilox, WordsMatchTheCpuGenerator) {
-  const cpu::PhiloxCounter counters[] = {{0, 0, 0, 0}, {0xFFFFFFFFU, 0xFFFFFFFFU, 0xFFFFFFFFU, 0xFFFFFFFFU},
-                                         {0x243F6A88U, 0x85A308D3U, 0x13198A2EU, 0x03707344U}, {7, 0, 1, 0}};
+  const cpu::PhiloxCounter counters[] = {{0, 0, 0, 0},
+                                         {0xFFFFFFFFU, 0xFFFFFFFFU, 0xFFFFFFFFU, 0xFFFFFFFFU},
+                                         {0x243F6A88U, 0x85A308D3U, 0x13198A2EU, 0x03707344U},
+                                         {7, 0, 1, 0}};
   const cpu::PhiloxKey keys[] = {{0, 0}, {0xFFFFFFFFU, 0xFFFFFFFFU}, {0xA4093822U, 0x299F31D0U}, {42, 0}};
   for (const auto& counter : counters) {
     for (const auto& key : keys) {
       const cpu::PhiloxCounter expected = cpu::philox4x32(counter, key);
-      const kernels::PhiloxWords got =
-          kernels::philox4x32_10(kernels::PhiloxWords{{counter[0], counter[1], counter[2], counter[3]}}, key[0], key[1]);
+      const kernels::PhiloxWords got = kernels::philox4x32_10(
+          kernels::PhiloxWords{{counter[0], counter[1], counter[2], counter[3]}}, key[0], key[1]);
       for (int w = 0; w < 4; ++w) EXPECT_EQ(got.w[w], expected[static_cast<std::size_t>(w)]) << "word " << w;
     }
   }
@@ -217,7 +219,8 @@ class DeviceFloats {
 
 std::vector<float> ramp(std::size_t n, float start, float step) {
   std::vector<float> values(n);
-  for (std::size_t i = 0; i < n; ++i) values[i] = start + step * static_cast<float>(i % 97) - 0.001F * static_cast<float>(i);
+  for (std::size_t i = 0; i < n; ++i)
+    values[i] = start + step * static_cast<float>(i % 97) - 0.001F * static_cast<float>(i);
   return values;
 }
 
@@ -323,8 +326,7 @@ TEST(CudaLaunchOnDevice, ElementsPastTwoToTheThirtyFirstAreReached) {
   ASSERT_EQ(cudaMemset(source, 7, static_cast<std::size_t>(n)), cudaSuccess);
   ASSERT_EQ(cudaMemset(target, 0, static_cast<std::size_t>(n)), cudaSuccess);
   // u8 -> bool: every nonzero byte becomes 1.
-  ASSERT_EQ(kernels::launch_cast(kernels::Dtype::u8, kernels::Dtype::boolean, source, target, n, nullptr),
-            cudaSuccess);
+  ASSERT_EQ(kernels::launch_cast(kernels::Dtype::u8, kernels::Dtype::boolean, source, target, n, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::uint8_t tail[4] = {0, 0, 0, 0};
   ASSERT_EQ(cudaMemcpy(tail, static_cast<std::uint8_t*>(target) + n - 4, 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -354,8 +356,10 @@ TEST(CudaLaunchOnDevice, FallbackMatmulMatchesAHostProduct) {
         for (std::int64_t col = 0; col < n; ++col) {
           double expected = 0;
           for (std::int64_t p = 0; p < k; ++p) {
-            const float left = transpose_a ? a[static_cast<std::size_t>(p * m + row)] : a[static_cast<std::size_t>(row * k + p)];
-            const float right = transpose_b ? b[static_cast<std::size_t>(col * k + p)] : b[static_cast<std::size_t>(p * n + col)];
+            const float left =
+                transpose_a ? a[static_cast<std::size_t>(p * m + row)] : a[static_cast<std::size_t>(row * k + p)];
+            const float right =
+                transpose_b ? b[static_cast<std::size_t>(col * k + p)] : b[static_cast<std::size_t>(p * n + col)];
             expected += static_cast<double>(left) * static_cast<double>(right);
           }
           EXPECT_NEAR(got[static_cast<std::size_t>(row * n + col)], expected, 1e-4)

@@ -19,13 +19,13 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-#define SKIP_WITHOUT_CUDA()                                                          \
-  do {                                                                               \
-    int count = 0;                                                                   \
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {                   \
-      static_cast<void>(cudaGetLastError());                                         \
-      GTEST_SKIP() << "no CUDA device";                                              \
-    }                                                                                \
+#define SKIP_WITHOUT_CUDA()                                        \
+  do {                                                             \
+    int count = 0;                                                 \
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { \
+      static_cast<void>(cudaGetLastError());                       \
+      GTEST_SKIP() << "no CUDA device";                            \
+    }                                                              \
   } while (false)
 
 device::DeviceManagerOptions managed_cuda0(std::size_t budget) {

@@ -128,8 +128,8 @@ TEST(CudaMemoryPages, RejectsRangesThatAreNotGranulesOfOneReservation) {
   EXPECT_THROW(static_cast<void>(pages->reserve(kPage + 1)), InvalidArgument);
   EXPECT_THROW(static_cast<void>(pages->reserve(0)), InvalidArgument);
   void* base = pages->reserve(2 * kPage);
-  EXPECT_THROW(pages->commit(at(base, 4096), kPage), InvalidArgument);     // misaligned
-  EXPECT_THROW(pages->commit(base, 3 * kPage), InvalidArgument);           // past the end
+  EXPECT_THROW(pages->commit(at(base, 4096), kPage), InvalidArgument);                                 // misaligned
+  EXPECT_THROW(pages->commit(base, 3 * kPage), InvalidArgument);                                       // past the end
   EXPECT_THROW(pages->commit(at(base, -static_cast<std::ptrdiff_t>(kPage)), kPage), InvalidArgument);  // before it
   EXPECT_EQ(pages->committed_bytes(), 0U);
   EXPECT_TRUE(ledger.live.empty());

@@ -26,13 +26,13 @@ using memory::MemoryConfig;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kPage = 2 * kMiB;  // the driver's page: cudaMemGetInfo moves in these
 
-#define SKIP_WITHOUT_CUDA()                                                          \
-  do {                                                                               \
-    int count = 0;                                                                   \
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {                   \
-      static_cast<void>(cudaGetLastError());                                         \
-      GTEST_SKIP() << "no CUDA device";                                              \
-    }                                                                                \
+#define SKIP_WITHOUT_CUDA()                                        \
+  do {                                                             \
+    int count = 0;                                                 \
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { \
+      static_cast<void>(cudaGetLastError());                       \
+      GTEST_SKIP() << "no CUDA device";                            \
+    }                                                              \
   } while (false)
 
 MemoryConfig config_for(AllocatorKind kind, std::size_t limit, GrowthPolicy policy = GrowthPolicy::grow) {
@@ -55,8 +55,7 @@ void expect_usable(void* ptr, std::size_t bytes, unsigned char value) {
   ASSERT_EQ(cudaMemset(ptr, value, bytes), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<unsigned char> back(std::min<std::size_t>(bytes, 4096));
-  ASSERT_EQ(cudaMemcpy(back.data(), static_cast<char*>(ptr) + (bytes - back.size()), back.size(),
-                       cudaMemcpyDefault),
+  ASSERT_EQ(cudaMemcpy(back.data(), static_cast<char*>(ptr) + (bytes - back.size()), back.size(), cudaMemcpyDefault),
             cudaSuccess);
   for (const unsigned char byte : back) ASSERT_EQ(byte, value);
 }
@@ -162,13 +161,13 @@ TEST(CudaMemory, ManagedMemoryWithASmallBudgetIsReachableFromHostAndDevice) {
   advise_preferred_location(data, bytes, 0);
   prefetch(data, bytes, 0, nullptr);
   expect_usable(data, bytes, 9);
-  EXPECT_EQ(data[bytes - 1], 9);  // and reads what the device wrote
+  EXPECT_EQ(data[bytes - 1], 9);                                                 // and reads what the device wrote
   EXPECT_THROW(static_cast<void>(stack->allocate(8 * kMiB)), OutOfMemoryError);  // the budget is a wall
   stack->deallocate(data, bytes);
 
   // A managed budget above the free memory is refused unless oversubscription is asked for.
-  EXPECT_THROW(static_cast<void>(make_cuda_memory_stack(config_for(AllocatorKind::managed, info.total_bytes),
-                                                        info.total_bytes, 0)),
+  EXPECT_THROW(static_cast<void>(
+                   make_cuda_memory_stack(config_for(AllocatorKind::managed, info.total_bytes), info.total_bytes, 0)),
                InvalidArgument);
 }
 
