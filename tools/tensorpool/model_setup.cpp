@@ -267,7 +267,8 @@ void configure_cuda_planning(device::DeviceManager& manager, const ModelArgument
   if (count == 0 || !device::cuda_physical_devices().empty()) return;  // a GPU plans for itself
   if (!device_memory) {
     TP_THROW(InvalidArgument, command, "--devices names ", first, ", and no GPU is present (",
-             device::cuda_unavailable_reason(), "); to plan for a GPU on this machine, give its memory with "
+             device::cuda_unavailable_reason(),
+             "); to plan for a GPU on this machine, give its memory with "
              "--device-memory, e.g. --device-memory 80GiB");
   }
   manager.set_cuda_planning_devices(count, *device_memory, "--device-memory " + arguments.device_memory);

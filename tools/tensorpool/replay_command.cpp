@@ -63,7 +63,7 @@ struct ReplayStack {
   memory::ReplayAllocator allocator;
   memory::BfcSplit split;
   bool share_granules = false;
-  bool compact = false;  // the expandable row compacts on a refusal
+  bool compact = false;             // the expandable row compacts on a refusal
   std::optional<int> cuda_ordinal;  // the GPU whose sources the stack is built on; none: a simulated device
 
   bool is_bfc() const { return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::bfc; }
@@ -295,8 +295,9 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
   std::cout << fmt::format("trace: {} ({} events, {} thread{}, {} allocations, peak live {})\n", arguments.trace,
                            trace.size(), threads, threads == 1 ? "" : "s", trace.allocation_count(),
                            format_bytes(trace.peak_live_bytes()));
-  const std::string device =
-      reports.empty() || !reports.front().stack.cuda_ordinal.has_value() ? "simulated" : reports.front().stack.device_name();
+  const std::string device = reports.empty() || !reports.front().stack.cuda_ordinal.has_value()
+                                 ? "simulated"
+                                 : reports.front().stack.device_name();
   std::cout << fmt::format("device: {}, capacity {}; {} run{} per allocator; ns per allocate+free pair\n\n", device,
                            format_bytes(capacity), repeat, repeat == 1 ? "" : "s");
   print_row(header);
@@ -321,11 +322,11 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
   }
   for (const AllocatorReport& report : reports) {
     if (!report.driver) continue;
-    std::cout << fmt::format("{}: after the replay the stack reserves {}; the driver's used memory grew by {} "
-                             "({} -> {}, cudaMemGetInfo)\n",
-                             report.stack.label(), format_bytes(report.driver->reserved_after),
-                             format_bytes(report.driver->delta()), format_bytes(report.driver->used_before),
-                             format_bytes(report.driver->used_after));
+    std::cout << fmt::format(
+        "{}: after the replay the stack reserves {}; the driver's used memory grew by {} "
+        "({} -> {}, cudaMemGetInfo)\n",
+        report.stack.label(), format_bytes(report.driver->reserved_after), format_bytes(report.driver->delta()),
+        format_bytes(report.driver->used_before), format_bytes(report.driver->used_after));
   }
   if (has_bfc) {
     std::cout << "bfc preallocates the whole capacity at first use (TensorFlow's default); its real footprint is "
