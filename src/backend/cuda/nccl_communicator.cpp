@@ -159,6 +159,18 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // Calls call(at, count, owner) for each non-empty chunk of `elements` items of `item` bytes at `base`, split
+  // among `total` owners as Communicator::chunk splits them: the uneven reduce-scatter and all-gather.
+  template <typename Call>
+  static void for_each_chunk(void* base, std::int64_t elements, std::size_t total, std::size_t item, Call call) {
+    for (std::size_t owner = 0; owner < total; ++owner) {
+      const auto [begin, end] = chunk(elements, total, owner);
+      if (begin == end) continue;
+      call(static_cast<char*>(base) + (static_cast<std::size_t>(begin) * item), static_cast<std::size_t>(end - begin),
+           static_cast<int>(owner));
+    }
+  }
+
   // Equal chunks: NCCL's in-place reduce-scatter (participant g receives at its chunk's place in its own
   // buffer). Otherwise one in-place ncclReduce per non-empty chunk, rooted at its owner, in the same group.
   void do_reduce_scatter(std::span<const Tensor> tensors, std::span<const Tensor>) override {
@@ -179,15 +191,10 @@ class NcclCommunicator final : public Communicator {
       return;
     }
     launch("ncclReduce", tensors, [=](const nccl::Library& library, const Slot& slot, std::size_t) {
-      for (std::size_t owner = 0; owner < total; ++owner) {
-        const auto [begin, end] = chunk(elements, total, owner);
-        if (begin == end) continue;
-        char* at = static_cast<char*>(slot.address) + (static_cast<std::size_t>(begin) * item);
-        nccl::check(library,
-                    library.Reduce(at, at, static_cast<std::size_t>(end - begin), type, nccl::kSum,
-                                   static_cast<int>(owner), slot.comm, slot.stream),
+      for_each_chunk(slot.address, elements, total, item, [&](char* at, std::size_t count, int owner) {
+        nccl::check(library, library.Reduce(at, at, count, type, nccl::kSum, owner, slot.comm, slot.stream),
                     "ncclReduce");
-      }
+      });
     });
   }
 
@@ -211,15 +218,9 @@ class NcclCommunicator final : public Communicator {
       return;
     }
     launch("ncclBroadcast", tensors, [=](const nccl::Library& library, const Slot& slot, std::size_t) {
-      for (std::size_t owner = 0; owner < total; ++owner) {
-        const auto [begin, end] = chunk(elements, total, owner);
-        if (begin == end) continue;
-        char* at = static_cast<char*>(slot.address) + (static_cast<std::size_t>(begin) * item);
-        nccl::check(library,
-                    library.Broadcast(at, at, static_cast<std::size_t>(end - begin), type, static_cast<int>(owner),
-                                      slot.comm, slot.stream),
-                    "ncclBroadcast");
-      }
+      for_each_chunk(slot.address, elements, total, item, [&](char* at, std::size_t count, int owner) {
+        nccl::check(library, library.Broadcast(at, at, count, type, owner, slot.comm, slot.stream), "ncclBroadcast");
+      });
     });
   }
 
