@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/ops/optimizer.hpp"
 
+#include <initializer_list>
+#include <string>
+#include <vector>
+
 #include "ops/op_support.hpp"
 #include "tensorpool/device/device.hpp"
 
@@ -60,6 +64,47 @@ void adam_update_impl(const Tensor& apply, const Tensor& param, const Tensor& gr
   detail::kernel(device, &kernels::KernelTable::adam, "AdamUpdate")(
       stream, kernels::AdamArgs{
                   .apply = apply, .param = param, .grad = grad, .m = m, .v = v, .step = step, .options = options});
+}
+
+// The multi-tensor forms' checks: `lists` parallel to params (same length), every tensor on params[0]'s device
+// with its dtype (f32 or f64), each entry of a list of its param's shape. Returns the device.
+struct NamedList {
+  const char* name;
+  std::span<const Tensor> tensors;
+};
+
+device::Device& check_multi(std::string_view op, std::span<const Tensor> params,
+                            std::initializer_list<NamedList> lists) {
+  if (params.empty()) TP_THROW(InvalidArgument, "ops", op, ": no params; pass at least one entry");
+  for (const NamedList& list : lists) {
+    if (list.tensors.size() != params.size()) {
+      TP_THROW(InvalidArgument, "ops", op, ": ", params.size(), " params but ", list.tensors.size(), " ", list.name,
+               "; pass one ", list.name, " entry per param, in the same order");
+    }
+  }
+  if (!params[0].defined()) TP_THROW(InvalidArgument, "ops", op, ": params[0] is undefined");
+  device::Device& device = params[0].device();
+  detail::require_floating(op, {"params[0]", params[0]});
+  auto check = [&](const char* list, std::size_t index, const Tensor& tensor, const Tensor& param) {
+    const std::string name = std::string(list) + "[" + std::to_string(index) + "]";
+    if (!tensor.defined()) TP_THROW(InvalidArgument, "ops", op, ": ", name, " is undefined");
+    if (&tensor.device() != &device) {
+      TP_THROW(InvalidArgument, "ops", op, ": ", name, " is on ", tensor.device().name(), " but params[0] on ",
+               device.name(), "; one call updates the tensors of one device");
+    }
+    if (tensor.dtype() != params[0].dtype()) {
+      TP_THROW(InvalidArgument, "ops", op, ": ", name, " is ", name_of(tensor.dtype()), " but params[0] is ",
+               name_of(params[0].dtype()),
+               "; every tensor of one call shares a dtype (use the single update for "
+               "16-bit gradients)");
+    }
+    detail::require_shape(op, {name.c_str(), tensor}, param.shape());
+  };
+  for (std::size_t index = 0; index < params.size(); ++index) {
+    check("params", index, params[index], params[index]);
+    for (const NamedList& list : lists) check(list.name, index, list.tensors[index], params[index]);
+  }
+  return device;
 }
 
 }  // namespace
@@ -139,6 +184,40 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
                                            .step = step,
                                            .options = options,
                                            .mirrors = std::vector<AdamState>(mirrors.begin(), mirrors.end())});
+}
+
+void sgd_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> velocities,
+                      const SgdOptions& options, const OpContext& context) {
+  constexpr std::string_view kOp = "SgdUpdateMulti";
+  if (velocities.empty() && options.momentum != 0.0) {
+    TP_THROW(InvalidArgument, "ops", kOp, ": momentum ", options.momentum,
+             " needs velocities (one per param, of its shape)");
+  }
+  device::Device& device = velocities.empty()
+                               ? check_multi(kOp, params, {{"grads", grads}})
+                               : check_multi(kOp, params, {{"grads", grads}, {"velocities", velocities}});
+  device::Stream& stream = detail::stream_for(kOp, device, context);
+  detail::kernel(device, &kernels::KernelTable::sgd_multi, kOp)(
+      stream, kernels::SgdMultiArgs{.params = std::vector<Tensor>(params.begin(), params.end()),
+                                    .grads = std::vector<Tensor>(grads.begin(), grads.end()),
+                                    .velocities = std::vector<Tensor>(velocities.begin(), velocities.end()),
+                                    .options = options});
+}
+
+void adam_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                       std::span<const Tensor> v, std::int64_t step, const AdamOptions& options,
+                       const OpContext& context) {
+  constexpr std::string_view kOp = "AdamUpdateMulti";
+  device::Device& device = check_multi(kOp, params, {{"grads", grads}, {"m", m}, {"v", v}});
+  if (step < 1) TP_THROW(InvalidArgument, "ops", kOp, ": step ", step, " must be >= 1 (steps count from 1)");
+  device::Stream& stream = detail::stream_for(kOp, device, context);
+  detail::kernel(device, &kernels::KernelTable::adam_multi, kOp)(
+      stream, kernels::AdamMultiArgs{.params = std::vector<Tensor>(params.begin(), params.end()),
+                                     .grads = std::vector<Tensor>(grads.begin(), grads.end()),
+                                     .m = std::vector<Tensor>(m.begin(), m.end()),
+                                     .v = std::vector<Tensor>(v.begin(), v.end()),
+                                     .step = step,
+                                     .options = options});
 }
 
 }  // namespace tp::ops

@@ -153,6 +153,18 @@ struct AdamAcrossPeersArgs {
   AdamOptions options;
   std::vector<AdamState> mirrors;
 };
+// The multi-tensor updates (ops::sgd_update_multi / adam_update_multi): entry k updates params[k] with
+// grads[k] and its slots exactly as SgdArgs / AdamArgs without a flag would; lists of one length >= 1, one
+// float dtype (f32, f64) and one device; velocities empty when momentum is 0. One launch for the whole list.
+struct SgdMultiArgs {
+  std::vector<Tensor> params, grads, velocities;
+  SgdOptions options;
+};
+struct AdamMultiArgs {
+  std::vector<Tensor> params, grads, m, v;
+  std::int64_t step;
+  AdamOptions options;
+};
 // out = reduction of x over the middle axis of `extent` (f32, f64).
 struct ReduceArgs {
   Tensor x;
@@ -192,6 +204,8 @@ struct KernelTable {
   Kernel<SgdArgs> sgd = nullptr;
   Kernel<AdamArgs> adam = nullptr;
   Kernel<AdamAcrossPeersArgs> adam_across_peers = nullptr;
+  Kernel<SgdMultiArgs> sgd_multi = nullptr;
+  Kernel<AdamMultiArgs> adam_multi = nullptr;
   Kernel<ReduceArgs> reduce = nullptr;
   Kernel<ArgMaxArgs> argmax = nullptr;
 };

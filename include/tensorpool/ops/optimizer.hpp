@@ -55,6 +55,21 @@ struct AdamState {
 void adam_update_across_peers(const AdamState& state, std::span<const Tensor> grads, std::span<const AdamState> mirrors,
                               std::int64_t step, const AdamOptions& options, const OpContext& context = {});
 
+// Multi-tensor forms: the update of every entry k (params[k] with grads[k] and its slots[k]) in one kernel
+// launch per step instead of one per variable, each element computed by the same expressions as the single
+// update, so the results are bitwise those of calling sgd_update / adam_update on each entry. Lists are
+// parallel: one grad and one slot of each kind per param, at least one param. Every tensor lives on one device
+// and has one float dtype (f32 or f64; no 16-bit gradients); an entry's grad and slots have its param's shape
+// (entries' shapes may differ). What an entry writes (its param and slots) overlaps no other tensor of the call;
+// entries may be ranges of one buffer (a bucket of gradients, a shard of slots). `velocities` may be empty when options.momentum == 0. Throws
+// tp::InvalidArgument naming the list and the entry on a length, dtype, device or shape mismatch, and
+// tp::DeviceError where the backend has no multi-tensor kernel (KernelTable::sgd_multi / adam_multi).
+void sgd_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> velocities,
+                      const SgdOptions& options, const OpContext& context = {});
+void adam_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
+                       std::span<const Tensor> v, std::int64_t step, const AdamOptions& options,
+                       const OpContext& context = {});
+
 // Conditional forms for dynamic loss scaling: `apply` is a float32 scalar [] on the parameter's device, read
 // when the stream reaches the update (a graph computes it earlier in the same step from AllFinite). 0 skips
 // the step: the parameter and every slot are left bitwise untouched. Any other value runs the update on

@@ -29,6 +29,8 @@ constexpr ops::kernels::KernelTable kCpuKernels{
     .sgd = &op_kernels::sgd,
     .adam = &op_kernels::adam,
     .adam_across_peers = &op_kernels::adam_across_peers,
+    .sgd_multi = &op_kernels::sgd_multi,
+    .adam_multi = &op_kernels::adam_multi,
     .reduce = &op_kernels::reduce,
     .argmax = &op_kernels::argmax,
 };

@@ -29,6 +29,8 @@ constexpr ops::kernels::KernelTable kCudaKernels{
     .sgd = &adapters::sgd,
     .adam = &adapters::adam,
     .adam_across_peers = &adapters::adam_across_peers,
+    .sgd_multi = &adapters::sgd_multi,
+    .adam_multi = &adapters::adam_multi,
     .reduce = &adapters::reduce,
     .argmax = &adapters::argmax,
 };

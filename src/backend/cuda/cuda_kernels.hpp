@@ -35,6 +35,8 @@ void cross_entropy(device::Stream& stream, const CrossEntropyArgs& args);
 void sgd(device::Stream& stream, const SgdArgs& args);
 void adam(device::Stream& stream, const AdamArgs& args);
 void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args);
+void sgd_multi(device::Stream& stream, const SgdMultiArgs& args);
+void adam_multi(device::Stream& stream, const AdamMultiArgs& args);
 void reduce(device::Stream& stream, const ReduceArgs& args);
 void argmax(device::Stream& stream, const ArgMaxArgs& args);
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// SGD, Adam and Adam across peers on kernels/optimizer.cu, and the seeded initialisers on kernels/random.cu.
+// SGD, Adam, Adam across peers and the multi-tensor SGD and Adam on kernels/optimizer.cu, and the seeded
+// initialisers on kernels/random.cu.
 // Hyperparameters are rounded to the parameter dtype and Adam's step size computed in double exactly as
 // backend/cpu/kernels/optimizer.cpp computes them; the apply flag stays on the device (read when the kernel
 // runs). Argument checks the CPU kernels make in their task are made in the command, so they become the
@@ -205,6 +206,49 @@ void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args) 
             "cudaMemcpyAsync (adam mirror m)");
       check(cudaMemcpyAsync(support::peer_address(mirror.v), args.v.data(), bytes, cudaMemcpyDefault, native),
             "cudaMemcpyAsync (adam mirror v)");
+    }
+  });
+}
+
+// The lists in tables of kMultiTensorEntries entries: one launch per table (one for up to that many variables).
+void sgd_multi(device::Stream& stream, const SgdMultiArgs& args) {
+  enqueue(stream, [args](cudaStream_t native) {
+    if (args.velocities.empty() && args.options.momentum != 0.0) {
+      TP_THROW(InvalidArgument, support::kComponent, "sgd_update_multi: momentum = ", args.options.momentum,
+               " needs velocities, but there are none");
+    }
+    const kernels::SgdHyper hyper{args.options.learning_rate, args.options.momentum, args.options.nesterov};
+    kernels::SgdMultiTable table{};
+    int count = 0;
+    for (std::size_t index = 0; index < args.params.size(); ++index) {
+      table.param[count] = address(args.params[index]);
+      table.grad[count] = address(args.grads[index]);
+      table.velocity[count] = args.velocities.empty() ? nullptr : address(args.velocities[index]);
+      table.n[count] = elements(args.params[index]);
+      if (++count < kernels::kMultiTensorEntries && index + 1 < args.params.size()) continue;
+      check_launch(kernels::launch_sgd_multi(kernel_dtype(args.params[0].dtype()), table, count, hyper, native),
+                   "launch_sgd_multi");
+      count = 0;
+    }
+  });
+}
+
+void adam_multi(device::Stream& stream, const AdamMultiArgs& args) {
+  enqueue(stream, [args](cudaStream_t native) {
+    const kernels::AdamHyper hyper =
+        adam_hyper_of(args.params[0].dtype(), "adam_update_multi", args.options, args.step);
+    kernels::AdamMultiTable table{};
+    int count = 0;
+    for (std::size_t index = 0; index < args.params.size(); ++index) {
+      table.param[count] = address(args.params[index]);
+      table.grad[count] = address(args.grads[index]);
+      table.m[count] = address(args.m[index]);
+      table.v[count] = address(args.v[index]);
+      table.n[count] = elements(args.params[index]);
+      if (++count < kernels::kMultiTensorEntries && index + 1 < args.params.size()) continue;
+      check_launch(kernels::launch_adam_multi(kernel_dtype(args.params[0].dtype()), table, count, hyper, native),
+                   "launch_adam_multi");
+      count = 0;
     }
   });
 }

@@ -28,6 +28,8 @@ constexpr ops::kernels::KernelTable kOpenClKernels{
     .cross_entropy = &kernels::cross_entropy,
     .sgd = &kernels::sgd,
     .adam = &kernels::adam,
+    .sgd_multi = &kernels::sgd_multi,
+    .adam_multi = &kernels::adam_multi,
     .reduce = &kernels::reduce,
     .argmax = &kernels::argmax,
 };

@@ -15,6 +15,7 @@
 namespace tp::backend::opencl::kernels {
 
 using ops::kernels::AdamArgs;
+using ops::kernels::AdamMultiArgs;
 using ops::kernels::AddScaledArgs;
 using ops::kernels::AllFiniteArgs;
 using ops::kernels::ArgMaxArgs;
@@ -37,6 +38,7 @@ using ops::kernels::ReluGradArgs;
 using ops::kernels::ScaleArgs;
 using ops::kernels::ScaleRowsArgs;
 using ops::kernels::SgdArgs;
+using ops::kernels::SgdMultiArgs;
 using ops::kernels::SoftmaxArgs;
 using ops::kernels::SumAcrossPeersArgs;
 
@@ -64,6 +66,8 @@ void random(device::Stream& stream, const RandomArgs& args);
 
 void sgd(device::Stream& stream, const SgdArgs& args);
 void adam(device::Stream& stream, const AdamArgs& args);
+void sgd_multi(device::Stream& stream, const SgdMultiArgs& args);
+void adam_multi(device::Stream& stream, const AdamMultiArgs& args);
 
 void matmul(device::Stream& stream, const MatmulArgs& args);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
@@ -26,6 +27,12 @@ void check_beta(std::string_view name, T beta) {
   if (!(beta >= T{0} && beta < T{1})) {
     TP_THROW(InvalidArgument, detail::kComponent, "adam_update: ", name, " = ", beta, " is outside [0, 1)");
   }
+}
+
+// SGD without a velocity buffer (momentum 0).
+template <typename T>
+TP_ISA_CLONES void sgd_plain_loop(T* __restrict__ param, const T* __restrict__ grad, std::int64_t n, T lr) {
+  for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
 }
 
 template <typename T>
@@ -85,12 +92,37 @@ T adam_step_size(std::string_view kernel, std::int64_t n, T lr, T beta1, T beta2
   return static_cast<T>(static_cast<double>(lr) * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
 }
 
+// Runs piece(entry, begin, end) over the entries' elements laid end to end, split over the intra-op threads in
+// chunks of kUpdateGrain: each call covers elements [begin, end) of one entry, and every element exactly once.
+template <typename Entry, typename Piece>
+void for_each_piece(std::span<const Entry> entries, const Piece& piece) {
+  std::vector<std::int64_t> starts;  // of each entry, laid end to end; then the total
+  starts.reserve(entries.size() + 1);
+  std::int64_t total = 0;
+  for (const Entry& entry : entries) {
+    starts.push_back(total);
+    total += entry.n;
+  }
+  starts.push_back(total);
+  parallel_for(total, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
+    // The last entry starting at or before `begin` (entries of no elements are skipped by the length test).
+    auto index =
+        static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end() - 1, begin) - starts.begin()) - 1;
+    for (; index < entries.size() && starts[index] < end; ++index) {
+      const std::int64_t low = std::max(begin, starts[index]) - starts[index];
+      const std::int64_t high = std::min(end, starts[index + 1]) - starts[index];
+      if (low < high) piece(entries[index], low, high);
+    }
+  });
+}
+
 }  // namespace
 
 template <typename T>
 void sgd_update(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T momentum, bool nesterov) {
   constexpr std::string_view kKernel = "sgd_update";
   detail::check_size(kKernel, "n", n);
+  if (n == 0) return;  // an empty tensor may have null buffers: nothing to update (the other backends skip it too)
   detail::check_pointer(kKernel, "param", param, n);
   detail::check_pointer(kKernel, "grad", grad, n);
   if (velocity == nullptr) {
@@ -98,7 +130,7 @@ void sgd_update(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T mo
       TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": momentum = ", momentum,
                " needs a velocity buffer, but velocity is null");
     }
-    for (std::int64_t i = 0; i < n; ++i) param[i] -= lr * grad[i];
+    sgd_plain_loop(param, grad, n, lr);
     return;
   }
   parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
@@ -178,6 +210,44 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
   });
 }
 
+template <typename T>
+void sgd_update_multi(std::span<const SgdTensors<T>> tensors, T lr, T momentum, bool nesterov) {
+  constexpr std::string_view kKernel = "sgd_update_multi";
+  for (const SgdTensors<T>& entry : tensors) {
+    detail::check_size(kKernel, "n", entry.n);
+    detail::check_pointer(kKernel, "param", entry.param, entry.n);
+    detail::check_pointer(kKernel, "grad", entry.grad, entry.n);
+    if (entry.velocity == nullptr && momentum != T{0} && entry.n > 0) {  // an empty entry may have no buffers
+      TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": momentum = ", momentum,
+               " needs a velocity buffer, but an entry's velocity is null");
+    }
+  }
+  for_each_piece(tensors, [&](const SgdTensors<T>& entry, std::int64_t begin, std::int64_t end) {
+    if (entry.velocity == nullptr) {
+      sgd_plain_loop(entry.param + begin, entry.grad + begin, end - begin, lr);
+    } else {
+      sgd_loop(entry.param + begin, entry.grad + begin, entry.velocity + begin, end - begin, lr, momentum, nesterov);
+    }
+  });
+}
+
+template <typename T>
+void adam_update_multi(std::span<const AdamTensors<T>> tensors, T lr, T beta1, T beta2, T epsilon, std::int64_t step) {
+  constexpr std::string_view kKernel = "adam_update_multi";
+  const T alpha = adam_step_size(kKernel, 0, lr, beta1, beta2, epsilon, step);
+  for (const AdamTensors<T>& entry : tensors) {
+    detail::check_size(kKernel, "n", entry.n);
+    detail::check_pointer(kKernel, "param", entry.param, entry.n);
+    detail::check_pointer(kKernel, "grad", entry.grad, entry.n);
+    detail::check_pointer(kKernel, "m", entry.m, entry.n);
+    detail::check_pointer(kKernel, "v", entry.v, entry.n);
+  }
+  for_each_piece(tensors, [&](const AdamTensors<T>& entry, std::int64_t begin, std::int64_t end) {
+    adam_loop(entry.param + begin, entry.grad + begin, entry.m + begin, entry.v + begin, end - begin, alpha,
+              T{1} - beta1, T{1} - beta2, epsilon);
+  });
+}
+
 template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
 template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
@@ -190,5 +260,11 @@ template void adam_update_summed<float>(float*, const float* const*, std::size_t
 template void adam_update_summed<double>(double*, const double* const*, std::size_t, double*, double*, std::int64_t,
                                          double, double, double, double, std::int64_t,
                                          std::span<const AdamMirror<double>>);
+
+template void sgd_update_multi<float>(std::span<const SgdTensors<float>>, float, float, bool);
+template void sgd_update_multi<double>(std::span<const SgdTensors<double>>, double, double, bool);
+template void adam_update_multi<float>(std::span<const AdamTensors<float>>, float, float, float, float, std::int64_t);
+template void adam_update_multi<double>(std::span<const AdamTensors<double>>, double, double, double, double,
+                                        std::int64_t);
 
 }  // namespace tp::backend::cpu

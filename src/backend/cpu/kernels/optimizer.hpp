@@ -57,6 +57,32 @@ template <typename T>
 void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
                         T beta2, T epsilon, std::int64_t step, std::span<const AdamMirror<T>> mirrors = {});
 
+// One entry of the multi-tensor updates: n elements of each buffer (velocity null for SGD without momentum).
+template <typename T>
+struct SgdTensors {
+  T* param;
+  const T* grad;
+  T* velocity;
+  std::int64_t n;
+};
+template <typename T>
+struct AdamTensors {
+  T* param;
+  const T* grad;
+  T* m;
+  T* v;
+  std::int64_t n;
+};
+
+// sgd_update / adam_update on every entry, as one loop over the entries' elements laid end to end and split
+// over the intra-op threads in one parallel_for: each element is computed by the single update's expressions,
+// so the results are bitwise those of the single updates, for any thread count. No buffer an entry writes
+// overlaps another entry's buffers (gradients may share one).
+template <typename T>
+void sgd_update_multi(std::span<const SgdTensors<T>> tensors, T lr, T momentum, bool nesterov);
+template <typename T>
+void adam_update_multi(std::span<const AdamTensors<T>> tensors, T lr, T beta1, T beta2, T epsilon, std::int64_t step);
+
 extern template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 extern template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
 extern template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
@@ -70,5 +96,11 @@ extern template void adam_update_summed<float>(float*, const float* const*, std:
 extern template void adam_update_summed<double>(double*, const double* const*, std::size_t, double*, double*,
                                                 std::int64_t, double, double, double, double, std::int64_t,
                                                 std::span<const AdamMirror<double>>);
+extern template void sgd_update_multi<float>(std::span<const SgdTensors<float>>, float, float, bool);
+extern template void sgd_update_multi<double>(std::span<const SgdTensors<double>>, double, double, bool);
+extern template void adam_update_multi<float>(std::span<const AdamTensors<float>>, float, float, float, float,
+                                              std::int64_t);
+extern template void adam_update_multi<double>(std::span<const AdamTensors<double>>, double, double, double, double,
+                                               std::int64_t);
 
 }  // namespace tp::backend::cpu

@@ -39,6 +39,8 @@ void cross_entropy(device::Stream& stream, const ops::kernels::CrossEntropyArgs&
 void sgd(device::Stream& stream, const ops::kernels::SgdArgs& args);
 void adam(device::Stream& stream, const ops::kernels::AdamArgs& args);
 void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args);
+void sgd_multi(device::Stream& stream, const ops::kernels::SgdMultiArgs& args);
+void adam_multi(device::Stream& stream, const ops::kernels::AdamMultiArgs& args);
 // reduce.cpp
 void reduce(device::Stream& stream, const ops::kernels::ReduceArgs& args);
 void argmax(device::Stream& stream, const ops::kernels::ArgMaxArgs& args);

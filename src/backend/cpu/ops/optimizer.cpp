@@ -3,6 +3,7 @@
 // is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
 // AdamAcrossPeers on adam_update_summed, a peer's gradient read (and a mirror on a peer written) in place under a
 // PeerAccessScope of its device.
+// SgdUpdateMulti and AdamUpdateMulti on sgd_update_multi / adam_update_multi: one task for the whole list.
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -108,6 +109,42 @@ void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPee
                             param.num_elements(), static_cast<T>(options.learning_rate), static_cast<T>(options.beta1),
                             static_cast<T>(options.beta2), static_cast<T>(options.epsilon), step, targets);
     });
+  });
+}
+
+void sgd_multi(device::Stream& stream, const ops::kernels::SgdMultiArgs& args) {
+  dispatch_floating(args.params[0].dtype(), [&]<typename T>(T) {
+    stream.enqueue([params = args.params, grads = args.grads, velocities = args.velocities, options = args.options] {
+      std::vector<SgdTensors<T>> tensors;
+      tensors.reserve(params.size());
+      for (std::size_t index = 0; index < params.size(); ++index) {
+        tensors.push_back({.param = params[index].data<T>(),
+                           .grad = grads[index].data<T>(),
+                           .velocity = velocities.empty() ? nullptr : velocities[index].data<T>(),
+                           .n = params[index].num_elements()});
+      }
+      sgd_update_multi<T>(tensors, static_cast<T>(options.learning_rate), static_cast<T>(options.momentum),
+                          options.nesterov);
+    });
+  });
+}
+
+void adam_multi(device::Stream& stream, const ops::kernels::AdamMultiArgs& args) {
+  dispatch_floating(args.params[0].dtype(), [&]<typename T>(T) {
+    stream.enqueue(
+        [params = args.params, grads = args.grads, m = args.m, v = args.v, step = args.step, options = args.options] {
+          std::vector<AdamTensors<T>> tensors;
+          tensors.reserve(params.size());
+          for (std::size_t index = 0; index < params.size(); ++index) {
+            tensors.push_back({.param = params[index].data<T>(),
+                               .grad = grads[index].data<T>(),
+                               .m = m[index].data<T>(),
+                               .v = v[index].data<T>(),
+                               .n = params[index].num_elements()});
+          }
+          adam_update_multi<T>(tensors, static_cast<T>(options.learning_rate), static_cast<T>(options.beta1),
+                               static_cast<T>(options.beta2), static_cast<T>(options.epsilon), step);
+        });
   });
 }
 

@@ -124,4 +124,29 @@ cudaError_t launch_adam_summed(Dtype dtype, void* param, const PeerSumInputs& gr
                                const AdamMirrorPointers& mirrors, int mirror_count, const AdamHyper& hyper,
                                std::int64_t n, cudaStream_t stream);
 
+// ---- multi-tensor optimizers (optimizer.cu) ----
+// launch_sgd / launch_adam (no apply flag, grad of param's dtype: f32 or f64) on entries 0..count - 1 of a table
+// passed by value in the kernel's parameter memory (no device allocation, nothing to copy first, so the launch
+// can be captured into a CUDA graph): one launch, blockIdx.y picks the entry and a grid-stride loop over x
+// covers its n elements. Each element is computed by the single kernels' expressions, so the bits are theirs.
+// count 1..kMultiTensorEntries per launch (the adapters split longer lists); velocity null: no momentum.
+inline constexpr int kMultiTensorEntries = 32;
+struct SgdMultiTable {
+  void* param[kMultiTensorEntries];
+  const void* grad[kMultiTensorEntries];
+  void* velocity[kMultiTensorEntries];
+  std::int64_t n[kMultiTensorEntries];
+};
+cudaError_t launch_sgd_multi(Dtype dtype, const SgdMultiTable& table, int count, const SgdHyper& hyper,
+                             cudaStream_t stream);
+struct AdamMultiTable {
+  void* param[kMultiTensorEntries];
+  const void* grad[kMultiTensorEntries];
+  void* m[kMultiTensorEntries];
+  void* v[kMultiTensorEntries];
+  std::int64_t n[kMultiTensorEntries];
+};
+cudaError_t launch_adam_multi(Dtype dtype, const AdamMultiTable& table, int count, const AdamHyper& hyper,
+                              cudaStream_t stream);
+
 }  // namespace tp::backend::cuda::kernels

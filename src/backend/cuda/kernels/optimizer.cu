@@ -2,7 +2,8 @@
 // In-place optimizer updates with the Keras semantics of backend/cpu/kernels/optimizer.hpp and
 // scaled_optimizer.hpp: parameters and slots of T (f32, f64), the gradient of T or, for f32 parameters, float16 /
 // bfloat16 widened exactly as it is read; and Adam on the sum of several replicas' gradients read in place
-// (adam_update_summed), with its results copied into mirrors.
+// (adam_update_summed), with its results copied into mirrors; and the multi-tensor forms of SGD and Adam, one
+// launch over a table of entries.
 //
 // apply (a float32 scalar on the device, written earlier in the same step) is read when the kernel runs: 0
 // leaves the parameter and every slot untouched; any other value multiplies the gradient (null: 1). Every
@@ -78,6 +79,43 @@ __global__ void adam_summed_kernel(T* param, PeerSumInputs grads, int count, T* 
   }
 }
 
+// sgd_kernel and adam_kernel (no flag, G = T) over a table's entries: blockIdx.y is the entry.
+template <typename T>
+__global__ void sgd_multi_kernel(SgdMultiTable table, T lr, T momentum, bool nesterov) {
+  const int entry = static_cast<int>(blockIdx.y);
+  auto* param = static_cast<T*>(table.param[entry]);
+  const auto* grad = static_cast<const T*>(table.grad[entry]);
+  auto* velocity = static_cast<T*>(table.velocity[entry]);
+  TP_GRID_STRIDE(i, table.n[entry]) {
+    const T g = grad[i];
+    if (velocity == nullptr) {
+      param[i] = sub_rn(param[i], mul_rn(lr, g));
+      continue;
+    }
+    const T updated = sub_rn(mul_rn(momentum, velocity[i]), mul_rn(lr, g));
+    velocity[i] = updated;
+    param[i] = add_rn(param[i], nesterov ? sub_rn(mul_rn(momentum, updated), mul_rn(lr, g)) : updated);
+  }
+}
+
+template <typename T>
+__global__ void adam_multi_kernel(AdamMultiTable table, T alpha, T one_minus_beta1, T one_minus_beta2, T epsilon) {
+  const int entry = static_cast<int>(blockIdx.y);
+  const auto* grad = static_cast<const T*>(table.grad[entry]);
+  TP_GRID_STRIDE(i, table.n[entry]) {
+    adam_element(grad[i], static_cast<T*>(table.param[entry]), static_cast<T*>(table.m[entry]),
+                 static_cast<T*>(table.v[entry]), i, alpha, one_minus_beta1, one_minus_beta2, epsilon);
+  }
+}
+
+// The x blocks of a multi-tensor launch: enough for its longest entry.
+template <typename Table>
+dim3 multi_grid(const Table& table, int count) {
+  std::int64_t longest = 0;
+  for (int k = 0; k < count; ++k) longest = table.n[k] > longest ? table.n[k] : longest;
+  return dim3(grid_blocks(longest), static_cast<unsigned>(count));
+}
+
 // Calls body(T*, G*) for the (parameter, gradient) pairs the optimizers take.
 template <typename Body>
 cudaError_t with_optimizer_types(Dtype param, Dtype grad, Body body) {
@@ -134,6 +172,31 @@ cudaError_t launch_adam_summed(Dtype dtype, void* param, const PeerSumInputs& gr
         static_cast<T*>(param), grads, count, static_cast<T*>(m), static_cast<T*>(v), mirrors, mirror_count,
         static_cast<T>(hyper.alpha), static_cast<T>(hyper.one_minus_beta1), static_cast<T>(hyper.one_minus_beta2),
         static_cast<T>(hyper.epsilon), n);
+    return launched();
+  });
+}
+
+cudaError_t launch_sgd_multi(Dtype dtype, const SgdMultiTable& table, int count, const SgdHyper& hyper,
+                             cudaStream_t stream) {
+  if (count < 0 || count > kMultiTensorEntries) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  return with_wide_float(dtype, [&](auto* tag) {
+    using T = TP_TYPE_OF(tag);
+    sgd_multi_kernel<T><<<multi_grid(table, count), kThreads, 0, stream>>>(
+        table, static_cast<T>(hyper.lr), static_cast<T>(hyper.momentum), hyper.nesterov);
+    return launched();
+  });
+}
+
+cudaError_t launch_adam_multi(Dtype dtype, const AdamMultiTable& table, int count, const AdamHyper& hyper,
+                              cudaStream_t stream) {
+  if (count < 0 || count > kMultiTensorEntries) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  return with_wide_float(dtype, [&](auto* tag) {
+    using T = TP_TYPE_OF(tag);
+    adam_multi_kernel<T><<<multi_grid(table, count), kThreads, 0, stream>>>(
+        table, static_cast<T>(hyper.alpha), static_cast<T>(hyper.one_minus_beta1), static_cast<T>(hyper.one_minus_beta2),
+        static_cast<T>(hyper.epsilon));
     return launched();
   });
 }
