@@ -49,10 +49,10 @@ NodeId Graph::add_node(std::string_view op, std::vector<Output> inputs, Attribut
   if (definition == nullptr) {
     TP_GRAPH_FAIL(node, "unknown op '", op, "'; registered ops: ", join(registry.names()));
   }
-  if (definition->collective ? node.inputs.empty()
-                             : node.inputs.size() != static_cast<std::size_t>(definition->num_inputs)) {
-    TP_GRAPH_FAIL(node, "takes ", definition->collective ? "one or more" : std::to_string(definition->num_inputs),
-                  " input(s) but ", node.inputs.size(), " were given");
+  const bool variadic = definition->collective || definition->variadic;
+  if (variadic ? node.inputs.empty() : node.inputs.size() != static_cast<std::size_t>(definition->num_inputs)) {
+    TP_GRAPH_FAIL(node, "takes ", variadic ? "one or more" : std::to_string(definition->num_inputs), " input(s) but ",
+                  node.inputs.size(), " were given");
   }
   std::vector<TensorType> input_types;
   for (std::size_t index = 0; index < node.inputs.size(); ++index) {

@@ -46,7 +46,8 @@ void check_ops_and_references(const std::vector<Node>& nodes, const OpRegistry& 
       for (const std::string& name : registry.names()) names += (names.empty() ? "" : ", ") + name;
       TP_GRAPH_FAIL(node, "unknown op '", node.op, "'; registered ops: ", names);
     }
-    if (!definition->collective && node.inputs.size() != static_cast<std::size_t>(definition->num_inputs)) {
+    if (!definition->collective && !definition->variadic &&
+        node.inputs.size() != static_cast<std::size_t>(definition->num_inputs)) {
       TP_GRAPH_FAIL(node, "takes ", definition->num_inputs, " input(s) but has ", node.inputs.size());
     }
     if (!definition->collective && node.outputs.size() != static_cast<std::size_t>(definition->num_outputs)) {

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
 
 #include "graph/support/graph_test_support.hpp"
 #include "tensorpool/ops/optimizer.hpp"
@@ -24,7 +26,7 @@ using testing::run_graph;
 const std::set<std::string> kKernelOps = {
     "Fill", "MatMul", "BiasAdd", "BiasAddGrad", "Relu", "ReluGrad", "Softmax", "LogSoftmax", "Sum", "Mean", "Max",
     "ArgMax", "Add", "Sub", "Mul", "Div", "Scale", "Cast", "AddN", "Reshape", "Broadcast", "ScaleRows", "CorrectCount",
-    "ApplySgd", "ApplyAdam",
+    "ApplySgd", "ApplyAdam", "ApplySgdMulti", "ApplyAdamMulti",
     "SparseSoftmaxCrossEntropy",                // (the collectives are distribute's: they are not
                                                 // in the graph layer's registry, see below)
     "AllFinite", "ApplySgdIf", "ApplyAdamIf"};  // covered by mixed_precision_graph_test
@@ -228,6 +230,66 @@ TEST_F(GraphKernelTest, ApplySgdAndApplyAdamMatchTheTensorOps) {
     EXPECT_NE(bindings.at(var.node).to_vector<double>(), initial.values);
     tp_test::expect_invalid([&] { run_graph(graph_, *device, bindings, 0); }, {"ApplyAdam 'ApplyAdam'", "step 0"});
   }
+}
+
+// The multi-tensor optimizer ops update every entry bitwise as one single-update node per entry would, a
+// sliced entry included (a range of a flat gradient, as a bucket's), on both backends.
+TEST_F(GraphKernelTest, ApplySgdMultiAndApplyAdamMultiMatchTheSingleUpdates) {
+  const HostValue first = random_value(rng_, {3, 2});
+  const HostValue second = random_value(rng_, {4});
+  const HostValue bucket = random_value(rng_, {11});  // entry 1's gradient is bucket[5, 9)
+  const HostValue gradient = random_value(rng_, {3, 2});
+  auto zeros = [](std::vector<std::int64_t> dims, std::size_t n) {
+    return HostValue{std::vector<double>(n, 0.0), DType::f64, std::move(dims)};
+  };
+  std::map<std::string, Output> multi, single;
+  for (const char* name : {"sgd_a", "sgd_b", "adam_a", "adam_b"}) {
+    const bool a = std::string(name).ends_with("_a");
+    for (auto* outputs : {&multi, &single}) {
+      const std::string prefix = outputs == &multi ? "multi_" : "single_";
+      (*outputs)[name] = bind(prefix + name, a ? first : second);
+      for (const char* slot : {"_s0", "_s1"}) {
+        (*outputs)[std::string(name) + slot] = bind(prefix + name + slot, a ? zeros({3, 2}, 6) : zeros({4}, 4));
+      }
+    }
+  }
+  const Output grad = bind("grad", gradient);
+  const Output flat = bind("bucket", bucket);
+  const std::vector<std::int64_t> slices{0, 6, 0, 0, 0, 4, 5, 0};
+  const Attributes sgd{{"learning_rate", 0.1}, {"momentum", 0.9}, {"nesterov", true}};
+  Attributes sgd_multi = sgd, adam_multi{{"learning_rate", 0.01}};
+  sgd_multi["slices"] = slices;
+  adam_multi["slices"] = slices;
+  graph_.add_node("ApplySgdMulti", {multi["sgd_a"], multi["sgd_b"], grad, flat, multi["sgd_a_s0"], multi["sgd_b_s0"]},
+                  sgd_multi);
+  graph_.add_node("ApplyAdamMulti",
+                  {multi["adam_a"], multi["adam_b"], grad, flat, multi["adam_a_s0"], multi["adam_b_s0"],
+                   multi["adam_a_s1"], multi["adam_b_s1"]},
+                  adam_multi);
+  Attributes sliced_sgd = sgd, sliced_adam{{"learning_rate", 0.01}};
+  sliced_sgd["slice"] = std::vector<std::int64_t>{0, 4, 5, 0};
+  sliced_adam["slice"] = std::vector<std::int64_t>{0, 4, 5, 0};
+  graph_.add_node("ApplySgd", {single["sgd_a"], grad, single["sgd_a_s0"]}, sgd);
+  graph_.add_node("ApplySgd", {single["sgd_b"], flat, single["sgd_b_s0"]}, sliced_sgd);
+  graph_.add_node("ApplyAdam", {single["adam_a"], grad, single["adam_a_s0"], single["adam_a_s1"]},
+                  {{"learning_rate", 0.01}});
+  graph_.add_node("ApplyAdam", {single["adam_b"], flat, single["adam_b_s0"], single["adam_b_s1"]}, sliced_adam);
+  for (const Backend backend : device::testing::present_backends()) {
+    SCOPED_TRACE(device::testing::backend_label(backend));
+    auto device = make_device(backend);
+    const auto bindings = testing::to_tensors(values_, *device);
+    for (std::int64_t step = 1; step <= 3; ++step) run_graph(graph_, *device, bindings, step);
+    for (const auto& [name, output] : multi) {
+      EXPECT_EQ(bindings.at(output.node).to_vector<double>(), bindings.at(single.at(name).node).to_vector<double>())
+          << name;
+    }
+    EXPECT_NE(bindings.at(multi["adam_b"].node).to_vector<double>(), second.values) << "it did update";
+  }
+  Graph bad;
+  const Output var = variable(bad, "var", DType::f64, {2});
+  const Output other = variable(bad, "other", DType::f64, {3});
+  tp_test::expect_invalid([&] { bad.add_node("ApplyAdamMulti", {var, var, var}); }, {"3 inputs", "4 lists"});
+  tp_test::expect_invalid([&] { bad.add_node("ApplySgdMulti", {var, other, var}); }, {"grad", "float64[3]"});
 }
 
 }  // namespace

@@ -76,6 +76,9 @@ struct OpDef {
   bool may_reuse_input = false;
   // The op mutates its inputs (variable updates) or has effects beyond its outputs; never pruned or reused.
   bool stateful = false;
+  // Takes one or more inputs (lists, e.g. the multi-tensor updates): num_inputs is not checked, `infer` checks
+  // the count. Unlike a collective, every input is on the node's device (the executor copies as for any op).
+  bool variadic = false;
   // A collective (AllReduce): it takes one or more inputs, each on its own device, and num_inputs and
   // num_outputs are not checked; output j lives on the device of input j % inputs. The executor leaves its
   // inputs where they are (no copies) and its kernel moves data between the devices itself.
