@@ -77,6 +77,7 @@ void bind_strategy(nb::module_& module) {
       .def_rw("max_staleness", &Strategy::max_staleness)
       .def_rw("bucket_bytes", &Strategy::bucket_bytes)
       .def_rw("fuse_update", &Strategy::fuse_update)
+      .def_rw("multi_tensor_update", &Strategy::multi_tensor_update)
       .def_ro_static("DEFAULT_BUCKET_BYTES", &Strategy::kDefaultBucketBytes)
       .def_static("one_device", &Strategy::one_device, nb::arg("device") = std::string())
       .def_static(

@@ -45,8 +45,9 @@ struct ModelSpec {
   bool from_logits = false;
   AllReduce all_reduce = AllReduce::ring;
   std::int64_t bucket_bytes = Strategy::kDefaultBucketBytes;  // the AllReduce buckets' size limit (Strategy)
-  Shard shard = Shard::none;  // ZeRO (train/sharded_update.hpp); mirrored or multi-worker, >= 2 replicas in all
-  bool fuse_update = false;   // mirrored Adam on sim devices: the all-reduce folded into the update (Strategy)
+  Shard shard = Shard::none;         // ZeRO (train/sharded_update.hpp); mirrored or multi-worker, >= 2 replicas in all
+  bool fuse_update = false;          // mirrored Adam on sim devices: the all-reduce folded into the update (Strategy)
+  bool multi_tensor_update = false;  // one ApplyAdamMulti / ApplySgdMulti per device (Strategy)
   // A multi-worker job's MPI world: ZeRO shards span every worker's replicas (rank r's replicas own shards
   // r x devices.. r x devices + devices - 1).
   std::int64_t workers = 1;

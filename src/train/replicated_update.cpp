@@ -5,11 +5,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 
 #include "tensorpool/device/device_id.hpp"
 #include "tensorpool/distribute/collective_ops.hpp"
 #include "train/replica_builder.hpp"
+#include "train/update_grouping.hpp"
 
 namespace tp::train {
 
@@ -100,9 +102,10 @@ std::vector<std::optional<graph::Output>> update_factors(const std::vector<std::
   return apply;
 }
 
-// The optimizer's update of one parameter on one replica, with its optimizer-state variables.
-void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output parameter, const Reduced& gradient,
-                std::optional<graph::Output> apply, std::vector<std::string>& variables, ModelGraph& model) {
+// The optimizer's update of one parameter on one replica, with its optimizer-state variables (added now).
+UpdateRequest update_request(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output parameter,
+                             const Reduced& gradient, std::optional<graph::Output> apply,
+                             std::vector<std::string>& variables) {
   graph::Graph& g = builder.graph;
   const std::string base = g.node(parameter.node).name.substr(builder.prefix.size());
   const std::vector<std::int64_t> dims = g.type_of(parameter).dims;
@@ -110,7 +113,7 @@ void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output pa
   if (!gradient.whole) {
     attributes["slice"] = std::vector<std::int64_t>{0, g.type_of(parameter).shape().num_elements(), gradient.offset, 0};
   }
-  graph::NodeId update = -1;
+  UpdateRequest request{.device = builder.device, .prefix = builder.prefix};
   if (const Adam* adam = std::get_if<Adam>(&spec.optimizer)) {
     const graph::Output m = builder.variable(base + "/adam_m", dims, "zeros", 0, "optimizer_state");
     const graph::Output v = builder.variable(base + "/adam_v", dims, "zeros", 0, "optimizer_state");
@@ -122,7 +125,9 @@ void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output pa
                        {"beta1", adam->beta1},
                        {"beta2", adam->beta2},
                        {"epsilon", adam->epsilon}});
-    update = builder.add_node(apply ? "ApplyAdamIf" : "ApplyAdam", inputs, attributes, base + "/ApplyAdam");
+    request.op = apply ? "ApplyAdamIf" : "ApplyAdam";
+    request.inputs = std::move(inputs);
+    request.name = builder.prefix + base + "/ApplyAdam";
   } else {
     const Sgd& sgd = std::get<Sgd>(spec.optimizer);
     const graph::Output velocity = builder.variable(base + "/momentum", dims, "zeros", 0, "optimizer_state");
@@ -130,9 +135,12 @@ void add_update(const ModelSpec& spec, ReplicaBuilder& builder, graph::Output pa
     std::vector<graph::Output> inputs{parameter, gradient.tensor, velocity};
     if (apply) inputs.push_back(*apply);
     attributes.insert({{"learning_rate", sgd.learning_rate}, {"momentum", sgd.momentum}, {"nesterov", sgd.nesterov}});
-    update = builder.add_node(apply ? "ApplySgdIf" : "ApplySgd", inputs, attributes, base + "/ApplySgd");
+    request.op = apply ? "ApplySgdIf" : "ApplySgd";
+    request.inputs = std::move(inputs);
+    request.name = builder.prefix + base + "/ApplySgd";
   }
-  model.updates.push_back(g.node(update).name);
+  request.attributes = std::move(attributes);
+  return request;
 }
 
 // One AllReduceAdam node for every parameter of every replica; the slots are the variables add_update makes,
@@ -207,13 +215,16 @@ void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string
     for (std::size_t index = 0; index < parameters; ++index) reduced[index] = {{*stage.gradients[0][index]}};
   }
   const std::vector<std::optional<graph::Output>> apply = update_factors(devices, stage, reduced, model);
+  std::vector<UpdateRequest> requests;
   for (std::size_t index = 0; index < parameters; ++index) {
     for (std::size_t replica = 0; replica < replicas; ++replica) {
       ReplicaBuilder builder = ReplicaBuilder::of(model.graph, devices, replica);
-      add_update(spec, builder, stage.parameters[replica][index], reduced[index][replica], apply[replica],
-                 model.variables[replica], model);
+      requests.push_back(update_request(spec, builder, stage.parameters[replica][index], reduced[index][replica],
+                                        apply[replica], model.variables[replica]));
     }
   }
+  const bool group = spec.multi_tensor_update && multi_tensor_updates_supported(devices);
+  for (std::string& name : add_updates(model.graph, requests, group)) model.updates.push_back(std::move(name));
 }
 
 }  // namespace tp::train

@@ -51,6 +51,7 @@ ModelSpec model_spec(const std::vector<std::int64_t>& input_shape, const std::ve
           .bucket_bytes = strategy.bucket_bytes,
           .shard = strategy.shard,
           .fuse_update = strategy.fuse_update,
+          .multi_tensor_update = strategy.multi_tensor_update,
           .seed = options.seed,
           .policy = options.policy,
           .loss_scale = options.loss_scale};

@@ -2,12 +2,16 @@
 #include "train/sharded_update.hpp"
 
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/distribute/collective_ops.hpp"
 #include "tensorpool/distribute/communicator.hpp"
 #include "tensorpool/graph/builder.hpp"
 #include "train/replicated_update.hpp"
+#include "train/update_grouping.hpp"
 
 namespace tp::train {
 
@@ -202,6 +206,7 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
              devices[replica]);
     }
   }
+  std::vector<UpdateRequest> requests;
   for (std::size_t replica = 0; replica < replicas; ++replica) {
     const std::string prefix = layout.prefix(replica);
     const std::string& device = devices[replica];
@@ -241,11 +246,17 @@ void add_sharded_updates(const ModelSpec& spec, const std::vector<std::string>& 
         attributes["nesterov"] = sgd.nesterov;
       }
       if (apply[replica]) op += "If";
-      const graph::NodeId update = g.add_node(op, update_inputs, attributes, prefix + base + "/" + op);
-      g.mutable_node(update).device = device;
-      model.updates.push_back(g.node(update).name);
+      std::string name = prefix + base + "/" + op;
+      requests.push_back({.op = std::move(op),
+                          .inputs = std::move(update_inputs),
+                          .attributes = std::move(attributes),
+                          .name = std::move(name),
+                          .device = device,
+                          .prefix = prefix});
     }
   }
+  const bool group = spec.multi_tensor_update && multi_tensor_updates_supported(devices);
+  for (std::string& name : add_updates(g, requests, group)) model.updates.push_back(std::move(name));
   std::vector<graph::Output> variables;  // parameter-major
   for (std::size_t index = 0; index < count; ++index) {
     for (std::size_t replica = 0; replica < replicas; ++replica) variables.push_back(parameters[replica][index]);

@@ -38,6 +38,9 @@ def test_mirrored_strategy_defaults_to_the_sim_devices():
     assert native.fuse_update is True  # the all-reduce folded into Adam, as in the CLI
     native.fuse_update = False
     assert native.fuse_update is False
+    assert native.multi_tensor_update is True  # one update node per device, as in the CLI
+    native.multi_tensor_update = False
+    assert native.multi_tensor_update is False
     assert native.name == "mirrored"
 
 

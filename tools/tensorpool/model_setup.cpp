@@ -82,6 +82,11 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
                   "mirrored, Adam on sim devices: each replica's update reads every replica's gradient in place "
                   "(AllReduceAdam, the all-reduce folded into it) instead of an AllReduce into a bucket; the same bits")
       ->capture_default_str();
+  command
+      .add_option("--multi-tensor-update", arguments.multi_tensor_update,
+                  "the optimizer updates of each device in one multi-tensor node (ApplyAdamMulti / ApplySgdMulti: one "
+                  "kernel launch per device and step) instead of one node per variable; the same bits")
+      ->capture_default_str();
   command.add_option("--hidden", arguments.hidden, "hidden Dense relu widths, comma-separated (e.g. 4096,4096)")
       ->capture_default_str();
   command.add_option("--precision", arguments.precision, "float32 | mixed_float16 | mixed_bfloat16")
@@ -317,6 +322,7 @@ ModelSetup configure_model_devices(const ModelArguments& arguments, const char* 
   }
   setup.strategy.bucket_bytes = static_cast<std::int64_t>(bucket_bytes);
   setup.strategy.fuse_update = arguments.fuse_update;
+  setup.strategy.multi_tensor_update = arguments.multi_tensor_update;
   setup.distribution = train::make_distribution_strategy(setup.strategy);
   if (!setup.distribution->runs_own_loop() && !arguments.max_staleness.empty()) {  // asynchronous workers only
     TP_THROW(InvalidArgument, command, "--max-staleness applies to --strategy parameter_server only, not ",

@@ -31,6 +31,7 @@ struct ModelArguments {
   std::string shard = "auto";         // auto | none | optimizer (ZeRO-1) | gradients (ZeRO-2): train::Shard
   std::string bucket_size = "25MiB";  // mirrored, multi_worker: the AllReduce buckets' size limit
   bool fuse_update = true;            // mirrored, Adam on sim devices: Strategy::fuse_update
+  bool multi_tensor_update = true;    // one update node per device: Strategy::multi_tensor_update
   std::string hidden = "512";         // hidden Dense relu widths, comma-separated
   std::string precision = "float32";  // float32 | mixed_float16 | mixed_bfloat16
   std::uint64_t seed = 42;

@@ -82,6 +82,11 @@ struct Strategy {
   // AllReduce into a bucket that the update then reads; bitwise the same variables, no bucket in the plan.
   // On by default, as in `tensorpool train` (false: the AllReduce and ApplyAdam nodes).
   bool fuse_update = true;
+  // Every strategy: the optimizer updates of one device (plain ApplyAdam or ApplySgd, one per variable) grouped
+  // into one multi-tensor node (ApplyAdamMulti / ApplySgdMulti) where every device's backend has the kernels,
+  // so a step launches one update kernel per device; bitwise the same training. On by default, as in
+  // `tensorpool train` (false: one update node per variable).
+  bool multi_tensor_update = true;
 
   static constexpr std::int64_t kDefaultBucketBytes = std::int64_t{25} << 20;
 
