@@ -144,9 +144,9 @@ ExpandableArena::Placement ExpandableArena::place_at_end(std::size_t size) const
 
 ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
   if (!options_.share_granules) return best_fit_exclusive(size);
-  // The search stops at a placement no other can beat: one with no fresh granule. (An invalid placement
-  // compares by its fresh count too, in better_than, so with sharing only 0 is final.)
-  constexpr std::size_t bound = 0;
+  // The search stops at a placement no other can beat: one that reaches min_fresh_granules (later ones with as
+  // few fresh granules have as many new ones, and better_than keeps the first).
+  const std::size_t bound = min_fresh_granules(size);
   Placement best;
   std::size_t valid = 0;
   std::size_t examined = 0;
@@ -178,11 +178,9 @@ ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
 // no free block holds the request).
 ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size) const {
   static_assert(kFitCandidates <= kMaxFitExamined);
-  // The search stops at a placement no other can beat: one that reaches min_fresh_granules. When the extent's
-  // end has no room its placement is invalid with no fresh granule, which better_than lets beat any valid one
-  // with fresh granules: there only 0 is final.
+  // The search stops at a placement no other can beat: one that reaches min_fresh_granules.
   const bool end_fits = size <= range_bytes_ && extent_ <= range_bytes_ - size;
-  const std::size_t bound = end_fits ? min_fresh_granules(size) : 0;
+  const std::size_t bound = min_fresh_granules(size);
   Placement best;
   std::size_t examined = 0;
   for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
@@ -217,7 +215,7 @@ ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) con
   for (std::uint32_t index = free_lower_bound(size); index != kNone; index = free_next(index)) {
     if (best.valid && best.new_granules == 0) break;
     const Placement candidate = place_in(index, size, 0);
-    if (!best.valid || candidate.new_granules < best.new_granules) best = candidate;
+    if (candidate.valid && (!best.valid || candidate.new_granules < best.new_granules)) best = candidate;
   }
   return best;
 }

@@ -150,6 +150,45 @@ TEST(ExpandableArenaSharing, TailAndHeadOfDistantBlocksShareOneGranule) {
   EXPECT_EQ(arena.check_invariants(), "");
 }
 
+// A free block whose low end takes a request (with a fresh granule) while its high end cannot (the chunks it
+// would use in the next block's granule are another virtual granule's in their shared physical granule): the
+// block takes the request at its low end. An invalid end must never win over a valid one by its fresh count,
+// which it does not have; here the range has no room past the extent, so losing the block is an OOM.
+TEST(ExpandableArenaSharing, AFreeBlockWhoseHighEndCannotShareTakesTheRequestAtItsLowEnd) {
+  auto options = arena_options(64 * kMiB, 0, true);
+  options.reserve_bytes = 16 * kMiB;
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options);
+  const auto base = reinterpret_cast<char*>(arena.base_address());
+  const auto offset_of = [base](void* ptr) { return static_cast<std::size_t>(static_cast<char*>(ptr) - base); };
+  void* p = arena.allocate(2 * kMiB);  // granule 0
+  void* q = arena.allocate(2 * kMiB);  // granule 1
+  void* r = arena.allocate(2 * kMiB);  // granule 2
+  void* a = arena.allocate(5 * kMiB);  // granules 3, 4 and the bottom half of 5
+  void* b = arena.allocate(3 * kMiB);  // the top half of granule 5 and granule 6
+  void* c = arena.allocate(kMiB);      // the bottom half of granule 7: the extent is 15 MiB
+  ASSERT_EQ(offset_of(b), 11 * kMiB);
+  ASSERT_EQ(offset_of(c), 14 * kMiB);
+  arena.deallocate(q, 2 * kMiB);  // granule 1 is released
+  arena.deallocate(a, 5 * kMiB);  // [6, 11) MiB is free; granule 5's physical granule has a free bottom half
+  // h shares granule 5's physical granule through granule 1: no granule is committed for it.
+  const std::size_t committed = arena.committed_bytes();
+  void* h = arena.allocate(kMiB);
+  ASSERT_EQ(offset_of(h), 2 * kMiB);
+  ASSERT_EQ(arena.committed_bytes(), committed);
+  // [6, 11) MiB: its low end takes 2 MiB (granule 3, fresh); its high end's piece in granule 5 would overlap h.
+  void* y = arena.allocate(2 * kMiB);
+  EXPECT_EQ(offset_of(y), 6 * kMiB);
+  EXPECT_EQ(arena.stats().num_retries, 0u);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(y, 2 * kMiB);
+  arena.deallocate(h, kMiB);
+  arena.deallocate(c, kMiB);
+  arena.deallocate(b, 3 * kMiB);
+  arena.deallocate(r, 2 * kMiB);
+  arena.deallocate(p, 2 * kMiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
 // Random sizes around the granule, random frees, occasional trims: every block's bytes survive whatever
 // granules were shared, no invariant breaks, and sharing happens exactly when it is on.
 void run_random_operations(bool share) {
@@ -227,9 +266,9 @@ TEST(ExpandableArenaSharing, RandomTraceFootprint) {
   }
   const double live = static_cast<double>(trace.peak_live_bytes());
   const double reserved = static_cast<double>(arena.stats().peak_bytes_reserved);
-  // Guards what sharing gained over one physical granule per touched virtual granule; the target
-  // (1.05 x live + one granule) is tighter.
-  EXPECT_LE(reserved, 1.13 * live) << "peak reserved " << reserved / static_cast<double>(kMiB) << " MiB";
+  // Guards what sharing gains over one physical granule per touched virtual granule (1.161 x live without it);
+  // the target (1.05 x live + one granule) is tighter.
+  EXPECT_LE(reserved, 1.14 * live) << "peak reserved " << reserved / static_cast<double>(kMiB) << " MiB";
   EXPECT_EQ(arena.check_invariants(), "");
 }
 

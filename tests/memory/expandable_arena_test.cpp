@@ -439,6 +439,30 @@ TEST(ExpandableArena, RetriesCountOnlyRequestsTheRetryServed) {
   device.deallocate(other, 12 * kMiB);
 }
 
+// With no room past the extent, a request a free block holds is served there at once: the full range's end
+// (an invalid placement) never wins over the block, which would send the request to the retry path (every
+// cached granule decommitted, then committed again).
+TEST(ExpandableArena, AFullRangeLeavesFreeBlocksToServeWithoutARetry) {
+  auto options = arena_options(64 * kMiB, 64 * kMiB);
+  options.reserve_bytes = 8 * kMiB;
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options);
+  void* a = arena.allocate(4 * kMiB);        // granules 0 and 1
+  void* s = arena.allocate(256);             // granule 2
+  void* c = arena.allocate(4 * kMiB - 256);  // granules 2 and 3: the range is full
+  arena.deallocate(a, 4 * kMiB);             // granules 0 and 1 stay cached
+  const auto before = arena.stats();
+  void* d = arena.allocate(3 * kMiB);  // granules 0 and 1 again, from the cache
+  const auto after = arena.stats();
+  EXPECT_EQ(d, a);
+  EXPECT_EQ(after.num_retries, 0u);
+  EXPECT_EQ(after.upstream_frees, before.upstream_frees) << "the cache was given back";
+  EXPECT_EQ(after.upstream_allocs, before.upstream_allocs);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(d, 3 * kMiB);
+  arena.deallocate(c, 4 * kMiB - 256);
+  arena.deallocate(s, 256);
+}
+
 TEST(ExpandableArena, AllocateIsStronglyExceptionSafe) {
   // Every allocation inside allocate fails in turn, from the first on: a request either succeeds or throws
   // std::bad_alloc leaving the arena as it was, with no granule committed for nobody (trim() gets it back).

@@ -22,7 +22,7 @@
 //     boundary after it, when the extent's last granule cannot take the piece); it takes the placement that needs the
 //     fewest "fresh" physical granules (ones no in-use block uses, so the peak can only rise by them), then the fewest
 //     new ones, then the smaller block, the low end and a free block before the extent's end. The search stops at a
-//     placement no later one can beat (none fresh; without sharing, also min_fresh_granules). The remainder stays a
+//     placement no later one can beat (one that reaches min_fresh_granules). The remainder stays a
 //     free block. A freed block merges with free neighbours. Random frees among N live blocks keep ~N/2 holes open,
 //     which no placement closes; physical sharing is what keeps them from pinning memory.
 //   - Physical granules shared between virtual granules (ArenaOptions::share_granules). A virtual granule
@@ -226,9 +226,11 @@ class ExpandableArena final : public MemoryResource {
     std::size_t new_granules = 0;    // physical granules it must create
     std::size_t fresh_granules = 0;  // physical granules it takes that no in-use block uses (cached or new)
     bool valid = false;              // false when the reserved range has no room or a piece cannot fit
-    // Fewer fresh granules, then fewer commits; a valid placement beats an invalid one.
+    // A valid placement beats an invalid one, and an invalid one beats nothing (it has no counts); between
+    // valid ones, fewer fresh granules, then fewer commits.
     bool better_than(const Placement& other) const noexcept {
-      if (!other.valid) return valid;
+      if (valid != other.valid) return valid;
+      if (!valid) return false;
       if (fresh_granules != other.fresh_granules) return fresh_granules < other.fresh_granules;
       return new_granules < other.new_granules;
     }
