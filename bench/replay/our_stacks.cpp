@@ -17,6 +17,8 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   if (options.bfc_split) config.bfc_split = *options.bfc_split;
   if (options.policy) config.policy = *options.policy;
   if (options.release_decay_events) config.release_decay_events = *options.release_decay_events;
+  if (options.flush_caches_before_growth) config.flush_caches_before_growth = *options.flush_caches_before_growth;
+  config.compact_before_growth = options.compact_before_growth;
   return config;
 }
 
@@ -38,7 +40,9 @@ std::size_t our_min_capacity(const memory::Trace& trace, const std::string& name
   const memory::ResourceFactory factory = [&config](std::size_t capacity) -> std::unique_ptr<memory::MemoryResource> {
     return memory::make_sim_device_memory_stack(config, capacity);
   };
-  return memory::find_min_capacity(trace, factory).capacity_bytes;
+  memory::MinCapacityOptions search;
+  search.compact = options.compact_before_growth;
+  return memory::find_min_capacity(trace, factory, search).capacity_bytes;
 }
 
 }  // namespace tp::bench

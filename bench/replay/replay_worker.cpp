@@ -20,9 +20,16 @@
 //              steady_clock reads per operation, included in the figures) and reports the median and p99 of
 //              the allocate+free pair latency over all pairs of all threads.
 //   footprint  one round that writes one byte per 4 KiB of every allocation; reports the peak RSS above the
-//              RSS just before the replay and, for our stacks, peak_bytes_reserved from stats().
+//              RSS just before the replay and, for our stacks, peak_bytes_reserved from stats(). With
+//              --compact-before-growth (expandable) the round's slots are the arena's relocator: a request that
+//              would grow the arena may move live blocks first (MemoryConfig::compact_before_growth), each slot
+//              following its block, and every block's bytes are checked at its free.
 //   min-capacity  (our stacks only) the smallest device capacity on which the trace replays without an
-//              out-of-memory error (find_min_capacity of the replay library).
+//              out-of-memory error (find_min_capacity of the replay library; with --compact-before-growth its
+//              probes compact before growth and on a refusal).
+// --flush-before-growth on|off sets MemoryConfig::flush_caches_before_growth (default on); the expandable
+// stacks report what reclaiming before growth did (growth_requests, caches_flushed, compactions_before_growth,
+// blocks_moved, bytes_copied, bytes_remapped).
 
 // GCC 12 at -O2 reports a "potential null pointer dereference" inside CLI11's string splitting (inlined
 // std::string moves in CLI::detail::split): a false positive in library code, silenced for that header only.
@@ -36,13 +43,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -170,6 +180,69 @@ void measure_footprint(const ReplayPlan& plan, Allocator& allocator, nlohmann::j
   report["touch_ns_per_pair"] = ns_per_pair(elapsed, plan);
 }
 
+// A footprint round's slots as the arena's relocator: compaction before growth moves blocks from inside allocate
+// (the round is single-threaded, so no block is in use then) and each slot follows its block.
+class SlotRelocator final : public tp::memory::Relocator {
+ public:
+  explicit SlotRelocator(std::vector<void*>& slots) : slots_(slots) { slot_of_.reserve(slots.size()); }
+  void add(const void* ptr, std::uint32_t slot) { slot_of_.emplace(ptr, slot); }
+  void remove(const void* ptr) noexcept { slot_of_.erase(ptr); }
+  bool can_move(const void* ptr, std::size_t /*bytes*/) override { return slot_of_.contains(ptr); }
+  void relocated(void* from, void* to, std::size_t /*bytes*/) noexcept override {
+    auto node = slot_of_.extract(from);  // reuses the node: no allocation
+    if (node.empty()) return;
+    slots_[node.mapped()] = to;
+    node.key() = to;
+    slot_of_.insert(std::move(node));
+  }
+
+ private:
+  std::vector<void*>& slots_;
+  std::unordered_map<const void*, std::uint32_t> slot_of_;
+};
+
+// Each block's first and last 8 bytes hold its slot and size: a move that loses or mixes bytes reads back wrong.
+void stamp(void* ptr, std::size_t size, std::uint64_t slot) noexcept {
+  const std::uint64_t words[2] = {slot ^ 0x5bd1e995ULL, size};
+  std::memcpy(ptr, &words[0], std::min<std::size_t>(8, size));
+  if (size >= 16) std::memcpy(static_cast<char*>(ptr) + size - 8, &words[1], 8);
+}
+bool stamped(const void* ptr, std::size_t size, std::uint64_t slot) noexcept {
+  const std::uint64_t words[2] = {slot ^ 0x5bd1e995ULL, size};
+  if (std::memcmp(ptr, &words[0], std::min<std::size_t>(8, size)) != 0) return false;
+  return size < 16 || std::memcmp(static_cast<const char*>(ptr) + size - 8, &words[1], 8) == 0;
+}
+
+// The footprint round with compaction before growth: the round of replay_round<true>, its slots registered as
+// the arena's relocator, every block stamped at its allocation and checked at its free. Untimed.
+void measure_footprint_moving(const ReplayPlan& plan, StackAllocator& allocator, tp::memory::ExpandableArena& arena,
+                              nlohmann::json& report) {
+  std::vector<void*> slots(plan.slot_count, nullptr);
+  SlotRelocator relocator(slots);
+  arena.set_relocator(&relocator);
+  std::size_t damaged = 0;
+  for (const tp::bench::ReplayOp& op : plan.ops) {
+    if (op.allocate) {
+      void* ptr = allocator.allocate(op.size);
+      tp::bench::touch_pages(ptr, op.size);
+      stamp(ptr, op.size, op.slot);
+      slots[op.slot] = ptr;
+      relocator.add(ptr, op.slot);
+    } else {
+      if (!stamped(slots[op.slot], op.size, op.slot)) ++damaged;
+      relocator.remove(slots[op.slot]);
+      allocator.deallocate(slots[op.slot], op.size);
+    }
+  }
+  for (const tp::bench::ReplayOp& op : plan.leftovers) {
+    relocator.remove(slots[op.slot]);
+    allocator.deallocate(slots[op.slot], op.size);
+  }
+  arena.set_relocator(nullptr);
+  report["damaged_blocks"] = damaged;
+  if (damaged != 0) throw std::runtime_error(std::to_string(damaged) + " blocks read back wrong after moves");
+}
+
 int run(const std::string& trace_path, const std::string& allocator_name, const std::string& mode, int rounds,
         int threads, double capacity_factor, const tp::bench::OurStackOptions& stack_options) {
   const tp::memory::Trace trace = tp::memory::read_trace_file(trace_path);
@@ -214,10 +287,25 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     if (const auto* arena = dynamic_cast<const tp::memory::ExpandableArena*>(&stack->allocator())) {
       report["release_decay_events"] = arena->options().release_decay_events;
     }
+    auto* arena = dynamic_cast<tp::memory::ExpandableArena*>(&stack->allocator());
     if (mode == "latency") {
       measure_latency(plan, allocator, rounds, threads, report);
+    } else if (stack_options.compact_before_growth && arena != nullptr) {
+      measure_footprint_moving(plan, allocator, *arena, report);
     } else {
       measure_footprint(plan, allocator, report);
+    }
+    if (arena != nullptr) {
+      const tp::memory::GrowthPressureStats growth = arena->growth_pressure_stats();
+      report["flush_before_growth"] = stack->config().flush_caches_before_growth;
+      report["compact_before_growth"] = arena->options().compact_before_growth;
+      report["growth_requests"] = growth.growth_requests;
+      report["caches_flushed"] = growth.hooks_released;
+      report["compactions_before_growth"] = growth.compactions;
+      report["growth_avoided"] = growth.growth_avoided;
+      report["blocks_moved"] = growth.blocks_moved;
+      report["bytes_copied"] = growth.bytes_copied;
+      report["bytes_remapped"] = growth.bytes_remapped;
     }
     const tp::memory::MemoryStats stats = stack->stats();
     report["peak_reserved_bytes"] = stats.peak_bytes_reserved;
@@ -253,6 +341,12 @@ int main(int argc, char** argv) {
                  "BFC split threshold in bytes (tuning experiments; default: MemoryConfig's)");
   app.add_option("--thread-cache", stack_options.thread_cache_bytes,
                  "per-thread cache of freed small blocks in bytes, 0 = off (default: MemoryConfig's)");
+  std::string flush_before_growth;
+  app.add_option("--flush-before-growth", flush_before_growth,
+                 "our expandable stacks: the thread caches give their blocks back before the arena grows (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--compact-before-growth", stack_options.compact_before_growth,
+               "our expandable stacks, footprint and min-capacity: the arena may move live blocks before it grows");
   app.add_flag("--tracking", stack_options.tracking, "our stacks: with the tracking adaptor (per-allocation records)");
   std::string bfc_split;
   std::string policy;
@@ -269,6 +363,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     if (!bfc_split.empty()) {
       stack_options.bfc_split = bfc_split == "exact" ? tp::memory::BfcSplit::exact : tp::memory::BfcSplit::tensorflow;
+    }
+    if (!flush_before_growth.empty()) stack_options.flush_caches_before_growth = flush_before_growth == "on";
+    if (stack_options.compact_before_growth && (allocator_name != "expandable" || stack_options.tracking)) {
+      std::cerr << "tp_replay_worker: --compact-before-growth needs --allocator expandable without --tracking (the"
+                   " tracking adaptor keys its records by pointer)\n";
+      return 2;
     }
     if (!policy.empty()) {
       stack_options.policy = policy == "grow" ? tp::memory::GrowthPolicy::grow : tp::memory::GrowthPolicy::preallocate;

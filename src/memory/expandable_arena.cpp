@@ -43,6 +43,15 @@ ExpandableArena::ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualM
     TP_THROW(InvalidArgument, "memory", this->name(), ": ArenaOptions::limit_bytes = 0; set the hard wall on",
              " committed bytes (e.g. the device capacity)");
   }
+  if (!(options_.compaction_slack >= 0.0 && options_.compaction_slack <= 1.0)) {
+    TP_THROW(InvalidArgument, "memory", this->name(), ": ArenaOptions::compaction_slack = ", options_.compaction_slack,
+             " is outside [0, 1]; give the share of the in-use bytes growth may leave free, e.g. 0.02");
+  }
+  if (options_.compact_before_growth && options_.share_granules) {
+    TP_THROW(InvalidArgument, "memory", this->name(),
+             ": ArenaOptions::compact_before_growth with share_granules: compaction moves blocks only in an arena"
+             " whose physical granules are not shared; turn one of them off");
+  }
   granularity_ = memory_->granularity();
   if (!is_power_of_two(granularity_) || granularity_ < kBlockAlignment) {
     TP_THROW(InvalidArgument, "memory", this->name(), ": the source ", memory_->name(), " has granularity ",
@@ -360,6 +369,9 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   // Strong exception safety: prepare_carve reserves what carve needs before acquire_for maps anything, and
   // nothing from the commit to the return allocates or throws.
   Placement placement = best_fit(size);
+  if (placement.valid && placement.new_granules != 0 && relieves_growth_) [[unlikely]] {
+    placement = relieve_growth_pressure(size, placement);
+  }
   if (placement.valid) prepare_carve(placement, size);
   if (!placement.valid || !acquire_for(placement, size)) {
     // Give every cached granule back and place the request where it commits the least, then retry once.

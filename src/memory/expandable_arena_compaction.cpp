@@ -180,6 +180,10 @@ bool ExpandableArena::move_block(std::uint32_t block, const Move& move, Compacti
 
 CompactionResult ExpandableArena::compact(Relocator& relocator) {
   std::lock_guard lock(mutex_);
+  return compact_locked(relocator);
+}
+
+CompactionResult ExpandableArena::compact_locked(Relocator& relocator) {
   CompactionResult result;
   result.granularity = granularity_;
   result.committed_before = committed_granules_ * granularity_;

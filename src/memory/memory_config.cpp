@@ -142,6 +142,16 @@ void MemoryConfig::validate() const {
              ": split_threshold = 0 would split every chunk; leave it unset for the default of ",
              format_bytes(kDefaultSplitThreshold), " or give a positive size");
   }
+  if (!(compaction_slack >= 0.0 && compaction_slack <= 1.0)) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": compaction_slack = ", compaction_slack,
+             " is outside [0, 1]; give the share of the in-use bytes growth may leave free before the arena"
+             " compacts, e.g. 0.02");
+  }
+  if (compact_before_growth && share_granules) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device,
+             ": compact_before_growth and share_granules are both set; compaction moves blocks only in an arena"
+             " whose physical granules are not shared, so turn one of them off");
+  }
   if (split_fraction.has_value()) {
     if (!(std::isfinite(*split_fraction) && *split_fraction > 0.0 && *split_fraction <= 1.0)) {
       TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": split_fraction = ", *split_fraction,

@@ -50,6 +50,8 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       ArenaOptions options;
       options.limit_bytes = limit_bytes;
       options.share_granules = config.share_granules;
+      options.compact_before_growth = config.compact_before_growth;
+      options.compaction_slack = config.compaction_slack;
       // preallocate: memory once obtained is kept (until trim), like BFC's single region; grow: freed pages
       // beyond the arena's release threshold go back to the source once unused for the decay window.
       if (config.policy == GrowthPolicy::preallocate) options.release_threshold = limit_bytes;
@@ -108,6 +110,11 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
     options.max_block_bytes = std::min(options.max_block_bytes, options.max_bytes);
     auto cache = std::make_unique<ThreadCacheAdaptor>(std::move(layer), options);
     thread_cache_ = cache.get();
+    // Reclaim before growing: cached blocks stay allocated in the arena, so they go back before it grows.
+    if (auto* arena = dynamic_cast<ExpandableArena*>(allocator_);
+        arena != nullptr && config_.flush_caches_before_growth) {
+      arena->set_growth_hook([cache = thread_cache_] { return cache->flush() != 0; });
+    }
     layer = std::move(cache);
   }
   if (config_.tracking) {

@@ -95,6 +95,46 @@ std::vector<std::size_t> assign_workers(const Trace& trace) {
   return worker_of_event;
 }
 
+// The replay's live blocks by pointer, kept up to date event by event when the replay compacts: the Relocator
+// of its compactions (every live block may move; the replay's pointer of each moved block follows it).
+class LiveTable final : public Relocator {
+ public:
+  // `capacity`: the most blocks live at once (buckets reserved, so a move rehashes nothing).
+  LiveTable(std::vector<void*>& pointers, std::size_t capacity) : pointers_(pointers) { by_pointer_.reserve(capacity); }
+  void add(const void* ptr, std::size_t event) { by_pointer_.emplace(ptr, event); }
+  void remove(const void* ptr) noexcept { by_pointer_.erase(ptr); }
+  bool can_move(const void* ptr, std::size_t /*bytes*/) override { return by_pointer_.contains(ptr); }
+  void relocated(void* from, void* to, std::size_t /*bytes*/) noexcept override {
+    auto node = by_pointer_.extract(from);  // reuses the node: no allocation
+    if (node.empty()) return;               // can_move said no to it: not moved
+    pointers_[node.mapped()] = to;
+    node.key() = to;
+    by_pointer_.insert(std::move(node));
+  }
+
+ private:
+  std::vector<void*>& pointers_;
+  std::unordered_map<const void*, std::size_t> by_pointer_;
+};
+
+// Registers the live table as the arena's relocator for compaction before growth (when its options ask for
+// it) for the replay's duration.
+class RelocatorRegistration {
+ public:
+  RelocatorRegistration(ExpandableArena* arena, Relocator* relocator)
+      : arena_(arena != nullptr && arena->options().compact_before_growth ? arena : nullptr) {
+    if (arena_ != nullptr) arena_->set_relocator(relocator);
+  }
+  RelocatorRegistration(const RelocatorRegistration&) = delete;
+  RelocatorRegistration& operator=(const RelocatorRegistration&) = delete;
+  ~RelocatorRegistration() {
+    if (arena_ != nullptr) arena_->set_relocator(nullptr);
+  }
+
+ private:
+  ExpandableArena* arena_;
+};
+
 // One replay. Each event index is touched by exactly one worker, and a free reads its allocation's pointer
 // only after the turn counter (release/acquire) says the allocation happened. The worker that performs event
 // i hands the turn to event i + 1's worker alone: it stores turn_ = i + 1, then bumps that worker's wake-up
@@ -110,10 +150,16 @@ class ReplayRun {
         wake_ups_(std::min(trace.threads().size(), kMaxReplayThreads)),
         pointers_(trace.size(), nullptr),
         allocate_ns_(trace.size(), 0),
-        free_ns_(trace.size(), 0) {}
+        free_ns_(trace.size(), 0),
+        live_(pointers_, options.compact != nullptr ? trace.allocation_count() : 0) {}
 
   ReplayResult run() {
     resource_.reset_peak();
+    // Compaction before growth moves the blocks of the live table from inside allocate: events run one at a
+    // time in trace order, so whichever event is allocating, no other touches a block.
+    const RelocatorRegistration registration(options_.compact, &live_);
+    const GrowthPressureStats growth_before =
+        options_.compact != nullptr ? options_.compact->growth_pressure_stats() : GrowthPressureStats{};
     std::vector<std::vector<std::size_t>> schedules(wake_ups_.size());
     for (std::size_t index = 0; index < trace_.size(); ++index) schedules[worker_of_event_[index]].push_back(index);
     std::vector<Tally> tallies(schedules.size());
@@ -146,6 +192,7 @@ class ReplayRun {
       keep_larger_oom(result, tally.largest_oom_event, tally.largest_oom_bytes);
     }
     result.compaction = compaction_;
+    if (options_.compact != nullptr) add_growth_compactions(result.compaction, growth_before);
     const MemoryStats stats = resource_.stats();
     release_leftovers();
     for (std::size_t index = 0; index < trace_.size(); ++index) {
@@ -218,6 +265,7 @@ class ReplayRun {
               options_.compact != nullptr ? allocate_or_compact(index) : resource_.allocate(event.size, alignment_);
           const Clock::time_point end = Clock::now();
           pointers_[index] = ptr;
+          if (options_.compact != nullptr) live_.add(ptr, index);
           allocate_ns_[index] = nanoseconds_between(start, end);
           ++tally.allocations;
           if (options_.check_contents) fill_pattern(ptr, event.size, index);
@@ -242,6 +290,7 @@ class ReplayRun {
         }
         ++tally.ops;
         if (options_.check_contents) check_pattern(ptr, event.size, allocation);
+        if (options_.compact != nullptr) live_.remove(ptr);
         const Clock::time_point start = Clock::now();
         resource_.deallocate(ptr, event.size);
         const Clock::time_point end = Clock::now();
@@ -251,38 +300,13 @@ class ReplayRun {
     }
   }
 
-  // The live blocks of the replay while event `current` is performed, by pointer: the Relocator of a compaction.
-  class LiveTable final : public Relocator {
-   public:
-    LiveTable(const Trace& trace, std::vector<void*>& pointers, std::size_t current) : pointers_(pointers) {
-      for (std::size_t index = 0; index < current; ++index) {
-        const std::size_t free = trace.partner(index);
-        if (pointers[index] != nullptr && trace.events()[index].action == TraceAction::allocate &&
-            (free == kNoEvent || free > current)) {
-          by_pointer_.emplace(pointers[index], index);
-        }
-      }
-    }
-    bool can_move(const void* ptr, std::size_t /*bytes*/) override { return by_pointer_.contains(ptr); }
-    void relocated(void* from, void* to, std::size_t /*bytes*/) noexcept override {
-      const auto found = by_pointer_.find(from);
-      if (found == by_pointer_.end()) return;  // can_move said no to it: not moved
-      pointers_[found->second] = to;
-    }
-
-   private:
-    std::vector<void*>& pointers_;
-    std::unordered_map<const void*, std::size_t> by_pointer_;
-  };
-
   // Allocates event `index`; when refused with tp::OutOfMemoryError, compacts the arena and retries once.
   void* allocate_or_compact(std::size_t index) {
     const std::size_t bytes = trace_.events()[index].size;
     try {
       return resource_.allocate(bytes, alignment_);
     } catch (const OutOfMemoryError&) {
-      LiveTable table(trace_, pointers_, index);
-      const CompactionResult compaction = options_.compact->compact(table);
+      const CompactionResult compaction = options_.compact->compact(live_);
       ++compaction_.compactions;
       compaction_.blocks_moved += compaction.blocks_moved;
       compaction_.bytes_copied += compaction.bytes_copied;
@@ -293,6 +317,20 @@ class ReplayRun {
     void* ptr = resource_.allocate(bytes, alignment_);  // a second refusal is the replay's OOM
     ++compaction_.retries_served;
     return ptr;
+  }
+
+  // What the arena's compactions before growth did during the replay (its totals since `before`).
+  void add_growth_compactions(ReplayCompaction& compaction, const GrowthPressureStats& before) const {
+    const GrowthPressureStats after = options_.compact->growth_pressure_stats();
+    compaction.growth_requests = after.growth_requests - before.growth_requests;
+    compaction.caches_flushed = after.hooks_released - before.hooks_released;
+    compaction.before_growth = after.compactions - before.compactions;
+    compaction.growth_avoided = after.growth_avoided - before.growth_avoided;
+    compaction.blocks_moved += after.blocks_moved - before.blocks_moved;
+    compaction.bytes_copied += after.bytes_copied - before.bytes_copied;
+    compaction.bytes_remapped += after.bytes_remapped - before.bytes_remapped;
+    compaction.granules_freed += after.granules_freed - before.granules_freed;
+    compaction.granularity = options_.compact->granularity();
   }
 
   void check_pattern(const void* ptr, std::size_t bytes, std::size_t allocation) {
@@ -328,6 +366,7 @@ class ReplayRun {
   std::vector<void*> pointers_;                     // per allocate event: the replayed pointer, null if refused
   std::vector<std::uint64_t> allocate_ns_;          // per allocate event
   std::vector<std::uint64_t> free_ns_;              // per allocate event: the time of its free
+  LiveTable live_;                                  // with compaction: written by the worker holding the turn only
   std::atomic<std::uint64_t> turn_{0};              // index of the next event to perform
   std::atomic<bool> abort_{false};
   std::mutex error_mutex_;  // guards error_

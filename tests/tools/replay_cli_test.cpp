@@ -181,6 +181,30 @@ TEST_F(ReplayCli, CompactServesTheFragmentingTraceAtTheSameCapacity) {
   }
 }
 
+// Reclaim before growing: with --compact-before-growth the expandable row compacts before its arena grows
+// (and on a refusal), every block's bytes checked; the fragmenting trace replays without an OOM at 64 MiB.
+TEST_F(ReplayCli, CompactBeforeGrowthMovesBlocksBeforeTheArenaGrows) {
+  const CliRun generated = run("trace generate --kind fragmenting --output " + path("fragmenting.csv"));
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  const std::string base = "replay --trace " + path("fragmenting.csv") + " --capacity 64MiB";
+  const CliRun compacted = run(base + " --json --allocator expandable --compact-before-growth");
+  ASSERT_EQ(compacted.exit_code, 0) << compacted.output;
+  const nlohmann::json row = nlohmann::json::parse(compacted.output)["results"][0];
+  EXPECT_EQ(row["oom_count"], 0) << row.dump();
+  EXPECT_EQ(row["compact_before_growth"], true) << row.dump();
+  EXPECT_GT(row["compaction"]["before_growth"].get<int>(), 0) << row.dump();
+  EXPECT_GT(row["compaction"]["growth_requests"].get<int>(), 0) << row.dump();
+  EXPECT_GT(row["compaction"]["blocks_moved"].get<int>(), 0) << row.dump();
+  const CliRun table = run(base + " --allocator expandable --compact-before-growth");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("expandable (compact before growth): "), std::string::npos) << table.output;
+  for (const std::string flags : {" --allocator bfc", " --share-granules"}) {
+    const CliRun refused = run(base + " --compact-before-growth" + flags);
+    EXPECT_EQ(refused.exit_code, 2) << flags << "\n" << refused.output;
+    EXPECT_NE(refused.output.find("--compact-before-growth"), std::string::npos) << refused.output;
+  }
+}
+
 TEST_F(ReplayCli, SmallCapacityReportsOomsNotAnError) {
   const CliRun result = run("replay --trace " + path("good.csv") + " --allocator system --capacity 3MiB --json");
   ASSERT_EQ(result.exit_code, 0) << result.output;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tensorpool replay --trace FILE --allocator bfc|bfc-grow|expandable|system|all [--capacity BYTES] [--json]
 //                   [--find-min-capacity] [--repeat N] [--bfc-split exact|tensorflow] [--share-granules]
-//                   [--compact] [--device sim|cuda:N]
+//                   [--compact] [--compact-before-growth] [--device sim|cuda:N]
 // Replays a trace on a simulated device, or with --device cuda:N on a GPU's own memory sources (then also
 // --allocator cuda_malloc_async|managed, and each row carries the driver's view: cudaMemGetInfo before and after
 // the replay next to the stack's reserved bytes; without a GPU a tp::DeviceError names the reason). One fresh
@@ -10,7 +10,9 @@
 // rows (TensorFlow's rule by default); --share-granules lets the expandable row's arena share physical granules
 // between virtual ones (MemoryConfig::share_granules, off by default); --compact makes the expandable row compact
 // its arena when an allocation is refused and retry it once (ExpandableArena::compact, the replay's table of
-// live pointers the owner that follows each move), every allocation's bytes checked at its free. Bad input throws tp::InvalidArgument / tp::DataError,
+// live pointers the owner that follows each move), every allocation's bytes checked at its free;
+// --compact-before-growth does that too and lets the arena compact before it grows (reclaim before growing,
+// MemoryConfig::compact_before_growth, the same table its registered relocator). Bad input throws tp::InvalidArgument / tp::DataError,
 // which main() turns into exit code 2 and a one-line message. Out of memory under pressure (live allocations
 // fill a small --capacity) is the measurement, counted in the OOMs column; an allocation that no freeing could
 // serve (a fresh, empty device refuses it too: it exceeds the capacity, or the host cannot back it) means the
@@ -23,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -54,6 +57,7 @@ struct ReplayArguments {
   bool find_min_capacity = false;
   bool share_granules = false;
   bool compact = false;
+  bool compact_before_growth = false;
   std::string device = "sim";  // sim | cuda:N
 };
 
@@ -63,8 +67,9 @@ struct ReplayStack {
   memory::ReplayAllocator allocator;
   memory::BfcSplit split;
   bool share_granules = false;
-  bool compact = false;             // the expandable row compacts on a refusal
-  std::optional<int> cuda_ordinal;  // the GPU whose sources the stack is built on; none: a simulated device
+  bool compact = false;                // the expandable row compacts on a refusal
+  bool compact_before_growth = false;  // ...and before its arena grows
+  std::optional<int> cuda_ordinal;     // the GPU whose sources the stack is built on; none: a simulated device
 
   bool is_bfc() const { return memory::replay_memory_config(allocator).allocator == memory::AllocatorKind::bfc; }
   bool is_expandable() const {
@@ -74,13 +79,14 @@ struct ReplayStack {
     memory::MemoryConfig config = memory::replay_memory_config(allocator, device_name());
     config.bfc_split = split;
     config.share_granules = share_granules && is_expandable();
+    config.compact_before_growth = compact_before_growth && is_expandable();
     if (cuda_ordinal.has_value()) return device::make_cuda_device_memory_stack(config, capacity, *cuda_ordinal);
     return memory::make_sim_device_memory_stack(config, capacity);
   }
   std::string device_name() const {
     return cuda_ordinal.has_value() ? "cuda:" + std::to_string(*cuda_ordinal) : std::string("sim:0");
   }
-  bool compacts() const { return compact && is_expandable(); }
+  bool compacts() const { return (compact || compact_before_growth) && is_expandable(); }
   // The row's replay options: compaction of the stack's arena, with every allocation's bytes checked.
   memory::ReplayOptions replay_options(memory::MemoryStack& instance) const {
     memory::ReplayOptions options;
@@ -95,7 +101,7 @@ struct ReplayStack {
     std::string text(memory::to_string(allocator));
     if (is_bfc() && split != memory::BfcSplit::tensorflow) text += fmt::format(" ({})", memory::to_string(split));
     if (is_expandable() && share_granules) text += " (shared granules)";
-    if (compacts()) text += " (compact)";
+    if (compacts()) text += compact_before_growth ? " (compact before growth)" : " (compact)";
     return text;
   }
 };
@@ -148,7 +154,7 @@ std::vector<memory::ReplayAllocator> parse_allocators(const std::string& text, b
 void require_rows(const std::vector<memory::ReplayAllocator>& allocators, bool (ReplayStack::*applies)() const,
                   const std::string& flag, std::string_view rows, const std::string& allocator) {
   const bool any = std::any_of(allocators.begin(), allocators.end(), [applies](memory::ReplayAllocator each) {
-    return (ReplayStack{each, memory::BfcSplit::tensorflow, false, false, std::nullopt}.*applies)();
+    return (ReplayStack{each, memory::BfcSplit::tensorflow, false, false, false, std::nullopt}.*applies)();
   });
   if (!any) {
     TP_THROW(InvalidArgument, "replay", flag, " applies to --allocator ", rows, " or all, not ", allocator,
@@ -216,7 +222,8 @@ void check_replayable(const memory::Trace& trace, const ReplayStack& stack, std:
     report.request_tag.op = fmt::format("replay --allocator {}", memory::to_string(stack.allocator));
     if (stack.is_bfc()) report.request_tag.op += fmt::format(" --bfc-split {}", memory::to_string(stack.split));
     if (stack.is_expandable() && stack.share_granules) report.request_tag.op += " --share-granules";
-    if (stack.compacts()) report.request_tag.op += " --compact";
+    if (stack.compacts())
+      report.request_tag.op += stack.compact_before_growth ? " --compact-before-growth" : " --compact";
     const std::size_t needed = std::max(size, report.rounded_bytes);  // the allocator's rounding included
     if (needed > capacity) {
       report.suggestion = fmt::format("pass --capacity {} or more (or leave --capacity out: twice the peak live)",
@@ -313,10 +320,13 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
     if (!report.stack.compacts()) continue;
     const memory::ReplayCompaction& compaction = report.result.compaction;
     std::cout << fmt::format(
-        "{}: {} refusal{} compacted, {} then served; {} block{} moved ({} copied, {} remapped), {} granule{} "
+        "{}: {} refusal{} compacted, {} then served; {} of {} growing request{} compacted first, {} flushed the "
+        "thread caches, {} then served without growing; {} block{} moved ({} copied, {} remapped), {} granule{} "
         "({}) freed\n",
         report.stack.label(), compaction.compactions, compaction.compactions == 1 ? "" : "s", compaction.retries_served,
-        compaction.blocks_moved, compaction.blocks_moved == 1 ? "" : "s", format_bytes(compaction.bytes_copied),
+        compaction.before_growth, compaction.growth_requests, compaction.growth_requests == 1 ? "" : "s",
+        compaction.caches_flushed, compaction.growth_avoided, compaction.blocks_moved,
+        compaction.blocks_moved == 1 ? "" : "s", format_bytes(compaction.bytes_copied),
         format_bytes(compaction.bytes_remapped), compaction.granules_freed, compaction.granules_freed == 1 ? "" : "s",
         format_bytes(compaction.granules_freed * compaction.granularity));
   }
@@ -353,6 +363,8 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
     if (report.stack.is_bfc()) row["bfc_split"] = memory::to_string(report.stack.split);
     if (report.stack.is_expandable()) row["share_granules"] = report.stack.share_granules;
     if (report.stack.is_expandable()) row["compact"] = report.stack.compacts();
+    if (report.stack.is_expandable())
+      row["compact_before_growth"] = report.stack.compacts() && report.stack.compact_before_growth;
     row["ops"] = result.ops;
     row["median_ns"] = result.median_pair_ns;
     row["p99_ns"] = result.p99_pair_ns;
@@ -363,9 +375,11 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
     row["skipped_frees"] = result.skipped_frees;
     if (report.stack.compacts()) {
       row["compaction"] = {
-          {"compactions", result.compaction.compactions},       {"retries_served", result.compaction.retries_served},
-          {"blocks_moved", result.compaction.blocks_moved},     {"bytes_copied", result.compaction.bytes_copied},
-          {"bytes_remapped", result.compaction.bytes_remapped}, {"granules_freed", result.compaction.granules_freed},
+          {"compactions", result.compaction.compactions},         {"retries_served", result.compaction.retries_served},
+          {"growth_requests", result.compaction.growth_requests}, {"caches_flushed", result.compaction.caches_flushed},
+          {"before_growth", result.compaction.before_growth},     {"growth_avoided", result.compaction.growth_avoided},
+          {"blocks_moved", result.compaction.blocks_moved},       {"bytes_copied", result.compaction.bytes_copied},
+          {"bytes_remapped", result.compaction.bytes_remapped},   {"granules_freed", result.compaction.granules_freed},
           {"granule_bytes", result.compaction.granularity},
       };
     }
@@ -404,10 +418,12 @@ void run_replay(const ReplayArguments& arguments) {
   if (arguments.share_granules) {
     require_rows(allocators, &ReplayStack::is_expandable, "--share-granules", "expandable", arguments.allocator);
   }
-  if (arguments.compact) {
-    require_rows(allocators, &ReplayStack::is_expandable, "--compact", "expandable", arguments.allocator);
+  for (const auto& [flag, given] : {std::pair{"--compact", arguments.compact},
+                                    std::pair{"--compact-before-growth", arguments.compact_before_growth}}) {
+    if (!given) continue;
+    require_rows(allocators, &ReplayStack::is_expandable, flag, "expandable", arguments.allocator);
     if (arguments.share_granules) {
-      TP_THROW(InvalidArgument, "replay", "--compact and --share-granules: compaction moves blocks only in an ",
+      TP_THROW(InvalidArgument, "replay", flag, " and --share-granules: compaction moves blocks only in an ",
                "arena whose physical granules are not shared; leave one of them out");
     }
   }
@@ -418,7 +434,8 @@ void run_replay(const ReplayArguments& arguments) {
 
   std::vector<AllocatorReport> reports;
   for (const memory::ReplayAllocator allocator : allocators) {
-    const ReplayStack stack{allocator, split, arguments.share_granules, arguments.compact, cuda_ordinal};
+    const ReplayStack stack{
+        allocator, split, arguments.share_granules, arguments.compact, arguments.compact_before_growth, cuda_ordinal};
     std::vector<memory::ReplayResult> runs;
     std::optional<DriverView> driver;
     for (std::size_t run = 0; run < repeat; ++run) {
@@ -489,6 +506,9 @@ void add_replay_command(CLI::App& app) {
   command->add_flag("--compact", arguments->compact,
                     "the expandable row compacts its arena when an allocation is refused (moves live blocks down, "
                     "remapping whole granules) and retries it once; every allocation's bytes are checked");
+  command->add_flag("--compact-before-growth", arguments->compact_before_growth,
+                    "as --compact, and the expandable row's arena compacts before it grows when growing would leave "
+                    "more than 2% of the in-use bytes (plus a granule) free inside its reservation");
   command->callback([arguments] { run_replay(*arguments); });
 }
 

@@ -90,6 +90,13 @@
 // is told each move; then every cached granule is decommitted. Only without granule sharing (ran = false
 // otherwise): there a written granule's physical memory may show through other mappings.
 //
+// Reclaim before growing (expandable_arena_growth.cpp): when the placement a request gets must create physical
+// granules (no cached one is left), the growth hook runs first (the lock released; a stack's thread caches give
+// their blocks back) and the request is placed again; if it still must grow, and compact_before_growth is on
+// with a relocator set, and growing would leave more free inside the reservation than the slack allows (and
+// that much more than the last such compaction left), the arena compacts and places it again. A request
+// served from what the arena holds never reaches this path: one branch on new_granules.
+//
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
 // upstream_allocs/frees = physical granules created/released, largest_free_block = the longest run of mapped
 // bytes no in-use block covers, in a free block or past the extent (fragmentation.hpp). deallocate of a
@@ -111,6 +118,7 @@
 
 #include "tensorpool/memory/allocator_mutex.hpp"
 #include "tensorpool/memory/compaction.hpp"
+#include "tensorpool/memory/growth_pressure.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
 #include "tensorpool/memory/virtual_memory.hpp"
 
@@ -140,6 +148,15 @@ struct ArenaOptions {
   // and remapping system calls (docs/memory.md has the trade-off), hence opt-in. Off: each virtual granule
   // with users has a physical granule of its own.
   bool share_granules = false;
+  // Reclaim before growing (growth_pressure.hpp): with a Relocator registered (set_relocator), a request that
+  // would commit new physical granules first compacts the arena when growing would leave more than
+  // compaction_slack x the in-use bytes, plus one granule, free inside the reservation (and that much more than
+  // the last compaction left: a compaction that could not help is not repeated until the holes grow by it).
+  // Off by default: only the blocks' owner knows whether they may move. Not with share_granules (compaction
+  // does not run there).
+  bool compact_before_growth = false;
+  // In [0, 1]: 0 compacts before any growth that would leave more than a granule free inside.
+  double compaction_slack = 0.02;
 };
 
 class ExpandableArena final : public MemoryResource {
@@ -161,6 +178,8 @@ class ExpandableArena final : public MemoryResource {
   [[nodiscard]] std::vector<BlockInfo> blocks() const;
   [[nodiscard]] std::size_t committed_bytes() const;
   [[nodiscard]] std::size_t reserved_range_bytes() const noexcept { return range_bytes_; }
+  // Bytes per granule (the source's VirtualMemory::granularity()); fixed for life.
+  [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   // Address of offset 0 of the reserved range (blocks()' offsets are relative to it); fixed for life.
   std::uintptr_t base_address() const noexcept { return reinterpret_cast<std::uintptr_t>(base_); }
   const ArenaOptions& options() const noexcept { return options_; }
@@ -171,6 +190,13 @@ class ExpandableArena final : public MemoryResource {
   // the blocks meanwhile. An allocation that fails after it (before any allocation succeeds) carries the
   // result in its OutOfMemoryReport. Throws std::bad_alloc only before anything moved.
   CompactionResult compact(Relocator& relocator);
+  // Reclaim before growing (growth_pressure.hpp). The hook runs, without the arena's lock, before a request
+  // commits new physical granules; the relocator is the owner compaction before growth may move blocks of
+  // (ArenaOptions::compact_before_growth): its calls come from inside allocate, at points where nothing may
+  // use a block it lets move. Null / empty: none. Set them while no allocation is in flight.
+  void set_growth_hook(GrowthHook hook);
+  void set_relocator(Relocator* relocator);
+  [[nodiscard]] GrowthPressureStats growth_pressure_stats() const;
 
   static constexpr std::size_t kBlockAlignment = kDefaultAlignment;
 
@@ -404,6 +430,11 @@ class ExpandableArena final : public MemoryResource {
   Move find_move(std::uint32_t block) const;
   // Moves the block; false (nothing changed) when a granule cannot be taken or mapped.
   bool move_block(std::uint32_t block, const Move& move, CompactionResult& result);
+  // Growth pressure (expandable_arena_growth.cpp): runs the hook and compaction before `placement` commits
+  // new granules, and returns the placement to take then. Called with the lock held; releases it around the hook.
+  [[gnu::noinline]] Placement relieve_growth_pressure(std::size_t size, Placement placement);
+  bool compaction_pays(std::size_t size, const Placement& placement) const noexcept;
+  CompactionResult compact_locked(Relocator& relocator);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                         const std::string& detail);
 
@@ -443,6 +474,11 @@ class ExpandableArena final : public MemoryResource {
   std::vector<std::size_t> move_scratch_;  // empty between calls: move_block's taken and remapped granules
   // The last compaction, until an allocation succeeds: an OutOfMemoryReport thrown meanwhile carries it.
   std::optional<CompactionResult> last_compaction_;
+  GrowthHook growth_hook_;          // set only while no allocation is in flight
+  Relocator* relocator_ = nullptr;  // idem
+  bool relieves_growth_ = false;    // a hook, or compact_before_growth with a relocator
+  std::size_t residual_free_ = 0;   // bytes free inside the reservation after the last compaction before growth
+  GrowthPressureStats growth_;
   MemoryStats stats_;
 };
 

@@ -66,6 +66,16 @@ struct MemoryConfig {
   bool share_granules = false;                 // expandable: physical granules shared between virtual ones
                                                // (ArenaOptions::share_granules: less memory under random
                                                // sizes, slower requests); the other allocators ignore it
+  // expandable: reclaim before growing (growth_pressure.hpp, docs/memory.md). flush_caches_before_growth: before
+  // the arena commits new granules, the thread caches give their blocks back (they stay allocated in the arena
+  // while cached) and the request is placed again. compact_before_growth (ArenaOptions::compact_before_growth):
+  // then, if growing would leave more than compaction_slack x the in-use bytes (plus a granule) free inside the
+  // reservation, the arena compacts first, moving the blocks of the relocator its owner registers
+  // (ExpandableArena::set_relocator; without one nothing moves); not with share_granules. The other allocators
+  // ignore the three.
+  bool flush_caches_before_growth = true;
+  bool compact_before_growth = false;
+  double compaction_slack = 0.02;  // in [0, 1]
   // expandable, grow: freed granules beyond the arena's release threshold are decommitted once unused for this
   // many allocate/free calls (ArenaOptions::release_decay_events; 0 = at once); unset = the arena's default.
   std::optional<std::uint64_t> release_decay_events;
@@ -85,8 +95,9 @@ struct MemoryConfig {
 
   // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] (above 1
   // only with allocator = managed) or not finite, a CUDA-only allocator on a device not named cuda:N, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,
-  // split_threshold == 0, split_fraction outside (0, 1] or set together with split_threshold, an out-of-range
-  // enum value (policy, allocator, bfc_split).
+  // split_threshold == 0, split_fraction outside (0, 1] or set together with split_threshold, compaction_slack
+  // outside [0, 1], compact_before_growth with share_granules, an out-of-range enum value (policy, allocator,
+  // bfc_split).
   void validate() const;
 };
 

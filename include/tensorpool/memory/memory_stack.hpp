@@ -7,7 +7,9 @@
 //               | ExpandableArena  over the source as VirtualMemory  (limit; preallocate keeps freed pages)
 //               | LimitingAdaptor  over the source itself            (system: every request goes to the source)
 //     thread_cache = ThreadCacheAdaptor when config.thread_cache_bytes > 0 (below tracking, so a cached
-//               block is not a live allocation to the profiler)
+//               block is not a live allocation to the profiler); over the expandable arena, with
+//               config.flush_caches_before_growth, its flush is the arena's growth hook (the caches give their
+//               blocks back before the arena commits more memory: growth_pressure.hpp)
 //     tracking  = TrackingAdaptor when config.tracking
 //
 // The stack is itself the MemoryResource callers use (named config.device); every tp::OutOfMemoryError

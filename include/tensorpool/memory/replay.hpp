@@ -9,8 +9,11 @@
 //
 // With ReplayOptions::compact, an allocation refused with tp::OutOfMemoryError compacts the given expandable
 // arena (the replay's table of live pointers is the Relocator: every live block may move, and the table
-// follows each move) and is retried once; the retry is timed with the allocation. Events are performed one
-// at a time in trace order, so the moment of the refusal is a safe point: no other event touches a block.
+// follows each move) and is retried once; the retry is timed with the allocation. When the arena's options
+// ask for compaction before growth (ArenaOptions::compact_before_growth), the table is also its registered
+// relocator for the replay, so an allocation that would grow the arena may compact it first (timed with the
+// allocation). Events are performed one at a time in trace order, so the moment of an allocation is a safe
+// point: no other event touches a block.
 //
 // Out of memory is a result, not an error: the failed allocation is counted (the largest one named), the
 // replay continues and the allocation's later free is skipped. "allocate failure" lines of
@@ -40,7 +43,14 @@ inline constexpr std::size_t kMaxReplayThreads = 64;
 struct ReplayCompaction {
   std::size_t compactions = 0;     // refused allocations that compacted the arena
   std::size_t retries_served = 0;  // ...and were then served by the retry
-  std::size_t blocks_moved = 0;    // over all compactions
+  // Reclaim before growing (the arena's growth_pressure_stats over the replay): requests that would have
+  // grown the arena, those of them the thread caches' flush gave blocks back to, compactions before growth
+  // (ArenaOptions::compact_before_growth), and requests then served without growing.
+  std::size_t growth_requests = 0;
+  std::size_t caches_flushed = 0;
+  std::size_t before_growth = 0;
+  std::size_t growth_avoided = 0;
+  std::size_t blocks_moved = 0;  // over all compactions (on a refusal and before growth)
   std::size_t bytes_copied = 0;
   std::size_t bytes_remapped = 0;
   std::size_t granules_freed = 0;
@@ -68,8 +78,9 @@ class ExpandableArena;
 
 struct ReplayOptions {
   std::size_t alignment = kDefaultAlignment;  // passed to every allocate
-  // Compact this arena and retry once when an allocation is refused. It must be the allocator the resource
-  // allocates from, with no layer above it that keeps pointers (compactable_arena() finds one); null: off.
+  // Compact this arena and retry once when an allocation is refused, and let it compact before growth when its
+  // options say so. It must be the allocator the resource allocates from, with no layer above it that keeps
+  // pointers (compactable_arena() finds one); null: off.
   ExpandableArena* compact = nullptr;
   // Fill every allocation with a pattern of its trace event and check it when it is freed: a move that loses
   // or mixes bytes is a tp::DataError naming the trace line. Not timed.

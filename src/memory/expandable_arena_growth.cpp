@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// ExpandableArena: reclaim before growing (the header's "Reclaim before growing", growth_pressure.hpp). Only
+// do_allocate's growth branch reaches this file: a request whose best placement must create physical granules.
+#include <utility>
+
+#include "tensorpool/memory/expandable_arena.hpp"
+
+namespace tp::memory {
+
+void ExpandableArena::set_growth_hook(GrowthHook hook) {
+  std::lock_guard lock(mutex_);
+  growth_hook_ = std::move(hook);
+  relieves_growth_ = static_cast<bool>(growth_hook_) || (options_.compact_before_growth && relocator_ != nullptr);
+}
+
+void ExpandableArena::set_relocator(Relocator* relocator) {
+  std::lock_guard lock(mutex_);
+  relocator_ = relocator;
+  relieves_growth_ = static_cast<bool>(growth_hook_) || (options_.compact_before_growth && relocator_ != nullptr);
+}
+
+GrowthPressureStats ExpandableArena::growth_pressure_stats() const {
+  std::lock_guard lock(mutex_);
+  return growth_;
+}
+
+// Growing to take `placement` would leave committed - in use (after the request) above the slack: compaction
+// may give the holes back. And either the limit would refuse the growth, or the holes grew by more than the
+// slack since the last compaction before growth left them (hysteresis: a compaction that could not close them
+// is not repeated on every request that grows).
+bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placement) const noexcept {
+  const std::size_t committed = committed_granules_ * granularity_;
+  const std::size_t in_use = stats_.bytes_in_use;
+  const std::size_t free_inside = committed > in_use ? committed - in_use : 0;
+  if (free_inside < granularity_) return false;  // nothing compaction could give back
+  const std::size_t grown = committed + placement.new_granules * granularity_;
+  if (grown > options_.limit_bytes) return true;
+  const std::size_t live = in_use + size;
+  const auto allowed = static_cast<std::size_t>(options_.compaction_slack * static_cast<double>(live)) + granularity_;
+  if (grown <= live + allowed) return false;
+  return free_inside > residual_free_ + allowed;
+}
+
+ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
+  ++growth_.growth_requests;
+  if (growth_hook_) {
+    // The hook frees into this arena: it runs unlocked, and the request is placed again from what it left.
+    ++growth_.hooks_run;
+    mutex_.unlock();
+    const bool released = growth_hook_();
+    mutex_.lock();
+    if (released) ++growth_.hooks_released;
+    placement = best_fit(size);
+    if (!placement.valid || placement.new_granules == 0) {
+      if (placement.valid) ++growth_.growth_avoided;
+      return placement;
+    }
+  }
+  if (!options_.compact_before_growth || relocator_ == nullptr || !compaction_pays(size, placement)) return placement;
+  const CompactionResult result = compact_locked(*relocator_);
+  ++growth_.compactions;
+  growth_.blocks_moved += result.blocks_moved;
+  growth_.bytes_copied += result.bytes_copied;
+  growth_.bytes_remapped += result.bytes_remapped;
+  growth_.granules_freed += result.granules_freed;
+  const std::size_t committed = committed_granules_ * granularity_;
+  residual_free_ = committed > stats_.bytes_in_use ? committed - stats_.bytes_in_use : 0;
+  placement = best_fit(size);
+  if (placement.valid && placement.new_granules == 0) ++growth_.growth_avoided;
+  return placement;
+}
+
+}  // namespace tp::memory
