@@ -195,8 +195,8 @@ cudaError_t launch_adam_multi(Dtype dtype, const AdamMultiTable& table, int coun
   return with_wide_float(dtype, [&](auto* tag) {
     using T = TP_TYPE_OF(tag);
     adam_multi_kernel<T><<<multi_grid(table, count), kThreads, 0, stream>>>(
-        table, static_cast<T>(hyper.alpha), static_cast<T>(hyper.one_minus_beta1), static_cast<T>(hyper.one_minus_beta2),
-        static_cast<T>(hyper.epsilon));
+        table, static_cast<T>(hyper.alpha), static_cast<T>(hyper.one_minus_beta1),
+        static_cast<T>(hyper.one_minus_beta2), static_cast<T>(hyper.epsilon));
     return launched();
   });
 }
