@@ -178,6 +178,146 @@ bool ExpandableArena::move_block(std::uint32_t block, const Move& move, Compacti
   return true;
 }
 
+// Slides an in-use block down over the free block right below it (the two trade places; they may overlap):
+// the block's new granules below are taken (kept, claimed, or fresh within the limit), the bytes copied in one
+// overlapping copy, its old granules above the new end dropped. False (nothing changed) when it would take more
+// fresh granules than it gives back, or a granule cannot be taken. The caller tells the relocator.
+bool ExpandableArena::slide_block(std::uint32_t block, CompactionResult& result) {
+  const std::uint32_t hole = nodes_[block].prev;
+  const std::size_t size = nodes_[block].size;
+  const std::size_t from = nodes_[block].offset;
+  const std::size_t to = nodes_[hole].offset;
+  const std::size_t new_first = first_granule(to);
+  const std::size_t new_end = end_granule(to, size);
+  const std::size_t old_first = first_granule(from);
+  const std::size_t old_end = end_granule(from, size);
+  const std::size_t taken_end =
+      std::min(new_end, old_first);  // [new_first, taken_end): granules only the new place touches
+  const std::size_t dropped_first = std::max(old_first, new_end);  // [dropped_first, old_end): only the old place
+  std::size_t fresh = 0;
+  for (std::size_t granule = new_first; granule < taken_end; ++granule) fresh += granules_[granule].users == 0 ? 1 : 0;
+  std::size_t freed = 0;
+  for (std::size_t granule = dropped_first; granule < old_end; ++granule)
+    freed += granules_[granule].users == 1 ? 1 : 0;
+  // Cached granules (those the slides below gave back) serve fresh ones without committing more; beyond them a
+  // slide may create only as many as it gives back, within the limit.
+  const std::size_t limit_granules = options_.limit_bytes / granularity_;
+  const std::size_t created = fresh > cached_count_ ? fresh - cached_count_ : 0;
+  if (created > freed || committed_granules_ + created > limit_granules) return false;
+  // Everything that may allocate, before the first change.
+  const std::size_t touched = taken_end > new_first ? taken_end - new_first : 0;
+  if (physicals_.capacity() < physicals_.size() + touched) physicals_.reserve(2 * physicals_.size() + touched);
+  if (free_physicals_.capacity() < physicals_.capacity()) free_physicals_.reserve(physicals_.capacity());
+
+  // 1. The new place's granules below the old place (as move_block takes them).
+  for (std::size_t granule = new_first; granule < taken_end; ++granule) {
+    const Granule& entry = granules_[granule];
+    const bool keep = entry.users != 0 || (entry.physical != kNone && physicals_[entry.physical].users == 0);
+    bool taken = keep;
+    if (!keep && (lru_newest_ != kNone || committed_granules_ < limit_granules)) {
+      try {
+        map_granule(granule, lru_newest_ != kNone ? lru_newest_ : new_physical());  // a new one stays cached
+        taken = true;
+      } catch (const OutOfMemoryError&) {
+        taken = false;
+      }
+    }
+    if (!taken) {
+      for (std::size_t undo = new_first; undo < granule; ++undo) drop_piece(undo, 0);
+      stats_.bytes_reserved = committed_granules_ * granularity_;
+      return false;
+    }
+    take_piece(granule, 0);
+  }
+  // 2. The bytes, both places mapped (they may overlap: copy() moves like memmove).
+  memory_->copy(base_ + to, base_ + from, size);
+  result.bytes_copied += size;
+  // 3. The old place's granules above the new end lose this user.
+  for (std::size_t granule = old_end; granule-- > dropped_first;) drop_piece(granule, 0);
+  // 4. The block and the free block trade places; the free block merges with a free block above, or is cut off
+  //    at the extent's end.
+  erase_free(hole);
+  const std::uint32_t before = nodes_[hole].prev;
+  const std::uint32_t after = nodes_[block].next;
+  nodes_[block].prev = before;
+  if (before != kNone) {
+    nodes_[before].next = block;
+  } else {
+    first_block_ = block;
+  }
+  nodes_[hole].prev = block;
+  nodes_[hole].next = after;
+  nodes_[block].next = hole;
+  if (after != kNone) {
+    nodes_[after].prev = hole;
+  } else {
+    last_block_ = hole;
+  }
+  nodes_[block].offset = to;
+  nodes_[hole].offset = to + size;
+  set_slot(from, kNone);
+  set_slot(to, block);
+  if (after == kNone) {
+    extent_ = to + size;
+    unlink(hole);
+  } else if (!nodes_[after].in_use) {
+    rekey_free(after, nodes_[hole].offset, nodes_[after].size + nodes_[hole].size);
+    unlink(hole);
+  } else {
+    insert_free(hole);
+  }
+  ++result.blocks_moved;
+  stats_.bytes_reserved = committed_granules_ * granularity_;
+  stats_.update_peaks();
+  return true;
+}
+
+// The highest free block with at least `bytes` free from its start to the extent's end, or the lowest one.
+std::uint32_t ExpandableArena::slide_start(std::size_t bytes) const noexcept {
+  std::uint32_t start = kNone;
+  std::size_t free_above = 0;
+  for (std::uint32_t index = last_block_; index != kNone; index = nodes_[index].prev) {
+    if (nodes_[index].in_use) continue;
+    start = index;
+    free_above += nodes_[index].size;
+    if (free_above >= bytes) break;
+  }
+  return start;
+}
+
+CompactionResult ExpandableArena::compact_sliding(Relocator& relocator, std::size_t bytes) {
+  CompactionResult result;
+  result.granularity = granularity_;
+  result.committed_before = committed_granules_ * granularity_;
+  result.committed_after = result.committed_before;
+  if (options_.share_granules) return result;
+  result.ran = true;
+  const std::size_t used_before = committed_granules_ - cached_count_;
+  std::uint32_t index = slide_start(bytes);
+  try {
+    while (index != kNone) {
+      const std::uint32_t next = nodes_[index].next;
+      const std::uint32_t prev = nodes_[index].prev;
+      if (nodes_[index].in_use && prev != kNone && !nodes_[prev].in_use) {
+        const std::size_t requested = nodes_[index].requested;
+        char* const old_address = base_ + nodes_[index].offset;
+        if (relocator.can_move(old_address, requested) && slide_block(index, result)) {
+          relocator.relocated(old_address, base_ + nodes_[index].offset, requested);
+        }
+      }
+      index = next;
+    }
+  } catch (const std::bad_alloc&) {
+    // Room for the physical granule table (reserved before any change of a slide): the slides made stand.
+  }
+  decommit_cached(0);
+  const std::size_t used_after = committed_granules_;
+  result.granules_freed = used_before > used_after ? used_before - used_after : 0;
+  result.committed_after = committed_granules_ * granularity_;
+  last_compaction_ = result;
+  return result;
+}
+
 CompactionResult ExpandableArena::compact(Relocator& relocator) {
   std::lock_guard lock(mutex_);
   return compact_locked(relocator);

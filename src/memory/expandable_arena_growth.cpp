@@ -57,7 +57,12 @@ ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t 
     }
   }
   if (!options_.compact_before_growth || relocator_ == nullptr || !compaction_pays(size, placement)) return placement;
-  const CompactionResult result = compact_locked(*relocator_);
+  // Gather enough free bytes at the end that, once cut off, growing leaves half the slack free inside.
+  const std::size_t live = stats_.bytes_in_use + size;
+  const std::size_t grown = (committed_granules_ + placement.new_granules) * granularity_;
+  const std::size_t keep = static_cast<std::size_t>(options_.compaction_slack * static_cast<double>(live)) / 2;
+  const std::size_t gather = grown > live + keep ? grown - live - keep + granularity_ : granularity_;
+  const CompactionResult result = compact_sliding(*relocator_, gather);
   ++growth_.compactions;
   growth_.blocks_moved += result.blocks_moved;
   growth_.bytes_copied += result.bytes_copied;

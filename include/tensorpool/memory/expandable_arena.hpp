@@ -94,7 +94,11 @@
 // granules (no cached one is left), the growth hook runs first (the lock released; a stack's thread caches give
 // their blocks back) and the request is placed again; if it still must grow, and compact_before_growth is on
 // with a relocator set, and growing would leave more free inside the reservation than the slack allows (and
-// that much more than the last such compaction left), the arena compacts and places it again. A request
+// that much more than the last such compaction left), the arena compacts and places it again. That compaction
+// slides (compact_sliding): from the highest free block with enough free bytes above it to bring the reservation
+// back to half the slack after the growth, each movable in-use block trades places with the free block below it
+// (one overlapping copy), so the free blocks gather and leave at the extent's end; fresh granules the slides
+// take come from those earlier slides gave back, so it never commits more than a slide frees. A request
 // served from what the arena holds never reaches this path: one branch on new_granules.
 //
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
@@ -430,6 +434,13 @@ class ExpandableArena final : public MemoryResource {
   Move find_move(std::uint32_t block) const;
   // Moves the block; false (nothing changed) when a granule cannot be taken or mapped.
   bool move_block(std::uint32_t block, const Move& move, CompactionResult& result);
+  // Sliding compaction (compaction before growth): from a start free block up to the extent's end, each
+  // in-use block the relocator lets move slides down over the free block below it, so the free blocks gather
+  // into one that rises to the end and is cut off. Starts at the highest free block with `bytes` free from it
+  // to the end (slide_start), so only the blocks above it are copied.
+  CompactionResult compact_sliding(Relocator& relocator, std::size_t bytes);
+  std::uint32_t slide_start(std::size_t bytes) const noexcept;
+  bool slide_block(std::uint32_t block, CompactionResult& result);
   // Growth pressure (expandable_arena_growth.cpp): runs the hook and compaction before `placement` commits
   // new granules, and returns the placement to take then. Called with the lock held; releases it around the hook.
   [[gnu::noinline]] Placement relieve_growth_pressure(std::size_t size, Placement placement);
