@@ -61,9 +61,10 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
 // parallel: one grad and one slot of each kind per param, at least one param. Every tensor lives on one device
 // and has one float dtype (f32 or f64; no 16-bit gradients); an entry's grad and slots have its param's shape
 // (entries' shapes may differ). What an entry writes (its param and slots) overlaps no other tensor of the call;
-// entries may be ranges of one buffer (a bucket of gradients, a shard of slots). `velocities` may be empty when options.momentum == 0. Throws
-// tp::InvalidArgument naming the list and the entry on a length, dtype, device or shape mismatch, and
-// tp::DeviceError where the backend has no multi-tensor kernel (KernelTable::sgd_multi / adam_multi).
+// entries may be ranges of one buffer (a bucket of gradients, a shard of slots). `velocities` may be empty when
+// options.momentum == 0. Throws tp::InvalidArgument naming the list and the entry on a length, dtype, device or
+// shape mismatch, and tp::DeviceError where the backend has no multi-tensor kernel (KernelTable::sgd_multi /
+// adam_multi).
 void sgd_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> velocities,
                       const SgdOptions& options, const OpContext& context = {});
 void adam_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> m,
