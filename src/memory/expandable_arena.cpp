@@ -187,10 +187,16 @@ ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
 // no free block holds the request).
 ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size) const {
   static_assert(kFitCandidates <= kMaxFitExamined);
-  // The search stops at a placement no other can beat: one that reaches min_fresh_granules.
-  const bool end_fits = size <= range_bytes_ && extent_ <= range_bytes_ - size;
+  // The search stops at a placement no other can beat: one that reaches min_fresh_granules. The best so far is
+  // kept as (block, offset, fresh), fresh = kNoPlacement while there is none.
+  constexpr std::size_t kNoPlacement = ~std::size_t{0};
   const std::size_t bound = min_fresh_granules(size);
-  Placement best;
+  const auto placement = [this](std::uint32_t block, std::size_t offset, std::size_t fresh) {
+    return Placement{block, offset, fresh > cached_count_ ? fresh - cached_count_ : 0, fresh, true};
+  };
+  std::uint32_t best_block = kNone;
+  std::size_t best_offset = 0;
+  std::size_t best_fresh = kNoPlacement;
   std::size_t examined = 0;
   for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
        index = free_next(index), ++examined) {
@@ -205,18 +211,19 @@ ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size)
         fresh = high_fresh;
       }
     }
-    if (!best.valid || fresh < best.fresh_granules) {
-      best = Placement{index, offset, fresh > cached_count_ ? fresh - cached_count_ : 0, fresh, true};
+    if (fresh < best_fresh) {
+      if (fresh <= bound) return placement(index, offset, fresh);
+      best_block = index;
+      best_offset = offset;
+      best_fresh = fresh;
     }
-    if (best.fresh_granules <= bound) return best;
   }
-  // place_at_end without sharing: the extent's end, when the range has room.
-  Placement at_end;
-  if (end_fits) {
+  // place_at_end without sharing: the extent's end, when the range has room, wins with fewer fresh granules.
+  if (size <= range_bytes_ && extent_ <= range_bytes_ - size) {
     const std::size_t fresh = exclusive_fresh_granules(first_granule(extent_), end_granule(extent_, size));
-    at_end = Placement{kNone, extent_, fresh > cached_count_ ? fresh - cached_count_ : 0, fresh, true};
+    if (fresh < best_fresh) return placement(kNone, extent_, fresh);
   }
-  return at_end.better_than(best) ? at_end : best;
+  return best_fresh != kNoPlacement ? placement(best_block, best_offset, best_fresh) : Placement{};
 }
 
 ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) const {

@@ -188,13 +188,15 @@ void ExpandableArena::prepare_carve(const Placement& placement, std::size_t size
     free_node(one);
     free_node(two);
   }
-  if (placement.block == kNone) {
-    const std::size_t slots = (placement.offset + size) / kBlockAlignment;
-    if (block_at_.size() < slots) block_at_.resize(slots, kNone);
-  }
   const std::size_t first = first_granule(placement.offset);
   const std::size_t end = end_granule(placement.offset, size);
-  if (granules_.size() < end) granules_.resize(end);
+  if (placement.block == kNone) {  // a free block lies inside the extent, which granules_ covers
+    const std::size_t slots = (placement.offset + size) / kBlockAlignment;
+    if (block_at_.size() < slots) block_at_.resize(slots, kNone);
+    if (granules_.size() < end) granules_.resize(end);
+  } else if (end - first <= 2 && granules_[first].users != 0 && granules_[end - 1].users != 0) {
+    return;  // every granule it touches has users and keeps its physical granule: none is created
+  }
   // Each touched granule creates at most one physical granule; releases must not allocate.
   const std::size_t touched = end - first;
   if (physicals_.capacity() < physicals_.size() + touched) physicals_.reserve(2 * physicals_.size() + touched);
@@ -206,6 +208,13 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
   const std::size_t offset = placement.offset;
   const std::size_t first = first_granule(offset);
   const std::size_t end = end_granule(offset, size);
+  if (!options_.share_granules && end - first <= 2 && granules_[first].users != 0 && granules_[end - 1].users != 0) {
+    // Without sharing a granule with users keeps its own physical granule: the block only adds a user to each
+    // (one granule or two; the loop below would do the same, with nothing to undo).
+    ++granules_[first].users;
+    if (end - first == 2) ++granules_[end - 1].users;
+    return true;
+  }
   created_scratch_.clear();
   // Undoing a piece clears only the chunks it set: in-use neighbours may share the end granules' end chunks
   // (no chunks without sharing).
