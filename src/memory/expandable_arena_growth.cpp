@@ -42,6 +42,9 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
 }
 
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
+  // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
+  // takes again) the caches keep their blocks, so a steady loop pays nothing here.
+  if ((committed_granules_ + placement.new_granules) * granularity_ <= stats_.peak_bytes_reserved) return placement;
   ++growth_.growth_requests;
   if (growth_hook_) {
     // The hook frees into this arena: it runs unlocked, and the request is placed again from what it left.
