@@ -17,6 +17,7 @@
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/graph/builder.hpp"
+#include "tensorpool/ops/kernel_table.hpp"
 #include "tensorpool/train/sequential.hpp"
 #include "train/model_graph.hpp"
 #include "train/support/synthetic_training.hpp"
@@ -80,6 +81,23 @@ TEST(MultiTensorUpdate, GroupsEachDevicesPlainUpdatesIntoOneNode) {
   ModelSpec bf16 = spec(true);
   bf16.policy = DTypePolicy::mixed_bfloat16();
   EXPECT_EQ(count_ops(build_model_graph(bf16, {"sim:0"}), "ApplyAdamMulti"), 0U);
+}
+
+TEST(MultiTensorUpdate, TakenOnlyWhereEveryDevicesBackendHasTheKernels) {
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  (void)manager.device("sim:0");  // registers the CPU table for sim
+  const ops::kernels::KernelTable* registered = ops::kernels::kernels_for(device::DeviceKind::sim);
+  ASSERT_NE(registered, nullptr);
+  EXPECT_TRUE(multi_tensor_updates_supported({"sim:0", "sim:1"}));
+  static ops::kernels::KernelTable without_multi{};  // registered tables need static storage
+  without_multi = *registered;
+  without_multi.adam_multi = nullptr;
+  ops::kernels::register_kernels(device::DeviceKind::sim, without_multi);
+  EXPECT_FALSE(multi_tensor_updates_supported({"cpu:0", "sim:0"}));
+  EXPECT_EQ(count_ops(build_model_graph(spec(true), {"sim:0"}), "ApplyAdamMulti"), 0U);
+  EXPECT_EQ(count_ops(build_model_graph(spec(true), {"sim:0"}), "ApplyAdam"), 4U);
+  ops::kernels::register_kernels(device::DeviceKind::sim, *registered);
+  EXPECT_EQ(count_ops(build_model_graph(spec(true), {"sim:0"}), "ApplyAdamMulti"), 1U);
 }
 
 TEST(MultiTensorUpdate, AddUpdatesGroupsExactlyOneDevicesMatchingUpdates) {
