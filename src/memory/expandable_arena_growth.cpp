@@ -42,11 +42,11 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
 }
 
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
-  // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
-  // takes again) the caches keep their blocks, so a steady loop pays nothing here.
-  if ((committed_granules_ + placement.new_granules) * granularity_ <= stats_.peak_bytes_reserved) return placement;
   ++growth_.growth_requests;
-  if (growth_hook_) {
+  // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
+  // takes again) the caches keep their blocks, so a steady loop does not flush them.
+  const bool past_peak = (committed_granules_ + placement.new_granules) * granularity_ > stats_.peak_bytes_reserved;
+  if (growth_hook_ && past_peak) {
     // The hook frees into this arena: it runs unlocked, and the request is placed again from what it left.
     ++growth_.hooks_run;
     mutex_.unlock();

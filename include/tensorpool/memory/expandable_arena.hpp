@@ -91,8 +91,8 @@
 // otherwise): there a written granule's physical memory may show through other mappings.
 //
 // Reclaim before growing (expandable_arena_growth.cpp): when the placement a request gets must create physical
-// granules (no cached one is left) and take committed bytes past their peak (stats' peak_bytes_reserved, which
-// reset_peak() lowers to the current reservation), the growth hook runs first (the lock released; a stack's thread caches give
+// granules (no cached one is left) and, for the hook, take committed bytes past their peak (stats'
+// peak_bytes_reserved, which reset_peak() lowers to the current reservation), the growth hook runs first (the lock released; a stack's thread caches give
 // their blocks back) and the request is placed again; if it still must grow, and compact_before_growth is on
 // with a relocator set, and growing would leave more free inside the reservation than the slack allows (and
 // that much more than the last such compaction left), the arena compacts and places it again. That compaction

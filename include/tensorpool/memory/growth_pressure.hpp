@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Reclaim before growing: what an allocator does before it commits memory beyond what it already holds and
-// past its peak (ExpandableArena, docs/memory.md "Reclaim before growing"). Growth past the peak is the only
-// moment a footprint's peak rises, so the work that lowers it runs there and nowhere else: a request that fits
-// in what the allocator holds, or regrows below its peak, never reaches it.
-//   1. The growth hook: the layers above give back blocks they keep allocated but do not use (a MemoryStack
-//      sets it to the thread caches' flush). Then the request is placed again.
+// Reclaim before growing: what an allocator does before it commits memory beyond what it already holds
+// (ExpandableArena, docs/memory.md "Reclaim before growing"). Growth is the only moment a footprint rises, so
+// the work that lowers it runs there and nowhere else: a request that fits in what the allocator holds never
+// reaches it.
+//   1. The growth hook, when the growth would take the reservation past its peak: the layers above give back
+//      blocks they keep allocated but do not use (a MemoryStack sets it to the thread caches' flush). Then the
+//      request is placed again.
 //   2. Compaction before growth (ArenaOptions::compact_before_growth, with a Relocator registered by the
 //      blocks' owner): when growing would leave more than the slack free inside the reservation, live blocks
 //      move down (ExpandableArena::compact) and the request is placed again. Only then does the allocator grow.
@@ -21,8 +22,8 @@ using GrowthHook = std::function<bool()>;
 
 // What reclaiming before growth did over an allocator's life.
 struct GrowthPressureStats {
-  std::size_t growth_requests = 0;  // requests that would have committed memory past the peak (the hook's
-                                    // and compaction's only entry)
+  std::size_t growth_requests = 0;  // requests that would have committed new memory (the hook's, past the
+                                    // peak reservation, and compaction's only entry)
   std::size_t hooks_run = 0;        // growth hook calls
   std::size_t hooks_released = 0;   // ...that gave something back
   std::size_t compactions = 0;      // compactions before growth
