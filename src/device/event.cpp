@@ -47,6 +47,11 @@ bool Event::query() const { return state_ == nullptr || state_->completed.load(s
 void Event::synchronize() const {
   if (state_ == nullptr) return;
   if (detail::poll_before_sleeping([this] { return query(); })) return;
+  sleep_until_complete();
+}
+
+void Event::sleep_until_complete() const {
+  if (query()) return;
   std::unique_lock lock(state_->mutex);
   state_->completed_condition.wait(lock, [this] { return state_->completed.load(std::memory_order_relaxed); });
 }

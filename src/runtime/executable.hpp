@@ -81,6 +81,14 @@ struct Step {
   bool orders_devices = false;
   // A kernel step: its node's kernel on its device's backend, resolved once when the step is prepared.
   std::function<void(graph::KernelContext&)> kernel{};
+  // Launch state the Executor keeps from one run to the next, so that a steady-state launch allocates no
+  // bookkeeping: `recorded[i]` is the event the latest run recorded where this step's work on streams[i]
+  // ends (set where record[i]); `context` is a kernel step's context, built at its first launch and reused
+  // while each tensor in it is still its value's (checked at every launch). Only a step whose values all keep
+  // their tensors between runs (variables, planned values) keeps one; Session::bind drops it before the
+  // values leave their arena, so that it never holds an old arena alive.
+  std::vector<device::Event> recorded{};
+  std::unique_ptr<graph::KernelContext> context{};
 };
 
 struct DeviceLayout {

@@ -2,6 +2,7 @@
 #include "runtime/executor.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "runtime/step_dependencies.hpp"
@@ -11,12 +12,7 @@ namespace tp::runtime {
 Executor::Executor(const graph::Graph& graph, Executable& executable, const FeedMap& feeds,
                    const std::map<device::Device*, std::shared_ptr<memory::MemoryResource>>& memory,
                    ExecutorOptions options)
-    : graph_(graph),
-      executable_(executable),
-      feeds_(feeds),
-      memory_(memory),
-      options_(options),
-      events_(executable.steps.size()) {
+    : graph_(graph), executable_(executable), feeds_(feeds), memory_(memory), options_(options) {
   if (options_.planner) return;
   readers_left_ = std::make_unique<std::atomic<std::size_t>[]>(executable_.values.size());
   for (std::size_t index = 0; index < executable_.values.size(); ++index) {
@@ -29,11 +25,11 @@ void Executor::run(StepRunner& runner) {
 }
 
 void Executor::launch(std::size_t index) {
-  const Step& current = executable_.steps[index];
+  Step& current = executable_.steps[index];
   wait_for_earlier_steps(current);
   allocate_outputs(current);
   enqueue(current);
-  record_events(index);
+  record_events(current);
   if (!options_.planner) release_values(current);
 }
 
@@ -43,7 +39,7 @@ void Executor::wait_for_earlier_steps(const Step& current) {
     for (std::size_t position = 0; position < producer.streams.size(); ++position) {
       if (!producer.record[position]) continue;
       for (device::Stream* stream : current.streams) {
-        if (must_wait(current, stream, producer.streams[position])) stream->wait(events_[earlier][position]);
+        if (must_wait(current, stream, producer.streams[position])) stream->wait(producer.recorded[position]);
       }
     }
   }
@@ -71,7 +67,57 @@ void Executor::allocate_outputs(const Step& current) {
   }
 }
 
-void Executor::enqueue(const Step& current) {
+namespace {
+
+// Whether `tensors` are, one for one, the tensors `values` are bound to now (same buffer, offset, shape and
+// type): a kernel given either sees the same memory.
+bool binds_current(const std::vector<Tensor>& tensors, const std::vector<std::size_t>& values,
+                   const std::vector<Value>& all) {
+  if (tensors.size() != values.size()) return false;
+  for (std::size_t position = 0; position < values.size(); ++position) {
+    const Tensor& kept = tensors[position];
+    const Tensor& bound = all[values[position]].tensor;
+    if (kept.buffer() != bound.buffer() || kept.offset_bytes() != bound.offset_bytes() ||
+        kept.dtype() != bound.dtype() || kept.shape() != bound.shape()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Executor::keeps_context(const Step& current) const {
+  if (!options_.planner) return false;  // online, every run allocates its values afresh
+  // A `shared` result is allocated by each run, a feed bound in place is the caller's tensor of that run:
+  // neither may outlive its run in a context.
+  auto kept_between_runs = [this](std::size_t index) {
+    const Value& value = executable_.values[index];
+    return !value.shared && !value.fed_in_place;
+  };
+  return std::all_of(current.inputs.begin(), current.inputs.end(), kept_between_runs) &&
+         std::all_of(current.outputs.begin(), current.outputs.end(), kept_between_runs);
+}
+
+graph::KernelContext& Executor::context_for(Step& current, std::optional<graph::KernelContext>& scratch) {
+  const bool keep = keeps_context(current);
+  if (keep && current.context != nullptr &&
+      binds_current(current.context->inputs, current.inputs, executable_.values) &&
+      binds_current(current.context->outputs, current.outputs, executable_.values)) {
+    current.context->step = options_.step;
+    return *current.context;
+  }
+  graph::KernelContext fresh{graph_.node(current.node), {}, {}, *current.streams[0], options_.step};
+  fresh.inputs.reserve(current.inputs.size());
+  for (std::size_t input : current.inputs) fresh.inputs.push_back(executable_.values[input].tensor);
+  fresh.outputs.reserve(current.outputs.size());
+  for (std::size_t output : current.outputs) fresh.outputs.push_back(executable_.values[output].tensor);
+  if (!keep) return scratch.emplace(std::move(fresh));
+  current.context = std::make_unique<graph::KernelContext>(std::move(fresh));
+  return *current.context;
+}
+
+void Executor::enqueue(Step& current) {
   device::Stream& stream = *current.streams[0];
   switch (current.kind) {
     case Step::Kind::feed: {
@@ -102,21 +148,17 @@ void Executor::enqueue(const Step& current) {
       break;
     }
     case Step::Kind::kernel: {
-      graph::KernelContext context{graph_.node(current.node), {}, {}, stream, options_.step};
-      for (std::size_t input : current.inputs) context.inputs.push_back(executable_.values[input].tensor);
-      for (std::size_t output : current.outputs) context.outputs.push_back(executable_.values[output].tensor);
-      current.kernel(context);
+      std::optional<graph::KernelContext> scratch;
+      current.kernel(context_for(current, scratch));
       break;
     }
   }
 }
 
-void Executor::record_events(std::size_t index) {
-  const Step& current = executable_.steps[index];
-  std::vector<device::Event>& recorded = events_[index];
-  recorded.assign(current.streams.size(), device::Event());
+void Executor::record_events(Step& current) {
+  current.recorded.resize(current.streams.size());  // allocates at the first run only
   for (std::size_t position = 0; position < current.streams.size(); ++position) {
-    if (current.record[position]) recorded[position] = current.streams[position]->record();
+    if (current.record[position]) current.recorded[position] = current.streams[position]->record();
   }
 }
 

@@ -12,15 +12,21 @@
 // and a value is dropped once its last reader has launched (the enqueued work holds the buffer until it has
 // run), or at once when nothing reads it.
 //
+// Launches replay what the first run built: a kernel step's context (its tensors, node and stream) is kept in
+// the Step and reused while its tensors are still its values' (a cached context is checked against the
+// values at each launch and rebuilt when one differs, so a replayed launch passes the kernel exactly what a
+// fresh one would); the events a step records overwrite those of the previous run in place.
+//
 // Thread safety: one Executor serves one run. launch() is called by the runner's threads for distinct steps,
-// each only after the steps in its `after` have returned from theirs; it touches only that step's values and
-// events, the per-value reader counts (atomic) and what earlier steps recorded.
+// each only after the steps in its `after` have returned from theirs; it touches only that step's values,
+// context and events, the per-value reader counts (atomic) and what earlier steps recorded.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "runtime/executable.hpp"
@@ -52,8 +58,12 @@ class Executor {
   void launch(std::size_t index);
   void wait_for_earlier_steps(const Step& current);
   void allocate_outputs(const Step& current);
-  void enqueue(const Step& current);
-  void record_events(std::size_t index);
+  void enqueue(Step& current);
+  // The context a kernel step launches with: its cached one when it may keep one (see Step::context), else
+  // `scratch` filled for this launch.
+  graph::KernelContext& context_for(Step& current, std::optional<graph::KernelContext>& scratch);
+  bool keeps_context(const Step& current) const;
+  void record_events(Step& current);
   void release_values(const Step& current);
 
   const graph::Graph& graph_;
@@ -63,8 +73,6 @@ class Executor {
   const ExecutorOptions options_;
   // Online mode: per value, how many of its readers have not launched yet.
   std::unique_ptr<std::atomic<std::size_t>[]> readers_left_;
-  // events_[i][j]: where step i's work on its stream j ends, for later steps on other streams.
-  std::vector<std::vector<device::Event>> events_;
 };
 
 }  // namespace tp::runtime

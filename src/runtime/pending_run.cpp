@@ -43,7 +43,22 @@ bool PendingRun::done() const {
 }
 
 void PendingRun::wait_for_work() const noexcept {
-  for (const device::Event& event : drained_) event.synchronize();
+  // With a later run launched, its work is queued behind this run's on every stream this run used, so the
+  // devices stay busy while the host wakes up: the host sleeps at once instead of polling, which on a machine
+  // with no spare core would take time from the streams' threads. With none, the devices go idle once this
+  // run is done and the host's wake-up is on the way to the next launch: it polls first.
+  bool later_run_in_flight = false;
+  {
+    std::lock_guard lock(ledger_->mutex);
+    later_run_in_flight = ledger_->launched > id_;
+  }
+  for (const device::Event& event : drained_) {
+    if (later_run_in_flight) {
+      event.sleep_until_complete();
+    } else {
+      event.synchronize();
+    }
+  }
 }
 
 void PendingRun::check_failures() {

@@ -287,6 +287,7 @@ void Session::bind(Executable& executable) {
           if (other.device != layout.device || other.arena == nullptr) continue;
           other.arena = nullptr;
           for (std::size_t index : other.values) prepared->values[index].tensor = Tensor();
+          for (Step& step : prepared->steps) step.context = nullptr;  // kept contexts view the old arena too
         }
       }
       arena = nullptr;

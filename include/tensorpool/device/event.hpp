@@ -20,8 +20,13 @@ class Event {
 
   // True once complete. Never blocks.
   [[nodiscard]] bool query() const;
-  // Blocks the calling thread until complete.
+  // Blocks the calling thread until complete: polls for a short while (a hand-off between streams is often
+  // that close), then sleeps.
   void synchronize() const;
+  // Blocks the calling thread until complete, asleep from the start: for a waiter whose wake-up latency is
+  // hidden behind work queued after the event (a host thread with a later run in flight), where polling
+  // would only take a core from the threads doing that work.
+  void sleep_until_complete() const;
 
  private:
   friend class Stream;
