@@ -44,9 +44,12 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
   ++growth_.growth_requests;
   // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
-  // takes again) the caches keep their blocks, so a steady loop does not flush them.
+  // takes again) the caches keep their blocks, so a steady loop does not flush them. With compaction before
+  // growth they go back on every growth: a cached block cannot move, and the holes it pins are what compaction
+  // closes.
+  const bool compacts = options_.compact_before_growth && relocator_ != nullptr;
   const bool past_peak = (committed_granules_ + placement.new_granules) * granularity_ > stats_.peak_bytes_reserved;
-  if (growth_hook_ && past_peak) {
+  if (growth_hook_ && (past_peak || compacts)) {
     // The hook frees into this arena: it runs unlocked, and the request is placed again from what it left.
     ++growth_.hooks_run;
     mutex_.unlock();
@@ -59,7 +62,7 @@ ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t 
       return placement;
     }
   }
-  if (!options_.compact_before_growth || relocator_ == nullptr || !compaction_pays(size, placement)) return placement;
+  if (!compacts || !compaction_pays(size, placement)) return placement;
   // Gather enough free bytes at the end that, once cut off, growing leaves half the slack free inside.
   const std::size_t live = stats_.bytes_in_use + size;
   const std::size_t grown = (committed_granules_ + placement.new_granules) * granularity_;
