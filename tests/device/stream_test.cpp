@@ -63,6 +63,22 @@ TEST_P(QueuedEvent, CompletesOnlyAfterTheWorkBeforeIt) {
   EXPECT_TRUE(Event().query());  // never recorded: complete
 }
 
+// The waiter is asleep before the event completes (no polling), and is woken by the completion.
+TEST_P(QueuedEvent, SleepUntilCompleteReturnsOnlyOnceTheWorkBeforeItHasRun) {
+  auto device = make_device(GetParam());
+  std::atomic<bool> ran{false};
+  device->stream().enqueue([&ran] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ran = true;
+  });
+  const Event event = device->stream().record();
+  event.sleep_until_complete();
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(event.query());
+  event.sleep_until_complete();  // complete: returns at once
+  Event().sleep_until_complete();
+}
+
 TEST_P(QueuedEvent, OrdersWorkAcrossStreams) {
   auto device = make_device(GetParam(), 64 * kMiB, DeviceOptions{.num_streams = 2});
   Gate gate;
