@@ -131,7 +131,9 @@ struct MinCapacityOptions {
   double relative_tolerance = 0.01;              // stop when the bracket is within this fraction of the capacity...
   std::size_t absolute_tolerance = 256 * kKiB;   // ...or within this many bytes, whichever is larger
   std::size_t max_capacity_bytes = 1024 * kGiB;  // give up (tp::InvalidArgument) above this
-  bool compact = false;  // each probe compacts its resource's arena (compactable_arena) when it refuses
+  // Each probe compacts its resource's arena (compactable_arena) when it refuses, and before it grows when the
+  // arena's options ask for it (ReplayOptions::compact).
+  bool compact = false;
 };
 
 struct MinCapacityResult {
