@@ -232,7 +232,6 @@ std::unique_ptr<Executable> prepare(const graph::Graph& graph,
       builder.add_step({.kind = Step::Kind::feed, .node = id, .outputs = {value}, .device = device});
     } else if (node.op == "Variable") {
       builder.add_value({id, 0}, device);
-      executable->variables.push_back(id);
     }
   }
   for (graph::NodeId id : schedule) {

@@ -104,10 +104,12 @@ struct Executable {
   std::vector<DeviceLayout> layouts;
   std::map<std::string, std::size_t, std::less<>> feeds;  // placeholder name -> value
   std::vector<std::size_t> fetches;
-  std::vector<graph::NodeId> variables;  // Variable nodes the step binds
   std::vector<std::string> placement_log;
   std::size_t streams_for_threads = 0;  // the inter-op thread count assign_streams last used (0: never)
-  bool multi_lane = false;              // some kernel runs on a stream other than its device's stream 0
+  // Every stream a run enqueues work on, fetches' streams included, in first-use order: set by the session at
+  // the step's first run (empty before).
+  std::vector<device::Stream*> run_streams;
+  bool multi_lane = false;  // some kernel runs on a stream other than its device's stream 0
 };
 
 // `fed_on`: placeholder name -> the device its fed tensor lives on; a feed placed on that device, when it is

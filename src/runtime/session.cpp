@@ -271,10 +271,9 @@ Tensor& Session::variable(graph::NodeId id, device::Device& device) {
 }
 
 void Session::bind(Executable& executable) {
-  for (graph::NodeId id : executable.variables) {
-    for (Value& value : executable.values) {
-      if (value.variable && value.output.node == id) value.tensor = variable(id, *value.device);
-    }
+  // Variables are created (and initialised) at their first binding, in schedule order.
+  for (Value& value : executable.values) {
+    if (value.variable) value.tensor = variable(value.output.node, *value.device);
   }
   if (!options_.planner) return;
   // One arena per device, shared by every prepared step (runs are serialised, so steps never overlap): it
@@ -352,8 +351,11 @@ PendingRun Session::run_async(const FeedMap& feeds, const std::vector<std::strin
     if (!feeds.contains(name)) TP_THROW(InvalidArgument, "session", "placeholder '", name, "' is not fed");
   }
   bind(step);
-  for (const Step& current : step.steps) memory_of(*current.device);  // launches then only look the memory up
-  const std::vector<device::Stream*> streams = streams_of(step);
+  if (step.run_streams.empty()) {                                       // the step's first run
+    for (const Step& current : step.steps) memory_of(*current.device);  // launches then only look the memory up
+    step.run_streams = streams_of(step);
+  }
+  const std::vector<device::Stream*>& streams = step.run_streams;
   // Runs in flight follow each other on every stream: a stream starts this run once the other streams have
   // finished the previous one (its own order covers itself), so no device overwrites a buffer that another
   // device's work of the previous run still reads (a collective's peer reads) or writes.
