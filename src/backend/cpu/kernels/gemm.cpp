@@ -4,9 +4,11 @@
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <type_traits>
 
 #include "backend/cpu/intra_op_pool.hpp"
@@ -97,10 +99,12 @@ struct Operands {
 //
 // Each block keeps at least kMinBlockWork multiply-adds: OpenBLAS computes small products (about 10^6
 // multiply-adds or fewer) with other kernels, which sum in another order, so a product split into blocks below
-// that size changes C's bits (128 x 10 x 784 does, in halves). Above it every element is the same K-ordered
-// sum whatever the blocks, so the block count may follow the thread count.
-// oneDNN's sgemm keeps every element's sum independent of the blocks above that size too
-// (cpu_thread_count_test checks both libraries).
+// that size changes C's bits (128 x 10 x 784 does, in halves). Above it OpenBLAS's kernels for some CPUs (its
+// SkylakeX ones) and oneDNN's sgemm sum every element in the same K order whatever the blocks, but not all of
+// them: its Haswell kernels, which it also runs on CPUs it does not know, sum in an order that depends on the
+// block's width. So the blocks follow the shape and the CPUs this process may run on (fixed for the process),
+// never the intra-op thread count, which only decides how many blocks run at once (cpu_thread_count_test checks
+// both libraries for 1 to 4 threads).
 constexpr std::int64_t kMinBlockWork = std::int64_t{1} << 20;
 // A product of kMinPairWork to kMinBlockWork multiply-adds (the main job's layer-2 GEMMs at batch 128: the
 // skinny 128 x 10 x 512, 512 x 10 x 128 and 128 x 512 x 10) is always computed as two blocks, whatever the
@@ -113,16 +117,28 @@ std::int64_t round_up_to_panels(std::int64_t rows) {
   return (rows + kBlockMultiple - 1) / kBlockMultiple * kBlockMultiple;
 }
 
-// The block size (whole panels) splitting `extent` rows or columns, at `work_per_line` multiply-adds each;
-// 0: one call. The bits of C depend only on the shape, never on `threads` (cpu_thread_count_test checks this,
-// and fails with kMinBlockWork = 1).
-std::int64_t block_size(std::int64_t extent, double work_per_line, int threads) {
+// The CPUs in this process's affinity mask when first asked: the most blocks a product is split into.
+std::int64_t split_ways() noexcept {
+  static const std::int64_t ways = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int allowed = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    const int cpus = allowed > 0 ? allowed : static_cast<int>(std::thread::hardware_concurrency());
+    return static_cast<std::int64_t>(std::clamp(cpus, 1, kMaxIntraOpThreads));
+  }();
+  return ways;
+}
+
+// The block size (whole panels) splitting `extent` rows or columns, at `work_per_line` multiply-adds each, into
+// at most `ways` blocks; 0: one call. The bits of C depend only on the shape and `ways`, never on the thread
+// count (cpu_thread_count_test checks this, and fails with kMinBlockWork = 1).
+std::int64_t block_size(std::int64_t extent, double work_per_line, std::int64_t ways) {
   const double work = static_cast<double>(extent) * work_per_line;
   if (work < static_cast<double>(kMinBlockWork)) {
     const bool pair = work >= static_cast<double>(kMinPairWork) && extent >= 2 * kBlockMultiple;
     return pair ? round_up_to_panels((extent + 1) / 2) : 0;
   }
-  for (std::int64_t blocks = std::min<std::int64_t>(threads, extent / kBlockMultiple); blocks >= 2; --blocks) {
+  for (std::int64_t blocks = std::min<std::int64_t>(ways, extent / kBlockMultiple); blocks >= 2; --blocks) {
     const std::int64_t size = round_up_to_panels((extent + blocks - 1) / blocks);
     const std::int64_t last = extent - (extent - 1) / size * size;  // the shortest block
     if (size < extent && static_cast<double>(last) * work_per_line >= static_cast<double>(kMinBlockWork)) {
@@ -137,7 +153,7 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
   const bool by_rows = m >= n;
   const std::int64_t extent = by_rows ? m : n;
   const double work_per_line = static_cast<double>(by_rows ? n : m) * static_cast<double>(k);
-  const std::int64_t size = block_size(extent, work_per_line, intra_op_threads());
+  const std::int64_t size = block_size(extent, work_per_line, split_ways());
   if (size == 0) {
     operands.gemm(m, n, k);
     return;
