@@ -53,7 +53,13 @@ ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t 
     // The hook frees into this arena: it runs unlocked, and the request is placed again from what it left.
     ++growth_.hooks_run;
     mutex_.unlock();
-    const bool released = growth_hook_();
+    bool released = false;
+    try {
+      released = growth_hook_();
+    } catch (...) {
+      mutex_.lock();  // the caller's guard unlocks it again
+      throw;
+    }
     mutex_.lock();
     if (released) ++growth_.hooks_released;
     placement = best_fit(size);

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,26 @@ TEST(ExpandableArenaGrowth, SlidingKeepsInvariantsAndBytesUnderRandomOperations)
     while (blocks.size() != 0) blocks.remove_at(arena, 0);
     EXPECT_EQ(arena.check_invariants(), "");
   }
+}
+
+// A hook that breaks its promise not to throw: the exception reaches the caller (not swallowed), the arena's
+// lock is taken back before the caller's guard releases it, and the arena serves the next request.
+TEST(ExpandableArenaGrowth, AHookThatThrowsLeavesTheArenaUsable) {
+  SimDeviceMemory device(32 * kMiB);
+  tp::memory::ArenaOptions options;
+  options.limit_bytes = 32 * kMiB;
+  tp::memory::ExpandableArena arena(device, options);
+  bool armed = true;
+  arena.set_growth_hook([&armed]() -> bool {
+    if (armed) throw std::runtime_error("hook failed");
+    return false;
+  });
+  EXPECT_THROW(static_cast<void>(arena.allocate(kGranule)), std::runtime_error);
+  armed = false;
+  void* block = arena.allocate(kGranule);
+  EXPECT_NE(block, nullptr);
+  arena.deallocate(block, kGranule);
+  EXPECT_EQ(arena.check_invariants(), "");
 }
 
 TEST(ExpandableArenaGrowth, RejectsBadOptionsNamingThem) {
