@@ -285,11 +285,27 @@ std::uint32_t ExpandableArena::slide_start(std::size_t bytes) const noexcept {
   return start;
 }
 
-CompactionResult ExpandableArena::compact_sliding(Relocator& relocator, std::size_t bytes) {
+CompactionResult ExpandableArena::start_compaction() const noexcept {
   CompactionResult result;
   result.granularity = granularity_;
   result.committed_before = committed_granules_ * granularity_;
   result.committed_after = result.committed_before;
+  return result;
+}
+
+// Gives back the granules the moves emptied and records the result; `used_before` counted the granules in use
+// (committed, not cached) when the compaction began.
+CompactionResult ExpandableArena::finish_compaction(CompactionResult& result, std::size_t used_before) {
+  decommit_cached(0);
+  const std::size_t used_after = committed_granules_;
+  result.granules_freed = used_before > used_after ? used_before - used_after : 0;
+  result.committed_after = committed_granules_ * granularity_;
+  last_compaction_ = result;
+  return result;
+}
+
+CompactionResult ExpandableArena::compact_sliding(Relocator& relocator, std::size_t bytes) {
+  CompactionResult result = start_compaction();
   if (options_.share_granules) return result;
   result.ran = true;
   const std::size_t used_before = committed_granules_ - cached_count_;
@@ -310,12 +326,7 @@ CompactionResult ExpandableArena::compact_sliding(Relocator& relocator, std::siz
   } catch (const std::bad_alloc&) {
     // Room for the physical granule table (reserved before any change of a slide): the slides made stand.
   }
-  decommit_cached(0);
-  const std::size_t used_after = committed_granules_;
-  result.granules_freed = used_before > used_after ? used_before - used_after : 0;
-  result.committed_after = committed_granules_ * granularity_;
-  last_compaction_ = result;
-  return result;
+  return finish_compaction(result, used_before);
 }
 
 CompactionResult ExpandableArena::compact(Relocator& relocator) {
@@ -324,10 +335,7 @@ CompactionResult ExpandableArena::compact(Relocator& relocator) {
 }
 
 CompactionResult ExpandableArena::compact_locked(Relocator& relocator) {
-  CompactionResult result;
-  result.granularity = granularity_;
-  result.committed_before = committed_granules_ * granularity_;
-  result.committed_after = result.committed_before;
+  CompactionResult result = start_compaction();
   if (options_.share_granules) {
     last_compaction_ = result;
     return result;
@@ -360,12 +368,7 @@ CompactionResult ExpandableArena::compact_locked(Relocator& relocator) {
     // Bookkeeping room for the next move (move_block reserves it before changing anything): the moves made
     // stand, each reported to the relocator; stop here.
   }
-  decommit_cached(0);
-  const std::size_t used_after = committed_granules_;
-  result.granules_freed = used_before > used_after ? used_before - used_after : 0;
-  result.committed_after = committed_granules_ * granularity_;
-  last_compaction_ = result;
-  return result;
+  return finish_compaction(result, used_before);
 }
 
 }  // namespace tp::memory

@@ -447,6 +447,8 @@ class ExpandableArena final : public MemoryResource {
   [[gnu::noinline]] Placement relieve_growth_pressure(std::size_t size, Placement placement);
   bool compaction_pays(std::size_t size, const Placement& placement) const noexcept;
   CompactionResult compact_locked(Relocator& relocator);
+  CompactionResult start_compaction() const noexcept;
+  CompactionResult finish_compaction(CompactionResult& result, std::size_t used_before);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                         const std::string& detail);
 

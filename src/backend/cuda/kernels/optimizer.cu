@@ -21,21 +21,25 @@ __device__ inline T scaled_gradient(const G* grad, std::int64_t i, float factor)
   return mul_rn(static_cast<T>(load(grad, i)), static_cast<T>(factor));
 }
 
+// One parameter's SGD step on gradient g (optimizer.cpp's sgd_loop): without velocity param -= lr g; with it
+// velocity = momentum velocity - lr g, then param += velocity (Nesterov: momentum velocity - lr g).
+template <typename T>
+__device__ inline void sgd_element(T g, T* param, T* velocity, std::int64_t i, T lr, T momentum, bool nesterov) {
+  if (velocity == nullptr) {
+    param[i] = sub_rn(param[i], mul_rn(lr, g));
+    return;
+  }
+  const T updated = sub_rn(mul_rn(momentum, velocity[i]), mul_rn(lr, g));
+  velocity[i] = updated;
+  param[i] = add_rn(param[i], nesterov ? sub_rn(mul_rn(momentum, updated), mul_rn(lr, g)) : updated);
+}
+
 template <typename T, typename G>
 __global__ void sgd_kernel(const float* apply, T* param, const G* grad, T* velocity, T lr, T momentum, bool nesterov,
                            std::int64_t n) {
   const float factor = apply_factor(apply);
   if (factor == 0.0F) return;
-  TP_GRID_STRIDE(i, n) {
-    const T g = scaled_gradient<T>(grad, i, factor);
-    if (velocity == nullptr) {
-      param[i] = sub_rn(param[i], mul_rn(lr, g));
-      continue;
-    }
-    const T updated = sub_rn(mul_rn(momentum, velocity[i]), mul_rn(lr, g));
-    velocity[i] = updated;
-    param[i] = add_rn(param[i], nesterov ? sub_rn(mul_rn(momentum, updated), mul_rn(lr, g)) : updated);
-  }
+  TP_GRID_STRIDE(i, n) { sgd_element(scaled_gradient<T>(grad, i, factor), param, velocity, i, lr, momentum, nesterov); }
 }
 
 // One parameter's Adam step on gradient g (optimizer.cpp's adam_element):
@@ -86,16 +90,7 @@ __global__ void sgd_multi_kernel(SgdMultiTable table, T lr, T momentum, bool nes
   auto* param = static_cast<T*>(table.param[entry]);
   const auto* grad = static_cast<const T*>(table.grad[entry]);
   auto* velocity = static_cast<T*>(table.velocity[entry]);
-  TP_GRID_STRIDE(i, table.n[entry]) {
-    const T g = grad[i];
-    if (velocity == nullptr) {
-      param[i] = sub_rn(param[i], mul_rn(lr, g));
-      continue;
-    }
-    const T updated = sub_rn(mul_rn(momentum, velocity[i]), mul_rn(lr, g));
-    velocity[i] = updated;
-    param[i] = add_rn(param[i], nesterov ? sub_rn(mul_rn(momentum, updated), mul_rn(lr, g)) : updated);
-  }
+  TP_GRID_STRIDE(i, table.n[entry]) { sgd_element(grad[i], param, velocity, i, lr, momentum, nesterov); }
 }
 
 template <typename T>
