@@ -4,7 +4,6 @@
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <limits>
@@ -102,7 +101,7 @@ struct Operands {
 // that size changes C's bits (128 x 10 x 784 does, in halves). Above it OpenBLAS's kernels for some CPUs (its
 // SkylakeX ones) and oneDNN's sgemm sum every element in the same K order whatever the blocks, but not all of
 // them: its Haswell kernels, which it also runs on CPUs it does not know, sum in an order that depends on the
-// block's width. So the blocks follow the shape and the CPUs this process may run on (fixed for the process),
+// block's width. So the blocks follow the shape and the machine's CPU count (fixed for the process),
 // never the intra-op thread count, which only decides how many blocks run at once (cpu_thread_count_test checks
 // both libraries for 1 to 4 threads).
 constexpr std::int64_t kMinBlockWork = std::int64_t{1} << 20;
@@ -117,15 +116,12 @@ std::int64_t round_up_to_panels(std::int64_t rows) {
   return (rows + kBlockMultiple - 1) / kBlockMultiple * kBlockMultiple;
 }
 
-// The CPUs in this process's affinity mask when first asked: the most blocks a product is split into.
+// The machine's online CPUs: the most blocks a product is split into. Not this process's affinity mask: ranks
+// that mpirun binds to one core each must split a product as one process on all of them does, so that
+// multi-worker and mirrored training agree bit for bit (multi_worker_cli_test checks it).
 std::int64_t split_ways() noexcept {
-  static const std::int64_t ways = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int allowed = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-    const int cpus = allowed > 0 ? allowed : static_cast<int>(std::thread::hardware_concurrency());
-    return static_cast<std::int64_t>(std::clamp(cpus, 1, kMaxIntraOpThreads));
-  }();
+  static const std::int64_t ways = std::clamp(static_cast<std::int64_t>(std::thread::hardware_concurrency()),
+                                              std::int64_t{1}, static_cast<std::int64_t>(kMaxIntraOpThreads));
   return ways;
 }
 
