@@ -24,6 +24,9 @@
 namespace tp::train {
 namespace {
 
+using testing::expect_bitwise;
+using testing::TrainedRun;
+
 constexpr std::int64_t kIn = 12, kHidden = 31, kClasses = 4, kRows = 36;
 
 std::vector<Dense> layers() {
@@ -95,35 +98,13 @@ TEST(FusedUpdate, FoldsBothZeroCollectivesIntoTheUpdate) {
   }
 }
 
-struct TrainedRun {
-  std::vector<double> losses;
-  std::vector<std::pair<std::string, std::vector<float>>> variables;  // every replica's, slots included
-};
-
 TrainedRun train(device::DeviceManager& manager, std::vector<std::string> devices, bool fuse,
                  Shard shard = Shard::none) {
   Strategy strategy = Strategy::mirrored(std::move(devices), "ring", shard);
   strategy.fuse_update = fuse;
   Sequential model({kIn}, layers());
   model.compile({}, strategy, {.devices = &manager});
-  TrainedRun run;
-  for (int step = 1; step <= 6; ++step) {
-    const auto data = testing::synthetic_batch(manager, kRows, kIn, kClasses, static_cast<std::uint32_t>(step % 4));
-    run.losses.push_back(model.train_step(data.x, data.labels, step).loss);
-  }
-  for (const std::string& name : model.session().variable_names()) {
-    run.variables.emplace_back(name, model.session().read_variable(name).to_vector<float>());
-  }
-  return run;
-}
-
-void expect_bitwise(const TrainedRun& fused, const TrainedRun& plain) {
-  EXPECT_EQ(fused.losses, plain.losses);
-  ASSERT_EQ(fused.variables.size(), plain.variables.size());
-  for (std::size_t index = 0; index < fused.variables.size(); ++index) {
-    EXPECT_EQ(fused.variables[index].first, plain.variables[index].first);
-    EXPECT_EQ(fused.variables[index].second, plain.variables[index].second) << fused.variables[index].first;
-  }
+  return testing::record_training(model, manager, 6, kRows, kIn, kClasses);
 }
 
 TEST(FusedUpdate, TrainsBitwiseAsAllReduceThenApplyAdamOnTwoReplicas) {

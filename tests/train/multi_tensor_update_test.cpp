@@ -26,6 +26,9 @@
 namespace tp::train {
 namespace {
 
+using testing::expect_bitwise;
+using testing::TrainedRun;
+
 constexpr std::int64_t kIn = 12, kHidden = 31, kClasses = 4, kRows = 36;
 
 std::vector<Dense> layers() {
@@ -146,33 +149,11 @@ TEST(MultiTensorUpdate, AddUpdatesGroupsExactlyOneDevicesMatchingUpdates) {
   EXPECT_FALSE(g.node(*g.find("sim:0/ApplyAdamMulti")).attributes.contains("slices")) << "no entry has a slice";
 }
 
-struct TrainedRun {
-  std::vector<double> losses;
-  std::vector<std::pair<std::string, std::vector<float>>> variables;  // every replica's, slots included
-};
-
 TrainedRun train(device::DeviceManager& manager, Strategy strategy, bool multi, Optimizer optimizer, int threads) {
   strategy.multi_tensor_update = multi;
   Sequential model({kIn}, layers());
   model.compile({.optimizer = std::move(optimizer)}, strategy, {.intra_op_threads = threads, .devices = &manager});
-  TrainedRun run;
-  for (int step = 1; step <= 6; ++step) {
-    const auto data = testing::synthetic_batch(manager, kRows, kIn, kClasses, static_cast<std::uint32_t>(step % 4));
-    run.losses.push_back(model.train_step(data.x, data.labels, step).loss);
-  }
-  for (const std::string& name : model.session().variable_names()) {
-    run.variables.emplace_back(name, model.session().read_variable(name).to_vector<float>());
-  }
-  return run;
-}
-
-void expect_bitwise(const TrainedRun& multi, const TrainedRun& plain) {
-  EXPECT_EQ(multi.losses, plain.losses);
-  ASSERT_EQ(multi.variables.size(), plain.variables.size());
-  for (std::size_t index = 0; index < multi.variables.size(); ++index) {
-    EXPECT_EQ(multi.variables[index].first, plain.variables[index].first);
-    EXPECT_EQ(multi.variables[index].second, plain.variables[index].second) << multi.variables[index].first;
-  }
+  return testing::record_training(model, manager, 6, kRows, kIn, kClasses);
 }
 
 TEST(MultiTensorUpdate, TrainsBitwiseAsOneUpdatePerVariable) {
