@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_test_support.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/device/device_manager.hpp"
 
@@ -18,15 +19,6 @@ namespace tp::backend::cuda {
 namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-
-#define SKIP_WITHOUT_CUDA()                                        \
-  do {                                                             \
-    int count = 0;                                                 \
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { \
-      static_cast<void>(cudaGetLastError());                       \
-      GTEST_SKIP() << "no CUDA device";                            \
-    }                                                              \
-  } while (false)
 
 device::DeviceManagerOptions managed_cuda0(std::size_t budget) {
   device::DeviceManagerOptions options;
@@ -54,7 +46,7 @@ int range_attribute(cudaMemRangeAttribute attribute, const void* ptr, std::size_
 }
 
 TEST(CudaManagedHints, RegionsPreferTheGpuAndStepsArePrefetchedToIt) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   int concurrent = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, 0), cudaSuccess);
   device::DeviceManager manager(managed_cuda0(64 * kMiB), [](const char*) -> const char* { return nullptr; });
@@ -81,7 +73,7 @@ TEST(CudaManagedHints, RegionsPreferTheGpuAndStepsArePrefetchedToIt) {
 }
 
 TEST(CudaManagedHints, OtherAllocatorsNeitherAdviseNorPrefetch) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   device::DeviceManagerOptions options = managed_cuda0(64 * kMiB);
   options.memory_configs.begin()->second.allocator = memory::AllocatorKind::bfc;
   device::DeviceManager manager(options, [](const char*) -> const char* { return nullptr; });

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_memory.hpp"
 #include "backend/cuda/cuda_memory_sources.hpp"
+#include "backend/cuda/cuda_test_support.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -25,15 +26,6 @@ using memory::MemoryConfig;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kPage = 2 * kMiB;  // the driver's page: cudaMemGetInfo moves in these
-
-#define SKIP_WITHOUT_CUDA()                                        \
-  do {                                                             \
-    int count = 0;                                                 \
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { \
-      static_cast<void>(cudaGetLastError());                       \
-      GTEST_SKIP() << "no CUDA device";                            \
-    }                                                              \
-  } while (false)
 
 MemoryConfig config_for(AllocatorKind kind, std::size_t limit, GrowthPolicy policy = GrowthPolicy::grow) {
   MemoryConfig config;
@@ -63,7 +55,7 @@ void expect_usable(void* ptr, std::size_t bytes, unsigned char value) {
 class CudaMemorySources : public ::testing::TestWithParam<AllocatorKind> {};
 
 TEST_P(CudaMemorySources, AllocateUseAndFreeWithStatsBackToZero) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   const DriverMemoryInfo info = driver_memory_info(0);
   auto stack = make_cuda_memory_stack(config_for(GetParam(), 64 * kMiB), info.total_bytes, 0);
   std::vector<std::pair<void*, std::size_t>> blocks;
@@ -83,7 +75,7 @@ TEST_P(CudaMemorySources, AllocateUseAndFreeWithStatsBackToZero) {
 }
 
 TEST_P(CudaMemorySources, ReservedBytesMatchTheDriversView) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   if (GetParam() == AllocatorKind::managed) GTEST_SKIP() << "managed pages are not resident until touched";
   const DriverMemoryInfo info = driver_memory_info(0);
   auto stack = make_cuda_memory_stack(config_for(GetParam(), 256 * kMiB), info.total_bytes, 0);
@@ -115,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(EveryKind, CudaMemorySources,
                          });
 
 TEST(CudaMemory, ThePoolsStatsAreItsAttributes) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   CudaAsyncPoolResource pool(0, 256 * kMiB, GrowthPolicy::preallocate, "cuda:0");
   void* a = pool.allocate(10 * kMiB);
   void* b = pool.allocate(kMiB);
@@ -132,7 +124,7 @@ TEST(CudaMemory, ThePoolsStatsAreItsAttributes) {
 }
 
 TEST(CudaMemory, TheDevicesRefusalIsAnOutOfMemoryErrorAndTheDeviceStaysUsable) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   const DriverMemoryInfo info = driver_memory_info(0);
   for (const AllocatorKind kind : {AllocatorKind::system, AllocatorKind::cuda_malloc_async}) {
     // The budget is the whole GPU, more than it has free (the context takes some): the driver refuses.
@@ -152,7 +144,7 @@ TEST(CudaMemory, TheDevicesRefusalIsAnOutOfMemoryErrorAndTheDeviceStaysUsable) {
 }
 
 TEST(CudaMemory, ManagedMemoryWithASmallBudgetIsReachableFromHostAndDevice) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   const DriverMemoryInfo info = driver_memory_info(0);
   auto stack = make_cuda_memory_stack(config_for(AllocatorKind::managed, 8 * kMiB), info.total_bytes, 0);
   const std::size_t bytes = 4 * kMiB;
@@ -172,7 +164,7 @@ TEST(CudaMemory, ManagedMemoryWithASmallBudgetIsReachableFromHostAndDevice) {
 }
 
 TEST(CudaMemory, PinnedHostMemoryCopiesBothWays) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   auto pinned = make_cuda_pinned_host_resource();
   auto* host = static_cast<unsigned char*>(pinned->allocate(kMiB));
   std::memset(host, 5, kMiB);
@@ -189,7 +181,7 @@ TEST(CudaMemory, PinnedHostMemoryCopiesBothWays) {
 }
 
 TEST(CudaMemory, ExpandableCompactionCopiesOverlappingBlocksOnTheDevice) {
-  SKIP_WITHOUT_CUDA();
+  TP_REQUIRE_CUDA();
   if (!virtual_memory_supported(0)) GTEST_SKIP() << "cuda:0 has no virtual memory management";
   PagedVirtualMemory pages(make_cuda_page_driver(0), "cuda:0", std::nullopt);
   void* base = pages.reserve(4 * pages.granularity());
