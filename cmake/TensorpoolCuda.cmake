@@ -6,8 +6,8 @@
 # The library links the static CUDA runtime and no libcuda: the runtime loads the driver when the first CUDA
 # call is made, and the driver API functions (virtual memory management) are looked up through it
 # (cuda_driver.hpp). So the library, its tests and the CLI load and run on a machine without the NVIDIA
-# driver, where every cuda test reports SKIPPED ("no CUDA device"). cuBLASLt is a shared library of the
-# toolkit, found through the executables' run path.
+# driver, where every cuda test reports SKIPPED ("no CUDA device"). cuBLASLt, a shared library of the
+# toolkit, is loaded only when a product on a GPU first needs it.
 #
 # The kernels (src/backend/cuda/kernels/*.cu) are compiled by nvcc for TP_CUDA_ARCHITECTURES (CMake's
 # CUDA_ARCHITECTURES syntax: "90" is sm_90 machine code plus compute_90 PTX that newer GPUs compile at load).
@@ -79,7 +79,13 @@ function(tp_link_cuda_backend target)
     target_compile_options(tp_cuda_kernels PRIVATE ${tp_cuda_warnings} --expt-relaxed-constexpr)
     target_sources(${target} PRIVATE $<TARGET_OBJECTS:tp_cuda_kernels>)
   endif()
-  # cuBLASLt alone (the products and its status names, cuda_error.cpp): no libcublas.
-  # NCCL is loaded with dlopen when a collective needs it (nccl_library.hpp): no libnccl link.
-  target_link_libraries(${target} PRIVATE CUDA::cudart_static CUDA::cublasLt ${CMAKE_DL_LIBS})
+  # cuBLASLt (the products and its status names) and NCCL (the collectives) are loaded with dlopen when first
+  # needed (cublaslt_library.hpp, nccl_library.hpp): no libcublasLt or libnccl link, so a process that uses no
+  # GPU never maps them. cuBLASLt's headers come with the toolkit's include folder; the folder its library was
+  # found in is the last place the loader tries.
+  target_link_libraries(${target} PRIVATE CUDA::cudart_static ${CMAKE_DL_LIBS})
+  get_target_property(tp_cublaslt_location CUDA::cublasLt IMPORTED_LOCATION)
+  get_filename_component(tp_cublaslt_dir "${tp_cublaslt_location}" DIRECTORY)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/backend/cuda/cublaslt_library.cpp APPEND PROPERTY
+               COMPILE_DEFINITIONS TP_CUDA_TOOLKIT_LIBRARY_DIR="${tp_cublaslt_dir}")
 endfunction()

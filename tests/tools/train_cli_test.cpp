@@ -271,6 +271,15 @@ TEST_F(TrainCli, ARunWithoutOpenClDevicesLeavesTheOpenClDriverUnloaded) {
   EXPECT_GT(opencl_driver_loads(asked.output), 0u);
 }
 
+// cuBLASLt is loaded by the first product on a GPU, not with the binary: linked, it weighed on the resident
+// set of every run. A CPU run must not even map it (LD_DEBUG=files names every library mapped).
+TEST_F(TrainCli, ARunOnTheCpuLeavesCuBlasLtUnmapped) {
+  const CliRun sim = run_clean("train --epochs 1 --limit-train 64 --strategy one --devices sim:0", "LD_DEBUG=files");
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  ASSERT_NE(sim.output.find("file="), std::string::npos) << "LD_DEBUG=files wrote nothing:\n" << sim.output;
+  EXPECT_EQ(sim.output.find("libcublasLt"), std::string::npos) << sim.output.substr(0, 4000);
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::string text;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cuda/cuda_error.hpp"
 
+#include "backend/cuda/cublaslt_library.hpp"
 #include "backend/cuda/cuda_driver.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
@@ -35,6 +36,23 @@ DriverStatusWords words_of(CUresult status) noexcept {
   return words;
 }
 
+struct BlasStatusWords {
+  const char* name = "CUBLAS_STATUS_UNKNOWN";
+  const char* text = "cuBLASLt could not be loaded to describe it";
+};
+
+// cuBLASLt's name and description of `status`, or placeholders where the library cannot be loaded.
+BlasStatusWords words_of(cublasStatus_t status) noexcept {
+  BlasStatusWords words;
+  try {
+    const cublaslt::Library& library = cublaslt::library();
+    if (const char* name = library.GetStatusName(status); name != nullptr) words.name = name;
+    if (const char* text = library.GetStatusString(status); text != nullptr) words.text = text;
+  } catch (...) {  // no cuBLASLt: the code alone still names the failure
+  }
+  return words;
+}
+
 }  // namespace
 
 void check(CUresult status, std::string_view call) {
@@ -45,8 +63,8 @@ void check(CUresult status, std::string_view call) {
 
 void check(cublasStatus_t status, std::string_view call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  TP_THROW(DeviceError, "cuda", call, " failed: ", cublasLtGetStatusName(status), " (", static_cast<int>(status),
-           "): ", cublasLtGetStatusString(status));
+  const BlasStatusWords words = words_of(status);
+  TP_THROW(DeviceError, "cuda", call, " failed: ", words.name, " (", static_cast<int>(status), "): ", words.text);
 }
 
 bool is_out_of_memory(cudaError_t status) noexcept { return status == cudaErrorMemoryAllocation; }
@@ -71,8 +89,8 @@ void report_teardown_failure(CUresult status, const char* call) noexcept {
 
 void report_teardown_failure(cublasStatus_t status, const char* call) noexcept {
   if (status == CUBLAS_STATUS_SUCCESS) return;  // cuBLASLt has no status of its own for an exiting process
-  TP_LOG(error, "cuda", call, " failed: ", cublasLtGetStatusName(status), " (", static_cast<int>(status),
-         "): ", cublasLtGetStatusString(status));
+  const BlasStatusWords words = words_of(status);
+  TP_LOG(error, "cuda", call, " failed: ", words.name, " (", static_cast<int>(status), "): ", words.text);
 }
 
 }  // namespace tp::backend::cuda

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cuda/cublaslt_library.hpp"
 #include "backend/cuda/cuda_error.hpp"
 #include "backend/cuda/cuda_kernel_support.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
@@ -30,6 +31,12 @@
 namespace tp::backend::cuda::adapters {
 
 namespace {
+
+// cuBLASLt, loaded by the first product (a failed load throws and is tried again by the next).
+const cublaslt::Library& lt() {
+  static const cublaslt::Library& library = cublaslt::library();
+  return library;
+}
 
 // TP_CUDA_TF32=1: float32 products on TF32 tensor cores. Read once.
 bool tf32_enabled() {
@@ -45,7 +52,7 @@ cublasLtHandle_t lt_handle(int ordinal) {
   static std::map<int, cublasLtHandle_t> handles;  // guarded by mutex; kept for the process's lifetime
   const std::lock_guard lock(mutex);
   cublasLtHandle_t& handle = handles[ordinal];
-  if (handle == nullptr) check(cublasLtCreate(&handle), "cublasLtCreate");
+  if (handle == nullptr) check(lt().Create(&handle), "cublasLtCreate");
   return handle;
 }
 
@@ -78,10 +85,9 @@ class Plan {
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
     // Host-side descriptors (destroyed at exit with the plan cache): a failure is reported, nothing more.
-    if (desc != nullptr) report_teardown_failure(cublasLtMatmulDescDestroy(desc), "cublasLtMatmulDescDestroy");
+    if (desc != nullptr) report_teardown_failure(lt().MatmulDescDestroy(desc), "cublasLtMatmulDescDestroy");
     for (cublasLtMatrixLayout_t layout : {layout_a, layout_b, layout_c}) {
-      if (layout != nullptr)
-        report_teardown_failure(cublasLtMatrixLayoutDestroy(layout), "cublasLtMatrixLayoutDestroy");
+      if (layout != nullptr) report_teardown_failure(lt().MatrixLayoutDestroy(layout), "cublasLtMatrixLayoutDestroy");
     }
   }
 
@@ -103,8 +109,8 @@ cudaDataType data_type(DType dtype) {
 
 cublasLtMatrixLayout_t make_layout(cudaDataType type, const LtOperand& operand) {
   cublasLtMatrixLayout_t layout = nullptr;
-  check(cublasLtMatrixLayoutCreate(&layout, type, static_cast<std::uint64_t>(operand.rows),
-                                   static_cast<std::uint64_t>(operand.cols), operand.ld),
+  check(lt().MatrixLayoutCreate(&layout, type, static_cast<std::uint64_t>(operand.rows),
+                                static_cast<std::uint64_t>(operand.cols), operand.ld),
         "cublasLtMatrixLayoutCreate");
   return layout;
 }
@@ -122,25 +128,25 @@ std::unique_ptr<Plan> build_plan(cublasLtHandle_t handle, const PlanKey& key) {
   } else if (key.dtype == DType::f32 && key.tf32) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
-  check(cublasLtMatmulDescCreate(&plan->desc, compute, scale), "cublasLtMatmulDescCreate");
+  check(lt().MatmulDescCreate(&plan->desc, compute, scale), "cublasLtMatmulDescCreate");
   const cublasOperation_t op_a = gemm.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = gemm.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
+  check(lt().MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)),
         "cublasLtMatmulDescSetAttribute(TRANSA)");
-  check(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
+  check(lt().MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)),
         "cublasLtMatmulDescSetAttribute(TRANSB)");
   plan->layout_a = make_layout(type, gemm.a);
   plan->layout_b = make_layout(type, gemm.b);
   plan->layout_c = make_layout(type, gemm.c);
 
   cublasLtMatmulPreference_t preference = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  check(lt().MatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
   const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
                         cublasStatus_t (*)(cublasLtMatmulPreference_t)>
-      owned(preference, &cublasLtMatmulPreferenceDestroy);
+      owned(preference, lt().MatmulPreferenceDestroy);
   const std::size_t workspace = support::kMatmulWorkspaceBytes;
-  check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                             sizeof(workspace)),
+  check(lt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                          sizeof(workspace)),
         "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
   // cuBLASLt's A' is our b, its B' our a.
   const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t>, 4> alignments{{
@@ -150,14 +156,14 @@ std::unique_ptr<Plan> build_plan(cublasLtHandle_t handle, const PlanKey& key) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c},
   }};
   for (const auto& [attribute, value] : alignments) {
-    check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)),
+    check(lt().MatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)),
           "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
-                                     preference, 1, &result, &found);
+      lt().MatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
+                                  preference, 1, &result, &found);
   // No algorithm for this shape and alignment (CUBLAS_STATUS_NOT_SUPPORTED, or none found): the plan says so
   // and the product runs on the fallback kernel.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
@@ -217,8 +223,8 @@ void matmul(device::Stream& stream, const MatmulArgs& args) {
     const void* alpha = plan.double_scale ? static_cast<const void*>(&one_d) : &one_f;
     const void* beta = plan.double_scale ? static_cast<const void*>(&zero_d) : &zero_f;
     // beta = 0: C is not read, so a NaN in out's previous bytes cannot reach the result.
-    check(cublasLtMatmul(handle, plan.desc, alpha, b, plan.layout_a, a, plan.layout_b, beta, out, plan.layout_c, out,
-                         plan.layout_c, &plan.algo, workspace, support::kMatmulWorkspaceBytes, native),
+    check(lt().Matmul(handle, plan.desc, alpha, b, plan.layout_a, a, plan.layout_b, beta, out, plan.layout_c, out,
+                      plan.layout_c, &plan.algo, workspace, support::kMatmulWorkspaceBytes, native),
           "cublasLtMatmul");
   });
 }
