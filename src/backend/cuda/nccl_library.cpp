@@ -1,12 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/cuda/nccl_library.hpp"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
-#include <map>
-#include <mutex>
 
+#include "backend/cuda/dynamic_library.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cuda::nccl {
@@ -18,38 +15,23 @@ constexpr const char* kFix =
     "LD_LIBRARY_PATH, or set TP_NCCL_LIBRARY to the full path of libnccl.so.2; or choose an all-reduce that needs no "
     "NCCL (--all-reduce ring)";
 
-template <typename Function>
-void bind(void* handle, const std::string& path, const char* symbol, Function& function) {
-  void* address = dlsym(handle, symbol);
-  if (address == nullptr) {
-    TP_THROW(DeviceError, "nccl", "NCCL (", path, ") has no function ", symbol, ": it is not NCCL 2; ", kFix);
-  }
-  function = reinterpret_cast<Function>(address);  // NOLINT(cppcoreguidelines-pro-type-reinterpret-cast): dlsym
-}
-
-Library load(const std::string& path) {
-  // RTLD_LOCAL: NCCL's symbols stay out of the global namespace; the handle is never closed (the communicators
-  // it made live until the process exits).
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    TP_THROW(DeviceError, "nccl", "cannot load NCCL (", path, "): ", why != nullptr ? why : "unknown dlopen error",
-             "; ", kFix);
-  }
+Library load() {
+  const std::string name = library_name();
+  const DynamicLibrary opened = DynamicLibrary::open("nccl", "NCCL", {name}, kFix);
   Library library;
-  library.path = path;
-  bind(handle, path, "ncclGetVersion", library.GetVersion);
-  bind(handle, path, "ncclGetErrorString", library.GetErrorString);
-  bind(handle, path, "ncclGetUniqueId", library.GetUniqueId);
-  bind(handle, path, "ncclCommInitAll", library.CommInitAll);
-  bind(handle, path, "ncclCommInitRank", library.CommInitRank);
-  bind(handle, path, "ncclGroupStart", library.GroupStart);
-  bind(handle, path, "ncclGroupEnd", library.GroupEnd);
-  bind(handle, path, "ncclAllReduce", library.AllReduce);
-  bind(handle, path, "ncclReduceScatter", library.ReduceScatter);
-  bind(handle, path, "ncclAllGather", library.AllGather);
-  bind(handle, path, "ncclBroadcast", library.Broadcast);
-  bind(handle, path, "ncclReduce", library.Reduce);
+  library.path = opened.path();
+  opened.bind("ncclGetVersion", library.GetVersion);
+  opened.bind("ncclGetErrorString", library.GetErrorString);
+  opened.bind("ncclGetUniqueId", library.GetUniqueId);
+  opened.bind("ncclCommInitAll", library.CommInitAll);
+  opened.bind("ncclCommInitRank", library.CommInitRank);
+  opened.bind("ncclGroupStart", library.GroupStart);
+  opened.bind("ncclGroupEnd", library.GroupEnd);
+  opened.bind("ncclAllReduce", library.AllReduce);
+  opened.bind("ncclReduceScatter", library.ReduceScatter);
+  opened.bind("ncclAllGather", library.AllGather);
+  opened.bind("ncclBroadcast", library.Broadcast);
+  opened.bind("ncclReduce", library.Reduce);
   return library;
 }
 
@@ -60,17 +42,7 @@ std::string library_name() {
   return configured != nullptr && *configured != '\0' ? std::string(configured) : std::string("libnccl.so.2");
 }
 
-const Library& library() {
-  static std::mutex mutex;
-  // By name, so that a changed TP_NCCL_LIBRARY takes effect; leaked on purpose: a loaded NCCL stays loaded (and
-  // its functions valid) until the process exits.
-  static auto* loaded = new std::map<std::string, Library>();  // NOLINT(cppcoreguidelines-owning-memory)
-  const std::string name = library_name();
-  const std::scoped_lock lock(mutex);
-  auto found = loaded->find(name);
-  if (found == loaded->end()) found = loaded->emplace(name, load(name)).first;
-  return found->second;
-}
+const Library& library() { return load_once(library_name(), &load); }
 
 void check(const Library& library, Result result, std::string_view call) {
   if (result == kSuccess) return;

@@ -8,7 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorpool/device/backends.hpp"
@@ -23,6 +27,28 @@
   } while (false)
 
 namespace tp::backend::cuda::testing {
+
+// Sets the environment variable `name` for the scope, restoring what was there (a library path the loaders read).
+class EnvironmentScope {
+ public:
+  EnvironmentScope(std::string name, const std::string& value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;  // NOLINT(concurrency-mt-unsafe)
+    ::setenv(name_.c_str(), value.c_str(), 1);                     // NOLINT(concurrency-mt-unsafe)
+  }
+  ~EnvironmentScope() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+    } else {
+      ::unsetenv(name_.c_str());  // NOLINT(concurrency-mt-unsafe)
+    }
+  }
+  EnvironmentScope(const EnvironmentScope&) = delete;
+  EnvironmentScope& operator=(const EnvironmentScope&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 // Options for the cuda devices alone (no sim, no opencl): cuda:0 split into `limits` logical devices when
 // given, else one cuda:N per GPU.

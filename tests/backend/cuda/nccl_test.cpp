@@ -34,30 +34,9 @@ bool cuda_backend_built() {
   return device::cuda_unavailable_reason().find("this build has no CUDA backend") == std::string::npos;
 }
 
-// Sets TP_NCCL_LIBRARY for the scope (restoring what was there).
-class NcclLibraryScope {
- public:
-  explicit NcclLibraryScope(const std::string& value) {
-    if (const char* old = std::getenv("TP_NCCL_LIBRARY")) old_ = old;  // NOLINT(concurrency-mt-unsafe)
-    ::setenv("TP_NCCL_LIBRARY", value.c_str(), 1);                     // NOLINT(concurrency-mt-unsafe)
-  }
-  ~NcclLibraryScope() {
-    if (old_) {
-      ::setenv("TP_NCCL_LIBRARY", old_->c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
-    } else {
-      ::unsetenv("TP_NCCL_LIBRARY");  // NOLINT(concurrency-mt-unsafe)
-    }
-  }
-  NcclLibraryScope(const NcclLibraryScope&) = delete;
-  NcclLibraryScope& operator=(const NcclLibraryScope&) = delete;
-
- private:
-  std::optional<std::string> old_;
-};
-
 TEST(NcclLoading, AMissingLibraryIsADeviceErrorNamingItAndTheFix) {
   const std::string missing = "/nonexistent/tensorpool-test/libnccl-missing.so.2";
-  const NcclLibraryScope scope(missing);
+  const backend::cuda::testing::EnvironmentScope scope("TP_NCCL_LIBRARY", missing);
   try {
     static_cast<void>(make_communicator("nccl"));
     FAIL() << "make_communicator(\"nccl\") loaded " << missing;
@@ -76,7 +55,7 @@ TEST(NcclLoading, AMissingLibraryIsADeviceErrorNamingItAndTheFix) {
 TEST(NcclLoading, TheToolkitsLibraryLoadsWithoutAGpu) {
   if (!cuda_backend_built()) GTEST_SKIP() << device::cuda_unavailable_reason();
   if (!std::filesystem::exists(kToolkitNccl)) GTEST_SKIP() << "no " << kToolkitNccl << " on this machine";
-  const NcclLibraryScope scope(kToolkitNccl);
+  const backend::cuda::testing::EnvironmentScope scope("TP_NCCL_LIBRARY", kToolkitNccl);
   EXPECT_EQ(nccl_version().rfind("2.", 0), 0U) << nccl_version();
   const auto communicator = make_communicator("nccl");
   EXPECT_EQ(communicator->name(), "nccl");
