@@ -7,6 +7,8 @@
 //   sharded_slots = true (ZeRO): R m, then R v, replica r's holding only its chunk of the P parameters laid
 //     end to end (N elements; Communicator::chunk(N, R, r), ceil(N / R) elements, the last one's tail padding),
 //     as the sharded update's shard_<r>/adam_m and adam_v.
+// The gradients share their parameters' dtype, or are float16 / bfloat16 for float32 parameters (mixed
+// precision): each addition is then rounded once to the 16-bit type, as AllReduce on them rounds it.
 // No outputs; stateful (it writes every replica's parameters and slots).
 //
 // Each replica updates one part of every parameter: share_of's whole cache lines of each parameter with whole
@@ -89,17 +91,24 @@ std::vector<TensorType> infer_all_reduce_adam(const InferenceContext& context) {
   std::int64_t total = 0;  // the parameters of one replica laid end to end; -1 when a shape is unknown
   for (std::size_t index = 0; index < slots; ++index) {
     const TensorType& gradient = context.inputs[index];
-    const std::size_t first = index - index % form.replicas;  // replica 0's gradient of this parameter
-    if (gradient.dtype != DType::f32 && gradient.dtype != DType::f64) {
+    const std::size_t first = index - index % form.replicas;      // replica 0's gradient of this parameter
+    const TensorType& parameter = context.inputs[slots + first];  // replica 0's parameter
+    // float32 or float64, or float16 / bfloat16 gradients of a float32 parameter (mixed precision's).
+    const bool half = (gradient.dtype == DType::f16 || gradient.dtype == DType::bf16) && parameter.dtype == DType::f32;
+    if (gradient.dtype != DType::f32 && gradient.dtype != DType::f64 && !half) {
       TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': gradient ", index, " is ",
-               gradient.to_string(), "; the folded update takes float32 or float64 (use AllReduce and ApplyAdam)");
+               gradient.to_string(), " for a ", parameter.to_string(),
+               " parameter; the folded update takes gradients of the parameter's dtype, or float16 / bfloat16 ones "
+               "for a float32 parameter (else use AllReduce and ApplyAdam)");
     }
     for (std::size_t group = 0; group < groups; ++group) {
       const TensorType& other = context.inputs[group * slots + index];
-      if (other != context.inputs[first]) {
+      // The gradients match replica 0's gradient; the parameters and slots its parameter, in shape and dtype.
+      const TensorType& expected = group == 0 ? context.inputs[first] : parameter;
+      if (other != expected || other.dims != gradient.dims) {
         TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': input ", group * slots + index,
                  " is ", other.to_string(), " but its parameter's gradient on replica 0 is ",
-                 context.inputs[first].to_string());
+                 context.inputs[first].to_string(), " and the parameter ", parameter.to_string());
       }
     }
     if (index % form.replicas == 0) {
@@ -109,7 +118,7 @@ std::vector<TensorType> infer_all_reduce_adam(const InferenceContext& context) {
   }
   if (form.sharded) {
     const auto replicas = static_cast<std::int64_t>(form.replicas);
-    const TensorType expected{context.inputs[0].dtype, {total < 0 ? -1 : (total + replicas - 1) / replicas}};
+    const TensorType expected{context.inputs[slots].dtype, {total < 0 ? -1 : (total + replicas - 1) / replicas}};
     for (std::size_t index = 2 * slots; index < context.inputs.size(); ++index) {
       if (context.inputs[index] != expected) {
         TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': slot input ", index, " is ",

@@ -154,13 +154,16 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
       TP_THROW(InvalidArgument, "ops", kOp, ": a ", what, " is on ", tensor.device().name(), ", which ", device.name(),
                " (the parameter's device) cannot reach directly; ", fix);
     }
-    detail::require_same_dtype(kOp, {"param", param}, {what, tensor});
     detail::require_shape(kOp, {what, tensor}, param.shape());
   };
   if (grads.empty()) TP_THROW(InvalidArgument, "ops", kOp, ": no gradients; pass at least one");
   for (const Tensor& grad : grads) {
     if (!grad.defined()) TP_THROW(InvalidArgument, "ops", kOp, ": every gradient must be defined");
     require_reachable(grad, "gradient", "all-reduce it and use AdamUpdate");
+    // A float32 parameter may take float16 / bfloat16 gradients (mixed precision's), all of one dtype.
+    const bool half = param.dtype() == DType::f32 && (grad.dtype() == DType::f16 || grad.dtype() == DType::bf16);
+    if (!half) detail::require_same_dtype(kOp, {"param", param}, {"gradient", grad});
+    detail::require_same_dtype(kOp, {"grads[0]", grads[0]}, {"gradient", grad});
   }
   for (const AdamState& mirror : mirrors) {
     if (!mirror.param.defined() || mirror.m.defined() != mirror.v.defined()) {
@@ -175,6 +178,7 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
                  tensor->device().name(), ", its param on ", mirror.param.device().name());
       }
       require_reachable(*tensor, "mirror", "copy the updated state there instead");
+      detail::require_same_dtype(kOp, {"param", param}, {"mirror", *tensor});
     }
   }
   if (step < 1) TP_THROW(InvalidArgument, "ops", kOp, ": step ", step, " must be >= 1 (steps count from 1)");

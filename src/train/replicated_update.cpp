@@ -192,7 +192,14 @@ bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devi
   for (std::size_t replica = 0; replica < devices.size(); ++replica) {
     for (std::size_t index = 0; index < stage.parameters[replica].size(); ++index) {
       const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
-      if (!gradient || g.type_of(*gradient).dtype != g.type_of(stage.parameters[replica][index]).dtype) return false;
+      if (!gradient) return false;
+      // The parameter's dtype, or a 16-bit one for a float32 parameter (mixed_bfloat16: AllReduceAdam sums the
+      // 16-bit gradients as AllReduce does); loss-scaled (float16) gradients were refused above.
+      const DType gradient_dtype = g.type_of(*gradient).dtype;
+      const DType parameter_dtype = g.type_of(stage.parameters[replica][index]).dtype;
+      const bool half =
+          (gradient_dtype == DType::f16 || gradient_dtype == DType::bf16) && parameter_dtype == DType::f32;
+      if (gradient_dtype != parameter_dtype && !half) return false;
     }
   }
   return true;

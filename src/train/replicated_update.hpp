@@ -24,7 +24,8 @@ void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string
 // Whether the replicas' Adam updates can read every replica's gradient in place (AllReduceAdam) instead of an
 // all-reduced copy: asked for (spec.fuse_update), Adam without loss scaling, two or more replicas on distinct
 // sim devices of this process (they reach each other's memory) summed by the in-process ring, and every
-// gradient in its float32 parameter's dtype. Both update stages (this one and the sharded one) take it.
+// gradient in its parameter's dtype or, for a float32 parameter, bfloat16 (mixed_bfloat16; float16 comes with
+// loss scaling). Both update stages (this one and the sharded one) take it.
 bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
                      const graph::Graph& g);
 

@@ -14,7 +14,7 @@
 // Memory: both modes hold 1/R of the optimizer state; in the step, the gradients and one bucket of N elements
 // (the reduced gradients are read from the collective's bucket, never unpacked).
 // Where can_fuse_update allows (ModelSpec::fuse_update, Adam on distinct sim devices of this process, the ring,
-// no loss scaling, float32 gradients), both modes are one AllReduceAdam node with sharded slots instead: each
+// no loss scaling, gradients in their parameters' dtype or bfloat16), both modes are one AllReduceAdam node with sharded slots instead: each
 // replica reads its chunk of every replica's gradients in place, updates its chunk and stores the updated
 // parameters into every other replica's; no bucket, no all-gather, bitwise the same variables and the same
 // slot variables. Otherwise:

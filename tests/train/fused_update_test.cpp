@@ -14,6 +14,7 @@
 #include "ops/peer_sum.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/ops/cast.hpp"
 #include "tensorpool/ops/init.hpp"
 #include "tensorpool/ops/optimizer.hpp"
 #include "tensorpool/train/distribution_strategy.hpp"
@@ -80,6 +81,14 @@ TEST(FusedUpdate, TakenForAdamOnSimDevicesOnly) {
     EXPECT_EQ(count_ops(build_model_graph(other, devices), "AllReduceAdam"), 0U) << what;
   }
   EXPECT_EQ(count_ops(build_model_graph(spec(true), {"sim:0"}), "AllReduceAdam"), 0U);  // nothing to reduce
+
+  // mixed_bfloat16 (no loss scaling): the folded update sums the bfloat16 gradients.
+  ModelSpec bfloat16 = spec(true);
+  bfloat16.policy = DTypePolicy::mixed_bfloat16();
+  const ModelGraph mixed = build_model_graph(bfloat16, two);
+  EXPECT_EQ(count_ops(mixed, "AllReduceAdam"), 1U);
+  EXPECT_EQ(count_ops(mixed, "AllReduce"), 0U);
+  EXPECT_EQ(count_ops(mixed, "ApplyAdam"), 0U);
 }
 
 TEST(FusedUpdate, FoldsBothZeroCollectivesIntoTheUpdate) {
@@ -98,12 +107,12 @@ TEST(FusedUpdate, FoldsBothZeroCollectivesIntoTheUpdate) {
   }
 }
 
-TrainedRun train(device::DeviceManager& manager, std::vector<std::string> devices, bool fuse,
-                 Shard shard = Shard::none) {
+TrainedRun train(device::DeviceManager& manager, std::vector<std::string> devices, bool fuse, Shard shard = Shard::none,
+                 DTypePolicy policy = DTypePolicy::float32()) {
   Strategy strategy = Strategy::mirrored(std::move(devices), "ring", shard);
   strategy.fuse_update = fuse;
   Sequential model({kIn}, layers());
-  model.compile({}, strategy, {.devices = &manager});
+  model.compile({.policy = policy}, strategy, {.devices = &manager});
   return testing::record_training(model, manager, 6, kRows, kIn, kClasses);
 }
 
@@ -133,6 +142,22 @@ TEST(FusedUpdate, TrainsBitwiseAsTheZeroCollectivesOnTwoAndThreeReplicas) {
       SCOPED_TRACE(std::to_string(devices.size()) + " replicas, " + std::string(name_of(shard)));
       const TrainedRun plain = train(manager, devices, false, shard);
       const TrainedRun fused = train(manager, devices, true, shard);
+      ASSERT_FALSE(fused.variables.empty());
+      expect_bitwise(fused, plain);
+    }
+  }
+}
+
+TEST(FusedUpdate, TrainsBitwiseAsAllReduceThenApplyAdamOnBfloat16Gradients) {
+  // mixed_bfloat16: every sum of two bfloat16 gradients is rounded once to bfloat16, as the AllReduce rounds it,
+  // before the float32 update widens it; whole and sharded slots, two and three replicas.
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  for (const std::vector<std::string>& devices :
+       {std::vector<std::string>{"sim:0", "sim:1"}, std::vector<std::string>{"sim:0", "sim:1", "sim:2"}}) {
+    for (const Shard shard : {Shard::none, Shard::optimizer, Shard::gradients}) {
+      SCOPED_TRACE(std::to_string(devices.size()) + " replicas, " + std::string(name_of(shard)));
+      const TrainedRun plain = train(manager, devices, false, shard, DTypePolicy::mixed_bfloat16());
+      const TrainedRun fused = train(manager, devices, true, shard, DTypePolicy::mixed_bfloat16());
       ASSERT_FALSE(fused.variables.empty());
       expect_bitwise(fused, plain);
     }
@@ -198,6 +223,50 @@ TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {
     EXPECT_EQ(v.to_vector<float>(), v_ref.to_vector<float>()) << count << " gradients";
     EXPECT_NE(param.to_vector<float>(), random(home, 4).to_vector<float>()) << "it did update";
   }
+}
+
+TEST(AdamAcrossPeers, SumsSixteenBitGradientsAsSumAcrossPeersThenAdam) {
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  device::Device& home = manager.device("sim:0");
+  const Shape shape{5003};  // not a multiple of the kernel's blocks
+  auto random = [&](device::Device& device, std::uint64_t seed) {
+    Tensor tensor = Tensor::empty(shape, DType::f32, device);
+    ops::uniform(tensor, -1.0, 1.0, seed);
+    return tensor;
+  };
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    for (std::size_t count = 1; count <= 3; ++count) {
+      SCOPED_TRACE(std::string(name_of(dtype)) + ", " + std::to_string(count) + " gradients");
+      std::vector<Tensor> grads;
+      for (std::size_t index = 0; index < count; ++index) {
+        grads.push_back(ops::cast(random(manager.device("sim:" + std::to_string(index)), index + 1), dtype));
+      }
+      const Tensor param = random(home, 4), m = random(home, 5), v = random(home, 6);
+      ops::fill(v, 0.25);
+      const ops::AdamState mirror{.param = random(manager.device("sim:1"), 7), .m = {}, .v = {}};
+      const ops::AdamOptions options{.learning_rate = 0.01};
+      for (device::Device* device : manager.devices()) device->synchronize();
+      // The reference: the 16-bit sum (each addition rounded once), then the update widening it.
+      const Tensor sum = Tensor::empty(shape, dtype, home);
+      ops::sum_across_peers(std::vector<Tensor>{sum}, grads);
+      const Tensor param_ref = param.to(home), m_ref = m.to(home), v_ref = v.to(home);
+      ops::adam_update(param_ref, sum, m_ref, v_ref, 3, options);
+      ops::adam_update_across_peers({.param = param, .m = m, .v = v}, grads, std::vector<ops::AdamState>{mirror}, 3,
+                                    options);
+      for (device::Device* device : manager.devices()) device->synchronize();
+      EXPECT_EQ(param.to_vector<float>(), param_ref.to_vector<float>());
+      EXPECT_EQ(m.to_vector<float>(), m_ref.to_vector<float>());
+      EXPECT_EQ(v.to_vector<float>(), v_ref.to_vector<float>());
+      EXPECT_EQ(mirror.param.to_vector<float>(), param_ref.to_vector<float>());
+    }
+  }
+  // A 16-bit gradient of a float64 parameter, or gradients of two dtypes, are refused naming the mismatch.
+  const Tensor wide = Tensor::empty(shape, DType::f64, home);
+  const std::vector<Tensor> half{ops::cast(random(home, 1), DType::bf16)};
+  EXPECT_THROW(ops::adam_update_across_peers(wide, half, wide, wide, 1, {}), InvalidArgument);
+  const std::vector<Tensor> mixed{half[0], ops::cast(random(home, 2), DType::f16)};
+  const Tensor param = random(home, 3);
+  EXPECT_THROW(ops::adam_update_across_peers(param, mixed, random(home, 4), random(home, 5), 1, {}), InvalidArgument);
 }
 
 TEST(AdamAcrossPeers, StoresTheUpdateIntoEveryMirrorBitwise) {

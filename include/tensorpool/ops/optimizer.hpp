@@ -34,7 +34,9 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const
 // (ops/peer_sum.hpp), without storing the sum: a mirrored replica's update reading every replica's gradient
 // in place, so that every replica applies bitwise the same update. param, m and v share a device; each grad is
 // on it or on a device it reaches directly (device::peer_accessible); all share param's shape and its dtype
-// (f32 or f64). Ordering with the peers' streams is the caller's (the gradients must be complete, and a peer
+// (f32 or f64), except that a float32 param may take float16 or bfloat16 grads (all of one dtype; each
+// addition then rounded once to it, as SumAcrossPeers on them, and the sum widened as AdamUpdate widens a
+// 16-bit gradient). Ordering with the peers' streams is the caller's (the gradients must be complete, and a peer
 // must not overwrite its gradient before this kernel has run). Throws tp::InvalidArgument on no gradients, a
 // dtype or shape mismatch or a gradient out of reach, and tp::DeviceError where the backend has no such kernel.
 void adam_update_across_peers(const Tensor& param, std::span<const Tensor> grads, const Tensor& m, const Tensor& v,

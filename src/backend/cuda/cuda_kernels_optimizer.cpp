@@ -150,8 +150,14 @@ void adam(device::Stream& stream, const AdamArgs& args) {
 // cpu::adam_update_summed: the gradients read in place (a peer's through unified addressing), summed left to
 // right in T inside the update; with more than kPeerSumInputs gradients the sum is formed first in a temporary
 // by the peer-sum kernel (the same roundings). The first kAdamMirrors mirrors are written by the update kernel
-// element by element, any further ones copied after it.
+// element by element, any further ones copied after it. 16-bit gradients (which the op layer lets through
+// for a float32 parameter) have no kernel here.
 void adam_across_peers(device::Stream& stream, const AdamAcrossPeersArgs& args) {
+  if (!args.grads.empty() && args.grads[0].dtype() != args.param.dtype()) {
+    TP_THROW(InvalidArgument, support::kComponent, "adam_update_summed: ", name_of(args.grads[0].dtype()),
+             " gradients for a ", name_of(args.param.dtype()),
+             " parameter have no CUDA kernel; all-reduce them and use AdamUpdate");
+  }
   Tensor accumulator;
   if (args.grads.size() > static_cast<std::size_t>(kernels::kPeerSumInputs) && args.param.num_elements() > 0) {
     accumulator = Tensor::empty(args.param.shape(), args.param.dtype(), stream.device(),

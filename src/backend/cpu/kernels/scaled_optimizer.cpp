@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstring>
 #include <string_view>
 #include <type_traits>
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
+#include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
 
@@ -42,6 +46,46 @@ void for_each_scaled_block(const G* grad, T grad_scale, std::int64_t n, const Up
       update(offset, count, block.data());
     }
   });
+}
+
+// x rounded once to H (ties to even) and widened back: detail::widen(detail::narrow<H>(x)), which for bfloat16
+// is a rounding of x's bits to their top half (a NaN keeps its sign and top payload bits and gets its quiet
+// bit, as narrow and widen give it); branch-free, so the loops below vectorise.
+template <typename H>
+float round_to(float x, const float* table) {
+  if constexpr (std::is_same_v<H, Half>) {
+    return detail::widen(detail::narrow<H>(x), table);
+  } else {
+    const auto bits = std::bit_cast<std::uint32_t>(x);
+    const std::uint32_t rounded = (bits + 0x7FFFU + ((bits >> 16) & 1U)) & 0xFFFF'0000U;
+    const std::uint32_t nan = (bits | 0x0040'0000U) & 0xFFFF'0000U;
+    return std::bit_cast<float>((bits & 0x7FFF'FFFFU) > 0x7F80'0000U ? nan : rounded);
+  }
+}
+
+template <typename H>
+float widened(H value, const float* table) {
+  if constexpr (std::is_same_v<H, Half>) {
+    return detail::widen(value, table);
+  } else {
+    return detail::widen(value);
+  }
+}
+
+// The sums of add_scaled_half (each addition computed in float32 and rounded once to H), kept widened: sum =
+// first + second, then sum += addend. One clone per instruction set (isa_clones.hpp); one addition per element,
+// so every clone gives the same bits.
+template <typename H>
+TP_ISA_CLONES void sum_rounded(const H* first, const H* second, float* sum, std::int64_t n) {
+  const float* table = detail::half_to_float_table();
+  for (std::int64_t i = 0; i < n; ++i)
+    sum[i] = round_to<H>(widened(first[i], table) + widened(second[i], table), table);
+}
+
+template <typename H>
+TP_ISA_CLONES void add_rounded(float* sum, const H* addend, std::int64_t n) {
+  const float* table = detail::half_to_float_table();
+  for (std::int64_t i = 0; i < n; ++i) sum[i] = round_to<H>(sum[i] + widened(addend[i], table), table);
 }
 
 }  // namespace
@@ -79,9 +123,59 @@ void adam_update_scaled(T* param, const G* grad, T grad_scale, T* m, T* v, std::
   });
 }
 
+template <typename H>
+void adam_update_summed_half(float* param, const H* const* grads, std::size_t count, float* m, float* v, std::int64_t n,
+                             float lr, float beta1, float beta2, float epsilon, std::int64_t step,
+                             std::span<const AdamMirror<float>> mirrors) {
+  constexpr std::string_view kKernel = "adam_update_summed_half";
+  detail::check_size(kKernel, "n", n);
+  if (count == 0 || grads == nullptr) {
+    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": no gradients to sum (count = ", count, ")");
+  }
+  detail::check_pointer(kKernel, "param", param, n);
+  for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kKernel, "grads[k]", grads[index], n);
+  detail::check_pointer(kKernel, "m", m, n);
+  detail::check_pointer(kKernel, "v", v, n);
+  for (const AdamMirror<float>& mirror : mirrors) {
+    detail::check_pointer(kKernel, "mirror.param", mirror.param, n);
+    if (mirror.m == nullptr && mirror.v == nullptr) continue;  // the parameter only
+    detail::check_pointer(kKernel, "mirror.m", mirror.m, n);
+    detail::check_pointer(kKernel, "mirror.v", mirror.v, n);
+  }
+  // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here.
+  adam_update<float>(param, nullptr, m, v, 0, lr, beta1, beta2, epsilon, step);
+  parallel_for(n, kChunk, [&](std::int64_t begin, std::int64_t end) {
+    std::array<float, kBlock> sum;
+    for (std::int64_t offset = begin; offset < end; offset += kBlock) {
+      const std::int64_t length = std::min(kBlock, end - offset);
+      if (count == 1) {
+        detail::widen_span(grads[0] + offset, sum.data(), length);
+      } else {
+        sum_rounded(grads[0] + offset, grads[1] + offset, sum.data(), length);
+      }
+      for (std::size_t index = 2; index < count; ++index) add_rounded(sum.data(), grads[index] + offset, length);
+      adam_update<float>(param + offset, sum.data(), m + offset, v + offset, length, lr, beta1, beta2, epsilon, step);
+      const auto bytes = static_cast<std::size_t>(length) * sizeof(float);
+      for (const AdamMirror<float>& mirror : mirrors) {
+        std::memcpy(mirror.param + offset, param + offset, bytes);
+        if (mirror.m == nullptr) continue;
+        std::memcpy(mirror.m + offset, m + offset, bytes);
+        std::memcpy(mirror.v + offset, v + offset, bytes);
+      }
+    }
+  });
+}
+
 TP_DECLARE_SCALED_OPTIMIZER(float, float, )
 TP_DECLARE_SCALED_OPTIMIZER(float, Half, )
 TP_DECLARE_SCALED_OPTIMIZER(float, BFloat16, )
 TP_DECLARE_SCALED_OPTIMIZER(double, double, )
+
+template void adam_update_summed_half<Half>(float*, const Half* const*, std::size_t, float*, float*, std::int64_t,
+                                            float, float, float, float, std::int64_t,
+                                            std::span<const AdamMirror<float>>);
+template void adam_update_summed_half<BFloat16>(float*, const BFloat16* const*, std::size_t, float*, float*,
+                                                std::int64_t, float, float, float, float, std::int64_t,
+                                                std::span<const AdamMirror<float>>);
 
 }  // namespace tp::backend::cpu

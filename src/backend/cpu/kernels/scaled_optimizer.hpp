@@ -10,8 +10,11 @@
 // so blocking does not change any value). The blocks are split over the intra-op threads as the T kernels'
 // elements are.
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
+#include "backend/cpu/kernels/optimizer.hpp"
 #include "tensorpool/core/half.hpp"
 
 namespace tp::backend::cpu {
@@ -24,6 +27,17 @@ template <typename T, typename G>
 void adam_update_scaled(T* param, const G* grad, T grad_scale, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2,
                         T epsilon, std::int64_t step);
 
+// adam_update_summed (optimizer.hpp) on float32 variables whose gradients are stored as H (tp::Half or
+// tp::BFloat16; mixed_bfloat16's weight gradients): g = grads[0] + grads[1] + ..., added left to right, each
+// addition computed in float32 and rounded once to H, as add_scaled_half(sum, 1, grads[k]) rounds it, then the
+// float32 update on the widened sum. Bitwise SumAcrossPeers (or the in-process AllReduce) on the H gradients
+// followed by adam_update_scaled<float, H> with grad_scale 1; the mirrors are written as adam_update_summed
+// writes them. count >= 1; no grads buffer overlaps param, m or v.
+template <typename H>
+void adam_update_summed_half(float* param, const H* const* grads, std::size_t count, float* m, float* v, std::int64_t n,
+                             float lr, float beta1, float beta2, float epsilon, std::int64_t step,
+                             std::span<const AdamMirror<float>> mirrors = {});
+
 #define TP_DECLARE_SCALED_OPTIMIZER(T, G, prefix)                                              \
   prefix template void sgd_update_scaled<T, G>(T*, const G*, T, T*, std::int64_t, T, T, bool); \
   prefix template void adam_update_scaled<T, G>(T*, const G*, T, T*, T*, std::int64_t, T, T, T, T, std::int64_t);
@@ -32,5 +46,12 @@ TP_DECLARE_SCALED_OPTIMIZER(float, float, extern)
 TP_DECLARE_SCALED_OPTIMIZER(float, Half, extern)
 TP_DECLARE_SCALED_OPTIMIZER(float, BFloat16, extern)
 TP_DECLARE_SCALED_OPTIMIZER(double, double, extern)
+
+extern template void adam_update_summed_half<Half>(float*, const Half* const*, std::size_t, float*, float*,
+                                                   std::int64_t, float, float, float, float, std::int64_t,
+                                                   std::span<const AdamMirror<float>>);
+extern template void adam_update_summed_half<BFloat16>(float*, const BFloat16* const*, std::size_t, float*, float*,
+                                                       std::int64_t, float, float, float, float, std::int64_t,
+                                                       std::span<const AdamMirror<float>>);
 
 }  // namespace tp::backend::cpu

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // SgdUpdate and AdamUpdate on backend/cpu/kernels/optimizer.hpp, and on scaled_optimizer.hpp when the update
 // is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
-// AdamAcrossPeers on adam_update_summed, a peer's gradient read (and a mirror on a peer written) in place under a
-// PeerAccessScope of its device.
+// AdamAcrossPeers on adam_update_summed (adam_update_summed_half for 16-bit gradients), a peer's gradient read
+// (and a mirror on a peer written) in place under a PeerAccessScope of its device.
 // SgdUpdateMulti and AdamUpdateMulti on sgd_update_multi / adam_update_multi: one task for the whole list.
 #include <type_traits>
 #include <utility>
@@ -32,6 +32,33 @@ void dispatch_gradient(DType dtype, Update&& update) {
   } else {
     std::forward<Update>(update)(T{});
   }
+}
+
+// adam_across_peers on float32 variables and gradients stored as H: the pointers taken as the float kernel's.
+template <typename H>
+void adam_across_peers_half(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
+  stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
+                  options = args.options, mirrors = args.mirrors] {
+    std::vector<const H*> sources;
+    sources.reserve(grads.size());
+    for (const Tensor& grad : grads) {
+      const device::PeerAccessScope peer(grad.device());
+      sources.push_back(grad.data<H>());
+    }
+    std::vector<AdamMirror<float>> targets;
+    targets.reserve(mirrors.size());
+    for (const ops::AdamState& mirror : mirrors) {
+      const device::PeerAccessScope peer(mirror.param.device());
+      const bool slots = mirror.m.defined();  // else the parameter only
+      targets.push_back({.param = mirror.param.data<float>(),
+                         .m = slots ? mirror.m.data<float>() : nullptr,
+                         .v = slots ? mirror.v.data<float>() : nullptr});
+    }
+    adam_update_summed_half<H>(param.data<float>(), sources.data(), sources.size(), m.data<float>(), v.data<float>(),
+                               param.num_elements(), static_cast<float>(options.learning_rate),
+                               static_cast<float>(options.beta1), static_cast<float>(options.beta2),
+                               static_cast<float>(options.epsilon), step, targets);
+  });
 }
 
 }  // namespace
@@ -86,6 +113,10 @@ void adam(device::Stream& stream, const ops::kernels::AdamArgs& args) {
 }
 
 void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
+  if (is_half(args.grads.at(0).dtype())) {  // float32 variables with 16-bit gradients (mixed_bfloat16)
+    dispatch_half(args.grads[0].dtype(), [&]<typename H>(H) { adam_across_peers_half<H>(stream, args); });
+    return;
+  }
   dispatch_floating(args.param.dtype(), [&]<typename T>(T) {
     stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
                     options = args.options, mirrors = args.mirrors] {
