@@ -66,6 +66,15 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
   TP_THROW(InvalidArgument, "memory", "unknown allocator kind ", static_cast<int>(config.allocator));
 }
 
+// A thread cache serves a pair without the allocator only when it knows a kept block's footprint without asking
+// the allocator. TensorFlow's BFC cannot say it (a chunk below twice the request is handed out whole), so over
+// it every kept free takes BFC's lock for a look-up and a cached pair costs more atomic operations than BFC's own
+// pair; the cache's held blocks also raise BFC's footprint. Such a stack has no cache.
+bool thread_cache_pays(const MemoryConfig& config) noexcept {
+  const bool bfc = config.allocator == AllocatorKind::bfc || config.allocator == AllocatorKind::managed;
+  return !bfc || config.bfc_split != BfcSplit::tensorflow;
+}
+
 }  // namespace
 
 namespace detail {
@@ -104,7 +113,7 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
       owned_virtual_memory_(std::move(owned_virtual_memory)) {
   std::unique_ptr<MemoryResource> layer = make_allocator(config_, limit_bytes_, source_.get(), virtual_memory);
   allocator_ = layer.get();
-  if (config_.thread_cache_bytes > 0) {
+  if (config_.thread_cache_bytes > 0 && thread_cache_pays(config_)) {
     ThreadCacheOptions options;
     options.max_bytes = config_.thread_cache_bytes;
     options.max_block_bytes = std::min(options.max_block_bytes, options.max_bytes);

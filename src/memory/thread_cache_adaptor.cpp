@@ -37,11 +37,17 @@ struct CachedBlock {
   std::size_t allocated = 0;
 };
 
-// Blocks of one requested size; the most recently cached is blocks[count - 1].
+// Blocks of one requested size; the most recently cached is blocks[count - 1]. `count` is written under the
+// cache's lock (by the owner, or by a flusher emptying the bin) and read by the owner without it: only the
+// owner adds blocks, so a count of 0 read without the lock is a miss whatever a flusher does meanwhile.
+// `size` is written by the owner alone, under the lock (a flusher reads it), so the owner reads it without.
 struct ThreadCacheBin {
   std::size_t size = 0;  // meaningful while count > 0
-  std::size_t count = 0;
+  std::atomic<std::size_t> count{0};
   std::array<CachedBlock, ThreadCacheAdaptor::kBlocksPerBin> blocks{};
+
+  std::size_t held() const noexcept { return count.load(std::memory_order_relaxed); }
+  void set_held(std::size_t blocks_held) noexcept { count.store(blocks_held, std::memory_order_relaxed); }
 };
 
 // What a cache did that the allocator did not see: the caller-facing counts are the allocator's plus these.
@@ -74,8 +80,8 @@ struct ThreadCache {
   std::size_t drain() noexcept {
     const std::size_t returned = blocks;
     for (ThreadCacheBin& bin : bins) {
-      for (std::size_t i = 0; i < bin.count; ++i) upstream->deallocate(bin.blocks[i].ptr, bin.size);
-      bin.count = 0;
+      for (std::size_t i = 0; i < bin.held(); ++i) upstream->deallocate(bin.blocks[i].ptr, bin.size);
+      bin.set_held(0);
     }
     bytes = 0;
     allocated = 0;
@@ -256,15 +262,19 @@ void* ThreadCacheAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, 
     if (cache != nullptr) {
       ThreadCacheBin& bin = cache->bins[thread_cache_bin(bytes)];
       CachedBlock block;
-      cache->lock.lock();
-      if (bin.count > 0 && bin.size == bytes && aligned_to(bin.blocks[bin.count - 1].ptr, alignment)) {
-        block = bin.blocks[--bin.count];
-        cache->bytes -= bytes;
-        cache->allocated -= block.allocated;
-        --cache->blocks;
-        ++cache->counts.hits;
+      if (bin.size == bytes && bin.held() > 0) {  // else a miss, known without the lock (ThreadCacheBin)
+        cache->lock.lock();
+        const std::size_t held = bin.held();
+        if (held > 0 && aligned_to(bin.blocks[held - 1].ptr, alignment)) {
+          block = bin.blocks[held - 1];
+          bin.set_held(held - 1);
+          cache->bytes -= bytes;
+          cache->allocated -= block.allocated;
+          --cache->blocks;
+          ++cache->counts.hits;
+        }
+        cache->lock.unlock();
       }
-      cache->lock.unlock();
       if (block.ptr != nullptr) {
         add_in_use(block.allocated);
         return block.ptr;
@@ -319,12 +329,14 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
     if (cache != nullptr) {
       ThreadCacheBin& bin = cache->bins[thread_cache_bin(bytes)];
       const std::lock_guard lock(cache->lock);
-      if (bin.count > 0 && bin.size != bytes) return_blocks(*cache, bin);  // the bin now serves the newer size
-      if (bin.count < kBlocksPerBin && cache->bytes + bytes <= options_.max_bytes) {
+      if (bin.held() > 0 && bin.size != bytes) return_blocks(*cache, bin);  // the bin now serves the newer size
+      const std::size_t held = bin.held();
+      if (held < kBlocksPerBin && cache->bytes + bytes <= options_.max_bytes) {
         const std::size_t allocated = fixed ? *fixed : footprint(ptr, bytes);
         in_use_.fetch_sub(allocated, std::memory_order_relaxed);
         bin.size = bytes;
-        bin.blocks[bin.count++] = CachedBlock{ptr, allocated};
+        bin.blocks[held] = CachedBlock{ptr, allocated};
+        bin.set_held(held + 1);
         cache->bytes += bytes;
         cache->allocated += allocated;
         ++cache->blocks;
@@ -342,14 +354,15 @@ void ThreadCacheAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
 }
 
 void ThreadCacheAdaptor::return_blocks(ThreadCache& cache, ThreadCacheBin& bin) noexcept {
-  for (std::size_t i = 0; i < bin.count; ++i) {
+  const std::size_t held = bin.held();
+  for (std::size_t i = 0; i < held; ++i) {
     upstream_deallocate(bin.blocks[i].ptr, bin.size);
     cache.allocated -= bin.blocks[i].allocated;
   }
-  cache.bytes -= bin.size * bin.count;
-  cache.blocks -= bin.count;
-  cache.counts.returned += bin.count;
-  bin.count = 0;
+  cache.bytes -= bin.size * held;
+  cache.blocks -= held;
+  cache.counts.returned += held;
+  bin.set_held(0);
 }
 
 std::size_t ThreadCacheAdaptor::flush() noexcept {
@@ -410,7 +423,7 @@ MemoryStats ThreadCacheAdaptor::do_stats() const {
       counts.add(cache->counts);
       cached_requested += cache->bytes;
       for (const ThreadCacheBin& bin : cache->bins) {
-        for (std::size_t i = 0; i < bin.count; ++i) largest_cached = std::max(largest_cached, bin.blocks[i].allocated);
+        for (std::size_t i = 0; i < bin.held(); ++i) largest_cached = std::max(largest_cached, bin.blocks[i].allocated);
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <latch>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -250,6 +251,37 @@ TEST(StatisticsAdaptor, ThreadSafeCounters) {
   EXPECT_EQ(stats.bytes_requested, 0u);
   EXPECT_GE(stats.peak_bytes_requested, 64u);
   EXPECT_LE(stats.peak_bytes_requested, 4u * 64u);
+}
+
+// More threads than shards, in two waves (the second reuses the indices the first gave back at exit), some
+// allocating in one thread and freeing in another: the sums over the shards are exact.
+TEST(StatisticsAdaptor, CountsStayExactBeyondTheShardsAndAcrossThreadExits) {
+  ScriptedResource upstream(1 << 30);
+  tp::memory::StatisticsAdaptor statistics(upstream);
+  constexpr int kThreads = static_cast<int>(tp::memory::StatisticsAdaptor::kShards) + 6;
+  std::vector<void*> handed_over(2 * kThreads, nullptr);
+  for (int wave = 0; wave < 2; ++wave) {
+    std::latch all_counting(kThreads);  // every thread holds its shard (or the shared one) at once
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&statistics, &handed_over, &all_counting, wave, t] {
+        const std::size_t bytes = 64 + static_cast<std::size_t>(t);
+        statistics.deallocate(statistics.allocate(bytes), bytes);
+        all_counting.arrive_and_wait();
+        for (int i = 1; i < 50; ++i) statistics.deallocate(statistics.allocate(bytes), bytes);
+        handed_over[static_cast<std::size_t>(wave * kThreads + t)] = statistics.allocate(bytes);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  for (int i = 0; i < 2 * kThreads; ++i) {
+    statistics.deallocate(handed_over[static_cast<std::size_t>(i)], 64 + static_cast<std::size_t>(i % kThreads));
+  }
+  const MemoryStats stats = statistics.stats();
+  EXPECT_EQ(stats.num_allocs, 2u * kThreads * 51u);
+  EXPECT_EQ(stats.num_frees, 2u * kThreads * 51u);
+  EXPECT_EQ(stats.largest_alloc, 64u + kThreads - 1u);
+  EXPECT_EQ(stats.bytes_requested, 0u);
 }
 
 // --- TrackingAdaptor -----------------------------------------------------------------------------------

@@ -8,11 +8,16 @@
 // below know it.
 //
 // Invariant (when no call is in flight): bytes_requested_ == sum of `bytes` of allocations served and not yet
-// freed <= peak_bytes_requested_; num_frees_ <= num_allocs_.
-// Thread safety: lock-free. Each counter is a relaxed atomic (a peak or a maximum is raised by a
-// compare-exchange only when exceeded), so the counting costs an allocate/free pair no lock; stats() reads each
-// counter exactly, though counters read while other threads allocate need not be from one instant.
+// freed <= peak_bytes_requested_; num_frees <= num_allocs (each the sum over the shards).
+// Thread safety: lock-free. bytes_requested_ is one atomic counter, changed by one atomic read-modify-write per
+// call, so its peak is exact (raised by a compare-exchange only when exceeded). num_allocs, num_frees and
+// largest_alloc need no single counter (a sum and a maximum of per-thread parts are exact): they live in
+// per-thread shards, each owned by one running thread at a time (a process-wide shard index a thread takes at
+// its first count and gives back at exit), which adds to its shard with a plain load and store, no locked
+// instruction; threads beyond kShards share the last shard with atomic adds. stats() reads each counter
+// exactly, though counters read while other threads allocate need not be from one instant.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +30,9 @@ namespace tp::memory {
 
 class StatisticsAdaptor final : public ResourceAdaptor {
  public:
+  // Shards for threads that hold a shard index, plus one that all other threads share.
+  static constexpr std::size_t kShards = 64;
+
   explicit StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name = "statistics");
   explicit StatisticsAdaptor(MemoryResource& upstream, std::string name = "statistics");
 
@@ -34,12 +42,23 @@ class StatisticsAdaptor final : public ResourceAdaptor {
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
 
+  // One thread's counts (one cache line, so threads never share a line they write).
+  struct alignas(64) Shard {
+    std::atomic<std::uint64_t> allocs{0};
+    std::atomic<std::uint64_t> frees{0};
+    std::atomic<std::size_t> largest_alloc{0};
+  };
+  // Add one allocation of `bytes`, or one free, to this thread's shard.
+  void count_allocation(std::size_t bytes) noexcept;
+  void count_free() noexcept;
+  // A thread's first count (it takes a shard index), or one of a thread without an index (the shared shard):
+  // one allocation of `allocated_bytes` (none when 0) and `frees` frees.
+  [[gnu::noinline, gnu::cold]] void count_slowly(std::size_t allocated_bytes, std::uint64_t frees) noexcept;
+
   std::atomic<std::size_t> bytes_requested_{0};
   std::atomic<std::size_t> peak_bytes_requested_{0};
-  std::atomic<std::uint64_t> num_allocs_{0};
-  std::atomic<std::uint64_t> num_frees_{0};
-  std::atomic<std::size_t> largest_alloc_{0};
   std::atomic<std::uint64_t> num_ooms_{0};
+  std::array<Shard, kShards + 1> shards_{};
 };
 
 }  // namespace tp::memory

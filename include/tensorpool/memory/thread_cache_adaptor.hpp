@@ -33,8 +33,10 @@
 // on the block's stream has completed (stream-ordered reuse, docs/ARCHITECTURE), so a cached block is as safe
 // to reuse on any stream as a block the allocator itself hands out again.
 //
-// Thread safety: each cache has a spin lock taken by its owner thread on every cached operation (uncontended
-// unless a flush runs) and by flushers; the registry mutex guards the set of caches. Lock order: registry,
+// Thread safety: each cache has a spin lock taken by its owner thread on every operation that takes or keeps a
+// block (uncontended unless a flush runs) and by flushers; a request whose bin holds no block of its size
+// takes no lock (only the owner adds blocks, so an empty bin stays empty until it does). The registry mutex
+// guards the set of caches. Lock order: registry,
 // then a cache; the allocator is called with at most one cache lock held, never the other way round.
 // Lifetime: a thread's caches outlive neither the thread (its thread_local destructor flushes them) nor the
 // adaptor (the destructor flushes and detaches every cache; a thread exiting later finds its cache detached).
