@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -191,6 +192,19 @@ void expect_half_kernels_independent_of_thread_count() {
     std::copy(p.begin(), p.end(), out.begin());
     std::copy(m.begin(), m.end(), out.begin() + kN);
     std::copy(v.begin(), v.end(), out.begin() + 2 * kN);
+  });
+  // The folded mirrored update on three replicas' 16-bit gradients: the parameters, both moments and a mirror.
+  expect_same_bits<float>(4 * kN, [&](std::vector<float>& out) {
+    std::vector<float> p = wide, m(kN, 0.01F), v(kN, 0.02F), mirror(kN, 0.0F);
+    const std::array<const H*, 3> grads{x.data(), y.data(), x.data()};
+    const std::array<AdamMirror<float>, 1> mirrors{{{.param = mirror.data(), .m = nullptr, .v = nullptr}}};
+    adam_update_summed_half<H>(p.data(), grads.data(), grads.size(), m.data(), v.data(), kN, 1e-3F, 0.9F, 0.999F, 1e-7F,
+                               3, mirrors);
+    std::int64_t offset = 0;
+    for (const std::vector<float>* part : {&p, &m, &v, &mirror}) {
+      std::copy(part->begin(), part->end(), out.begin() + offset);
+      offset += kN;
+    }
   });
 }
 

@@ -48,44 +48,46 @@ void for_each_scaled_block(const G* grad, T grad_scale, std::int64_t n, const Up
   });
 }
 
-// x rounded once to H (ties to even) and widened back: detail::widen(detail::narrow<H>(x)), which for bfloat16
-// is a rounding of x's bits to their top half (a NaN keeps its sign and top payload bits and gets its quiet
-// bit, as narrow and widen give it); branch-free, so the loops below vectorise.
-template <typename H>
-float round_to(float x, const float* table) {
-  if constexpr (std::is_same_v<H, Half>) {
-    return detail::widen(detail::narrow<H>(x), table);
-  } else {
-    const auto bits = std::bit_cast<std::uint32_t>(x);
-    const std::uint32_t rounded = (bits + 0x7FFFU + ((bits >> 16) & 1U)) & 0xFFFF'0000U;
-    const std::uint32_t nan = (bits | 0x0040'0000U) & 0xFFFF'0000U;
-    return std::bit_cast<float>((bits & 0x7FFF'FFFFU) > 0x7F80'0000U ? nan : rounded);
-  }
-}
-
-template <typename H>
-float widened(H value, const float* table) {
-  if constexpr (std::is_same_v<H, Half>) {
-    return detail::widen(value, table);
-  } else {
-    return detail::widen(value);
-  }
-}
-
 // The sums of add_scaled_half (each addition computed in float32 and rounded once to H), kept widened: sum =
 // first + second, then sum += addend. One clone per instruction set (isa_clones.hpp); one addition per element,
-// so every clone gives the same bits.
+// so every clone gives the same bits. For bfloat16 the loops are integer arithmetic the compiler vectorises:
+// an addend is widened by a shift alone (the core widening also sets a NaN's quiet bit, but a NaN addend makes
+// the sum a NaN with that addend's payload either way, and the rounding below sets the quiet bit), and the sum
+// is rounded on its bits (ties to even; a NaN keeps its sign and top payload bits and gets its quiet bit, as
+// detail::narrow and detail::widen give it).
+float round_to_bfloat16(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t rounded = (bits + 0x7FFFU + ((bits >> 16) & 1U)) & 0xFFFF'0000U;
+  const std::uint32_t nan = (bits | 0x0040'0000U) & 0xFFFF'0000U;
+  // Magnitudes compared as signed integers (both below 2^31): one vector comparison.
+  return std::bit_cast<float>(static_cast<std::int32_t>(bits & 0x7FFF'FFFFU) > 0x7F80'0000 ? nan : rounded);
+}
+
+float shifted(BFloat16 value) { return std::bit_cast<float>(static_cast<std::uint32_t>(value.bits) << 16); }
+
 template <typename H>
 TP_ISA_CLONES void sum_rounded(const H* first, const H* second, float* sum, std::int64_t n) {
-  const float* table = detail::half_to_float_table();
-  for (std::int64_t i = 0; i < n; ++i)
-    sum[i] = round_to<H>(widened(first[i], table) + widened(second[i], table), table);
+  if constexpr (std::is_same_v<H, Half>) {
+    const float* table = detail::half_to_float_table();
+    for (std::int64_t i = 0; i < n; ++i) {
+      sum[i] =
+          detail::widen(detail::narrow<Half>(detail::widen(first[i], table) + detail::widen(second[i], table)), table);
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) sum[i] = round_to_bfloat16(shifted(first[i]) + shifted(second[i]));
+  }
 }
 
 template <typename H>
 TP_ISA_CLONES void add_rounded(float* sum, const H* addend, std::int64_t n) {
-  const float* table = detail::half_to_float_table();
-  for (std::int64_t i = 0; i < n; ++i) sum[i] = round_to<H>(sum[i] + widened(addend[i], table), table);
+  if constexpr (std::is_same_v<H, Half>) {
+    const float* table = detail::half_to_float_table();
+    for (std::int64_t i = 0; i < n; ++i) {
+      sum[i] = detail::widen(detail::narrow<Half>(sum[i] + detail::widen(addend[i], table)), table);
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) sum[i] = round_to_bfloat16(sum[i] + shifted(addend[i]));
+  }
 }
 
 }  // namespace
