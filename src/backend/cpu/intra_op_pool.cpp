@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -49,23 +51,45 @@ class FloatEnvironment {
 #endif
 };
 
+// The chunks [next, end) of one thread's share of a loop that nobody has claimed yet. Padded to a cache line:
+// the owner and a thief claim from it at once.
+struct alignas(64) ChunkRange {
+  std::atomic<std::int64_t> next{0};
+  std::int64_t end = 0;
+
+  // The next unclaimed chunk of the range, or -1 when none is left (next then only grows past end).
+  std::int64_t claim() noexcept {
+    const std::int64_t chunk = next.fetch_add(1, std::memory_order_relaxed);
+    return chunk < end ? chunk : -1;
+  }
+};
+
 // One parallel_for in flight. Lives on the caller's stack; the caller returns only once every helper that
 // joined has left (helpers_inside == 0), and no helper joins after the caller has unpublished it.
+//
+// The chunks are dealt out as `ways` contiguous shares, one per thread of the pool (the caller's is the first,
+// helper h's the (h + 1)-th); a thread runs its own share first, in order, then takes what is left of the
+// others'. A loop over the same range therefore runs mostly on the same threads from one call to the next (a
+// GEMM block and the update of the weights it wrote, this step's update and the next's): each thread's
+// chunks stay in its own core's caches, where handing chunks out first-come-first-served moved data between
+// the cores at every loop. A thread that is late, or never comes, leaves its share to the others.
 struct Loop {
   detail::ChunkFunction function;
   const void* body;
   std::int64_t n;
   std::int64_t grain;
-  std::int64_t chunks;
+  std::span<ChunkRange> shares;  // the pool's, one per thread, set up for this loop
   FloatEnvironment environment;
-  std::atomic<std::int64_t> next_chunk{0};
   std::atomic<int> helpers_inside{0};
 
-  void run_chunks() {
-    for (std::int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed); chunk < chunks;
-         chunk = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
-      const std::int64_t begin = chunk * grain;
-      function(body, begin, std::min(n, begin + grain));
+  // Runs share `home`'s chunks, then the other shares' in turn, until no chunk is left unclaimed.
+  void run_chunks(std::size_t home) {
+    for (std::size_t offset = 0; offset < shares.size(); ++offset) {
+      ChunkRange& share = shares[(home + offset) % shares.size()];
+      for (std::int64_t chunk = share.claim(); chunk >= 0; chunk = share.claim()) {
+        const std::int64_t begin = chunk * grain;
+        function(body, begin, std::min(n, begin + grain));
+      }
     }
   }
 };
@@ -88,7 +112,10 @@ class Pool {
       // The generation is read here, not by the new thread: a loop published before that thread first runs
       // must still count as new to it.
       const std::uint64_t seen = generation_.load(std::memory_order_relaxed);
-      for (int helper = 1; helper < threads; ++helper) helpers_.emplace_back([this, seen] { serve(seen); });
+      shares_ = std::make_unique<ChunkRange[]>(static_cast<std::size_t>(threads));
+      for (int helper = 1; helper < threads; ++helper) {
+        helpers_.emplace_back([this, seen, helper] { serve(seen, static_cast<std::size_t>(helper)); });
+      }
     }
     release();
   }
@@ -99,6 +126,22 @@ class Pool {
 
   std::uint64_t loops_handed() const noexcept { return loops_handed_.load(std::memory_order_relaxed); }
 
+  // Deals `chunks` chunks out as one contiguous share per thread; the caller holds the pool (busy_), so no
+  // other loop uses the shares, and no helper of an earlier loop is still inside one.
+  std::span<ChunkRange> deal(std::int64_t chunks) noexcept {
+    const auto ways = static_cast<std::int64_t>(threads());
+    const std::span<ChunkRange> shares(shares_.get(), static_cast<std::size_t>(ways));
+    // Shares of chunks / ways chunks, the first chunks % ways of them one more.
+    const std::int64_t size = chunks / ways;
+    const std::int64_t longer = chunks % ways;
+    for (std::int64_t way = 0; way < ways; ++way) {
+      ChunkRange& share = shares[static_cast<std::size_t>(way)];
+      share.next.store(way * size + std::min(way, longer), std::memory_order_relaxed);
+      share.end = (way + 1) * size + std::min(way + 1, longer);
+    }
+    return shares;  // published to the helpers by run()'s mutex
+  }
+
   void run(Loop& loop) {
     loops_handed_.fetch_add(1, std::memory_order_relaxed);
     {
@@ -107,7 +150,7 @@ class Pool {
       generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
-    loop.run_chunks();
+    loop.run_chunks(0);
     {
       std::lock_guard lock(mutex_);
       loop_ = nullptr;
@@ -133,7 +176,8 @@ class Pool {
     stopping_.store(false, std::memory_order_relaxed);
   }
 
-  void serve(std::uint64_t seen) {
+  // Helper `home` (1 .. threads - 1) of the pool: runs its own share of each loop first.
+  void serve(std::uint64_t seen, std::size_t home) {
     for (;;) {
       device::detail::poll_before_sleeping([&] {
         return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
@@ -152,7 +196,7 @@ class Pool {
       }
       {
         const FloatEnvironment::Scope environment(loop->environment);
-        loop->run_chunks();
+        loop->run_chunks(home);
       }
       loop->helpers_inside.fetch_sub(1, std::memory_order_release);
     }
@@ -161,7 +205,9 @@ class Pool {
   std::atomic<bool> busy_{false};  // a loop is in flight, or the helpers are being replaced
   std::atomic<int> threads_{1};
   std::vector<std::thread> helpers_;  // threads_ - 1 of them; changed only while busy_ is held
-  std::mutex mutex_;                  // guards loop_; generation_ and stopping_ change under it
+  // threads_ of them, one per thread: the loop in flight's shares (deal()); replaced only while busy_ is held
+  std::unique_ptr<ChunkRange[]> shares_ = std::make_unique<ChunkRange[]>(1);
+  std::mutex mutex_;  // guards loop_; generation_ and stopping_ change under it
   std::condition_variable wake_;
   Loop* loop_ = nullptr;
   // Incremented for every published loop; atomic so that an idle helper polls it without the mutex.
@@ -200,7 +246,7 @@ void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, co
             .body = body,
             .n = n,
             .grain = grain,
-            .chunks = (n + grain - 1) / grain,
+            .shares = pool.deal(n / grain + (n % grain != 0 ? 1 : 0)),
             .environment = FloatEnvironment::current()};
   pool.run(loop);
   pool.release();

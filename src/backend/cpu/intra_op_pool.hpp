@@ -12,8 +12,10 @@
 // Contract of parallel_for(n, grain, body):
 // - body(begin, end) runs for disjoint chunks [begin, end) covering [0, n) exactly once; chunk boundaries
 //   are multiples of grain (the last chunk may be shorter), so a body that keeps 64-byte alignment per chunk
-//   can rely on it. Which thread runs which chunk is unspecified: bodies must be element-wise independent,
-//   and then results are bitwise those of one thread.
+//   can rely on it. Each thread starts on its own contiguous share of the chunks (the caller on the first),
+//   then takes what the others have left, so a loop over the same range runs mostly on the same threads from
+//   one call to the next; which thread runs which chunk is still unspecified: bodies must be element-wise
+//   independent, and then results are bitwise those of one thread.
 // - Returns once every chunk has run. One chunk (n <= grain), one thread, or a pool busy with another
 //   caller's loop (two devices' workers at once): the caller runs body(0, n) itself, so parallel_for never
 //   waits for the pool and never deadlocks when called from inside a body. A body whose split must not depend

@@ -5,7 +5,7 @@
 // computed here, in a translation unit compiled for the baseline instruction set (no fused multiply-add
 // exists there, so every operation rounds on its own). A clone that fuses (the kernels built without
 // -ffp-contract=off) fails AdamMatchesTheScalarFormulaBitForBit. Lengths and offsets are odd so that the
-// vector loops' peeled heads and tails run too.
+// vector loops' peeled heads and tails run too. The axis sum (reduce_sum) is checked the same way.
 
 #include <gtest/gtest.h>
 
@@ -20,6 +20,7 @@
 #include "backend/cpu/kernels/activations.hpp"
 #include "backend/cpu/kernels/elementwise.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
+#include "backend/cpu/kernels/reduce.hpp"
 
 namespace {
 
@@ -143,6 +144,38 @@ TEST_F(IsaClones, ReluAndItsGradientKeepNanAndSignedZeroAsTheScalarFormulas) {
   EXPECT_EQ(mismatches(y, expected_y), 0);
   EXPECT_EQ(mismatches(dx, expected_dx), 0);
   EXPECT_TRUE(std::isnan(y[kOffset]));
+}
+
+// The axis sum (bias gradients) widens each element to double and adds the rows in order, one sum per inner
+// position; full blocks of inner positions keep their sums in vector registers. Inner 200: three full blocks
+// and a partial one; the expected sums are the scalar loop's, rounded to float once.
+TEST_F(IsaClones, AxisSumAddsTheRowsInOrderAsTheScalarLoop) {
+  constexpr std::int64_t kOuter = 2;
+  constexpr std::int64_t kAxis = 37;
+  constexpr std::int64_t kInner = 200;
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  // Rows 1 and 2 are 2^60 and -2^60 in every column: they swallow row 0 in order (row 0 + 2^60 - 2^60 = 0)
+  // and the other rows in the reverse order, so a sum in any other order gives other bits.
+  std::vector<float> x = tp_test::random_vector<float>(rng, kOuter * kAxis * kInner);
+  for (std::int64_t o = 0; o < kOuter; ++o) {
+    for (std::int64_t i = 0; i < kInner; ++i) {
+      x[static_cast<std::size_t>((o * kAxis + 1) * kInner + i)] = 0x1.0p60F;
+      x[static_cast<std::size_t>((o * kAxis + 2) * kInner + i)] = -0x1.0p60F;
+    }
+  }
+  std::vector<float> y(static_cast<std::size_t>(kOuter * kInner), 0.0F);
+  std::vector<float> expected(y.size(), 0.0F);
+  tp::backend::cpu::reduce_sum<float>(x.data(), y.data(), kOuter, kAxis, kInner);
+  for (std::int64_t o = 0; o < kOuter; ++o) {
+    for (std::int64_t i = 0; i < kInner; ++i) {
+      double sum = 0;
+      for (std::int64_t a = 0; a < kAxis; ++a)
+        sum += static_cast<double>(x[static_cast<std::size_t>((o * kAxis + a) * kInner + i)]);
+      expected[static_cast<std::size_t>(o * kInner + i)] = static_cast<float>(sum);
+    }
+  }
+  EXPECT_EQ(mismatches(y, expected), 0);
 }
 
 }  // namespace

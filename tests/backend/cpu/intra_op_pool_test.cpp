@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The intra-op pool: parallel_for covers its range exactly once in grain-aligned chunks, whatever the thread
-// count; helpers really take chunks, under the caller's floating-point environment; nested and concurrent
-// callers run inline instead of waiting; bad thread counts are refused.
+// count; helpers really take chunks, each thread first from its own share, under the caller's floating-point
+// environment; nested and concurrent callers run inline instead of waiting; bad thread counts are refused.
 
 #include "backend/cpu/intra_op_pool.hpp"
 
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -66,6 +67,32 @@ TEST_F(IntraOpPool, HelpersRunChunksAndOneThreadRunsEverythingOnTheCaller) {
   EXPECT_GE(threads_running_chunks().size(), 2U);
   set_intra_op_threads(1);
   EXPECT_EQ(threads_running_chunks(), std::set<std::thread::id>{std::this_thread::get_id()});
+}
+
+// The chunks are dealt out in one contiguous share per thread, each thread starting on its own: the caller on
+// the first chunk, the helper (2 threads) in the second half (on its first chunk, unless the caller, done
+// with its own half, took some before the helper came). A thread reaches the other's share only once its own
+// is taken, so the helper never starts in the first half.
+TEST_F(IntraOpPool, EachThreadStartsOnItsOwnShare) {
+  set_intra_op_threads(2);
+  for (int loop = 0; loop < 5; ++loop) {
+    std::mutex mutex;
+    std::map<std::thread::id, std::int64_t> first_chunk;
+    parallel_for(kSlowChunks, 1, [&](std::int64_t begin, std::int64_t) {
+      {
+        std::lock_guard lock(mutex);
+        first_chunk.try_emplace(std::this_thread::get_id(), begin);
+      }
+      std::this_thread::sleep_for(kSlowChunk);
+    });
+    ASSERT_EQ(first_chunk.count(std::this_thread::get_id()), 1U);
+    EXPECT_EQ(first_chunk[std::this_thread::get_id()], 0);
+    for (const auto& [thread, chunk] : first_chunk) {
+      if (thread != std::this_thread::get_id()) {
+        EXPECT_GE(chunk, kSlowChunks / 2) << "loop " << loop;
+      }
+    }
+  }
 }
 
 TEST_F(IntraOpPool, HelpersRunUnderTheCallersFloatEnvironment) {

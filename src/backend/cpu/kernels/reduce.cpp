@@ -9,6 +9,7 @@
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -60,14 +61,38 @@ void for_each_block(const T* x, View view, Block&& block) {
                });
 }
 
+// sums[j] += first[a * stride + j] for every a in [0, rows), in order, each term widened exactly to double: the
+// sums of one block of inner positions. Width is a template argument for full blocks, so the sums stay in
+// vector registers across the rows instead of going through memory every row; every clone adds the same terms
+// in the same order (isa_clones.hpp), so the bits are those of the scalar loop.
+template <std::int64_t Width, typename T>
+TP_ISA_CLONES void add_rows_fixed(const T* first, std::int64_t rows, std::int64_t stride, double* sums) {
+  std::array<double, Width> partial;
+  std::copy_n(sums, Width, partial.begin());
+  for (std::int64_t a = 0; a < rows; ++a) {
+    const T* row = first + a * stride;
+    for (std::int64_t j = 0; j < Width; ++j) partial[j] += static_cast<double>(row[j]);
+  }
+  std::copy_n(partial.begin(), Width, sums);
+}
+
+template <typename T>
+TP_ISA_CLONES void add_rows(const T* first, std::int64_t rows, std::int64_t stride, std::int64_t width, double* sums) {
+  for (std::int64_t a = 0; a < rows; ++a) {
+    const T* row = first + a * stride;
+    for (std::int64_t j = 0; j < width; ++j) sums[j] += static_cast<double>(row[j]);
+  }
+}
+
 template <typename T>
 void sum_into(const T* x, T* y, View view, bool mean) {
   const double divisor = static_cast<double>(view.axis);
   for_each_block(x, view, [&](std::int64_t o, const T* first, std::int64_t begin, std::int64_t width) {
     std::array<double, kBlock> sums{};
-    for (std::int64_t a = 0; a < view.axis; ++a) {
-      const T* row = first + a * view.inner;
-      for (std::int64_t j = 0; j < width; ++j) sums[j] += static_cast<double>(row[j]);
+    if (width == kBlock) {
+      add_rows_fixed<kBlock>(first, view.axis, view.inner, sums.data());
+    } else {
+      add_rows(first, view.axis, view.inner, width, sums.data());
     }
     T* out = y + o * view.inner + begin;
     for (std::int64_t j = 0; j < width; ++j) {
