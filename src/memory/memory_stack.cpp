@@ -131,7 +131,11 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
     tracking_ = tracking.get();
     layer = std::move(tracking);
   }
-  top_ = std::make_unique<StatisticsAdaptor>(std::move(layer));
+  // BFC counts requests exactly (under its lock, which every call takes) when no thread cache serves calls it
+  // never sees; the tracking adaptor passes every call through.
+  const bool allocator_counts = thread_cache_ == nullptr && dynamic_cast<BfcAllocator*>(allocator_) != nullptr;
+  top_ = std::make_unique<StatisticsAdaptor>(std::move(layer), "statistics",
+                                             allocator_counts ? RequestCounts::upstream : RequestCounts::own);
   max_alignment_ = top_->max_alignment();
 }
 

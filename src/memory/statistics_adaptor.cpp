@@ -83,11 +83,11 @@ void raise_to(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
 
 }  // namespace
 
-StatisticsAdaptor::StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name)
-    : ResourceAdaptor(std::move(upstream), std::move(name)) {}
+StatisticsAdaptor::StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name, RequestCounts counts)
+    : ResourceAdaptor(std::move(upstream), std::move(name)), counts_(counts) {}
 
-StatisticsAdaptor::StatisticsAdaptor(MemoryResource& upstream, std::string name)
-    : ResourceAdaptor(upstream, std::move(name)) {}
+StatisticsAdaptor::StatisticsAdaptor(MemoryResource& upstream, std::string name, RequestCounts counts)
+    : ResourceAdaptor(upstream, std::move(name)), counts_(counts) {}
 
 // The per-call path: this thread's own shard, added to without a locked instruction; the first count of a
 // thread, and the counts of a thread without an index, go through count_slowly.
@@ -135,25 +135,33 @@ void* StatisticsAdaptor::do_allocate(std::size_t bytes, std::size_t alignment, c
     num_ooms_.fetch_add(1, std::memory_order_relaxed);
     // The refusing layer counts in-use bytes after rounding, this one as asked: with both, the report gives
     // the bytes lost to rounding (internal fragmentation).
-    const std::size_t requested_in_use = bytes_requested_.load(std::memory_order_relaxed);
+    const std::size_t requested_in_use = counts_ == RequestCounts::own
+                                             ? bytes_requested_.load(std::memory_order_relaxed)
+                                             : upstream().stats().bytes_requested;
     error.amend([requested_in_use](OutOfMemoryReport& report) { report.requested_in_use_bytes = requested_in_use; });
     throw;
   }
-  const std::size_t requested = bytes_requested_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  raise_to(peak_bytes_requested_, requested);
-  count_allocation(bytes);
+  if (counts_ == RequestCounts::own) {
+    const std::size_t requested = bytes_requested_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    raise_to(peak_bytes_requested_, requested);
+    count_allocation(bytes);
+  }
   return ptr;
 }
 
 void StatisticsAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   // Counted before the block goes back: bytes_requested_ never counts a block twice, so it cannot wrap.
-  bytes_requested_.fetch_sub(bytes, std::memory_order_relaxed);
-  count_free();
+  if (counts_ == RequestCounts::own) {
+    bytes_requested_.fetch_sub(bytes, std::memory_order_relaxed);
+    count_free();
+  }
   upstream_deallocate(ptr, bytes);
 }
 
 MemoryStats StatisticsAdaptor::do_stats() const {
   MemoryStats stats = upstream().stats();
+  stats.num_ooms = num_ooms_.load(std::memory_order_relaxed);
+  if (counts_ == RequestCounts::upstream) return stats;
   stats.bytes_requested = bytes_requested_.load(std::memory_order_relaxed);
   stats.peak_bytes_requested = peak_bytes_requested_.load(std::memory_order_relaxed);
   stats.num_allocs = 0;
@@ -164,7 +172,6 @@ MemoryStats StatisticsAdaptor::do_stats() const {
     stats.num_frees += counts.frees.load(std::memory_order_relaxed);
     stats.largest_alloc = std::max(stats.largest_alloc, counts.largest_alloc.load(std::memory_order_relaxed));
   }
-  stats.num_ooms = num_ooms_.load(std::memory_order_relaxed);
   return stats;
 }
 

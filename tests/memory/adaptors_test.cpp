@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,9 +18,11 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/allocation_observer.hpp"
+#include "tensorpool/memory/bfc_allocator.hpp"
 #include "tensorpool/memory/failure_callback_adaptor.hpp"
 #include "tensorpool/memory/limiting_adaptor.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/statistics_adaptor.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 
@@ -282,6 +285,67 @@ TEST(StatisticsAdaptor, CountsStayExactBeyondTheShardsAndAcrossThreadExits) {
   EXPECT_EQ(stats.num_frees, 2u * kThreads * 51u);
   EXPECT_EQ(stats.largest_alloc, 64u + kThreads - 1u);
   EXPECT_EQ(stats.bytes_requested, 0u);
+}
+
+// Over an allocator that counts requests exactly (BFC, as a stack without a thread cache has it), the adaptor
+// that takes its counters from upstream reports what the one counting them itself reports, OOMs and peak
+// resets included. Fixed seed: a failure reproduces.
+TEST(StatisticsAdaptor, TakesRequestCountsFromAnUpstreamThatCountsThemExactly) {
+  auto make_bfc = [] {
+    tp::memory::BfcOptions options;
+    options.limit_bytes = 8 * tp::kMiB;
+    return std::make_unique<tp::memory::BfcAllocator>(std::make_unique<tp::memory::SimDeviceMemory>(8 * tp::kMiB),
+                                                      options);
+  };
+  tp::memory::StatisticsAdaptor own(make_bfc());
+  tp::memory::StatisticsAdaptor taken(make_bfc(), "statistics", tp::memory::RequestCounts::upstream);
+  std::mt19937 random(23);
+  std::vector<std::pair<std::size_t, std::pair<void*, void*>>> live;
+  auto same = [&] {
+    const MemoryStats a = own.stats();
+    const MemoryStats b = taken.stats();
+    EXPECT_EQ(a.bytes_requested, b.bytes_requested);
+    EXPECT_EQ(a.peak_bytes_requested, b.peak_bytes_requested);
+    EXPECT_EQ(a.num_allocs, b.num_allocs);
+    EXPECT_EQ(a.num_frees, b.num_frees);
+    EXPECT_EQ(a.largest_alloc, b.largest_alloc);
+    EXPECT_EQ(a.num_ooms, b.num_ooms);
+  };
+  for (int step = 0; step < 3000; ++step) {
+    if (live.empty() || random() % 2 == 0) {
+      const std::size_t bytes = 1 + random() % (3 * tp::kMiB);
+      void* a = nullptr;
+      void* b = nullptr;
+      try {
+        a = own.allocate(bytes);
+      } catch (const OutOfMemoryError&) {}
+      try {
+        b = taken.allocate(bytes);
+      } catch (const OutOfMemoryError&) {}
+      ASSERT_EQ(a == nullptr, b == nullptr) << "step " << step << ": the two BFCs place alike";
+      if (a != nullptr) live.push_back({bytes, {a, b}});
+    } else {
+      const std::size_t index = random() % live.size();
+      own.deallocate(live[index].second.first, live[index].first);
+      taken.deallocate(live[index].second.second, live[index].first);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(index));
+    }
+    if (step % 500 == 0) {
+      own.reset_peak();
+      taken.reset_peak();
+    }
+    if (step % 97 == 0) {
+      SCOPED_TRACE(step);
+      same();
+    }
+  }
+  for (const auto& [bytes, blocks] : live) {
+    own.deallocate(blocks.first, bytes);
+    taken.deallocate(blocks.second, bytes);
+  }
+  same();
+  EXPECT_GT(taken.stats().num_ooms, 0u) << "the sequence reaches the limit";
+  EXPECT_EQ(taken.stats().bytes_requested, 0u);
 }
 
 // --- TrackingAdaptor -----------------------------------------------------------------------------------

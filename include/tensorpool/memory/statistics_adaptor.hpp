@@ -2,7 +2,9 @@
 #pragma once
 // StatisticsAdaptor: owns the caller-facing counters of a stack. It counts what callers asked for
 // (bytes_requested and its peak, num_allocs, num_frees, largest_alloc) and every tp::OutOfMemoryError that
-// passes through it on the way to the caller (num_ooms; the error is rethrown unchanged). Everything that
+// passes through it on the way to the caller (num_ooms; the error is rethrown unchanged). With
+// RequestCounts::upstream it counts only the errors and takes the request counters from an upstream that counts
+// them exactly already (a BFC stack without a thread cache: MemoryStack), sparing each call its atomics. Everything that
 // depends on rounding or on the source (bytes_in_use, bytes_reserved and their peaks, largest_free_block,
 // num_retries, upstream_allocs/frees, bytes_limit) comes from upstream.stats(), since only the allocators
 // below know it.
@@ -28,13 +30,24 @@
 
 namespace tp::memory {
 
+// Where a StatisticsAdaptor's request counters (bytes_requested and its peak, num_allocs, num_frees,
+// largest_alloc) come from.
+enum class RequestCounts : std::uint8_t {
+  own,       // counted here: right over any upstream
+  upstream,  // the upstream's stats(), for an upstream that counts exactly the calls made through this adaptor
+             // (an allocator such as BfcAllocator, directly or below layers that pass every call through, as
+             // the tracking adaptor does; not a thread cache, which serves calls its allocator never sees)
+};
+
 class StatisticsAdaptor final : public ResourceAdaptor {
  public:
   // Shards for threads that hold a shard index, plus one that all other threads share.
   static constexpr std::size_t kShards = 64;
 
-  explicit StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name = "statistics");
-  explicit StatisticsAdaptor(MemoryResource& upstream, std::string name = "statistics");
+  explicit StatisticsAdaptor(std::unique_ptr<MemoryResource> upstream, std::string name = "statistics",
+                             RequestCounts counts = RequestCounts::own);
+  explicit StatisticsAdaptor(MemoryResource& upstream, std::string name = "statistics",
+                             RequestCounts counts = RequestCounts::own);
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
@@ -55,6 +68,7 @@ class StatisticsAdaptor final : public ResourceAdaptor {
   // one allocation of `allocated_bytes` (none when 0) and `frees` frees.
   [[gnu::noinline, gnu::cold]] void count_slowly(std::size_t allocated_bytes, std::uint64_t frees) noexcept;
 
+  const RequestCounts counts_;  // with upstream, the members below but num_ooms_ stay 0
   std::atomic<std::size_t> bytes_requested_{0};
   std::atomic<std::size_t> peak_bytes_requested_{0};
   std::atomic<std::uint64_t> num_ooms_{0};
