@@ -189,15 +189,18 @@ TEST(FusedUpdate, AutomaticShardingTakesZero1ExactlyWhereTheUpdateFolds) {
   EXPECT_EQ(name_of(Shard::automatic), "auto");
 }
 
+// float32 values uniform in [-1, 1) from `seed`, on `device`.
+Tensor uniform_tensor(const Shape& shape, device::Device& device, std::uint64_t seed) {
+  Tensor tensor = Tensor::empty(shape, DType::f32, device);
+  ops::uniform(tensor, -1.0, 1.0, seed);
+  return tensor;
+}
+
 TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {
   device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
   device::Device& home = manager.device("sim:0");
   const Shape shape{5003};  // not a multiple of the kernel's blocks
-  auto random = [&](device::Device& device, std::uint64_t seed) {
-    Tensor tensor = Tensor::empty(shape, DType::f32, device);
-    ops::uniform(tensor, -1.0, 1.0, seed);
-    return tensor;
-  };
+  auto random = [&](device::Device& device, std::uint64_t seed) { return uniform_tensor(shape, device, seed); };
   // One gradient (no sum), two (summed inside the update's loop) and three (summed block by block).
   for (std::size_t count = 1; count <= 3; ++count) {
     std::vector<Tensor> grads;
@@ -229,11 +232,7 @@ TEST(AdamAcrossPeers, SumsSixteenBitGradientsAsSumAcrossPeersThenAdam) {
   device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
   device::Device& home = manager.device("sim:0");
   const Shape shape{5003};  // not a multiple of the kernel's blocks
-  auto random = [&](device::Device& device, std::uint64_t seed) {
-    Tensor tensor = Tensor::empty(shape, DType::f32, device);
-    ops::uniform(tensor, -1.0, 1.0, seed);
-    return tensor;
-  };
+  auto random = [&](device::Device& device, std::uint64_t seed) { return uniform_tensor(shape, device, seed); };
   for (const DType dtype : {DType::bf16, DType::f16}) {
     for (std::size_t count = 1; count <= 3; ++count) {
       SCOPED_TRACE(std::string(name_of(dtype)) + ", " + std::to_string(count) + " gradients");

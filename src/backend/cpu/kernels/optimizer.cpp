@@ -157,21 +157,8 @@ template <typename T>
 void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
                         T beta2, T epsilon, std::int64_t step, std::span<const AdamMirror<T>> mirrors) {
   constexpr std::string_view kKernel = "adam_update_summed";
-  if (count == 0 || grads == nullptr) {
-    detail::check_size(kKernel, "n", n);
-    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": no gradients to sum (count = ", count, ")");
-  }
+  check_summed_update(kKernel, param, grads, count, m, v, n, mirrors);
   const T alpha = adam_step_size(kKernel, n, lr, beta1, beta2, epsilon, step);
-  detail::check_pointer(kKernel, "param", param, n);
-  for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kKernel, "grads[k]", grads[index], n);
-  detail::check_pointer(kKernel, "m", m, n);
-  detail::check_pointer(kKernel, "v", v, n);
-  for (const AdamMirror<T>& mirror : mirrors) {
-    detail::check_pointer(kKernel, "mirror.param", mirror.param, n);
-    if (mirror.m == nullptr && mirror.v == nullptr) continue;  // the parameter only
-    detail::check_pointer(kKernel, "mirror.m", mirror.m, n);
-    detail::check_pointer(kKernel, "mirror.v", mirror.v, n);
-  }
   const T one_minus_beta1 = T{1} - beta1;
   const T one_minus_beta2 = T{1} - beta2;
   // Blocks of the sum on the stack (as SumAcrossPeers sums, then adam_loop on it) for three or more gradients,

@@ -21,6 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
+
+#include "backend/cpu/kernels/check.hpp"
+#include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
 
@@ -56,6 +60,28 @@ struct AdamMirror {
 template <typename T>
 void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m, T* v, std::int64_t n, T lr, T beta1,
                         T beta2, T epsilon, std::int64_t step, std::span<const AdamMirror<T>> mirrors = {});
+
+// The buffers of a summed update (adam_update_summed, adam_update_summed_half): n >= 0, count >= 1 gradients, and
+// every buffer and mirror non-null for n elements; tp::InvalidArgument naming `kernel` and the argument
+// otherwise. A mirror of the parameter only (m and v null) is not asked for m and v.
+template <typename T, typename G>
+void check_summed_update(std::string_view kernel, const T* param, const G* const* grads, std::size_t count, const T* m,
+                         const T* v, std::int64_t n, std::span<const AdamMirror<T>> mirrors) {
+  detail::check_size(kernel, "n", n);
+  if (count == 0 || grads == nullptr) {
+    TP_THROW(InvalidArgument, detail::kComponent, kernel, ": no gradients to sum (count = ", count, ")");
+  }
+  detail::check_pointer(kernel, "param", param, n);
+  for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kernel, "grads[k]", grads[index], n);
+  detail::check_pointer(kernel, "m", m, n);
+  detail::check_pointer(kernel, "v", v, n);
+  for (const AdamMirror<T>& mirror : mirrors) {
+    detail::check_pointer(kernel, "mirror.param", mirror.param, n);
+    if (mirror.m == nullptr && mirror.v == nullptr) continue;  // the parameter only
+    detail::check_pointer(kernel, "mirror.m", mirror.m, n);
+    detail::check_pointer(kernel, "mirror.v", mirror.v, n);
+  }
+}
 
 // One entry of the multi-tensor updates: n elements of each buffer (velocity null for SGD without momentum).
 template <typename T>

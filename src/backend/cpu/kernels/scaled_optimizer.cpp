@@ -129,21 +129,7 @@ template <typename H>
 void adam_update_summed_half(float* param, const H* const* grads, std::size_t count, float* m, float* v, std::int64_t n,
                              float lr, float beta1, float beta2, float epsilon, std::int64_t step,
                              std::span<const AdamMirror<float>> mirrors) {
-  constexpr std::string_view kKernel = "adam_update_summed_half";
-  detail::check_size(kKernel, "n", n);
-  if (count == 0 || grads == nullptr) {
-    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": no gradients to sum (count = ", count, ")");
-  }
-  detail::check_pointer(kKernel, "param", param, n);
-  for (std::size_t index = 0; index < count; ++index) detail::check_pointer(kKernel, "grads[k]", grads[index], n);
-  detail::check_pointer(kKernel, "m", m, n);
-  detail::check_pointer(kKernel, "v", v, n);
-  for (const AdamMirror<float>& mirror : mirrors) {
-    detail::check_pointer(kKernel, "mirror.param", mirror.param, n);
-    if (mirror.m == nullptr && mirror.v == nullptr) continue;  // the parameter only
-    detail::check_pointer(kKernel, "mirror.m", mirror.m, n);
-    detail::check_pointer(kKernel, "mirror.v", mirror.v, n);
-  }
+  check_summed_update("adam_update_summed_half", param, grads, count, m, v, n, mirrors);
   // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here.
   adam_update<float>(param, nullptr, m, v, 0, lr, beta1, beta2, epsilon, step);
   parallel_for(n, kChunk, [&](std::int64_t begin, std::int64_t end) {
