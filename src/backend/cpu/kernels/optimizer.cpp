@@ -119,6 +119,28 @@ void for_each_piece(std::span<const Entry> entries, const Piece& piece) {
 }  // namespace
 
 template <typename T>
+AdamStep<T> adam_step(std::string_view kernel, T lr, T beta1, T beta2, T epsilon, std::int64_t step) {
+  return {adam_step_size(kernel, 0, lr, beta1, beta2, epsilon, step), T{1} - beta1, T{1} - beta2, epsilon};
+}
+
+template <typename T>
+void adam_apply(const AdamStep<T>& scalars, T* param, const T* grad, T* m, T* v, std::int64_t n) noexcept {
+  adam_loop(param, grad, m, v, n, scalars.alpha, scalars.one_minus_beta1, scalars.one_minus_beta2, scalars.epsilon);
+}
+
+template <typename T>
+void copy_to_mirrors(std::span<const AdamMirror<T>> mirrors, const T* param, const T* m, const T* v,
+                     std::int64_t offset, std::int64_t length) noexcept {
+  const auto bytes = static_cast<std::size_t>(length) * sizeof(T);
+  for (const AdamMirror<T>& mirror : mirrors) {
+    std::memcpy(mirror.param + offset, param + offset, bytes);
+    if (mirror.m == nullptr) continue;
+    std::memcpy(mirror.m + offset, m + offset, bytes);
+    std::memcpy(mirror.v + offset, v + offset, bytes);
+  }
+}
+
+template <typename T>
 void sgd_update(T* param, const T* grad, T* velocity, std::int64_t n, T lr, T momentum, bool nesterov) {
   constexpr std::string_view kKernel = "sgd_update";
   detail::check_size(kKernel, "n", n);
@@ -164,15 +186,6 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
   // Blocks of the sum on the stack (as SumAcrossPeers sums, then adam_loop on it) for three or more gradients,
   // and of the mirrors' copies: each block is still in L1 when it is read back.
   constexpr std::int64_t kBlock = 2048;
-  auto mirror_block = [&](std::int64_t offset, std::int64_t length) {
-    const auto bytes = static_cast<std::size_t>(length) * sizeof(T);
-    for (const AdamMirror<T>& mirror : mirrors) {
-      std::memcpy(mirror.param + offset, param + offset, bytes);
-      if (mirror.m == nullptr) continue;
-      std::memcpy(mirror.m + offset, m + offset, bytes);
-      std::memcpy(mirror.v + offset, v + offset, bytes);
-    }
-  };
   parallel_for(n, kUpdateGrain, [&](std::int64_t begin, std::int64_t end) {
     if (count == 2 && mirrors.empty()) {  // two replicas: the sum inside the update's loop, in one pass
       adam_sum2_loop(param + begin, grads[0] + begin, grads[1] + begin, m + begin, v + begin, end - begin, alpha,
@@ -192,7 +205,7 @@ void adam_update_summed(T* param, const T* const* grads, std::size_t count, T* m
         adam_loop(param + offset, sum.data(), m + offset, v + offset, length, alpha, one_minus_beta1, one_minus_beta2,
                   epsilon);
       }
-      mirror_block(offset, length);
+      copy_to_mirrors(mirrors, param, m, v, offset, length);
     }
   });
 }
@@ -237,6 +250,15 @@ void adam_update_multi(std::span<const AdamTensors<T>> tensors, T lr, T beta1, T
 
 template void sgd_update<float>(float*, const float*, float*, std::int64_t, float, float, bool);
 template void sgd_update<double>(double*, const double*, double*, std::int64_t, double, double, bool);
+template AdamStep<float> adam_step<float>(std::string_view, float, float, float, float, std::int64_t);
+template AdamStep<double> adam_step<double>(std::string_view, double, double, double, double, std::int64_t);
+template void adam_apply<float>(const AdamStep<float>&, float*, const float*, float*, float*, std::int64_t) noexcept;
+template void adam_apply<double>(const AdamStep<double>&, double*, const double*, double*, double*,
+                                 std::int64_t) noexcept;
+template void copy_to_mirrors<float>(std::span<const AdamMirror<float>>, const float*, const float*, const float*,
+                                     std::int64_t, std::int64_t) noexcept;
+template void copy_to_mirrors<double>(std::span<const AdamMirror<double>>, const double*, const double*, const double*,
+                                      std::int64_t, std::int64_t) noexcept;
 template void adam_update<float>(float*, const float*, float*, float*, std::int64_t, float, float, float, float,
                                  std::int64_t);
 template void adam_update<double>(double*, const double*, double*, double*, std::int64_t, double, double, double,

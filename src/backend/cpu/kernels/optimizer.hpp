@@ -41,6 +41,26 @@ template <typename T>
 void adam_update(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T epsilon,
                  std::int64_t step);
 
+// Adam's scalars for one step, checked once: the step size with the bias corrections folded in (computed in
+// double, as adam_update computes it) and 1 - beta1, 1 - beta2.
+template <typename T>
+struct AdamStep {
+  T alpha;
+  T one_minus_beta1;
+  T one_minus_beta2;
+  T epsilon;
+};
+
+// Checks the hyperparameters as adam_update does (tp::InvalidArgument naming `kernel` and the argument) and
+// returns the step's scalars.
+template <typename T>
+AdamStep<T> adam_step(std::string_view kernel, T lr, T beta1, T beta2, T epsilon, std::int64_t step);
+
+// adam_update's element loop on the calling thread, over n elements, with the scalars of adam_step: bitwise
+// adam_update's result, nothing checked and nothing thrown, for blocks that already run on the intra-op threads.
+template <typename T>
+void adam_apply(const AdamStep<T>& scalars, T* param, const T* grad, T* m, T* v, std::int64_t n) noexcept;
+
 // Where a mirrored replica's update is also stored (adam_update_summed): n elements each, overlapping nothing
 // the update reads or writes; m and v both null for a mirror of the parameter only.
 template <typename T>
@@ -49,6 +69,12 @@ struct AdamMirror {
   T* m;
   T* v;
 };
+
+// Copies elements [offset, offset + length) of param, m and v into each mirror (m and v only where the mirror
+// has them): the summed updates' copies into the other replicas, block by block while the block is in cache.
+template <typename T>
+void copy_to_mirrors(std::span<const AdamMirror<T>> mirrors, const T* param, const T* m, const T* v,
+                     std::int64_t offset, std::int64_t length) noexcept;
 
 // Adam with g = grads[0] + grads[1] + ... + grads[count - 1], added left to right in blocks, each addition
 // rounded as add_scaled(sum, 1, grads[k]) rounds it: the update of a mirrored replica that reads every

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cstring>
 #include <string_view>
 #include <type_traits>
 
@@ -117,11 +116,10 @@ void adam_update_scaled(T* param, const G* grad, T grad_scale, T* m, T* v, std::
   detail::check_pointer(kKernel, "grad", grad, n);
   detail::check_pointer(kKernel, "m", m, n);
   detail::check_pointer(kKernel, "v", v, n);
-  // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here
-  // (n == 0 included, as the float32 kernel does).
-  adam_update<T>(param, nullptr, m, v, 0, lr, beta1, beta2, epsilon, step);
+  // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here, once.
+  const AdamStep<T> scalars = adam_step(kKernel, lr, beta1, beta2, epsilon, step);
   for_each_scaled_block(grad, grad_scale, n, [&](std::int64_t offset, std::int64_t count, const T* block) {
-    adam_update<T>(param + offset, block, m + offset, v + offset, count, lr, beta1, beta2, epsilon, step);
+    adam_apply(scalars, param + offset, block, m + offset, v + offset, count);
   });
 }
 
@@ -130,8 +128,8 @@ void adam_update_summed_half(float* param, const H* const* grads, std::size_t co
                              float lr, float beta1, float beta2, float epsilon, std::int64_t step,
                              std::span<const AdamMirror<float>> mirrors) {
   check_summed_update("adam_update_summed_half", param, grads, count, m, v, n, mirrors);
-  // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here.
-  adam_update<float>(param, nullptr, m, v, 0, lr, beta1, beta2, epsilon, step);
+  // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here, once.
+  const AdamStep<float> scalars = adam_step("adam_update_summed_half", lr, beta1, beta2, epsilon, step);
   parallel_for(n, kChunk, [&](std::int64_t begin, std::int64_t end) {
     std::array<float, kBlock> sum;
     for (std::int64_t offset = begin; offset < end; offset += kBlock) {
@@ -142,14 +140,8 @@ void adam_update_summed_half(float* param, const H* const* grads, std::size_t co
         sum_rounded(grads[0] + offset, grads[1] + offset, sum.data(), length);
       }
       for (std::size_t index = 2; index < count; ++index) add_rounded(sum.data(), grads[index] + offset, length);
-      adam_update<float>(param + offset, sum.data(), m + offset, v + offset, length, lr, beta1, beta2, epsilon, step);
-      const auto bytes = static_cast<std::size_t>(length) * sizeof(float);
-      for (const AdamMirror<float>& mirror : mirrors) {
-        std::memcpy(mirror.param + offset, param + offset, bytes);
-        if (mirror.m == nullptr) continue;
-        std::memcpy(mirror.m + offset, m + offset, bytes);
-        std::memcpy(mirror.v + offset, v + offset, bytes);
-      }
+      adam_apply(scalars, param + offset, sum.data(), m + offset, v + offset, length);
+      copy_to_mirrors(mirrors, param, m, v, offset, length);
     }
   });
 }

@@ -34,30 +34,39 @@ void dispatch_gradient(DType dtype, Update&& update) {
   }
 }
 
-// adam_across_peers on float32 variables and gradients stored as H: the pointers taken as the float kernel's.
-template <typename H>
-void adam_across_peers_half(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
+// adam_across_peers with T the parameters' dtype and G the gradients' (T, or Half / BFloat16 for float32
+// parameters: adam_update_summed_half).
+template <typename T, typename G>
+void enqueue_adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
   stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
                   options = args.options, mirrors = args.mirrors] {
-    std::vector<const H*> sources;
+    // A peer's pointers are taken under its scope; the stream order the op's caller set up keeps them valid.
+    std::vector<const G*> sources;
     sources.reserve(grads.size());
     for (const Tensor& grad : grads) {
       const device::PeerAccessScope peer(grad.device());
-      sources.push_back(grad.data<H>());
+      sources.push_back(grad.data<G>());
     }
-    std::vector<AdamMirror<float>> targets;
+    std::vector<AdamMirror<T>> targets;
     targets.reserve(mirrors.size());
     for (const ops::AdamState& mirror : mirrors) {
       const device::PeerAccessScope peer(mirror.param.device());
       const bool slots = mirror.m.defined();  // else the parameter only
-      targets.push_back({.param = mirror.param.data<float>(),
-                         .m = slots ? mirror.m.data<float>() : nullptr,
-                         .v = slots ? mirror.v.data<float>() : nullptr});
+      targets.push_back({.param = mirror.param.data<T>(),
+                         .m = slots ? mirror.m.data<T>() : nullptr,
+                         .v = slots ? mirror.v.data<T>() : nullptr});
     }
-    adam_update_summed_half<H>(param.data<float>(), sources.data(), sources.size(), m.data<float>(), v.data<float>(),
-                               param.num_elements(), static_cast<float>(options.learning_rate),
-                               static_cast<float>(options.beta1), static_cast<float>(options.beta2),
-                               static_cast<float>(options.epsilon), step, targets);
+    const auto lr = static_cast<T>(options.learning_rate);
+    const auto beta1 = static_cast<T>(options.beta1);
+    const auto beta2 = static_cast<T>(options.beta2);
+    const auto epsilon = static_cast<T>(options.epsilon);
+    if constexpr (std::is_same_v<G, T>) {
+      adam_update_summed<T>(param.data<T>(), sources.data(), sources.size(), m.data<T>(), v.data<T>(),
+                            param.num_elements(), lr, beta1, beta2, epsilon, step, targets);
+    } else {
+      adam_update_summed_half<G>(param.data<float>(), sources.data(), sources.size(), m.data<float>(), v.data<float>(),
+                                 param.num_elements(), lr, beta1, beta2, epsilon, step, targets);
+    }
   });
 }
 
@@ -114,33 +123,10 @@ void adam(device::Stream& stream, const ops::kernels::AdamArgs& args) {
 
 void adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
   if (is_half(args.grads.at(0).dtype())) {  // float32 variables with 16-bit gradients (mixed_bfloat16)
-    dispatch_half(args.grads[0].dtype(), [&]<typename H>(H) { adam_across_peers_half<H>(stream, args); });
+    dispatch_half(args.grads[0].dtype(), [&]<typename H>(H) { enqueue_adam_across_peers<float, H>(stream, args); });
     return;
   }
-  dispatch_floating(args.param.dtype(), [&]<typename T>(T) {
-    stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
-                    options = args.options, mirrors = args.mirrors] {
-      // A peer's pointers are taken under its scope; the stream order the op's caller set up keeps them valid.
-      std::vector<const T*> sources;
-      sources.reserve(grads.size());
-      for (const Tensor& grad : grads) {
-        const device::PeerAccessScope peer(grad.device());
-        sources.push_back(grad.data<T>());
-      }
-      std::vector<AdamMirror<T>> targets;
-      targets.reserve(mirrors.size());
-      for (const ops::AdamState& mirror : mirrors) {
-        const device::PeerAccessScope peer(mirror.param.device());
-        const bool slots = mirror.m.defined();  // else the parameter only
-        targets.push_back({.param = mirror.param.data<T>(),
-                           .m = slots ? mirror.m.data<T>() : nullptr,
-                           .v = slots ? mirror.v.data<T>() : nullptr});
-      }
-      adam_update_summed<T>(param.data<T>(), sources.data(), sources.size(), m.data<T>(), v.data<T>(),
-                            param.num_elements(), static_cast<T>(options.learning_rate), static_cast<T>(options.beta1),
-                            static_cast<T>(options.beta2), static_cast<T>(options.epsilon), step, targets);
-    });
-  });
+  dispatch_floating(args.param.dtype(), [&]<typename T>(T) { enqueue_adam_across_peers<T, T>(stream, args); });
 }
 
 void sgd_multi(device::Stream& stream, const ops::kernels::SgdMultiArgs& args) {
