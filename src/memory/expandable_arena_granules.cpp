@@ -242,7 +242,10 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
       if (!options_.share_granules) {
         // Without sharing (no masks, no partial lists): a granule with users keeps its own physical granule;
         // one without claims the physical granule still mapped there when nothing else uses it, else takes a
-        // fresh one (choose's answers for these cases, without its work).
+        // fresh one (choose's answers for these cases, without its work): the least recently freed cached one,
+        // whose old mapping is the one least likely to be placed on again, so that the granules freed last
+        // keep theirs and a block placed there again makes no mapping call. Which cached granule is taken
+        // changes no placement (they weigh counts, not identities).
         Granule& entry = granules_[granule];
         if (entry.users != 0) {
           ++entry.users;
@@ -250,8 +253,8 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
         }
         std::uint32_t physical = entry.physical;
         if (physical == kNone || physicals_[physical].users != 0) {
-          if (lru_newest_ != kNone) {
-            physical = lru_newest_;
+          if (lru_oldest_ != kNone) {
+            physical = lru_oldest_;
           } else {
             if (committed_granules_ >= options_.limit_bytes / granularity_) {
               refused = true;

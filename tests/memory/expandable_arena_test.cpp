@@ -11,9 +11,11 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "memory/support/arena_test_options.hpp"
@@ -23,6 +25,7 @@
 #include "tensorpool/memory/host_virtual_memory.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
+#include "tensorpool/memory/virtual_memory.hpp"
 
 namespace {
 
@@ -389,6 +392,58 @@ TEST(ExpandableArena, CachingNeverRaisesThePeak) {
   arena.deallocate(b, 256);
   arena.deallocate(c, 6 * kMiB);
   EXPECT_EQ(arena.check_invariants(), "");
+}
+
+// A host VirtualMemory that counts map() calls: each is a system call (mmap) on the host.
+class MapCountingMemory final : public tp::memory::VirtualMemory {
+ public:
+  const std::string& name() const noexcept override { return inner_.name(); }
+  std::size_t granularity() const noexcept override { return inner_.granularity(); }
+  std::optional<std::size_t> capacity() const noexcept override { return inner_.capacity(); }
+  std::size_t committed_bytes() const noexcept override { return inner_.committed_bytes(); }
+  void* reserve(std::size_t bytes) override { return inner_.reserve(bytes); }
+  void unreserve(void* base, std::size_t bytes) noexcept override { inner_.unreserve(base, bytes); }
+  void commit(void* ptr, std::size_t bytes) override { inner_.commit(ptr, bytes); }
+  void decommit(void* ptr, std::size_t bytes) noexcept override { inner_.decommit(ptr, bytes); }
+  PhysicalHandle create_physical() override { return inner_.create_physical(); }
+  void release_physical(PhysicalHandle handle) noexcept override { inner_.release_physical(handle); }
+  void map(void* ptr, PhysicalHandle handle) override {
+    ++maps;
+    inner_.map(ptr, handle);
+  }
+  void unmap(void* ptr) noexcept override { inner_.unmap(ptr); }
+
+  std::size_t maps = 0;
+
+ private:
+  HostVirtualMemory inner_;
+};
+
+TEST(ExpandableArena, AFreshGranuleTakesTheLeastRecentlyFreedCachedOne) {
+  // Blocks freed last are the likeliest to be placed on again: a fresh granule elsewhere takes the cached
+  // physical granule freed first, so the one freed last stays mapped where it was and a block placed there
+  // makes no mapping call.
+  MapCountingMemory memory;
+  ExpandableArena arena(memory, arena_options(64 * kMiB, 64 * kMiB));
+  void* a = arena.allocate(4 * kMiB);  // granules 0-1
+  void* x = arena.allocate(kGranule);  // 2
+  void* b = arena.allocate(kGranule);  // 3
+  void* y = arena.allocate(kMiB);      // 4, the tail
+  arena.deallocate(a, 4 * kMiB);       // granules 0 and 1 cached, then 3 (freed last)
+  arena.deallocate(b, kGranule);
+  // No hole holds it with fewer fresh granules than the extent's end (granule 4 has a user, 5 is fresh).
+  void* c = arena.allocate(3 * kMiB);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c) - arena.base_address(), 9 * kMiB);
+  const std::size_t maps_before = memory.maps;
+  // The smaller hole, where b was: its physical granule is still mapped there.
+  void* d = arena.allocate(kGranule);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(d) - arena.base_address(), 3 * kGranule);
+  EXPECT_EQ(memory.maps, maps_before);
+  EXPECT_EQ(arena.committed_bytes(), 5 * kGranule);  // c took a cached one
+  EXPECT_EQ(arena.check_invariants(), "");
+  for (auto [ptr, bytes] : {std::pair{x, kGranule}, {y, kMiB}, {c, 3 * kMiB}, {d, kGranule}}) {
+    arena.deallocate(ptr, bytes);
+  }
 }
 
 TEST(ExpandableArena, CachedGranulesServeBeforeTheSourceIsAsked) {

@@ -36,7 +36,9 @@
 //     placement is valid when every granule it touches either keeps its mapping (the new piece overlaps no chunk
 //     another virtual granule uses in that physical granule) or has no in-use block and can be remapped; pieces that
 //     need a physical granule take, in order, a partly used one whose free chunks at the bottom or top hold them
-//     (tightest first), a cached one, a new one. Physical committed bytes count, not virtual ones: committed_bytes() =
+//     (tightest first), a cached one, a new one. Without sharing the cached one is the least recently freed
+//     (LRU eviction of its old mapping), so a block placed where blocks were freed last finds its granules
+//     still mapped and makes no mapping call. Physical committed bytes count, not virtual ones: committed_bytes() =
 //     granularity x physical granules backed.
 //   - A physical granule with no in-use block through any of its mappings stays committed and mapped
 //     ("cached") on a least-recently-freed list, so an allocate/free cycle makes no system call; a virtual
