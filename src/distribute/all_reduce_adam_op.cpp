@@ -9,6 +9,10 @@
 //     as the sharded update's shard_<r>/adam_m and adam_v.
 // The gradients share their parameters' dtype, or are float16 / bfloat16 for float32 parameters (mixed
 // precision): each addition is then rounded once to the 16-bit type, as AllReduce on them rounds it.
+// compute_copies = true (16-bit gradients only): P * R more inputs at the end, parameter-major, the layers'
+// compute copies of the parameters (Variables of the gradients' dtype and the parameters' shapes, which the
+// forward pass reads in place of a Cast of each variable); every replica's copy ends equal to the cast of its
+// updated parameter, written by the replica that updates each part, with the part.
 // No outputs; stateful (it writes every replica's parameters and slots).
 //
 // Each replica updates one part of every parameter: share_of's whole cache lines of each parameter with whole
@@ -46,25 +50,31 @@ struct Form {
   std::size_t parameters = 0;  // P, per replica
   std::size_t replicas = 0;    // R
   bool sharded = false;        // sharded_slots: one m and one v per replica
+  bool copies = false;         // compute_copies: P * R compute copies, the last inputs
 };
 
 // Throws naming the node when the inputs do not split as the form says.
 Form form_of(const Node& node, std::size_t inputs) {
   const std::int64_t replicas = graph::attribute_int(node, "replicas", 0);
   const bool sharded = graph::attribute_bool(node, "sharded_slots", false);
+  const bool copies = graph::attribute_bool(node, "compute_copies", false);
   if (replicas > 0) {
     const auto count = static_cast<std::size_t>(replicas);
     const std::size_t slots = sharded ? 2 * count : 0;  // inputs beyond the P * R groups
-    const std::size_t groups = sharded ? 2 : 4;
+    const std::size_t groups = (sharded ? 2 : 4) + (copies ? 1 : 0);
     if (inputs > slots && (inputs - slots) % (groups * count) == 0) {
-      return {.parameters = (inputs - slots) / (groups * count), .replicas = count, .sharded = sharded};
+      return {
+          .parameters = (inputs - slots) / (groups * count), .replicas = count, .sharded = sharded, .copies = copies};
     }
   }
   TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", node.name, "': ", inputs, " inputs are not ",
            sharded ? "two groups (gradients, parameters) of parameters x replicas and an m and a v per replica"
                    : "four groups (gradients, parameters, m, v) of parameters x replicas",
-           " = ", replicas);
+           copies ? ", then a group of compute copies" : "", " = ", replicas);
 }
+
+// The first of the compute copies' inputs (form.copies).
+std::size_t first_copy(const Form& form, std::size_t inputs) { return inputs - form.parameters * form.replicas; }
 
 // The elements [begin, end) of a parameter of n elements that `replica` of `replicas` updates: equal shares in
 // whole 64-byte lines (16 elements, float32 or float64), so no two replicas write one cache line (the last
@@ -116,10 +126,24 @@ std::vector<TensorType> infer_all_reduce_adam(const InferenceContext& context) {
       total = total < 0 || elements < 0 ? -1 : total + elements;
     }
   }
+  const std::size_t copies = form.copies ? first_copy(form, context.inputs.size()) : context.inputs.size();
+  for (std::size_t index = copies; index < context.inputs.size(); ++index) {
+    const TensorType& gradient = context.inputs[index - copies];
+    const TensorType& parameter = context.inputs[slots + index - copies];
+    const TensorType expected{gradient.dtype, parameter.dims};
+    if (parameter.dtype != DType::f32 || (gradient.dtype != DType::f16 && gradient.dtype != DType::bf16) ||
+        context.inputs[index] != expected) {
+      TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': compute copy input ", index, " is ",
+               context.inputs[index].to_string(), " for a ", parameter.to_string(), " parameter with ",
+               gradient.to_string(),
+               " gradients; compute copies are float16 / bfloat16 copies of float32 "
+               "parameters, of the gradients' dtype (drop compute_copies otherwise)");
+    }
+  }
   if (form.sharded) {
     const auto replicas = static_cast<std::int64_t>(form.replicas);
     const TensorType expected{context.inputs[slots].dtype, {total < 0 ? -1 : (total + replicas - 1) / replicas}};
-    for (std::size_t index = 2 * slots; index < context.inputs.size(); ++index) {
+    for (std::size_t index = 2 * slots; index < copies; ++index) {
       if (context.inputs[index] != expected) {
         TP_THROW(InvalidArgument, "graph", "AllReduceAdam '", context.node.name, "': slot input ", index, " is ",
                  context.inputs[index].to_string(), "; a replica's sharded m and v are ", expected.to_string(),
@@ -146,6 +170,11 @@ void all_reduce_adam_kernel(KernelContext& context) {
   };
   auto shard = [&](std::size_t slot, std::size_t replica) -> const Tensor& {  // slot 0: m, 1: v
     return context.inputs[2 * slots + slot * replicas + replica];
+  };
+  const std::size_t copies = first_copy(form, context.inputs.size());
+  // The part [begin, end) of a parameter's compute copy on a replica; undefined without copies.
+  auto copy_of = [&](std::size_t parameter, std::size_t replica, std::int64_t begin, std::int64_t end) {
+    return form.copies ? flat_range(context.inputs[copies + parameter * replicas + replica], begin, end) : Tensor{};
   };
   std::vector<std::int64_t> offsets{0};  // of each parameter, laid end to end
   for (std::size_t parameter = 0; parameter < form.parameters; ++parameter) {
@@ -182,7 +211,10 @@ void all_reduce_adam_kernel(KernelContext& context) {
       for (std::size_t other = 0; other < replicas; ++other) {
         gradients.push_back(flat_range(input(0, parameter, other), begin, end));
         if (other == replica) continue;
-        mirrors.push_back({.param = flat_range(input(1, parameter, other), begin, end), .m = {}, .v = {}});
+        mirrors.push_back({.param = flat_range(input(1, parameter, other), begin, end),
+                           .m = {},
+                           .v = {},
+                           .copy = copy_of(parameter, other, begin, end)});
         if (!form.sharded) {
           mirrors.back().m = slot_of(0, other);
           mirrors.back().v = slot_of(1, other);
@@ -190,7 +222,8 @@ void all_reduce_adam_kernel(KernelContext& context) {
       }
       const ops::AdamState state{.param = flat_range(input(1, parameter, replica), begin, end),
                                  .m = slot_of(0, replica),
-                                 .v = slot_of(1, replica)};
+                                 .v = slot_of(1, replica),
+                                 .copy = copy_of(parameter, replica, begin, end)};
       ops::adam_update_across_peers(state, gradients, mirrors, context.step, options, {.stream = &stream});
     }
     updated.push_back(stream.record());

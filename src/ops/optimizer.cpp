@@ -181,6 +181,33 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
       detail::require_same_dtype(kOp, {"param", param}, {"mirror", *tensor});
     }
   }
+  if (state.copy.defined()) {
+    // The compute copy: a float32 parameter's, of the 16-bit gradients' dtype, on the parameter's device.
+    if (param.dtype() != DType::f32 || !detail::is_half(state.copy.dtype()) || state.copy.dtype() != grads[0].dtype()) {
+      TP_THROW(InvalidArgument, "ops", kOp, ": the compute copy is ", name_of(state.copy.dtype()), " for a ",
+               name_of(param.dtype()), " parameter with ", name_of(grads[0].dtype()),
+               " gradients; a copy is float16 / bfloat16, of the gradients' dtype, for a float32 parameter");
+    }
+    if (&state.copy.device() != &device) {
+      TP_THROW(InvalidArgument, "ops", kOp, ": the compute copy is on ", state.copy.device().name(),
+               ", the parameter on ", device.name(), "; keep a replica's copy beside its parameter");
+    }
+    detail::require_shape(kOp, {"copy", state.copy}, param.shape());
+  }
+  for (const AdamState& mirror : mirrors) {
+    if (mirror.copy.defined() != state.copy.defined()) {
+      TP_THROW(InvalidArgument, "ops", kOp, ": ", state.copy.defined() ? "a mirror has no" : "a mirror has a",
+               " compute copy but the updated state ", state.copy.defined() ? "has one" : "has none",
+               "; give every mirror a copy exactly when the state has one");
+    }
+    if (!mirror.copy.defined()) continue;
+    if (&mirror.copy.device() != &mirror.param.device()) {
+      TP_THROW(InvalidArgument, "ops", kOp, ": a mirror's compute copy is on ", mirror.copy.device().name(),
+               ", its param on ", mirror.param.device().name(), "; keep a replica's copy beside its parameter");
+    }
+    require_reachable(mirror.copy, "mirror's copy", "copy the updated state there instead");
+    detail::require_same_dtype(kOp, {"copy", state.copy}, {"mirror's copy", mirror.copy});
+  }
   if (step < 1) TP_THROW(InvalidArgument, "ops", kOp, ": step ", step, " must be >= 1 (steps count from 1)");
   device::Stream& stream = detail::stream_for(kOp, device, context);
   detail::kernel(device, &kernels::KernelTable::adam_across_peers, kOp)(
@@ -190,7 +217,8 @@ void adam_update_across_peers(const AdamState& state, std::span<const Tensor> gr
                                            .v = state.v,
                                            .step = step,
                                            .options = options,
-                                           .mirrors = std::vector<AdamState>(mirrors.begin(), mirrors.end())});
+                                           .mirrors = std::vector<AdamState>(mirrors.begin(), mirrors.end()),
+                                           .copy = state.copy});
 }
 
 void sgd_update_multi(std::span<const Tensor> params, std::span<const Tensor> grads, std::span<const Tensor> velocities,

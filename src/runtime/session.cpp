@@ -5,6 +5,8 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/executable.hpp"
@@ -18,6 +20,7 @@
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/graph/op_registry.hpp"
+#include "tensorpool/ops/cast.hpp"
 #include "tensorpool/ops/init.hpp"
 
 namespace tp::runtime {
@@ -130,7 +133,7 @@ void initialise(const graph::Node& node, const Tensor& tensor, device::Stream& s
                 0, context);
   } else {
     TP_THROW(InvalidArgument, "session", "Variable '", node.name, "': initializer '", initializer,
-             "' is not zeros, ones, constant, glorot_uniform, uniform or normal");
+             "' is not zeros, ones, constant, glorot_uniform, uniform, normal or cast");
   }
 }
 
@@ -266,7 +269,18 @@ Tensor& Session::variable(graph::NodeId id, device::Device& device) {
   memory::AllocationTag tag{node.name, "Variable", shape.dims(), std::string(name_of(dtype)), kind_of_variable(node)};
   Tensor tensor =
       Tensor::from_buffer(device.allocate(byte_size(shape, dtype), tag, memory_of(device)), 0, shape, dtype);
-  initialise(node, tensor, device.stream(0));
+  if (graph::attribute_string(node, "initializer", "zeros") == "cast") {
+    // A derived copy (mixed precision's persistent compute copies): its source variable cast to its dtype.
+    const std::string source = graph::attribute_string(node, "source");
+    const std::optional<graph::NodeId> from = state_->graph.find(source);
+    if (!from || state_->graph.node(*from).op != "Variable") {
+      TP_THROW(InvalidArgument, "session", "Variable '", node.name, "': its source '", source,
+               "' is not a Variable of the graph; the cast initializer needs one");
+    }
+    ops::cast_into(variable(*from, device), tensor, {.stream = &device.stream(0)});
+  } else {
+    initialise(node, tensor, device.stream(0));
+  }
   return state_->variables.emplace(node.name, std::move(tensor)).first->second;
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensorpool/graph/graph.hpp"
@@ -74,6 +75,10 @@ struct ModelGraph {
   DType input_dtype = DType::f32;  // of the "x" placeholders: the first layer's compute dtype
   bool has_accuracy = false;
   Shard shard = Shard::none;  // the update stage's ZeRO mode as built (ModelSpec::shard, automatic settled)
+  // The persistent compute copies (persistent_compute_copies, replicated_update.hpp), each with its float32
+  // parameter: {"replica_0/dense/kernel/bfloat16", "replica_0/dense/kernel"}. The update keeps each equal to the
+  // cast of its parameter; whoever writes a parameter otherwise (a restore) must refresh its copy.
+  std::vector<std::pair<std::string, std::string>> compute_copies{};
 };
 
 // What the forward stage leaves for the backward one, per replica: its parameters (variables), the copies the

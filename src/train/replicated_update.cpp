@@ -10,6 +10,7 @@
 
 #include "tensorpool/device/device_id.hpp"
 #include "tensorpool/distribute/collective_ops.hpp"
+#include "tensorpool/graph/attributes.hpp"
 #include "train/replica_builder.hpp"
 #include "train/update_grouping.hpp"
 
@@ -143,8 +144,20 @@ UpdateRequest update_request(const ModelSpec& spec, ReplicaBuilder& builder, gra
   return request;
 }
 
+// The Cast node of `parameter` to `dtype`, if the graph has one.
+std::optional<graph::NodeId> cast_of(const graph::Graph& g, graph::Output parameter, DType dtype) {
+  for (const graph::Node& node : g.nodes()) {
+    if (node.op == "Cast" && node.inputs.size() == 1 && node.inputs[0] == parameter &&
+        graph::attribute_dtype(node, "dtype") == dtype) {
+      return node.id;
+    }
+  }
+  return std::nullopt;
+}
+
 // One AllReduceAdam node for every parameter of every replica; the slots are the variables add_update makes,
-// in the same order and with the same names (a checkpoint of either path restores into the other).
+// in the same order and with the same names (a checkpoint of either path restores into the other). The compute
+// copies are no checkpoint's: they are derived from the parameters.
 void add_fused_updates(const std::vector<std::string>& devices, const GradientStage& stage, const Adam& adam,
                        ModelGraph& model) {
   const std::size_t replicas = devices.size();
@@ -164,11 +177,13 @@ void add_fused_updates(const std::vector<std::string>& devices, const GradientSt
       model.variables[replica].push_back(model.graph.node(v.back().node).name);
     }
   }
+  std::vector<graph::Output> copies = persistent_compute_copies(stage, model);
   std::vector<graph::Output> inputs = gradients;
-  for (const std::vector<graph::Output>* group : {&variables, &m, &v})
+  for (const std::vector<graph::Output>* group : {&variables, &m, &v, &copies})
     inputs.insert(inputs.end(), group->begin(), group->end());
   const graph::NodeId update = model.graph.add_node("AllReduceAdam", inputs,
                                                     {{"replicas", static_cast<std::int64_t>(replicas)},
+                                                     {"compute_copies", !copies.empty()},
                                                      {"learning_rate", adam.learning_rate},
                                                      {"beta1", adam.beta1},
                                                      {"beta2", adam.beta2},
@@ -203,6 +218,42 @@ bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devi
     }
   }
   return true;
+}
+
+std::vector<graph::Output> persistent_compute_copies(const GradientStage& stage, ModelGraph& model) {
+  graph::Graph& g = model.graph;
+  std::vector<graph::NodeId> casts;  // parameter-major
+  for (std::size_t index = 0; index < stage.parameters[0].size(); ++index) {
+    for (std::size_t replica = 0; replica < stage.parameters.size(); ++replica) {
+      const graph::Output parameter = stage.parameters[replica][index];
+      const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
+      if (!gradient || g.type_of(parameter).dtype != DType::f32) return {};
+      const DType dtype = g.type_of(*gradient).dtype;
+      if (dtype != DType::f16 && dtype != DType::bf16) return {};
+      const std::optional<graph::NodeId> cast = cast_of(g, parameter, dtype);
+      if (!cast) return {};
+      casts.push_back(*cast);
+    }
+  }
+  std::vector<graph::Output> copies;
+  for (std::size_t position = 0; position < casts.size(); ++position) {
+    const std::size_t replicas = stage.parameters.size();
+    const graph::Output parameter = stage.parameters[position % replicas][position / replicas];
+    const std::string& source = g.node(parameter.node).name;
+    graph::Node& node = g.mutable_node(casts[position]);
+    const DType dtype = graph::attribute_dtype(node, "dtype");
+    node.op = "Variable";
+    node.inputs.clear();
+    node.name = source + "/" + std::string(name_of(dtype));
+    node.attributes = {{"dtype", dtype},
+                       {"shape", g.type_of(parameter).dims},
+                       {"initializer", std::string("cast")},
+                       {"source", source},
+                       {"kind", std::string("parameter")}};
+    model.compute_copies.emplace_back(node.name, source);
+    copies.push_back({casts[position], 0});
+  }
+  return copies;
 }
 
 void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,

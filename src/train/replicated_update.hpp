@@ -29,4 +29,12 @@ void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string
 bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devices, const GradientStage& stage,
                      const graph::Graph& g);
 
+// For the folded update (AllReduceAdam's compute_copies), when every gradient is 16-bit: each parameter's Cast
+// to its layer's compute dtype ("dense/kernel/Cast", made each step) becomes, in place (same node, same
+// consumers), a persistent Variable "<parameter>/<dtype>" (e.g. "replica_0/dense/kernel/bfloat16", kind
+// parameter, initialised as the cast of its parameter) that the update keeps equal to the cast of the updated
+// parameter; each pair is recorded in model.compute_copies. Returns the copies parameter-major (input p * R + r
+// is parameter p's on replica r), or none (and changes nothing) unless every parameter has such a Cast.
+std::vector<graph::Output> persistent_compute_copies(const GradientStage& stage, ModelGraph& model);
+
 }  // namespace tp::train

@@ -4,6 +4,7 @@
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/distribute/mpi.hpp"
+#include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/runtime/session.hpp"
 #include "tensorpool/train/distribution_strategy.hpp"
@@ -27,6 +28,17 @@ namespace {
 constexpr char kLossScaleCurrent[] = "loss_scale/current";
 constexpr char kLossScaleGoodSteps[] = "loss_scale/good_steps";
 constexpr char kLossScaleSkippedSteps[] = "loss_scale/skipped_steps";
+
+// After the host wrote the parameters: each persistent compute copy set to the cast of its parameter again (the
+// updates keep them so; ModelGraph::compute_copies).
+void refresh_compute_copies(runtime::Session& session, const ModelGraph& model) {
+  for (const auto& [copy, parameter] : model.compute_copies) {
+    const DType dtype = graph::attribute_dtype(model.graph.node(*model.graph.find(copy)), "dtype");
+    const Tensor value = ops::cast(session.read_variable(parameter), dtype);
+    value.device().synchronize();
+    session.assign_variable(copy, value);
+  }
+}
 
 }  // namespace
 
@@ -319,6 +331,7 @@ void Sequential::broadcast_variables(int root) {
     const Tensor value = Tensor::from_vector<float>(values, local.shape(), local.device());
     for (const std::vector<std::string>& replica : replicas) session().assign_variable(replica[index], value);
   }
+  refresh_compute_copies(session(), compiled_->model);
 }
 
 void Sequential::assign_variables(const std::vector<std::pair<std::string, Tensor>>& values) {
@@ -331,6 +344,7 @@ void Sequential::assign_variables(const std::vector<std::pair<std::string, Tenso
       session().assign_variable(name, found->second);
     }
   }
+  refresh_compute_copies(session(), compiled_->model);
   if (compiled_->loss_scale) {
     const auto scalar = [&](const char* name) -> const Tensor& {
       const auto found =

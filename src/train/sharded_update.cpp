@@ -113,9 +113,12 @@ void add_fused_sharded_updates(const std::vector<std::string>& devices, const st
   }
   inputs.insert(inputs.end(), m.begin(), m.end());
   inputs.insert(inputs.end(), v.begin(), v.end());
+  const std::vector<graph::Output> copies = persistent_compute_copies(stage, model);
+  inputs.insert(inputs.end(), copies.begin(), copies.end());
   const graph::NodeId update = g.add_node("AllReduceAdam", inputs,
                                           {{"replicas", static_cast<std::int64_t>(replicas)},
                                            {"sharded_slots", true},
+                                           {"compute_copies", !copies.empty()},
                                            {"learning_rate", adam.learning_rate},
                                            {"beta1", adam.beta1},
                                            {"beta2", adam.beta2},

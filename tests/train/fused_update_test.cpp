@@ -14,6 +14,7 @@
 #include "ops/peer_sum.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device_manager.hpp"
+#include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/ops/init.hpp"
 #include "tensorpool/ops/optimizer.hpp"
@@ -107,6 +108,13 @@ TEST(FusedUpdate, FoldsBothZeroCollectivesIntoTheUpdate) {
   }
 }
 
+// float32 values uniform in [-1, 1) from `seed`, on `device`.
+Tensor uniform_tensor(const Shape& shape, device::Device& device, std::uint64_t seed) {
+  Tensor tensor = Tensor::empty(shape, DType::f32, device);
+  ops::uniform(tensor, -1.0, 1.0, seed);
+  return tensor;
+}
+
 TrainedRun train(device::DeviceManager& manager, std::vector<std::string> devices, bool fuse, Shard shard = Shard::none,
                  DTypePolicy policy = DTypePolicy::float32()) {
   Strategy strategy = Strategy::mirrored(std::move(devices), "ring", shard);
@@ -159,8 +167,55 @@ TEST(FusedUpdate, TrainsBitwiseAsAllReduceThenApplyAdamOnBfloat16Gradients) {
       const TrainedRun plain = train(manager, devices, false, shard, DTypePolicy::mixed_bfloat16());
       const TrainedRun fused = train(manager, devices, true, shard, DTypePolicy::mixed_bfloat16());
       ASSERT_FALSE(fused.variables.empty());
-      expect_bitwise(fused, plain);
+      // The folded update keeps persistent bfloat16 copies (the plain path casts each step): each is its
+      // parameter's cast; everything else is bitwise the plain path's.
+      EXPECT_EQ(fused.variables.size(), plain.variables.size() + 4 * devices.size());
+      expect_bitwise(testing::without_compute_copies(fused), plain);
     }
+  }
+}
+
+TEST(FusedUpdate, Bfloat16ComputeCopiesArePersistentVariablesKeptAsTheCastOfEveryReplicasParameters) {
+  // mixed_bfloat16 on the folded update: the layers read "<parameter>/bfloat16" Variables that the update writes
+  // (no Cast of a variable each step); after every step and after a restore, on every replica, each equals the
+  // cast of its float32 parameter.
+  device::DeviceManager manager(three_sim_devices(), runtime::testing::kNoEnv);
+  for (const Shard shard : {Shard::none, Shard::optimizer}) {
+    SCOPED_TRACE(std::string(name_of(shard)));
+    ModelSpec mixed = spec(true);
+    mixed.policy = DTypePolicy::mixed_bfloat16();
+    mixed.shard = shard;
+    const ModelGraph model = build_model_graph(mixed, {"sim:0", "sim:1"});
+    ASSERT_EQ(model.compute_copies.size(), 8U);  // 4 parameters x 2 replicas
+    EXPECT_EQ(model.compute_copies[0],
+              (std::pair<std::string, std::string>{"replica_0/dense/kernel/bfloat16", "replica_0/dense/kernel"}));
+    for (const graph::Node& node : model.graph.nodes()) {
+      if (node.op == "Cast") {
+        EXPECT_NE(model.graph.node(node.inputs[0].node).op, "Variable") << node.name;
+      }
+      if (node.name == "replica_1/dense_1/bias/bfloat16") {
+        EXPECT_EQ(node.op, "Variable");
+        EXPECT_EQ(node.outputs[0].to_string(), "bfloat16[4]");
+        EXPECT_EQ(graph::attribute_string(node, "kind"), "parameter");
+      }
+    }
+
+    Strategy strategy = Strategy::mirrored({"sim:0", "sim:1"}, "ring", shard);
+    Sequential trained({kIn}, layers());
+    trained.compile({.policy = DTypePolicy::mixed_bfloat16()}, strategy, {.devices = &manager});
+    for (int step = 1; step <= 3; ++step) {
+      testing::train_synthetic(trained, manager, 1, kRows, kIn, kClasses);
+      const auto variables = testing::read_variables(trained);
+      EXPECT_EQ(testing::expect_copies_are_casts(variables).size() + 8, variables.size()) << "step " << step;
+    }
+    // A restore writes the parameters from the host: the copies follow them.
+    std::vector<std::pair<std::string, Tensor>> values = trained.variables();
+    for (auto& [name, value] : values) {
+      if (name.find("adam") == std::string::npos) value = uniform_tensor(value.shape(), value.device(), 7);
+    }
+    trained.assign_variables(values);
+    const auto restored = testing::read_variables(trained);
+    EXPECT_EQ(testing::expect_copies_are_casts(restored).size() + 8, restored.size());
   }
 }
 
@@ -187,13 +242,6 @@ TEST(FusedUpdate, AutomaticShardingTakesZero1ExactlyWhereTheUpdateFolds) {
   EXPECT_EQ(make_distribution_strategy(one)->description().shard, Shard::none);
   EXPECT_EQ(parse_shard("auto"), Shard::automatic);
   EXPECT_EQ(name_of(Shard::automatic), "auto");
-}
-
-// float32 values uniform in [-1, 1) from `seed`, on `device`.
-Tensor uniform_tensor(const Shape& shape, device::Device& device, std::uint64_t seed) {
-  Tensor tensor = Tensor::empty(shape, DType::f32, device);
-  ops::uniform(tensor, -1.0, 1.0, seed);
-  return tensor;
 }
 
 TEST(AdamAcrossPeers, MatchesTheSumThenAdamBitwise) {
@@ -240,24 +288,57 @@ TEST(AdamAcrossPeers, SumsSixteenBitGradientsAsSumAcrossPeersThenAdam) {
       for (std::size_t index = 0; index < count; ++index) {
         grads.push_back(ops::cast(random(manager.device("sim:" + std::to_string(index)), index + 1), dtype));
       }
-      const Tensor param = random(home, 4), m = random(home, 5), v = random(home, 6);
-      ops::fill(v, 0.25);
-      const ops::AdamState mirror{.param = random(manager.device("sim:1"), 7), .m = {}, .v = {}};
-      const ops::AdamOptions options{.learning_rate = 0.01};
-      for (device::Device* device : manager.devices()) device->synchronize();
-      // The reference: the 16-bit sum (each addition rounded once), then the update widening it.
-      const Tensor sum = Tensor::empty(shape, dtype, home);
-      ops::sum_across_peers(std::vector<Tensor>{sum}, grads);
-      const Tensor param_ref = param.to(home), m_ref = m.to(home), v_ref = v.to(home);
-      ops::adam_update(param_ref, sum, m_ref, v_ref, 3, options);
-      ops::adam_update_across_peers({.param = param, .m = m, .v = v}, grads, std::vector<ops::AdamState>{mirror}, 3,
-                                    options);
-      for (device::Device* device : manager.devices()) device->synchronize();
-      EXPECT_EQ(param.to_vector<float>(), param_ref.to_vector<float>());
-      EXPECT_EQ(m.to_vector<float>(), m_ref.to_vector<float>());
-      EXPECT_EQ(v.to_vector<float>(), v_ref.to_vector<float>());
-      EXPECT_EQ(mirror.param.to_vector<float>(), param_ref.to_vector<float>());
+      // With compute copies (the updated parameter rounded into one beside it and one per mirror), and without.
+      for (const bool copies : {false, true}) {
+        SCOPED_TRACE(copies ? "with compute copies" : "without compute copies");
+        const Tensor param = random(home, 4), m = random(home, 5), v = random(home, 6);
+        ops::fill(v, 0.25);
+        const Tensor copy = copies ? ops::cast(random(home, 8), dtype) : Tensor{};
+        const ops::AdamState mirror{.param = random(manager.device("sim:1"), 7),
+                                    .m = {},
+                                    .v = {},
+                                    .copy = copies ? ops::cast(random(manager.device("sim:1"), 9), dtype) : Tensor{}};
+        const ops::AdamOptions options{.learning_rate = 0.01};
+        for (device::Device* device : manager.devices()) device->synchronize();
+        // The reference: the 16-bit sum (each addition rounded once), then the update widening it.
+        const Tensor sum = Tensor::empty(shape, dtype, home);
+        ops::sum_across_peers(std::vector<Tensor>{sum}, grads);
+        const Tensor param_ref = param.to(home), m_ref = m.to(home), v_ref = v.to(home);
+        ops::adam_update(param_ref, sum, m_ref, v_ref, 3, options);
+        ops::adam_update_across_peers({.param = param, .m = m, .v = v, .copy = copy}, grads,
+                                      std::vector<ops::AdamState>{mirror}, 3, options);
+        for (device::Device* device : manager.devices()) device->synchronize();
+        EXPECT_EQ(param.to_vector<float>(), param_ref.to_vector<float>());
+        EXPECT_EQ(m.to_vector<float>(), m_ref.to_vector<float>());
+        EXPECT_EQ(v.to_vector<float>(), v_ref.to_vector<float>());
+        EXPECT_EQ(mirror.param.to_vector<float>(), param_ref.to_vector<float>());
+        if (!copies) continue;
+        // Bit for bit the Cast of the updated parameter (the copies started from other values).
+        auto bits = [](const Tensor& tensor) {
+          std::vector<std::uint16_t> values;
+          if (tensor.dtype() == DType::bf16) {
+            for (const BFloat16 value : tensor.to_vector<BFloat16>()) values.push_back(value.bits);
+          } else {
+            for (const Half value : tensor.to_vector<Half>()) values.push_back(value.bits);
+          }
+          return values;
+        };
+        const std::vector<std::uint16_t> cast = bits(ops::cast(param_ref, dtype));
+        EXPECT_EQ(bits(copy), cast);
+        EXPECT_EQ(bits(mirror.copy), cast);
+      }
     }
+  }
+  {  // A copy of another dtype than the gradients', or a mirror without one, is refused.
+    const std::vector<Tensor> grads{ops::cast(random(home, 1), DType::bf16)};
+    const Tensor param = random(home, 2), m = random(home, 3), v = random(home, 4);
+    EXPECT_THROW(ops::adam_update_across_peers({.param = param, .m = m, .v = v, .copy = ops::cast(param, DType::f16)},
+                                               grads, {}, 1, {}),
+                 InvalidArgument);
+    const ops::AdamState bare{.param = random(manager.device("sim:1"), 5), .m = {}, .v = {}};
+    EXPECT_THROW(ops::adam_update_across_peers({.param = param, .m = m, .v = v, .copy = ops::cast(param, DType::bf16)},
+                                               grads, std::vector<ops::AdamState>{bare}, 1, {}),
+                 InvalidArgument);
   }
   // A 16-bit gradient of a float64 parameter, or gradients of two dtypes, are refused naming the mismatch.
   const Tensor wide = Tensor::empty(shape, DType::f64, home);

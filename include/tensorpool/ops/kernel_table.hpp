@@ -144,7 +144,9 @@ struct AdamArgs {
 // Adam with the gradient grads[0] + grads[1] + ... (in order, each addition rounded as AddScaled's), read in
 // place: param, m, v on the stream's device, each of grads there or on a peer (device::peer_accessible).
 // param, m, v and every grad share one float dtype (f32, f64) and shape. The updated param, m and v are also
-// stored into each of `mirrors` (on peers, the same dtype and shape, overlapping nothing else).
+// stored into each of `mirrors` (on peers, the same dtype and shape, overlapping nothing else). With a copy
+// (float32 param, 16-bit grads of the copy's dtype), the updated param rounded to it is stored there and into
+// every mirror's copy.
 struct AdamAcrossPeersArgs {
   Tensor param;
   std::vector<Tensor> grads;
@@ -152,6 +154,7 @@ struct AdamAcrossPeersArgs {
   std::int64_t step;
   AdamOptions options;
   std::vector<AdamState> mirrors;
+  Tensor copy{};
 };
 // The multi-tensor updates (ops::sgd_update_multi / adam_update_multi): entry k updates params[k] with
 // grads[k] and its slots exactly as SgdArgs / AdamArgs without a flag would; lists of one length >= 1, one

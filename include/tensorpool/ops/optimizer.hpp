@@ -42,9 +42,12 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& m, const
 void adam_update_across_peers(const Tensor& param, std::span<const Tensor> grads, const Tensor& m, const Tensor& v,
                               std::int64_t step, const AdamOptions& options, const OpContext& context = {});
 
-// A parameter with its Adam slots, of one shape, dtype and device.
+// A parameter with its Adam slots, of one shape, dtype and device, and optionally its compute copy: a float16 /
+// bfloat16 tensor of its shape on its device (mixed precision's layers read it in place of a Cast of the
+// variable), which the update keeps equal to the cast of the updated parameter.
 struct AdamState {
   Tensor param, m, v;
+  Tensor copy{};
 };
 
 // adam_update_across_peers on `state`, whose updated param, m and v are then also stored into every one of
@@ -53,7 +56,9 @@ struct AdamState {
 // end bitwise equal. A mirror with m and v undefined receives the parameter only (sharded slots, which only
 // their owner keeps). A mirror's tensors must not overlap state's, a gradient or another mirror's. Throws as
 // adam_update_across_peers, and tp::InvalidArgument on a mirror of another shape or dtype, out of reach,
-// without a param, or with only one of m and v.
+// without a param, or with only one of m and v. With state.copy (a float32 param with 16-bit gradients only, the
+// copy of the gradients' dtype), the updated parameter rounded to the copy's dtype is stored into state.copy and
+// every mirror's copy, which each mirror then must have (tp::InvalidArgument otherwise).
 void adam_update_across_peers(const AdamState& state, std::span<const Tensor> grads, std::span<const AdamState> mirrors,
                               std::int64_t step, const AdamOptions& options, const OpContext& context = {});
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "runtime/support/mlp_graph.hpp"
+#include "tensorpool/core/half.hpp"
+#include "tensorpool/ops/cast.hpp"
 #include "tensorpool/train/sequential.hpp"
 
 namespace tp::train::testing {
@@ -40,14 +43,57 @@ struct TrainedRun {
   std::vector<std::pair<std::string, std::vector<float>>> variables;
 };
 
+// Every variable the session holds, by name, as float32 (16-bit ones, the compute copies, widened exactly).
+inline std::vector<std::pair<std::string, std::vector<float>>> read_variables(Sequential& model) {
+  std::vector<std::pair<std::string, std::vector<float>>> variables;
+  for (const std::string& name : model.session().variable_names()) {
+    const Tensor value = model.session().read_variable(name);
+    variables.emplace_back(name,
+                           (value.dtype() == DType::f32 ? value : ops::cast(value, DType::f32)).to_vector<float>());
+  }
+  return variables;
+}
+
 // train_synthetic on a compiled model, then every variable read back.
 inline TrainedRun record_training(Sequential& model, device::DeviceManager& manager, int steps, std::int64_t rows,
                                   std::int64_t in, std::int64_t classes) {
   TrainedRun run{.losses = train_synthetic(model, manager, steps, rows, in, classes), .variables = {}};
-  for (const std::string& name : model.session().variable_names()) {
-    run.variables.emplace_back(name, model.session().read_variable(name).to_vector<float>());
-  }
+  run.variables = read_variables(model);
   return run;
+}
+
+// Checks that each persistent compute copy among `variables` ("<parameter>/bfloat16" or "/float16") holds its
+// parameter rounded to its dtype, and returns the others.
+inline std::vector<std::pair<std::string, std::vector<float>>> expect_copies_are_casts(
+    const std::vector<std::pair<std::string, std::vector<float>>>& variables) {
+  std::vector<std::pair<std::string, std::vector<float>>> others;
+  for (const auto& [name, values] : variables) {
+    const std::size_t slash = name.rfind('/');
+    const std::string suffix = name.substr(slash + 1);
+    if (suffix != "bfloat16" && suffix != "float16") {
+      others.emplace_back(name, values);
+      continue;
+    }
+    const std::string parameter = name.substr(0, slash);
+    const auto found =
+        std::find_if(variables.begin(), variables.end(), [&](const auto& entry) { return entry.first == parameter; });
+    if (found == variables.end()) {
+      ADD_FAILURE() << name << " has no parameter " << parameter;
+      continue;
+    }
+    std::vector<float> rounded;
+    for (float value : found->second) {
+      rounded.push_back(suffix == "bfloat16" ? bfloat16_bits_to_float(float_to_bfloat16_bits(value))
+                                             : half_bits_to_float(float_to_half_bits(value)));
+    }
+    EXPECT_EQ(values, rounded) << name << " is not the cast of " << parameter;
+  }
+  return others;
+}
+
+// A run without its compute copies, each checked against its parameter (expect_copies_are_casts).
+inline TrainedRun without_compute_copies(const TrainedRun& run) {
+  return {.losses = run.losses, .variables = expect_copies_are_casts(run.variables)};
 }
 
 // Two runs that must agree bit for bit: the same losses, and the same variables with the same values.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernels/adam_element.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/elementwise.hpp"
 #include "backend/cpu/kernels/isa_clones.hpp"
@@ -43,16 +44,7 @@ TP_ISA_CLONES void sgd_loop(T* param, const T* grad, T* velocity, std::int64_t n
   }
 }
 
-// One parameter's Adam step on gradient g: the expressions every Adam loop shares, so their bits agree.
-template <typename T>
-[[gnu::always_inline]] inline void adam_element(T g, T& param, T& m, T& v, T alpha, T one_minus_beta1,
-                                                T one_minus_beta2, T epsilon) {
-  const T m_new = m + (g - m) * one_minus_beta1;
-  const T v_new = v + (g * g - v) * one_minus_beta2;
-  m = m_new;
-  v = v_new;
-  param -= m_new * alpha / (std::sqrt(v_new) + epsilon);
-}
+using detail::adam_element;
 
 // The four arrays never overlap (distinct tensors); saying so lets the compiler vectorise the loop.
 template <typename T>

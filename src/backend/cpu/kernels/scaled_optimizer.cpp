@@ -8,11 +8,16 @@
 #include <type_traits>
 
 #include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernels/adam_element.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
 #include "backend/cpu/kernels/isa_clones.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
 #include "tensorpool/core/error.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace tp::backend::cpu {
 
@@ -89,6 +94,94 @@ TP_ISA_CLONES void add_rounded(float* sum, const H* addend, std::int64_t n) {
   }
 }
 
+// Two replicas' bfloat16 gradients in one pass: per element the sum_rounded sum, adam_apply's update on it
+// (adam_element, the same expressions, uncontracted) and, where copy is not null, the updated parameter rounded
+// into copy as detail::narrow rounds it: bitwise sum_rounded, then adam_apply, then narrow_span, without the
+// passes over a block of sums and of parameters. Scalar form: the tails, and CPUs without AVX-512.
+void adam_sum2_bfloat16_scalar(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v,
+                               BFloat16* copy, std::int64_t begin, std::int64_t n, const AdamStep<float>& s) {
+  for (std::int64_t i = begin; i < n; ++i) {
+    const float sum = round_to_bfloat16(shifted(grad0[i]) + shifted(grad1[i]));
+    detail::adam_element(sum, param[i], m[i], v[i], s.alpha, s.one_minus_beta1, s.one_minus_beta2, s.epsilon);
+    if (copy != nullptr) copy[i] = detail::narrow<BFloat16>(param[i]);
+  }
+}
+
+#if defined(__x86_64__)
+// Every lane: the zero-masking forms of the intrinsics, whose plain forms start from an undefined register that
+// GCC 12 reports as maybe-uninitialized.
+constexpr __mmask16 kAll = 0xFFFF;
+
+// round_to_bfloat16 on 16 lanes of float bits: the rounded bits, still in the high half.
+__attribute__((target("avx512f"))) inline __m512i round_bfloat16_lanes(__m512i bits) {
+  const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, bits, 16), _mm512_set1_epi32(1));
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF'0000U));
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), odd), high);
+  const __m512i nan = _mm512_and_si512(_mm512_or_si512(bits, _mm512_set1_epi32(0x0040'0000)), high);
+  const __mmask16 is_nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF'FFFF)), _mm512_set1_epi32(0x7F80'0000));
+  return _mm512_mask_blend_epi32(is_nan, rounded, nan);
+}
+
+// 16 bfloat16 values widened to float32 lanes (shifted: exact).
+__attribute__((target("avx512f"))) inline __m512 widen_bfloat16_lanes(const BFloat16* source) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(source));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, bits), 16));
+}
+
+// The same with AVX-512, 16 elements per iteration in 512-bit registers (the compiler vectorises the scalar
+// form, which mixes 16- and 32-bit lanes, in 256-bit registers: half the float32 update's width): every
+// operation is the scalar form's, lane by lane, so the bits are the same. Returns how many elements it did.
+__attribute__((target("avx512f"))) std::int64_t adam_sum2_bfloat16_avx512(float* param, const BFloat16* grad0,
+                                                                          const BFloat16* grad1, float* m, float* v,
+                                                                          BFloat16* copy, std::int64_t n,
+                                                                          const AdamStep<float>& s) {
+  const __m512 alpha = _mm512_set1_ps(s.alpha);
+  const __m512 one_minus_beta1 = _mm512_set1_ps(s.one_minus_beta1);
+  const __m512 one_minus_beta2 = _mm512_set1_ps(s.one_minus_beta2);
+  const __m512 epsilon = _mm512_set1_ps(s.epsilon);
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_castsi512_ps(round_bfloat16_lanes(
+        _mm512_castps_si512(_mm512_add_ps(widen_bfloat16_lanes(grad0 + i), widen_bfloat16_lanes(grad1 + i)))));
+    const __m512 m_old = _mm512_loadu_ps(m + i);
+    const __m512 v_old = _mm512_loadu_ps(v + i);
+    const __m512 m_new = _mm512_add_ps(m_old, _mm512_mul_ps(_mm512_sub_ps(g, m_old), one_minus_beta1));
+    const __m512 v_new =
+        _mm512_add_ps(v_old, _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(g, g), v_old), one_minus_beta2));
+    _mm512_storeu_ps(m + i, m_new);
+    _mm512_storeu_ps(v + i, v_new);
+    const __m512 step =
+        _mm512_div_ps(_mm512_mul_ps(m_new, alpha), _mm512_add_ps(_mm512_maskz_sqrt_ps(kAll, v_new), epsilon));
+    const __m512 updated = _mm512_sub_ps(_mm512_loadu_ps(param + i), step);
+    _mm512_storeu_ps(param + i, updated);
+    if (copy != nullptr) {  // narrow: round's bits shifted down (a NaN's: its top bits with the quiet bit)
+      const __m512i bits = _mm512_maskz_srli_epi32(kAll, round_bfloat16_lanes(_mm512_castps_si512(updated)), 16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(copy + i), _mm512_maskz_cvtepi32_epi16(kAll, bits));
+    }
+  }
+  return i;
+}
+
+bool has_avx512f() {
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported;
+}
+#else
+std::int64_t adam_sum2_bfloat16_avx512(float*, const BFloat16*, const BFloat16*, float*, float*, BFloat16*,
+                                       std::int64_t, const AdamStep<float>&) {
+  return 0;
+}
+bool has_avx512f() { return false; }
+#endif
+
+void adam_sum2_bfloat16(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v, BFloat16* copy,
+                        std::int64_t n, const AdamStep<float>& scalars) {
+  const std::int64_t done = has_avx512f() ? adam_sum2_bfloat16_avx512(param, grad0, grad1, m, v, copy, n, scalars) : 0;
+  adam_sum2_bfloat16_scalar(param, grad0, grad1, m, v, copy, done, n, scalars);
+}
+
 }  // namespace
 
 template <typename T, typename G>
@@ -126,14 +219,31 @@ void adam_update_scaled(T* param, const G* grad, T grad_scale, T* m, T* v, std::
 template <typename H>
 void adam_update_summed_half(float* param, const H* const* grads, std::size_t count, float* m, float* v, std::int64_t n,
                              float lr, float beta1, float beta2, float epsilon, std::int64_t step,
-                             std::span<const AdamMirror<float>> mirrors) {
-  check_summed_update("adam_update_summed_half", param, grads, count, m, v, n, mirrors);
+                             std::span<const AdamMirror<float>> mirrors, HalfCopies<H> copies) {
+  constexpr std::string_view kKernel = "adam_update_summed_half";
+  check_summed_update(kKernel, param, grads, count, m, v, n, mirrors);
+  if (copies.own != nullptr) {
+    detail::check_pointer(kKernel, "copies.own", copies.own, n);
+    for (H* copy : copies.mirrors) detail::check_pointer(kKernel, "copies.mirrors[k]", copy, n);
+  } else if (!copies.mirrors.empty()) {
+    TP_THROW(InvalidArgument, detail::kComponent, kKernel, ": ", copies.mirrors.size(),
+             " mirrors of the compute copy but no copy of its own (copies.own is null)");
+  }
   // The blocks run on the intra-op threads, where nothing may throw: the hyperparameters are checked here, once.
-  const AdamStep<float> scalars = adam_step("adam_update_summed_half", lr, beta1, beta2, epsilon, step);
+  const AdamStep<float> scalars = adam_step(kKernel, lr, beta1, beta2, epsilon, step);
   parallel_for(n, kChunk, [&](std::int64_t begin, std::int64_t end) {
     std::array<float, kBlock> sum;
     for (std::int64_t offset = begin; offset < end; offset += kBlock) {
       const std::int64_t length = std::min(kBlock, end - offset);
+      if constexpr (std::is_same_v<H, BFloat16>) {
+        if (count == 2) {  // two replicas (the main job): the sum, the update and the copy in one pass
+          adam_sum2_bfloat16(param + offset, grads[0] + offset, grads[1] + offset, m + offset, v + offset,
+                             copies.own == nullptr ? nullptr : copies.own + offset, length, scalars);
+          copy_to_mirrors(mirrors, param, m, v, offset, length);
+          for (H* copy : copies.mirrors) std::copy_n(copies.own + offset, length, copy + offset);
+          continue;
+        }
+      }
       if (count == 1) {
         detail::widen_span(grads[0] + offset, sum.data(), length);
       } else {
@@ -142,6 +252,10 @@ void adam_update_summed_half(float* param, const H* const* grads, std::size_t co
       for (std::size_t index = 2; index < count; ++index) add_rounded(sum.data(), grads[index] + offset, length);
       adam_apply(scalars, param + offset, sum.data(), m + offset, v + offset, length);
       copy_to_mirrors(mirrors, param, m, v, offset, length);
+      if (copies.own != nullptr) {
+        detail::narrow_span(param + offset, copies.own + offset, length);
+        for (H* copy : copies.mirrors) std::copy_n(copies.own + offset, length, copy + offset);
+      }
     }
   });
 }
@@ -153,9 +267,9 @@ TP_DECLARE_SCALED_OPTIMIZER(double, double, )
 
 template void adam_update_summed_half<Half>(float*, const Half* const*, std::size_t, float*, float*, std::int64_t,
                                             float, float, float, float, std::int64_t,
-                                            std::span<const AdamMirror<float>>);
+                                            std::span<const AdamMirror<float>>, HalfCopies<Half>);
 template void adam_update_summed_half<BFloat16>(float*, const BFloat16* const*, std::size_t, float*, float*,
                                                 std::int64_t, float, float, float, float, std::int64_t,
-                                                std::span<const AdamMirror<float>>);
+                                                std::span<const AdamMirror<float>>, HalfCopies<BFloat16>);
 
 }  // namespace tp::backend::cpu

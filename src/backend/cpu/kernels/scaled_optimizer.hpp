@@ -32,11 +32,20 @@ void adam_update_scaled(T* param, const G* grad, T grad_scale, T* m, T* v, std::
 // addition computed in float32 and rounded once to H, as add_scaled_half(sum, 1, grads[k]) rounds it, then the
 // float32 update on the widened sum. Bitwise SumAcrossPeers (or the in-process AllReduce) on the H gradients
 // followed by adam_update_scaled<float, H> with grad_scale 1; the mirrors are written as adam_update_summed
-// writes them. count >= 1; no grads buffer overlaps param, m or v.
+// writes them. count >= 1; no grads buffer overlaps param, m or v. With `copies`, the updated parameter is also
+// rounded to H into copies.own and that copy stored into each of copies.mirrors, block by block while the block is in
+// cache: the layers' 16-bit compute copies of the master weights, bitwise narrow_span(param) after every update, so the
+// forward pass reads them instead of casting every variable each step.
+template <typename H>
+struct HalfCopies {
+  H* own = nullptr;                  // n elements, or null: no compute copy
+  std::span<H* const> mirrors = {};  // the other replicas' copies, n elements each; empty without own
+};
+
 template <typename H>
 void adam_update_summed_half(float* param, const H* const* grads, std::size_t count, float* m, float* v, std::int64_t n,
                              float lr, float beta1, float beta2, float epsilon, std::int64_t step,
-                             std::span<const AdamMirror<float>> mirrors = {});
+                             std::span<const AdamMirror<float>> mirrors = {}, HalfCopies<H> copies = {});
 
 #define TP_DECLARE_SCALED_OPTIMIZER(T, G, prefix)                                              \
   prefix template void sgd_update_scaled<T, G>(T*, const G*, T, T*, std::int64_t, T, T, bool); \
@@ -49,9 +58,9 @@ TP_DECLARE_SCALED_OPTIMIZER(double, double, extern)
 
 extern template void adam_update_summed_half<Half>(float*, const Half* const*, std::size_t, float*, float*,
                                                    std::int64_t, float, float, float, float, std::int64_t,
-                                                   std::span<const AdamMirror<float>>);
+                                                   std::span<const AdamMirror<float>>, HalfCopies<Half>);
 extern template void adam_update_summed_half<BFloat16>(float*, const BFloat16* const*, std::size_t, float*, float*,
                                                        std::int64_t, float, float, float, float, std::int64_t,
-                                                       std::span<const AdamMirror<float>>);
+                                                       std::span<const AdamMirror<float>>, HalfCopies<BFloat16>);
 
 }  // namespace tp::backend::cpu

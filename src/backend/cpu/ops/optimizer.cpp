@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // SgdUpdate and AdamUpdate on backend/cpu/kernels/optimizer.hpp, and on scaled_optimizer.hpp when the update
 // is conditional (an apply flag) or the gradient is float16 / bfloat16 for a float32 parameter.
-// AdamAcrossPeers on adam_update_summed (adam_update_summed_half for 16-bit gradients), a peer's gradient read
-// (and a mirror on a peer written) in place under a PeerAccessScope of its device.
+// AdamAcrossPeers on adam_update_summed (adam_update_summed_half for 16-bit gradients, writing the compute copies
+// when asked), a peer's gradient read (and a mirror on a peer written) in place under a PeerAccessScope of its device.
 // SgdUpdateMulti and AdamUpdateMulti on sgd_update_multi / adam_update_multi: one task for the whole list.
 #include <type_traits>
 #include <utility>
@@ -39,7 +39,7 @@ void dispatch_gradient(DType dtype, Update&& update) {
 template <typename T, typename G>
 void enqueue_adam_across_peers(device::Stream& stream, const ops::kernels::AdamAcrossPeersArgs& args) {
   stream.enqueue([param = args.param, grads = args.grads, m = args.m, v = args.v, step = args.step,
-                  options = args.options, mirrors = args.mirrors] {
+                  options = args.options, mirrors = args.mirrors, copy = args.copy] {
     // A peer's pointers are taken under its scope; the stream order the op's caller set up keeps them valid.
     std::vector<const G*> sources;
     sources.reserve(grads.size());
@@ -64,8 +64,18 @@ void enqueue_adam_across_peers(device::Stream& stream, const ops::kernels::AdamA
       adam_update_summed<T>(param.data<T>(), sources.data(), sources.size(), m.data<T>(), v.data<T>(),
                             param.num_elements(), lr, beta1, beta2, epsilon, step, targets);
     } else {
+      // The compute copies (ops validated: all of G, beside their parameters, or none at all).
+      std::vector<G*> mirror_copies;
+      if (copy.defined()) {
+        mirror_copies.reserve(mirrors.size());
+        for (const ops::AdamState& mirror : mirrors) {
+          const device::PeerAccessScope peer(mirror.copy.device());
+          mirror_copies.push_back(mirror.copy.data<G>());
+        }
+      }
+      const HalfCopies<G> copies{.own = copy.defined() ? copy.data<G>() : nullptr, .mirrors = mirror_copies};
       adam_update_summed_half<G>(param.data<float>(), sources.data(), sources.size(), m.data<float>(), v.data<float>(),
-                                 param.num_elements(), lr, beta1, beta2, epsilon, step, targets);
+                                 param.num_elements(), lr, beta1, beta2, epsilon, step, targets, copies);
     }
   });
 }
