@@ -155,6 +155,37 @@ std::optional<graph::NodeId> cast_of(const graph::Graph& g, graph::Output parame
   return std::nullopt;
 }
 
+// Per parameter and replica (parameter-major), the Cast of a float32 parameter to its 16-bit gradient's dtype
+// (the layer's compute copy); empty unless every parameter has one.
+std::vector<graph::NodeId> compute_copy_casts(const GradientStage& stage, const graph::Graph& g) {
+  std::vector<graph::NodeId> casts;
+  for (std::size_t index = 0; index < stage.parameters[0].size(); ++index) {
+    for (std::size_t replica = 0; replica < stage.parameters.size(); ++replica) {
+      const graph::Output parameter = stage.parameters[replica][index];
+      const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
+      if (!gradient || g.type_of(parameter).dtype != DType::f32) return {};
+      const DType dtype = g.type_of(*gradient).dtype;
+      if (dtype != DType::f16 && dtype != DType::bf16) return {};
+      const std::optional<graph::NodeId> cast = cast_of(g, parameter, dtype);
+      if (!cast) return {};
+      casts.push_back(*cast);
+    }
+  }
+  return casts;
+}
+
+// One replica computing in 16 bits, with Adam and no loss scaling, on a device of the CPU kernels (cpu, sim), its
+// update not across workers: AllReduceAdam over the one replica (nothing to sum: the plain ApplyAdam's bits)
+// keeps persistent compute copies, where ApplyAdam would leave the layers to cast every variable each step.
+bool keeps_compute_copies_alone(const ModelSpec& spec, const std::vector<std::string>& devices,
+                                const GradientStage& stage, const graph::Graph& g) {
+  if (!spec.fuse_update || !std::holds_alternative<Adam>(spec.optimizer) || stage.loss_scale) return false;
+  if (devices.size() != 1 || spec.workers != 1 || spec.all_reduce == AllReduce::mpi) return false;
+  const device::DeviceKind kind = device::parse_device_id(devices[0]).kind;
+  if (kind != device::DeviceKind::cpu && kind != device::DeviceKind::sim) return false;
+  return !compute_copy_casts(stage, g).empty();
+}
+
 // One AllReduceAdam node for every parameter of every replica; the slots are the variables add_update makes,
 // in the same order and with the same names (a checkpoint of either path restores into the other). The compute
 // copies are no checkpoint's: they are derived from the parameters.
@@ -222,19 +253,7 @@ bool can_fuse_update(const ModelSpec& spec, const std::vector<std::string>& devi
 
 std::vector<graph::Output> persistent_compute_copies(const GradientStage& stage, ModelGraph& model) {
   graph::Graph& g = model.graph;
-  std::vector<graph::NodeId> casts;  // parameter-major
-  for (std::size_t index = 0; index < stage.parameters[0].size(); ++index) {
-    for (std::size_t replica = 0; replica < stage.parameters.size(); ++replica) {
-      const graph::Output parameter = stage.parameters[replica][index];
-      const std::optional<graph::Output>& gradient = stage.gradients[replica][index];
-      if (!gradient || g.type_of(parameter).dtype != DType::f32) return {};
-      const DType dtype = g.type_of(*gradient).dtype;
-      if (dtype != DType::f16 && dtype != DType::bf16) return {};
-      const std::optional<graph::NodeId> cast = cast_of(g, parameter, dtype);
-      if (!cast) return {};
-      casts.push_back(*cast);
-    }
-  }
+  const std::vector<graph::NodeId> casts = compute_copy_casts(stage, g);
   std::vector<graph::Output> copies;
   for (std::size_t position = 0; position < casts.size(); ++position) {
     const std::size_t replicas = stage.parameters.size();
@@ -261,7 +280,8 @@ void add_replicated_updates(const ModelSpec& spec, const std::vector<std::string
   distribute::register_collective_ops();  // the AllReduce nodes of all_reduce_buckets
   const std::size_t replicas = devices.size();
   const std::size_t parameters = stage.parameters[0].size();
-  if (can_fuse_update(spec, devices, stage, model.graph)) {
+  if (can_fuse_update(spec, devices, stage, model.graph) ||
+      keeps_compute_copies_alone(spec, devices, stage, model.graph)) {
     add_fused_updates(devices, stage, std::get<Adam>(spec.optimizer), model);
     return;
   }

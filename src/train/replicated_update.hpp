@@ -7,7 +7,9 @@
 // then every replica applies the same optimizer update to its copy of the variables. A bucket of several
 // gradients is not unpacked: the updates read their ranges of it (`slice`), so the step holds one copy of the
 // reduced gradients. With loss scaling each replica's updates are the If forms gated on the product of
-// AllFinite over its reduced gradients divided by the scale (every replica decides alike).
+// AllFinite over its reduced gradients divided by the scale (every replica decides alike). Where the update
+// folds (can_fuse_update), and for one replica computing in 16 bits with Adam on a cpu or sim device, it is one
+// AllReduceAdam node that keeps persistent compute copies (persistent_compute_copies).
 
 #include <string>
 #include <vector>

@@ -73,9 +73,17 @@ TEST_F(EstimateCudaCli, PlansCudaDevicesOfTheGivenMemory) {
     EXPECT_EQ(planned.at("limit_bytes").get<std::size_t>(), k8GiB);
     EXPECT_TRUE(planned.at("fits").get<bool>());
     EXPECT_GT(planned.at("planned_peak_bytes").get<std::size_t>(), 0U);
-    EXPECT_EQ(planned.at("planned_peak_bytes"), sim.at("devices").at(0).at("planned_peak_bytes"));
-    EXPECT_EQ(planned.at("variable_bytes"), sim.at("devices").at(0).at("variable_bytes"));
-    EXPECT_EQ(planned.at("arena_bytes"), sim.at("devices").at(0).at("arena_bytes"));
+    if (std::string(precision) == "mixed_bfloat16") {
+      // On sim (the CPU kernels) the update keeps persistent bfloat16 copies of the weights (docs/mixed-precision.md),
+      // which the CUDA graph casts each step instead: 2 bytes more per parameter of the main job's MLP.
+      constexpr std::size_t kParameters = 784 * 512 + 512 + 512 * 10 + 10;
+      EXPECT_EQ(planned.at("variable_bytes").get<std::size_t>() + 2 * kParameters,
+                sim.at("devices").at(0).at("variable_bytes").get<std::size_t>());
+    } else {
+      EXPECT_EQ(planned.at("planned_peak_bytes"), sim.at("devices").at(0).at("planned_peak_bytes"));
+      EXPECT_EQ(planned.at("variable_bytes"), sim.at("devices").at(0).at("variable_bytes"));
+      EXPECT_EQ(planned.at("arena_bytes"), sim.at("devices").at(0).at("arena_bytes"));
+    }
     EXPECT_EQ(planned.at("planning_only").get<bool>(), !gpu_present());
     const std::string note = planned.at("planning_note");
     if (gpu_present()) {

@@ -175,6 +175,36 @@ TEST(FusedUpdate, TrainsBitwiseAsAllReduceThenApplyAdamOnBfloat16Gradients) {
   }
 }
 
+TEST(FusedUpdate, OneBfloat16ReplicaKeepsComputeCopiesAndTrainsBitwiseAsApplyAdam) {
+  // One device under mixed_bfloat16: AllReduceAdam over the one replica keeps the persistent copies, where
+  // ApplyAdam would leave a Cast of every variable each step; nothing else changes, bit for bit.
+  device::DeviceManager manager(runtime::testing::two_sim_devices(), runtime::testing::kNoEnv);
+  ModelSpec mixed = spec(true);
+  mixed.policy = DTypePolicy::mixed_bfloat16();
+  const ModelGraph graph = build_model_graph(mixed, {"sim:0"});
+  EXPECT_EQ(count_ops(graph, "AllReduceAdam"), 1U);
+  EXPECT_EQ(count_ops(graph, "ApplyAdam"), 0U);
+  EXPECT_EQ(graph.compute_copies.front(),
+            (std::pair<std::string, std::string>{"dense/kernel/bfloat16", "dense/kernel"}));
+  mixed.fuse_update = false;
+  EXPECT_EQ(count_ops(build_model_graph(mixed, {"sim:0"}), "AllReduceAdam"), 0U);
+  mixed.fuse_update = true;
+  mixed.policy = DTypePolicy::float32();  // nothing to keep: the plain update
+  EXPECT_EQ(count_ops(build_model_graph(mixed, {"sim:0"}), "AllReduceAdam"), 0U);
+
+  auto run = [&](bool fuse) {
+    Strategy strategy = Strategy::one_device("sim:0");
+    strategy.fuse_update = fuse;
+    Sequential model({kIn}, layers());
+    model.compile({.policy = DTypePolicy::mixed_bfloat16()}, strategy, {.devices = &manager});
+    return testing::record_training(model, manager, 6, kRows, kIn, kClasses);
+  };
+  const TrainedRun plain = run(false);
+  const TrainedRun kept = run(true);
+  EXPECT_EQ(kept.variables.size(), plain.variables.size() + 4);
+  expect_bitwise(testing::without_compute_copies(kept), plain);
+}
+
 TEST(FusedUpdate, Bfloat16ComputeCopiesArePersistentVariablesKeptAsTheCastOfEveryReplicasParameters) {
   // mixed_bfloat16 on the folded update: the layers read "<parameter>/bfloat16" Variables that the update writes
   // (no Cast of a variable each step); after every step and after a restore, on every replica, each equals the

@@ -94,14 +94,15 @@ TP_ISA_CLONES void add_rounded(float* sum, const H* addend, std::int64_t n) {
   }
 }
 
-// Two replicas' bfloat16 gradients in one pass: per element the sum_rounded sum, adam_apply's update on it
-// (adam_element, the same expressions, uncontracted) and, where copy is not null, the updated parameter rounded
-// into copy as detail::narrow rounds it: bitwise sum_rounded, then adam_apply, then narrow_span, without the
-// passes over a block of sums and of parameters. Scalar form: the tails, and CPUs without AVX-512.
-void adam_sum2_bfloat16_scalar(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v,
-                               BFloat16* copy, std::int64_t begin, std::int64_t n, const AdamStep<float>& s) {
+// One or two replicas' bfloat16 gradients in one pass: per element the gradient widened (one) or the
+// sum_rounded sum (two, grad1 not null), adam_apply's update on it (adam_element, the same expressions,
+// uncontracted) and, where copy is not null, the updated parameter rounded into copy as detail::narrow rounds
+// it: bitwise widen_span or sum_rounded, then adam_apply, then narrow_span, without the passes over a block of
+// gradients and of parameters. Scalar form: the tails, and CPUs without AVX-512.
+void adam_bfloat16_scalar(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v,
+                          BFloat16* copy, std::int64_t begin, std::int64_t n, const AdamStep<float>& s) {
   for (std::int64_t i = begin; i < n; ++i) {
-    const float sum = round_to_bfloat16(shifted(grad0[i]) + shifted(grad1[i]));
+    const float sum = grad1 == nullptr ? shifted(grad0[i]) : round_to_bfloat16(shifted(grad0[i]) + shifted(grad1[i]));
     detail::adam_element(sum, param[i], m[i], v[i], s.alpha, s.one_minus_beta1, s.one_minus_beta2, s.epsilon);
     if (copy != nullptr) copy[i] = detail::narrow<BFloat16>(param[i]);
   }
@@ -133,18 +134,22 @@ __attribute__((target("avx512f"))) inline __m512 widen_bfloat16_lanes(const BFlo
 // The same with AVX-512, 16 elements per iteration in 512-bit registers (the compiler vectorises the scalar
 // form, which mixes 16- and 32-bit lanes, in 256-bit registers: half the float32 update's width): every
 // operation is the scalar form's, lane by lane, so the bits are the same. Returns how many elements it did.
-__attribute__((target("avx512f"))) std::int64_t adam_sum2_bfloat16_avx512(float* param, const BFloat16* grad0,
-                                                                          const BFloat16* grad1, float* m, float* v,
-                                                                          BFloat16* copy, std::int64_t n,
-                                                                          const AdamStep<float>& s) {
+template <bool kTwo>
+__attribute__((target("avx512f"))) std::int64_t adam_bfloat16_avx512(float* param, const BFloat16* grad0,
+                                                                     const BFloat16* grad1, float* m, float* v,
+                                                                     BFloat16* copy, std::int64_t n,
+                                                                     const AdamStep<float>& s) {
   const __m512 alpha = _mm512_set1_ps(s.alpha);
   const __m512 one_minus_beta1 = _mm512_set1_ps(s.one_minus_beta1);
   const __m512 one_minus_beta2 = _mm512_set1_ps(s.one_minus_beta2);
   const __m512 epsilon = _mm512_set1_ps(s.epsilon);
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_castsi512_ps(round_bfloat16_lanes(
-        _mm512_castps_si512(_mm512_add_ps(widen_bfloat16_lanes(grad0 + i), widen_bfloat16_lanes(grad1 + i)))));
+    __m512 g = widen_bfloat16_lanes(grad0 + i);
+    if constexpr (kTwo) {
+      g = _mm512_castsi512_ps(
+          round_bfloat16_lanes(_mm512_castps_si512(_mm512_add_ps(g, widen_bfloat16_lanes(grad1 + i)))));
+    }
     const __m512 m_old = _mm512_loadu_ps(m + i);
     const __m512 v_old = _mm512_loadu_ps(v + i);
     const __m512 m_new = _mm512_add_ps(m_old, _mm512_mul_ps(_mm512_sub_ps(g, m_old), one_minus_beta1));
@@ -168,18 +173,18 @@ bool has_avx512f() {
   static const bool supported = __builtin_cpu_supports("avx512f");
   return supported;
 }
-#else
-std::int64_t adam_sum2_bfloat16_avx512(float*, const BFloat16*, const BFloat16*, float*, float*, BFloat16*,
-                                       std::int64_t, const AdamStep<float>&) {
-  return 0;
-}
-bool has_avx512f() { return false; }
 #endif
 
-void adam_sum2_bfloat16(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v, BFloat16* copy,
-                        std::int64_t n, const AdamStep<float>& scalars) {
-  const std::int64_t done = has_avx512f() ? adam_sum2_bfloat16_avx512(param, grad0, grad1, m, v, copy, n, scalars) : 0;
-  adam_sum2_bfloat16_scalar(param, grad0, grad1, m, v, copy, done, n, scalars);
+void adam_bfloat16(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v, BFloat16* copy,
+                   std::int64_t n, const AdamStep<float>& scalars) {
+  std::int64_t done = 0;
+#if defined(__x86_64__)
+  if (has_avx512f()) {
+    done = grad1 == nullptr ? adam_bfloat16_avx512<false>(param, grad0, grad1, m, v, copy, n, scalars)
+                            : adam_bfloat16_avx512<true>(param, grad0, grad1, m, v, copy, n, scalars);
+  }
+#endif
+  adam_bfloat16_scalar(param, grad0, grad1, m, v, copy, done, n, scalars);
 }
 
 }  // namespace
@@ -236,9 +241,9 @@ void adam_update_summed_half(float* param, const H* const* grads, std::size_t co
     for (std::int64_t offset = begin; offset < end; offset += kBlock) {
       const std::int64_t length = std::min(kBlock, end - offset);
       if constexpr (std::is_same_v<H, BFloat16>) {
-        if (count == 2) {  // two replicas (the main job): the sum, the update and the copy in one pass
-          adam_sum2_bfloat16(param + offset, grads[0] + offset, grads[1] + offset, m + offset, v + offset,
-                             copies.own == nullptr ? nullptr : copies.own + offset, length, scalars);
+        if (count <= 2) {  // one or two replicas (the main jobs): the sum, the update and the copy in one pass
+          adam_bfloat16(param + offset, grads[0] + offset, count == 2 ? grads[1] + offset : nullptr, m + offset,
+                        v + offset, copies.own == nullptr ? nullptr : copies.own + offset, length, scalars);
           copy_to_mirrors(mirrors, param, m, v, offset, length);
           for (H* copy : copies.mirrors) std::copy_n(copies.own + offset, length, copy + offset);
           continue;
