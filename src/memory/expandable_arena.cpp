@@ -402,7 +402,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   Block& block = nodes_[index];
   block.in_use = true;
   block.requested = bytes;
-  set_slot(block.offset, index);
+  insert_slot(block.offset, index);
   ++in_use_count_;
 
   stats_.record_allocation(bytes, size, 0);  // committed granules count as reserved in acquire_for
@@ -411,13 +411,54 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   return base_ + block.offset;
 }
 
+std::uint32_t ExpandableArena::block_at(std::size_t offset) const noexcept {
+  return slots_.empty() ? kNone : slots_[find_slot(offset)].index;  // an empty entry's index is kNone
+}
+
+void ExpandableArena::erase_slot(std::size_t at) noexcept {
+  --slots_in_use_;
+  // Backward-shift deletion: every entry after the hole up to the next empty one stays reachable from its
+  // home, so an entry moves into the hole when the hole lies between its home and it.
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t hole = at;
+  for (std::size_t next = (at + 1) & mask; slots_[next].offset != kEmptySlot; next = (next + 1) & mask) {
+    if (((next - slot_home(slots_[next].offset)) & mask) >= ((next - hole) & mask)) {
+      slots_[hole] = slots_[next];
+      hole = next;
+    }
+  }
+  slots_[hole] = Slot{};
+}
+
+void ExpandableArena::set_slot(std::size_t offset, std::uint32_t index) noexcept {
+  const std::size_t at = find_slot(offset);
+  if (index == kNone) {
+    if (slots_[at].offset != kEmptySlot) erase_slot(at);
+    return;
+  }
+  if (slots_[at].offset == kEmptySlot) ++slots_in_use_;
+  slots_[at] = Slot{offset, index};
+}
+
+void ExpandableArena::reserve_slots(std::size_t blocks) {
+  if (kSlotsPerBlock * blocks <= slots_.size()) return;
+  const std::size_t capacity = std::max<std::size_t>(64, std::bit_ceil(kSlotsPerBlock * blocks));
+  std::vector<Slot> entries(capacity);  // may throw: nothing changed yet
+  entries.swap(slots_);
+  slot_shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
+  slots_in_use_ = 0;
+  for (const Slot& slot : entries) {
+    if (slot.offset != kEmptySlot) set_slot(slot.offset, slot.index);
+  }
+}
+
 std::size_t ExpandableArena::do_allocated_size(const void* ptr, std::size_t bytes) const noexcept {
   std::lock_guard lock(mutex_);
   const auto address = static_cast<const char*>(ptr);
   if (address < base_ || address >= base_ + extent_) return bytes;
   const auto offset = static_cast<std::size_t>(address - base_);
   if (offset % kBlockAlignment != 0) return bytes;
-  const std::uint32_t index = block_at_[offset / kBlockAlignment];
+  const std::uint32_t index = block_at(offset);
   return index != kNone && nodes_[index].in_use ? nodes_[index].size : bytes;
 }
 
@@ -426,8 +467,8 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   const auto address = static_cast<char*>(ptr);
   const std::size_t offset =
       address >= base_ && address < base_ + extent_ ? static_cast<std::size_t>(address - base_) : extent_;
-  const std::uint32_t index =
-      offset % kBlockAlignment == 0 && offset < extent_ ? block_at_[offset / kBlockAlignment] : kNone;
+  const std::size_t slot = offset % kBlockAlignment == 0 && offset < extent_ ? find_slot(offset) : slots_.size();
+  const std::uint32_t index = slot < slots_.size() ? slots_[slot].index : kNone;  // an empty entry's is kNone
   if (index == kNone) {
     // Fatal lines print whatever the level, formatted without allocating while the arena's lock is held.
     char line[512];
@@ -445,7 +486,7 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
     std::abort();
   }
   ++events_;
-  set_slot(offset, kNone);
+  erase_slot(slot);
   --in_use_count_;
   const std::size_t size = nodes_[index].size;
   stats_.record_free(nodes_[index].requested, size, 0);

@@ -188,11 +188,10 @@ void ExpandableArena::prepare_carve(const Placement& placement, std::size_t size
     free_node(one);
     free_node(two);
   }
+  reserve_slots(in_use_count_ + 1);
   const std::size_t first = first_granule(placement.offset);
   const std::size_t end = end_granule(placement.offset, size);
   if (placement.block == kNone) {  // a free block lies inside the extent, which granules_ covers
-    const std::size_t slots = (placement.offset + size) / kBlockAlignment;
-    if (block_at_.size() < slots) block_at_.resize(slots, kNone);
     if (granules_.size() < end) granules_.resize(end);
   } else if (end - first <= 2 && granules_[first].users != 0 && granules_[end - 1].users != 0) {
     return;  // every granule it touches has users and keeps its physical granule: none is created

@@ -84,7 +84,7 @@ std::string ExpandableArena::check_invariants() const {
       ++in_use_count;
       in_use_bytes += block.size;
       requested_bytes += block.requested;
-      if (block.offset / kBlockAlignment >= block_at_.size() || block_at_[block.offset / kBlockAlignment] != index) {
+      if (block_at(block.offset) != index) {
         return "in-use index misses offset " + std::to_string(block.offset);
       }
       const std::size_t end = end_granule(block.offset, block.size);
@@ -111,8 +111,7 @@ std::string ExpandableArena::check_invariants() const {
   if (prev_free) return "the tail block is free";
   if (extent_ > range_bytes_) return "extent beyond the reserved range";
   if (std::string error = check_free_index(free_count); !error.empty()) return error;
-  // Every in-use block's slot names it (checked above); equal counts then rule out stray slots, without a
-  // scan of the whole extent.
+  // Every in-use block's entry names it (checked above); equal counts then rule out stray entries.
   if (in_use_count != slots_in_use_ || in_use_count != in_use_count_) return "in-use index size mismatch";
   if (in_use_bytes != stats_.bytes_in_use) return "bytes_in_use does not match the in-use blocks";
   if (requested_bytes != stats_.bytes_requested) return "bytes_requested does not match the in-use blocks";

@@ -14,8 +14,10 @@
 //     the non-empty bins finds the next bin. Priorities are distinct, so a bin's tree is unique; blocks are
 //     inserted and erased top-down (split and merge, no rotations). No allocation (the links live in the
 //     block nodes); a block whose key changes without passing its neighbour in the bin stays in place. In-use
-//     blocks are found by offset through a handle per 256-byte slot of the extent (like BFC's Region::handles;
-//     4 bytes per 256 of the largest extent so far).
+//     blocks are found by offset through an open-addressing hash table of their offsets (linear probing,
+//     backward-shift deletion, at most a quarter full): its size follows the in-use blocks, not the extent, so a
+//     free touches a cache line or two wherever the blocks lie (a table per 256 bytes of the extent would be
+//     megabytes, one cache and TLB miss per call when blocks spread over it).
 //   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the kFitCandidates smallest
 //     free blocks that can take it (lowest address first on equal sizes; of at most kMaxFitExamined, or all when
 //     growing would pass the middle of the range), each at both ends, and the end of the extent (or the next granule
@@ -333,12 +335,34 @@ class ExpandableArena final : public MemoryResource {
   void decommit_physical(std::uint32_t physical) noexcept;
   std::uint32_t new_node();
   void free_node(std::uint32_t index) noexcept;  // never allocates (new_node reserves room)
-  // The only writer of block_at_ after growth, so slots_in_use_ counts its non-empty entries exactly.
-  void set_slot(std::size_t offset, std::uint32_t index) noexcept {
-    std::uint32_t& slot = block_at_[offset / kBlockAlignment];
-    if (slot != kNone) --slots_in_use_;
-    if (index != kNone) ++slots_in_use_;
-    slot = index;
+  // The in-use index (expandable_arena.cpp). The writers (insert_slot, set_slot, erase_slot) keep slots_in_use_ equal to
+  // its entries; none allocates (reserve_slots makes the room first).
+  // The entry of `offset`, or the empty one that ends its probe; the table must not be empty.
+  std::size_t find_slot(std::size_t offset) const noexcept {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t at = slot_home(offset);
+    while (slots_[at].offset != offset && slots_[at].offset != kEmptySlot) at = (at + 1) & mask;
+    return at;
+  }
+  // Adds a block at an offset the table does not hold: the first empty entry of its probe.
+  void insert_slot(std::size_t offset, std::uint32_t index) noexcept {
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t at = slot_home(offset);
+    while (slots_[at].offset != kEmptySlot) at = (at + 1) & mask;
+    slots_[at] = Slot{offset, index};
+    ++slots_in_use_;
+  }
+  std::uint32_t block_at(std::size_t offset) const noexcept;  // the in-use block at `offset`, or kNone
+  // Names `index` (kNone: no block) as the in-use block at `offset`.
+  void set_slot(std::size_t offset, std::uint32_t index) noexcept;
+  void erase_slot(std::size_t at) noexcept;  // removes the entry at position `at` (find_slot's, not empty)
+  // Room for `blocks` in-use blocks filling at most 1 / kSlotsPerBlock of the table (short probes; one more
+  // block may come and go in a move). May throw std::bad_alloc; then unchanged.
+  void reserve_slots(std::size_t blocks);
+  static constexpr std::size_t kSlotsPerBlock = 4;
+  // Fibonacci hashing: the top bits of the offset times 2^64 / phi (the low bits of offsets are all zero).
+  std::size_t slot_home(std::size_t offset) const noexcept {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(offset) * 0x9E3779B97F4A7C15ULL) >> slot_shift_);
   }
   // Free index (expandable_arena_free_index.cpp). The key of a block is (size, offset): erase it before
   // changing either.
@@ -472,8 +496,14 @@ class ExpandableArena final : public MemoryResource {
   std::array<std::uint32_t, kBins> bin_roots_ = filled_roots();  // each bin's treap root
   std::uint64_t nonempty_bins_ = 0;                              // bit i: bin i holds a block
   std::size_t free_count_ = 0;
-  std::vector<std::uint32_t> block_at_;  // offset / 256 -> in-use block starting there, else kNone
-  std::size_t slots_in_use_ = 0;         // entries of block_at_ that are not kNone
+  struct Slot {
+    std::size_t offset = kEmptySlot;  // an in-use block's offset, or kEmptySlot
+    std::uint32_t index = kNone;
+  };
+  static constexpr std::size_t kEmptySlot = ~std::size_t{0};
+  std::vector<Slot> slots_;       // the in-use index: empty, or a power of two >= kSlotsPerBlock x its entries
+  unsigned slot_shift_ = 63;      // 64 - log2(slots_.size()): slot_home takes the hash's top bits
+  std::size_t slots_in_use_ = 0;  // entries of slots_ that are not empty
   std::size_t in_use_count_ = 0;
   std::vector<Granule> granules_;               // virtual granules: covers the largest extent so far
   std::vector<Physical> physicals_;             // physical granules, committed or not
