@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -124,6 +125,42 @@ TYPED_TEST(HalfGradients, ScaledUpdatesEqualFloat32UpdatesOnTheUnscaledGradient)
     }
     EXPECT_EQ(bits_of(param), bits_of(ref_param)) << "sgd, n = " << n;
     EXPECT_EQ(bits_of(velocity), bits_of(ref_velocity));
+  }
+}
+
+TEST(HalfGradients, SummedBfloat16UpdateWritesCopiesThatAreTheCastOfTheParameterOnEveryPattern) {
+  // One and two gradients (adam_bfloat16's AVX-512 forms and their scalar tails), with compute copies: the copies
+  // hold narrow(param) bit for bit, also for zeros, denormals (which vcvtneps2bf16 would flush), rounding ties,
+  // the largest finite values, infinities and NaNs. Zero gradients and slots leave each parameter as it was
+  // (a NaN quieted), so the copies see every pattern below.
+  std::vector<float> start;
+  for (const std::uint32_t bits :
+       {0x0000'0000U, 0x8000'0000U, 0x0000'0001U, 0x8000'7FFFU, 0x0000'8000U, 0x0001'8000U, 0x007F'FFFFU, 0x0080'0000U,
+        0x3F80'8000U, 0x3F81'8000U, 0x3F80'7FFFU, 0x7F7F'FFFFU, 0xFF7F'8000U, 0x7F80'0000U, 0xFF80'0000U, 0x7FC0'0000U,
+        0x7F80'0001U, 0xFFFF'FFFFU, 0x7FBF'FFFFU}) {
+    start.push_back(std::bit_cast<float>(bits));
+  }
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  for (float value : tp_test::random_vector<float>(rng, 45, -3.0, 3.0)) start.push_back(value);  // 64 in all
+  const auto n = static_cast<std::int64_t>(start.size()) + 5;  // a scalar tail after the vector groups
+  start.resize(static_cast<std::size_t>(n), 0.5F);
+  const std::vector<BFloat16> zero(static_cast<std::size_t>(n));
+  for (const std::size_t count : {1U, 2U}) {
+    std::vector<float> param = start, m(start.size(), 0.0F), v(start.size(), 0.0F), mirror(start.size());
+    std::vector<BFloat16> copy(start.size()), mirror_copy(start.size());
+    const std::array<const BFloat16*, 2> grads{zero.data(), zero.data()};
+    const std::array<AdamMirror<float>, 1> mirrors{{{.param = mirror.data(), .m = nullptr, .v = nullptr}}};
+    const std::array<BFloat16*, 1> mirror_copies{mirror_copy.data()};
+    adam_update_summed_half<BFloat16>(param.data(), grads.data(), count, m.data(), v.data(), n, 1e-3F, 0.9F, 0.999F,
+                                      1e-7F, 1, mirrors, {.own = copy.data(), .mirrors = mirror_copies});
+    for (std::size_t index = 0; index < start.size(); ++index) {
+      const std::uint16_t expected = float_to_bfloat16_bits(param[index]);
+      EXPECT_EQ(copy[index].bits, expected)
+          << count << " gradients, parameter bits " << std::hex << std::bit_cast<std::uint32_t>(param[index]);
+      EXPECT_EQ(mirror_copy[index].bits, expected);
+    }
+    EXPECT_EQ(bits_of(mirror), bits_of(param));
   }
 }
 

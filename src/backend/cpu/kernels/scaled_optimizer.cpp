@@ -3,21 +3,16 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <string_view>
 #include <type_traits>
 
 #include "backend/cpu/intra_op_pool.hpp"
-#include "backend/cpu/kernels/adam_element.hpp"
+#include "backend/cpu/kernels/adam_bfloat16.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/half_convert.hpp"
 #include "backend/cpu/kernels/isa_clones.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
 #include "tensorpool/core/error.hpp"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace tp::backend::cpu {
 
@@ -57,17 +52,7 @@ void for_each_scaled_block(const G* grad, T grad_scale, std::int64_t n, const Up
 // so every clone gives the same bits. For bfloat16 the loops are integer arithmetic the compiler vectorises:
 // an addend is widened by a shift alone (the core widening also sets a NaN's quiet bit, but a NaN addend makes
 // the sum a NaN with that addend's payload either way, and the rounding below sets the quiet bit), and the sum
-// is rounded on its bits (ties to even; a NaN keeps its sign and top payload bits and gets its quiet bit, as
-// detail::narrow and detail::widen give it).
-float round_to_bfloat16(float x) {
-  const auto bits = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t rounded = (bits + 0x7FFFU + ((bits >> 16) & 1U)) & 0xFFFF'0000U;
-  const std::uint32_t nan = (bits | 0x0040'0000U) & 0xFFFF'0000U;
-  // Magnitudes compared as signed integers (both below 2^31): one vector comparison.
-  return std::bit_cast<float>(static_cast<std::int32_t>(bits & 0x7FFF'FFFFU) > 0x7F80'0000 ? nan : rounded);
-}
-
-float shifted(BFloat16 value) { return std::bit_cast<float>(static_cast<std::uint32_t>(value.bits) << 16); }
+// is rounded on its bits (detail::round_to_bfloat16, adam_bfloat16.hpp).
 
 template <typename H>
 TP_ISA_CLONES void sum_rounded(const H* first, const H* second, float* sum, std::int64_t n) {
@@ -78,7 +63,8 @@ TP_ISA_CLONES void sum_rounded(const H* first, const H* second, float* sum, std:
           detail::widen(detail::narrow<Half>(detail::widen(first[i], table) + detail::widen(second[i], table)), table);
     }
   } else {
-    for (std::int64_t i = 0; i < n; ++i) sum[i] = round_to_bfloat16(shifted(first[i]) + shifted(second[i]));
+    for (std::int64_t i = 0; i < n; ++i)
+      sum[i] = detail::round_to_bfloat16(detail::shifted(first[i]) + detail::shifted(second[i]));
   }
 }
 
@@ -90,101 +76,8 @@ TP_ISA_CLONES void add_rounded(float* sum, const H* addend, std::int64_t n) {
       sum[i] = detail::widen(detail::narrow<Half>(sum[i] + detail::widen(addend[i], table)), table);
     }
   } else {
-    for (std::int64_t i = 0; i < n; ++i) sum[i] = round_to_bfloat16(sum[i] + shifted(addend[i]));
+    for (std::int64_t i = 0; i < n; ++i) sum[i] = detail::round_to_bfloat16(sum[i] + detail::shifted(addend[i]));
   }
-}
-
-// One or two replicas' bfloat16 gradients in one pass: per element the gradient widened (one) or the
-// sum_rounded sum (two, grad1 not null), adam_apply's update on it (adam_element, the same expressions,
-// uncontracted) and, where copy is not null, the updated parameter rounded into copy as detail::narrow rounds
-// it: bitwise widen_span or sum_rounded, then adam_apply, then narrow_span, without the passes over a block of
-// gradients and of parameters. Scalar form: the tails, and CPUs without AVX-512.
-void adam_bfloat16_scalar(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v,
-                          BFloat16* copy, std::int64_t begin, std::int64_t n, const AdamStep<float>& s) {
-  for (std::int64_t i = begin; i < n; ++i) {
-    const float sum = grad1 == nullptr ? shifted(grad0[i]) : round_to_bfloat16(shifted(grad0[i]) + shifted(grad1[i]));
-    detail::adam_element(sum, param[i], m[i], v[i], s.alpha, s.one_minus_beta1, s.one_minus_beta2, s.epsilon);
-    if (copy != nullptr) copy[i] = detail::narrow<BFloat16>(param[i]);
-  }
-}
-
-#if defined(__x86_64__)
-// Every lane: the zero-masking forms of the intrinsics, whose plain forms start from an undefined register that
-// GCC 12 reports as maybe-uninitialized.
-constexpr __mmask16 kAll = 0xFFFF;
-
-// round_to_bfloat16 on 16 lanes of float bits: the rounded bits, still in the high half.
-__attribute__((target("avx512f"))) inline __m512i round_bfloat16_lanes(__m512i bits) {
-  const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, bits, 16), _mm512_set1_epi32(1));
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF'0000U));
-  const __m512i rounded =
-      _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), odd), high);
-  const __m512i nan = _mm512_and_si512(_mm512_or_si512(bits, _mm512_set1_epi32(0x0040'0000)), high);
-  const __mmask16 is_nan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFF'FFFF)), _mm512_set1_epi32(0x7F80'0000));
-  return _mm512_mask_blend_epi32(is_nan, rounded, nan);
-}
-
-// 16 bfloat16 values widened to float32 lanes (shifted: exact).
-__attribute__((target("avx512f"))) inline __m512 widen_bfloat16_lanes(const BFloat16* source) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(source));
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, bits), 16));
-}
-
-// The same with AVX-512, 16 elements per iteration in 512-bit registers (the compiler vectorises the scalar
-// form, which mixes 16- and 32-bit lanes, in 256-bit registers: half the float32 update's width): every
-// operation is the scalar form's, lane by lane, so the bits are the same. Returns how many elements it did.
-template <bool kTwo>
-__attribute__((target("avx512f"))) std::int64_t adam_bfloat16_avx512(float* param, const BFloat16* grad0,
-                                                                     const BFloat16* grad1, float* m, float* v,
-                                                                     BFloat16* copy, std::int64_t n,
-                                                                     const AdamStep<float>& s) {
-  const __m512 alpha = _mm512_set1_ps(s.alpha);
-  const __m512 one_minus_beta1 = _mm512_set1_ps(s.one_minus_beta1);
-  const __m512 one_minus_beta2 = _mm512_set1_ps(s.one_minus_beta2);
-  const __m512 epsilon = _mm512_set1_ps(s.epsilon);
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 g = widen_bfloat16_lanes(grad0 + i);
-    if constexpr (kTwo) {
-      g = _mm512_castsi512_ps(
-          round_bfloat16_lanes(_mm512_castps_si512(_mm512_add_ps(g, widen_bfloat16_lanes(grad1 + i)))));
-    }
-    const __m512 m_old = _mm512_loadu_ps(m + i);
-    const __m512 v_old = _mm512_loadu_ps(v + i);
-    const __m512 m_new = _mm512_add_ps(m_old, _mm512_mul_ps(_mm512_sub_ps(g, m_old), one_minus_beta1));
-    const __m512 v_new =
-        _mm512_add_ps(v_old, _mm512_mul_ps(_mm512_sub_ps(_mm512_mul_ps(g, g), v_old), one_minus_beta2));
-    _mm512_storeu_ps(m + i, m_new);
-    _mm512_storeu_ps(v + i, v_new);
-    const __m512 step =
-        _mm512_div_ps(_mm512_mul_ps(m_new, alpha), _mm512_add_ps(_mm512_maskz_sqrt_ps(kAll, v_new), epsilon));
-    const __m512 updated = _mm512_sub_ps(_mm512_loadu_ps(param + i), step);
-    _mm512_storeu_ps(param + i, updated);
-    if (copy != nullptr) {  // narrow: round's bits shifted down (a NaN's: its top bits with the quiet bit)
-      const __m512i bits = _mm512_maskz_srli_epi32(kAll, round_bfloat16_lanes(_mm512_castps_si512(updated)), 16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(copy + i), _mm512_maskz_cvtepi32_epi16(kAll, bits));
-    }
-  }
-  return i;
-}
-
-bool has_avx512f() {
-  static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported;
-}
-#endif
-
-void adam_bfloat16(float* param, const BFloat16* grad0, const BFloat16* grad1, float* m, float* v, BFloat16* copy,
-                   std::int64_t n, const AdamStep<float>& scalars) {
-  std::int64_t done = 0;
-#if defined(__x86_64__)
-  if (has_avx512f()) {
-    done = grad1 == nullptr ? adam_bfloat16_avx512<false>(param, grad0, grad1, m, v, copy, n, scalars)
-                            : adam_bfloat16_avx512<true>(param, grad0, grad1, m, v, copy, n, scalars);
-  }
-#endif
-  adam_bfloat16_scalar(param, grad0, grad1, m, v, copy, done, n, scalars);
 }
 
 }  // namespace
