@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensorpool/core/shape.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <ostream>
 #include <utility>
@@ -10,7 +11,7 @@
 namespace tp {
 namespace {
 
-std::string format_dims(const std::vector<std::int64_t>& dims) {
+std::string format_dims(std::span<const std::int64_t> dims) {
   std::string text = "[";
   for (std::size_t i = 0; i < dims.size(); ++i) {
     if (i != 0) text += ',';
@@ -20,7 +21,7 @@ std::string format_dims(const std::vector<std::int64_t>& dims) {
   return text;
 }
 
-void check_dims(const std::vector<std::int64_t>& dims) {
+void check_dims(std::span<const std::int64_t> dims) {
   for (std::size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] < 0) {
       TP_THROW(InvalidArgument, "core", "shape ", format_dims(dims), ": dim ", i, " is negative (", dims[i],
@@ -31,24 +32,46 @@ void check_dims(const std::vector<std::int64_t>& dims) {
 
 }  // namespace
 
-Shape::Shape(std::initializer_list<std::int64_t> dims) : dims_(dims) { check_dims(dims_); }
+Shape::Shape(std::initializer_list<std::int64_t> dims)
+    : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
 
-Shape::Shape(std::vector<std::int64_t> dims) : dims_(std::move(dims)) { check_dims(dims_); }
+Shape::Shape(std::span<const std::int64_t> dims) : rank_(dims.size()) {
+  check_dims(dims);
+  if (dims.size() > kInlineRank) heap_ = std::make_unique_for_overwrite<std::int64_t[]>(dims.size());
+  std::copy(dims.begin(), dims.end(), heap_ != nullptr ? heap_.get() : inline_.data());
+}
+
+Shape::Shape(Shape&& other) noexcept
+    : inline_(other.inline_), heap_(std::move(other.heap_)), rank_(std::exchange(other.rank_, 0)) {}
+
+Shape& Shape::operator=(const Shape& other) {
+  if (this != &other) *this = Shape(other);
+  return *this;
+}
+
+Shape& Shape::operator=(Shape&& other) noexcept {
+  inline_ = other.inline_;
+  heap_ = std::move(other.heap_);
+  rank_ = std::exchange(other.rank_, 0);
+  return *this;
+}
+
+bool operator==(const Shape& a, const Shape& b) noexcept { return std::ranges::equal(a.dims(), b.dims()); }
 
 std::int64_t Shape::dim(std::int64_t index) const {
-  if (index < 0 || static_cast<std::size_t>(index) >= dims_.size()) {
-    TP_THROW(InvalidArgument, "core", "dim index ", index, " is out of range for shape ", to_string(), " (rank ",
-             dims_.size(), ")");
+  if (index < 0 || static_cast<std::size_t>(index) >= rank_) {
+    TP_THROW(InvalidArgument, "core", "dim index ", index, " is out of range for shape ", to_string(), " (rank ", rank_,
+             ")");
   }
-  return dims_[static_cast<std::size_t>(index)];
+  return dims()[static_cast<std::size_t>(index)];
 }
 
 std::int64_t Shape::num_elements() const {
-  for (std::int64_t extent : dims_) {
+  for (std::int64_t extent : dims()) {
     if (extent == 0) return 0;  // even if the other dims alone would overflow
   }
   std::int64_t product = 1;
-  for (std::int64_t extent : dims_) {
+  for (std::int64_t extent : dims()) {
     if (product > std::numeric_limits<std::int64_t>::max() / extent) {
       TP_THROW(InvalidArgument, "core", "shape ", to_string(), " has more elements than fit in int64");
     }
@@ -57,7 +80,7 @@ std::int64_t Shape::num_elements() const {
   return product;
 }
 
-std::string Shape::to_string() const { return format_dims(dims_); }
+std::string Shape::to_string() const { return format_dims(dims()); }
 
 std::ostream& operator<<(std::ostream& stream, const Shape& shape) { return stream << shape.to_string(); }
 

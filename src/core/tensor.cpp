@@ -20,7 +20,7 @@ memory::AllocationTag allocation_tag(const TensorTag& tag, const Shape& shape, D
   memory::AllocationTag result;
   result.name = tag.name;
   result.op = tag.op;
-  result.shape = shape.dims();
+  result.shape = shape.dims_vector();
   result.dtype = std::string(name_of(dtype));
   result.kind = tag.kind;
   result.step = tag.step;
@@ -96,7 +96,7 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
     TP_THROW(InvalidArgument, "tensor", "slice [", begin, ", ", end, ") along axis 0 is outside '", name(),
              "' of shape ", shape_, "; need 0 <= begin <= end <= ", rows);
   }
-  std::vector<std::int64_t> dims = shape_.dims();
+  std::vector<std::int64_t> dims = shape_.dims_vector();
   dims[0] = 1;
   const std::size_t row_bytes = byte_size(Shape(dims), dtype_);
   dims[0] = end - begin;

@@ -123,7 +123,7 @@ Dataset Dataset::from_tensors(const Tensor& features, const Tensor& labels) {
   if (labels.shape().rank() != 1) {
     TP_THROW(InvalidArgument, "data", "Dataset: labels must have 1 dimension, got ", labels.shape());
   }
-  const std::vector<std::int64_t>& dims = features.shape().dims();
+  const std::vector<std::int64_t> dims = features.shape().dims_vector();
   IdxArray feature_array;
   if (features.dtype() == DType::u8) {
     feature_array = IdxArray::of<std::uint8_t>(dims, features.to_vector<std::uint8_t>());
@@ -134,9 +134,9 @@ Dataset Dataset::from_tensors(const Tensor& features, const Tensor& labels) {
   }
   IdxArray label_array;
   if (labels.dtype() == DType::i32) {
-    label_array = IdxArray::of<std::int32_t>(labels.shape().dims(), labels.to_vector<std::int32_t>());
+    label_array = IdxArray::of<std::int32_t>(labels.shape().dims_vector(), labels.to_vector<std::int32_t>());
   } else if (labels.dtype() == DType::u8) {
-    label_array = IdxArray::of<std::uint8_t>(labels.shape().dims(), labels.to_vector<std::uint8_t>());
+    label_array = IdxArray::of<std::uint8_t>(labels.shape().dims_vector(), labels.to_vector<std::uint8_t>());
   } else {
     TP_THROW(InvalidArgument, "data", "Dataset: labels are ", labels.dtype(), "; use int32 or uint8");
   }

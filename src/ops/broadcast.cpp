@@ -40,7 +40,7 @@ Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size, Bro
   device::Device& device = detail::common_device(kBroadcast, {{"x", x}});
   detail::require_floating(kBroadcast, {"x", x});
   if (size < 0) TP_THROW(InvalidArgument, "ops", kBroadcast, ": size ", size, " is negative");
-  std::vector<std::int64_t> dims = x.shape().dims();
+  std::vector<std::int64_t> dims = x.shape().dims_vector();
   const auto out_rank = static_cast<std::int64_t>(dims.size()) + 1;
   std::vector<std::int64_t> probe = dims;
   probe.push_back(1);

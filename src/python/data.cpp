@@ -91,9 +91,10 @@ nb::list epoch_batches(const data::Dataset& dataset, std::int64_t epoch) {
   nb::list result;
   for (const data::Batch& batch : batches) {
     nb::object labels = batch.labels.dtype() == DType::f32
-                            ? to_numpy(batch.labels.to_vector<float>(), batch.labels.shape().dims())
-                            : to_numpy(batch.labels.to_vector<std::int32_t>(), batch.labels.shape().dims());
-    result.append(nb::make_tuple(to_numpy(batch.features.to_vector<float>(), batch.features.shape().dims()), labels));
+                            ? to_numpy(batch.labels.to_vector<float>(), batch.labels.shape().dims_vector())
+                            : to_numpy(batch.labels.to_vector<std::int32_t>(), batch.labels.shape().dims_vector());
+    result.append(
+        nb::make_tuple(to_numpy(batch.features.to_vector<float>(), batch.features.shape().dims_vector()), labels));
   }
   return result;
 }

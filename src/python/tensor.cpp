@@ -172,7 +172,7 @@ memory::AllocationTag numpy_tag(const Shape& shape, DType dtype) {
   memory::AllocationTag tag;
   tag.name = "numpy";
   tag.op = "convert_to_tensor";
-  tag.shape = shape.dims();
+  tag.shape = shape.dims_vector();
   tag.dtype = std::string(name_of(dtype));
   return tag;
 }

@@ -53,7 +53,7 @@ void Executor::allocate_outputs(const Step& current) {
     const graph::Node& node = graph_.node(value.output.node);
     memory::AllocationTag tag{value.name,
                               node.op,
-                              value.shape.dims(),
+                              value.shape.dims_vector(),
                               std::string(name_of(value.dtype)),
                               value.shared ? memory::AllocationKind::fetched : memory::AllocationKind::activation,
                               options_.step};

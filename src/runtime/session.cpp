@@ -85,7 +85,7 @@ FeedTypes types_of(const FeedMap& feeds) {
   FeedTypes types;
   for (const auto& [name, tensor] : feeds) {
     if (!tensor.defined()) TP_THROW(InvalidArgument, "session", "feed '", name, "' is an undefined tensor");
-    types[name] = graph::TensorType{tensor.dtype(), tensor.shape().dims()};
+    types[name] = graph::TensorType{tensor.dtype(), tensor.shape().dims_vector()};
   }
   return types;
 }
@@ -266,7 +266,8 @@ Tensor& Session::variable(graph::NodeId id, device::Device& device) {
   }
   const DType dtype = graph::attribute_dtype(node, "dtype");
   const Shape shape(graph::attribute_ints(node, "shape"));
-  memory::AllocationTag tag{node.name, "Variable", shape.dims(), std::string(name_of(dtype)), kind_of_variable(node)};
+  memory::AllocationTag tag{node.name, "Variable", shape.dims_vector(), std::string(name_of(dtype)),
+                            kind_of_variable(node)};
   Tensor tensor =
       Tensor::from_buffer(device.allocate(byte_size(shape, dtype), tag, memory_of(device)), 0, shape, dtype);
   if (graph::attribute_string(node, "initializer", "zeros") == "cast") {
@@ -496,7 +497,7 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
                                 .device = value.device->name(),
                                 .op = node.op,
                                 .dtype = std::string(name_of(value.dtype)),
-                                .shape = value.shape.dims(),
+                                .shape = value.shape.dims_vector(),
                                 .kind = kind_of_variable(node),
                                 .bytes = value.bytes(),
                                 .planned_bytes = value.bytes()});
@@ -507,7 +508,7 @@ MemoryPlan Session::plan(const FeedTypes& feeds, const std::vector<std::string>&
     tensor.device = value.device->name();
     tensor.op = value.op;
     tensor.dtype = std::string(name_of(value.dtype));
-    tensor.shape = value.shape.dims();
+    tensor.shape = value.shape.dims_vector();
     tensor.bytes = value.bytes();
     const bool outside_arena = value.shared || value.fed_in_place;
     tensor.planned_bytes =

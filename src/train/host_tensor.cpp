@@ -12,7 +12,7 @@ HostTensor to_host(const Tensor& tensor) {
   if (!tensor.defined()) TP_THROW(InvalidArgument, "train", "to_host: the tensor is undefined (default-constructed)");
   HostTensor host;
   host.dtype = tensor.dtype();
-  host.dims = tensor.shape().dims();
+  host.dims = tensor.shape().dims_vector();
   host.bytes.resize(tensor.nbytes());
   if (!host.bytes.empty()) tensor.copy_to_host(host.bytes.data());
   return host;

@@ -42,10 +42,39 @@ TEST(Shape, BasicsFromInitializerListAndVector) {
   EXPECT_EQ(shape, Shape(std::vector<std::int64_t>{784, 512}));
   EXPECT_NE(shape, (Shape{512, 784}));
   EXPECT_NE(shape, (Shape{784, 512, 1}));
-  EXPECT_EQ(shape.dims(), (std::vector<std::int64_t>{784, 512}));
+  EXPECT_EQ(shape.dims_vector(), (std::vector<std::int64_t>{784, 512}));
   std::ostringstream stream;
   stream << shape;
   EXPECT_EQ(stream.str(), "[784,512]");
+}
+
+// Ranks up to kInlineRank live in the Shape, larger ones on the heap: copies and moves of both keep the dims,
+// a moved-from Shape is a scalar, and equality compares dims, not where they are kept.
+TEST(Shape, InlineAndHeapRanksCopyMoveAndCompare) {
+  for (std::size_t rank :
+       {std::size_t{0}, std::size_t{1}, Shape::kInlineRank, Shape::kInlineRank + 1, std::size_t{12}}) {
+    std::vector<std::int64_t> dims(rank);
+    for (std::size_t index = 0; index < rank; ++index) dims[index] = static_cast<std::int64_t>(index) + 2;
+    const Shape original(dims);
+    ASSERT_EQ(original.rank(), rank);
+    EXPECT_EQ(original.dims_vector(), dims);
+    Shape copy = original;
+    EXPECT_EQ(copy, original);
+    EXPECT_NE(copy.dims().data(), original.dims().data()) << "a copy shares no storage, rank " << rank;
+    Shape moved = std::move(copy);
+    EXPECT_EQ(moved, original);
+    EXPECT_EQ(copy.rank(), 0u) << "moved-from, rank " << rank;  // NOLINT(bugprone-use-after-move)
+    Shape assigned{7};
+    assigned = moved;
+    EXPECT_EQ(assigned, original);
+    assigned = Shape{1, 2, 3, 4, 5, 6, 7, 8};
+    EXPECT_EQ(assigned.to_string(), "[1,2,3,4,5,6,7,8]");
+    assigned = std::move(moved);
+    EXPECT_EQ(assigned, original);
+    EXPECT_EQ(assigned.num_elements(), rank == 0 ? 1 : original.num_elements());
+  }
+  EXPECT_NE((Shape{1, 2, 3, 4, 5, 6, 7}), (Shape{1, 2, 3, 4, 5, 6}));
+  expect_invalid([] { Shape{1, 2, 3, 4, 5, 6, 7, -8}; }, {"dim 7", "-8"});
 }
 
 TEST(Shape, ScalarAndZeroSized) {

@@ -27,7 +27,7 @@ TEST_P(HostTensorTest, RoundTripThroughTheDeviceKeepsEveryByte) {
   for (const auto& [name, host] : sample.tensors) {
     const Tensor tensor = to_device(host, *device, {.name = name});
     EXPECT_EQ(tensor.dtype(), host.dtype) << name;
-    EXPECT_EQ(tensor.shape().dims(), host.dims) << name;
+    EXPECT_EQ(tensor.shape().dims_vector(), host.dims) << name;
     EXPECT_EQ(tensor.name(), name);
     EXPECT_EQ(to_host(tensor), host) << name;
   }

@@ -123,7 +123,7 @@ inline RunResult run_graph(const Graph& graph, device::Device& device, const std
                            std::int64_t step = 1) {
   std::map<NodeId, TensorType> feeds;
   for (const auto& [id, tensor] : bindings) {
-    if (graph.node(id).op == "Placeholder") feeds[id] = TensorType{tensor.dtype(), tensor.shape().dims()};
+    if (graph.node(id).op == "Placeholder") feeds[id] = TensorType{tensor.dtype(), tensor.shape().dims_vector()};
   }
   const std::vector<std::vector<TensorType>> types = infer_types(graph, feeds);
   RunResult outputs(graph.size());
