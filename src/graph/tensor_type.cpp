@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <ostream>
-#include <sstream>
+#include <string>
 
 #include "graph/graph_internal.hpp"
 
@@ -21,12 +21,16 @@ Shape TensorType::shape() const {
   return Shape(dims);
 }
 
+// Without a stream: a session builds its executable cache key from these at every run.
 std::string TensorType::to_string() const {
-  std::ostringstream stream;
-  stream << name_of(dtype) << "[";
-  for (std::size_t index = 0; index < dims.size(); ++index) stream << (index == 0 ? "" : ",") << dims[index];
-  stream << "]";
-  return stream.str();
+  std::string text(name_of(dtype));
+  text += '[';
+  for (std::size_t index = 0; index < dims.size(); ++index) {
+    if (index != 0) text += ',';
+    text += std::to_string(dims[index]);
+  }
+  text += ']';
+  return text;
 }
 
 std::ostream& operator<<(std::ostream& stream, const TensorType& type) { return stream << type.to_string(); }
