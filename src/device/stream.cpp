@@ -17,11 +17,10 @@ Stream* Stream::current() noexcept { return current_stream; }
 std::string Stream::name() const { return device_.name() + "/stream:" + std::to_string(index_); }
 
 void Stream::enqueue(Task task) {
-  // Behind a kept error the stream skips kernels and copies; record()/wait() tasks are not wrapped, so
-  // events still complete and no stream waiting on this one hangs.
-  do_enqueue([this, task = std::move(task)] {
-    if (!has_error_.load(std::memory_order_acquire)) task();
-  });
+  // Behind a kept error the stream skips kernels and copies; record()/wait() tasks are not bound to the flag,
+  // so events still complete and no stream waiting on this one hangs.
+  task.cancel_when(&has_error_);
+  do_enqueue(std::move(task));
 }
 
 Event Stream::do_record() {

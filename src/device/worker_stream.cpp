@@ -43,8 +43,8 @@ void WorkerStream::serve() {
     {
       std::unique_lock lock(mutex_);
       work_available_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything enqueued has run
-      task = std::move(queue_.front());
+      if (queue_.empty()) return;        // stopping, and everything enqueued has run
+      task = std::move(queue_.front());  // leaves the slot empty: the captures go with `task`
       queue_.pop_front();
       ++taken;
     }

@@ -8,11 +8,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <thread>
 
 #include "device/completion_count.hpp"
+#include "device/ring_queue.hpp"
 #include "tensorpool/device/stream.hpp"
 
 namespace tp::device {
@@ -30,7 +30,7 @@ class WorkerStream final : public Stream {
 
   mutable std::mutex mutex_;  // guards queue_, enqueued_ (writes), stopping_
   std::condition_variable work_available_;
-  std::deque<Task> queue_;
+  detail::RingQueue<Task> queue_;
   // Written under mutex_; atomic so that the worker polls it without the mutex before it sleeps
   // (poll_before_sleeping), and wait_idle() reads its target without the mutex.
   std::atomic<std::uint64_t> enqueued_{0};

@@ -22,13 +22,13 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 
 #include "tensorpool/device/event.hpp"
+#include "tensorpool/device/stream_task.hpp"
 
 namespace tp::device {
 
@@ -36,7 +36,7 @@ class Device;
 
 class Stream {
  public:
-  using Task = std::function<void()>;
+  using Task = StreamTask;
 
   virtual ~Stream() = default;
   Stream(const Stream&) = delete;

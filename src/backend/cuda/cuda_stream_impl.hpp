@@ -40,7 +40,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -50,6 +49,7 @@
 #include "backend/cuda/cuda_graph_book.hpp"
 #include "backend/cuda/cuda_stream.hpp"
 #include "device/completion_count.hpp"
+#include "device/ring_queue.hpp"
 
 namespace tp::backend::cuda {
 
@@ -177,8 +177,8 @@ class CudaStreamImpl final : public CudaStream {
   std::condition_variable work_available_;     // worker: items_ non-empty or stopping_
   std::condition_variable entries_available_;  // completer: entries_ non-empty or worker_done_
   std::condition_variable room_available_;     // worker: outstanding_ went down
-  std::deque<Item> items_;
-  std::deque<Entry> entries_;
+  device::detail::RingQueue<Item> items_;
+  device::detail::RingQueue<Entry> entries_;
   std::vector<cudaEvent_t> events_;  // retired pooled events, for reuse
   // Items pushed; written under mutex_, atomic so that the worker polls it without the mutex before it sleeps.
   std::atomic<std::uint64_t> enqueued_{0};

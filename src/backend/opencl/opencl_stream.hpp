@@ -33,13 +33,13 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "device/completion_count.hpp"
+#include "device/ring_queue.hpp"
 #include "tensorpool/device/stream.hpp"
 
 namespace tp::backend::opencl {
@@ -106,8 +106,8 @@ class OpenClStream final : public device::Stream {
   std::condition_variable work_available_;     // worker: items_ non-empty or stopping_
   std::condition_variable entries_available_;  // completer: entries_ non-empty or worker_done_
   std::condition_variable room_available_;     // worker: outstanding_ went down
-  std::deque<Item> items_;
-  std::deque<Entry> entries_;
+  device::detail::RingQueue<Item> items_;
+  device::detail::RingQueue<Entry> entries_;
   // Items pushed; written under mutex_, atomic so that the worker polls it without the mutex before it
   // sleeps (poll_before_sleeping).
   std::atomic<std::uint64_t> enqueued_{0};
