@@ -78,9 +78,12 @@ void add_model_options(CLI::App& command, ModelArguments& arguments) {
                   "mirrored, multi_worker: gradients are all-reduced in buckets of at most this size (e.g. 1MiB)")
       ->capture_default_str();
   command
-      .add_option("--fuse-update", arguments.fuse_update,
-                  "mirrored, Adam on sim devices: each replica's update reads every replica's gradient in place "
-                  "(AllReduceAdam, the all-reduce folded into it) instead of an AllReduce into a bucket; the same bits")
+      .add_option(
+          "--fuse-update", arguments.fuse_update,
+          "mirrored, Adam on sim devices: each replica's update reads every replica's gradient in place "
+          "(AllReduceAdam, the all-reduce folded into it) instead of an AllReduce into a bucket; the same bits. "
+          "With mixed_bfloat16 (also on one cpu or sim device) the update keeps the layers' bfloat16 weight "
+          "copies, which are then not cast each step")
       ->capture_default_str();
   command
       .add_option("--multi-tensor-update", arguments.multi_tensor_update,

@@ -80,7 +80,9 @@ struct Strategy {
   // mirrored with Adam on sim devices (no ZeRO, no loss scaling, the ring all-reduce): each replica's update
   // reads every replica's gradient in place and sums it as it goes (the AllReduceAdam op), instead of an
   // AllReduce into a bucket that the update then reads; bitwise the same variables, no bucket in the plan.
-  // On by default, as in `tensorpool train` (false: the AllReduce and ApplyAdam nodes).
+  // With 16-bit gradients (mixed_bfloat16; also one replica on a cpu or sim device) the update keeps persistent
+  // bfloat16 copies of the weights that the layers read, instead of a Cast of each weight every step
+  // (docs/mixed-precision.md). On by default, as in `tensorpool train` (false: the AllReduce and ApplyAdam nodes).
   bool fuse_update = true;
   // Every strategy: the optimizer updates of one device (plain ApplyAdam or ApplySgd, one per variable) grouped
   // into one multi-tensor node (ApplyAdamMulti / ApplySgdMulti) where every device's backend has the kernels,
