@@ -17,7 +17,6 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   if (options.bfc_split) config.bfc_split = *options.bfc_split;
   if (options.policy) config.policy = *options.policy;
   if (options.release_decay_events) config.release_decay_events = *options.release_decay_events;
-  if (options.flush_caches_before_growth) config.flush_caches_before_growth = *options.flush_caches_before_growth;
   config.compact_before_growth = options.compact_before_growth;
   return config;
 }

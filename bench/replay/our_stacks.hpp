@@ -27,7 +27,6 @@ struct OurStackOptions {
   std::optional<memory::BfcSplit> bfc_split;          // MemoryConfig::bfc_split; unset = the default (tensorflow)
   std::optional<memory::GrowthPolicy> policy;         // MemoryConfig::policy; unset = the allocator name's
   std::optional<std::uint64_t> release_decay_events;  // MemoryConfig::release_decay_events; unset = the default
-  std::optional<bool> flush_caches_before_growth;     // MemoryConfig's; unset = the default (on)
   // MemoryConfig::compact_before_growth: the replay registers its slots as the arena's relocator
   // (footprint, min-capacity), and min-capacity's probes also compact on a refusal.
   bool compact_before_growth = false;

@@ -29,9 +29,9 @@
 //   min-capacity  (our stacks only) the smallest device capacity on which the trace replays without an
 //              out-of-memory error (find_min_capacity of the replay library; with --compact-before-growth its
 //              probes compact before growth and on a refusal).
-// --flush-before-growth on|off sets MemoryConfig::flush_caches_before_growth (default on); the expandable
-// stacks report what reclaiming before growth did (growth_requests, caches_flushed, compactions_before_growth,
-// blocks_moved, bytes_copied, bytes_remapped).
+// The expandable stacks report what reclaiming before growth did (growth_requests, compactions_before_growth,
+// growth_avoided, blocks_moved, bytes_copied, bytes_remapped). --flush-before-growth is refused: the expandable
+// stacks have no thread caches to flush any more (MemoryStack).
 
 // GCC 12 at -O2 reports a "potential null pointer dereference" inside CLI11's string splitting (inlined
 // std::string moves in CLI::detail::split): a false positive in library code, silenced for that header only.
@@ -307,7 +307,8 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     report["capacity_bytes"] = capacity;
     report["limit_bytes"] = stack->limit_bytes();
     if (stack_options.split_threshold) report["split_threshold"] = *stack_options.split_threshold;
-    report["thread_cache_bytes"] = stack->config().thread_cache_bytes;
+    // The cache's bound when the stack built one (not over TensorFlow's BFC or the expandable arena), else 0.
+    report["thread_cache_bytes"] = stack->thread_cache() != nullptr ? stack->config().thread_cache_bytes : 0;
     report["tracking"] = stack->config().tracking;
     report["policy"] = stack->config().policy == tp::memory::GrowthPolicy::grow ? "grow" : "preallocate";
     report["bfc_split"] = std::string(tp::memory::to_string(stack->config().bfc_split));
@@ -324,10 +325,8 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     }
     if (arena != nullptr) {
       const tp::memory::GrowthPressureStats growth = arena->growth_pressure_stats();
-      report["flush_before_growth"] = stack->config().flush_caches_before_growth;
       report["compact_before_growth"] = arena->options().compact_before_growth;
       report["growth_requests"] = growth.growth_requests;
-      report["caches_flushed"] = growth.hooks_released;
       report["compactions_before_growth"] = growth.compactions;
       report["growth_avoided"] = growth.growth_avoided;
       report["blocks_moved"] = growth.blocks_moved;
@@ -367,11 +366,10 @@ int main(int argc, char** argv) {
   app.add_option("--split-threshold", stack_options.split_threshold,
                  "BFC split threshold in bytes (tuning experiments; default: MemoryConfig's)");
   app.add_option("--thread-cache", stack_options.thread_cache_bytes,
-                 "per-thread cache of freed small blocks in bytes, 0 = off (default: MemoryConfig's)");
+                 "per-thread cache of freed small blocks in bytes, 0 = off (default: MemoryConfig's; only stacks over"
+                 " bfc --bfc-split exact build one)");
   std::string flush_before_growth;
-  app.add_option("--flush-before-growth", flush_before_growth,
-                 "our expandable stacks: the thread caches give their blocks back before the arena grows (default on)")
-      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--flush-before-growth", flush_before_growth, "removed: refused with the reason");
   app.add_flag("--compact-before-growth", stack_options.compact_before_growth,
                "our expandable stacks, footprint and min-capacity: the arena may move live blocks before it grows");
   app.add_flag("--tracking", stack_options.tracking, "our stacks: with the tracking adaptor (per-allocation records)");
@@ -391,7 +389,12 @@ int main(int argc, char** argv) {
     if (!bfc_split.empty()) {
       stack_options.bfc_split = bfc_split == "exact" ? tp::memory::BfcSplit::exact : tp::memory::BfcSplit::tensorflow;
     }
-    if (!flush_before_growth.empty()) stack_options.flush_caches_before_growth = flush_before_growth == "on";
+    if (!flush_before_growth.empty()) {
+      std::cerr << "tp_replay_worker: --flush-before-growth was removed: stacks over the expandable arena build no"
+                   " thread cache, so nothing is flushed before growth; drop the flag (--compact-before-growth"
+                   " still applies)\n";
+      return 2;
+    }
     if (stack_options.compact_before_growth && (allocator_name != "expandable" || stack_options.tracking)) {
       std::cerr << "tp_replay_worker: --compact-before-growth needs --allocator expandable without --tracking (the"
                    " tracking adaptor keys its records by pointer)\n";

@@ -44,9 +44,9 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
   ++growth_.growth_requests;
   // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
-  // takes again) the caches keep their blocks, so a steady loop does not flush them. With compaction before
-  // growth they go back on every growth: a cached block cannot move, and the holes it pins are what compaction
-  // closes.
+  // takes again) the layers above keep their blocks, so a steady loop does not take them back. With compaction
+  // before growth they go back on every growth: a kept block cannot move, and the holes it pins are what
+  // compaction closes.
   const bool compacts = options_.compact_before_growth && relocator_ != nullptr;
   const bool past_peak = (committed_granules_ + placement.new_granules) * granularity_ > stats_.peak_bytes_reserved;
   if (growth_hook_ && (past_peak || compacts)) {

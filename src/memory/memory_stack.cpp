@@ -67,12 +67,22 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
 }
 
 // A thread cache serves a pair without the allocator only when it knows a kept block's footprint without asking
-// the allocator. TensorFlow's BFC cannot say it (a chunk below twice the request is handed out whole), so over
-// it every kept free takes BFC's lock for a look-up and a cached pair costs more atomic operations than BFC's own
-// pair; the cache's held blocks also raise BFC's footprint. Such a stack has no cache.
+// the allocator, and pays only when its pair costs less than the allocator's own. TensorFlow's BFC cannot say
+// the footprint (a chunk below twice the request is handed out whole), so over it every kept free takes BFC's
+// lock for a look-up and a cached pair costs more atomic operations than BFC's own pair. Over the expandable
+// arena the cache's locked instructions cost more than the arena's pair saves on most traces, a bin that a new
+// size claims hands its blocks back to the arena in one free (the p99), and the kept blocks stay allocated in
+// the arena, pinning granules. Over either, the cache's held blocks raise the footprint. Such a stack has no
+// cache (docs/memory.md, "Thread caches").
 bool thread_cache_pays(const MemoryConfig& config) noexcept {
-  const bool bfc = config.allocator == AllocatorKind::bfc || config.allocator == AllocatorKind::managed;
-  return !bfc || config.bfc_split != BfcSplit::tensorflow;
+  switch (config.allocator) {
+    case AllocatorKind::bfc:
+    case AllocatorKind::managed: return config.bfc_split != BfcSplit::tensorflow;
+    case AllocatorKind::expandable: return false;
+    case AllocatorKind::cuda_malloc_async:
+    case AllocatorKind::system: return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -119,11 +129,6 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
     options.max_block_bytes = std::min(options.max_block_bytes, options.max_bytes);
     auto cache = std::make_unique<ThreadCacheAdaptor>(std::move(layer), options);
     thread_cache_ = cache.get();
-    // Reclaim before growing: cached blocks stay allocated in the arena, so they go back before it grows.
-    if (auto* arena = dynamic_cast<ExpandableArena*>(allocator_);
-        arena != nullptr && config_.flush_caches_before_growth) {
-      arena->set_growth_hook([cache = thread_cache_] { return cache->flush() != 0; });
-    }
     layer = std::move(cache);
   }
   if (config_.tracking) {

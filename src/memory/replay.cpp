@@ -323,7 +323,6 @@ class ReplayRun {
   void add_growth_compactions(ReplayCompaction& compaction, const GrowthPressureStats& before) const {
     const GrowthPressureStats after = options_.compact->growth_pressure_stats();
     compaction.growth_requests = after.growth_requests - before.growth_requests;
-    compaction.caches_flushed = after.hooks_released - before.hooks_released;
     compaction.before_growth = after.compactions - before.compactions;
     compaction.growth_avoided = after.growth_avoided - before.growth_avoided;
     compaction.blocks_moved += after.blocks_moved - before.blocks_moved;

@@ -2,8 +2,8 @@
 // Reclaim before growing (issue 23, growth_pressure.hpp): a trace whose holes would make the arena grow past
 // 1.05 x live stays within it when the arena compacts before growing (every byte of every block checked at its
 // free, so every moved byte is checked); random operations keep every invariant and byte while blocks slide; a
-// trace that only grows never compacts; the thread caches give their blocks back before the arena grows; bad
-// options are refused naming them.
+// trace that only grows never compacts; a thread cache on the growth hook gives its blocks back before the arena
+// grows; bad options are refused naming them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +26,7 @@
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/replay.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
+#include "tensorpool/memory/thread_cache_adaptor.hpp"
 #include "tensorpool/memory/trace.hpp"
 
 namespace {
@@ -125,27 +126,28 @@ TEST(ExpandableArenaGrowth, ATraceThatOnlyGrowsNeverCompacts) {
   EXPECT_EQ(result.compaction.blocks_moved, 0u);
 }
 
-// Blocks a thread cache keeps stay allocated in the arena: before it grows, the caches give them back.
-TEST(ExpandableArenaGrowth, TheThreadCachesGiveTheirBlocksBackBeforeTheArenaGrows) {
+// Blocks a thread cache keeps stay allocated in the arena: a cache composed over the arena by hand (no
+// MemoryStack builds one there) that sets the growth hook to its flush gives them back before the arena grows.
+TEST(ExpandableArenaGrowth, AThreadCacheOnTheGrowthHookGivesItsBlocksBackBeforeTheArenaGrows) {
   for (const bool flush : {false, true}) {
     SCOPED_TRACE(flush ? "flush before growth" : "no flush");
-    MemoryConfig config = expandable_config(false);
-    config.flush_caches_before_growth = flush;
-    const auto stack = tp::memory::make_sim_device_memory_stack(config, 64 * kMiB);
-    ASSERT_NE(stack->thread_cache(), nullptr);
+    tp::memory::ArenaOptions options;
+    options.limit_bytes = 64 * kMiB;
+    auto owned = std::make_unique<tp::memory::ExpandableArena>(std::make_unique<SimDeviceMemory>(64 * kMiB), options);
+    tp::memory::ExpandableArena& arena = *owned;
+    tp::memory::ThreadCacheAdaptor cache(std::move(owned));
+    if (flush) arena.set_growth_hook([&cache] { return cache.flush() != 0; });
     std::vector<void*> blocks;
-    for (int index = 0; index < 4; ++index) blocks.push_back(stack->allocate(512 * 1024));
-    for (void* block : blocks) stack->deallocate(block, 512 * 1024);
-    ASSERT_EQ(stack->thread_cache()->cached_blocks(), 4u) << "the four blocks fill one granule, cached";
-    void* large = stack->allocate(2 * kMiB);  // bypasses the caches: the arena must find a granule
-    const auto* arena = dynamic_cast<const tp::memory::ExpandableArena*>(&stack->allocator());
-    ASSERT_NE(arena, nullptr);
-    EXPECT_EQ(stack->thread_cache()->cached_blocks(), flush ? 0u : 4u);
-    EXPECT_EQ(stack->stats().peak_bytes_reserved, flush ? kGranule : 2 * kGranule);
-    EXPECT_EQ(arena->growth_pressure_stats().hooks_released, flush ? 1u : 0u);
-    EXPECT_EQ(arena->growth_pressure_stats().growth_avoided, flush ? 1u : 0u);
-    stack->deallocate(large, 2 * kMiB);
-    EXPECT_EQ(arena->check_invariants(), "");
+    for (int index = 0; index < 4; ++index) blocks.push_back(cache.allocate(512 * 1024));
+    for (void* block : blocks) cache.deallocate(block, 512 * 1024);
+    ASSERT_EQ(cache.cached_blocks(), 4u) << "the four blocks fill one granule, cached";
+    void* large = cache.allocate(2 * kMiB);  // bypasses the cache: the arena must find a granule
+    EXPECT_EQ(cache.cached_blocks(), flush ? 0u : 4u);
+    EXPECT_EQ(arena.stats().peak_bytes_reserved, flush ? kGranule : 2 * kGranule);
+    EXPECT_EQ(arena.growth_pressure_stats().hooks_released, flush ? 1u : 0u);
+    EXPECT_EQ(arena.growth_pressure_stats().growth_avoided, flush ? 1u : 0u);
+    cache.deallocate(large, 2 * kMiB);
+    EXPECT_EQ(arena.check_invariants(), "");
   }
 }
 

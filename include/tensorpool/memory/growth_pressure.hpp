@@ -5,8 +5,9 @@
 // the work that lowers it runs there and nowhere else: a request that fits in what the allocator holds never
 // reaches it.
 //   1. The growth hook, when the growth would take the reservation past its peak: the layers above give back
-//      blocks they keep allocated but do not use (a MemoryStack sets it to the thread caches' flush). Then the
-//      request is placed again.
+//      blocks they keep allocated but do not use (a ThreadCacheAdaptor composed over the arena by hand sets it
+//      to its flush; a MemoryStack builds no cache over the arena and sets none). Then the request is placed
+//      again.
 //   2. Compaction before growth (ArenaOptions::compact_before_growth, with a Relocator registered by the
 //      blocks' owner): when growing would leave more than the slack free inside the reservation, live blocks
 //      move down (ExpandableArena::compact) and the request is placed again. Only then does the allocator grow.

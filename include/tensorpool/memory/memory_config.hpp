@@ -66,14 +66,11 @@ struct MemoryConfig {
   bool share_granules = false;                 // expandable: physical granules shared between virtual ones
                                                // (ArenaOptions::share_granules: less memory under random
                                                // sizes, slower requests); the other allocators ignore it
-  // expandable: reclaim before growing (growth_pressure.hpp, docs/memory.md). flush_caches_before_growth: before
-  // the arena commits new granules, the thread caches give their blocks back (they stay allocated in the arena
-  // while cached) and the request is placed again. compact_before_growth (ArenaOptions::compact_before_growth):
-  // then, if growing would leave more than compaction_slack x the in-use bytes (plus a granule) free inside the
-  // reservation, the arena compacts first, moving the blocks of the relocator its owner registers
-  // (ExpandableArena::set_relocator; without one nothing moves); not with share_granules. The other allocators
-  // ignore the three.
-  bool flush_caches_before_growth = true;
+  // expandable: reclaim before growing (growth_pressure.hpp, docs/memory.md). compact_before_growth
+  // (ArenaOptions::compact_before_growth): before the arena commits new granules, if growing would leave more
+  // than compaction_slack x the in-use bytes (plus a granule) free inside the reservation, the arena compacts
+  // first, moving the blocks of the relocator its owner registers (ExpandableArena::set_relocator; without one
+  // nothing moves), and the request is placed again; not with share_granules. The other allocators ignore both.
   bool compact_before_growth = false;
   double compaction_slack = 0.02;  // in [0, 1]
   // expandable, grow: freed granules beyond the arena's release threshold are decommitted once unused for this
@@ -82,7 +79,9 @@ struct MemoryConfig {
   bool tracking = true;  // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
   // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by
-  // trim() and before an out-of-memory retry. 0 turns the caches off.
+  // trim() and before an out-of-memory retry. 0 turns the caches off. Only stacks over BFC with
+  // BfcSplit::exact, system and cuda_malloc_async build caches; over TensorFlow's BFC and the expandable arena
+  // they would cost more than they save, so those stacks have none (MemoryStack::thread_cache()).
   std::size_t thread_cache_bytes = kDefaultThreadCacheBytes;
   // Allocations of these kinds (by their tag) come from the device's shared (host-visible) memory when it
   // has one (Device::shared_memory(): fine-grained SVM on opencl), so host code and kernels both touch them

@@ -6,12 +6,11 @@
 //     allocator = BfcAllocator     over the source as a MemoryResource (preallocate | grow, limit, GC, split)
 //               | ExpandableArena  over the source as VirtualMemory  (limit; preallocate keeps freed pages)
 //               | LimitingAdaptor  over the source itself            (system: every request goes to the source)
-//     thread_cache = ThreadCacheAdaptor when config.thread_cache_bytes > 0 and the allocator is not BFC with
-//               BfcSplit::tensorflow (whose footprints a cache can learn only under BFC's lock, so a cached pair
-//               would cost more than BFC's own), below tracking, so a cached block is not a live allocation to
-//               the profiler; over the expandable arena, with
-//               config.flush_caches_before_growth, its flush is the arena's growth hook (the caches give their
-//               blocks back before the arena commits more memory: growth_pressure.hpp)
+//     thread_cache = ThreadCacheAdaptor when config.thread_cache_bytes > 0 and the allocator is BFC (or
+//               managed) with BfcSplit::exact, system or cuda_malloc_async; below tracking, so a cached block
+//               is not a live allocation to the profiler. Not over BFC with BfcSplit::tensorflow (a cache learns
+//               footprints there only under BFC's lock) nor over the expandable arena (the cache's locked pair
+//               costs more than the arena's, and its kept blocks pin the arena's granules)
 //     tracking  = TrackingAdaptor when config.tracking
 //
 // The stack is itself the MemoryResource callers use (named config.device); every tp::OutOfMemoryError
@@ -57,7 +56,7 @@ class MemoryStack final : public MemoryResource {
   // Live-allocation records; null when config().tracking is false.
   TrackingAdaptor* tracking() const noexcept { return tracking_; }
   // The per-thread caches of freed small blocks; null when config().thread_cache_bytes is 0 or the allocator is
-  // BFC with BfcSplit::tensorflow.
+  // BFC with BfcSplit::tensorflow or the expandable arena.
   ThreadCacheAdaptor* thread_cache() const noexcept { return thread_cache_; }
   // The allocator layer (BfcAllocator, ExpandableArena, or the LimitingAdaptor of `system`), for tests and
   // tools that inspect it (e.g. dynamic_cast to BfcAllocator for check_invariants()).

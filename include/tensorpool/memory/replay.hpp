@@ -44,10 +44,9 @@ struct ReplayCompaction {
   std::size_t compactions = 0;     // refused allocations that compacted the arena
   std::size_t retries_served = 0;  // ...and were then served by the retry
   // Reclaim before growing (the arena's growth_pressure_stats over the replay): requests that would have
-  // grown the arena, those of them the thread caches' flush gave blocks back to, compactions before growth
-  // (ArenaOptions::compact_before_growth), and requests then served without growing.
+  // grown the arena, compactions before growth (ArenaOptions::compact_before_growth), and requests then served
+  // without growing.
   std::size_t growth_requests = 0;
-  std::size_t caches_flushed = 0;
   std::size_t before_growth = 0;
   std::size_t growth_avoided = 0;
   std::size_t blocks_moved = 0;  // over all compactions (on a refusal and before growth)
