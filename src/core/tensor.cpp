@@ -100,7 +100,7 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
   dims[0] = 1;
   const std::size_t row_bytes = byte_size(Shape(dims), dtype_);
   dims[0] = end - begin;
-  return Tensor(buffer_, Shape(std::move(dims)), dtype_, offset_bytes_ + static_cast<std::size_t>(begin) * row_bytes);
+  return Tensor(buffer_, Shape(dims), dtype_, offset_bytes_ + static_cast<std::size_t>(begin) * row_bytes);
 }
 
 void* Tensor::data() const {

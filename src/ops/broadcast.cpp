@@ -47,7 +47,7 @@ Tensor broadcast_axis(const Tensor& x, std::int64_t axis, std::int64_t size, Bro
   detail::split_axis(kBroadcast, Shape(probe), axis);  // checks the axis against out's rank
   const std::int64_t position = axis < 0 ? axis + out_rank : axis;
   dims.insert(dims.begin() + position, size);
-  Tensor out = detail::allocate_output(kBroadcast, Shape(std::move(dims)), x.dtype(), device, context);
+  Tensor out = detail::allocate_output(kBroadcast, Shape(dims), x.dtype(), device, context);
   broadcast_axis_into(x, axis, out, mode, context);
   return out;
 }

@@ -97,7 +97,7 @@ AxisSplit split_axis(std::string_view op, const Shape& shape, std::int64_t axis)
     if (dim > axis) split.inner *= size;
     if (dim != axis) kept.push_back(size);
   }
-  split.without_axis = Shape(std::move(kept));
+  split.without_axis = Shape(kept);
   return split;
 }
 

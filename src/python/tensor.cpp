@@ -185,7 +185,7 @@ using HostArray = nb::ndarray<nb::ro, nb::device::cpu>;
 Shape checked_c_contiguous_shape(const HostArray& array) {
   std::vector<std::int64_t> dims(array.ndim());
   for (std::size_t axis = 0; axis < array.ndim(); ++axis) dims[axis] = static_cast<std::int64_t>(array.shape(axis));
-  if (array.size() == 0) return Shape(std::move(dims));
+  if (array.size() == 0) return Shape(dims);
   std::int64_t expected_stride = 1;
   for (std::size_t axis = array.ndim(); axis-- > 0;) {
     if (dims[axis] > 1 && array.stride(axis) != expected_stride) {
@@ -193,7 +193,7 @@ Shape checked_c_contiguous_shape(const HostArray& array) {
     }
     expected_stride *= dims[axis];
   }
-  return Shape(std::move(dims));
+  return Shape(dims);
 }
 
 // A cpu:0 tensor over `source`'s memory (see the header comment).
@@ -217,7 +217,7 @@ PyTensor from_array(nb::handle source, bool readonly) {
 PyTensor bfloat16_from_float32(const nb::ndarray<const float, nb::ro, nb::c_contig, nb::device::cpu>& array) {
   std::vector<std::int64_t> dims;
   for (std::size_t axis = 0; axis < array.ndim(); ++axis) dims.push_back(static_cast<std::int64_t>(array.shape(axis)));
-  const Shape shape(std::move(dims));
+  const Shape shape(dims);
   Tensor tensor = Tensor::empty(shape, DType::bf16, host_device(), TensorTag{.name = "numpy"});
   if (tensor.num_elements() > 0) {
     BFloat16* out = tensor.data<BFloat16>();

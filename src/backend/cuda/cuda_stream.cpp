@@ -155,7 +155,7 @@ void CudaStreamImpl::after_completion(Commands check) {
   if (Stream::current() != this) {
     TP_THROW(DeviceError, "cuda", name(), ": after_completion is called only inside a command task of the stream");
   }
-  checks_.push_back(std::move(check));
+  checks_.emplace_back(std::move(check));
 }
 
 device::Event CudaStreamImpl::do_record() {
