@@ -41,6 +41,12 @@ Shape::Shape(std::span<const std::int64_t> dims) : rank_(dims.size()) {
   std::copy(dims.begin(), dims.end(), heap_ != nullptr ? heap_.get() : inline_.data());
 }
 
+Shape::Shape(const Shape& other) : inline_(other.inline_), rank_(other.rank_) {
+  if (other.heap_ == nullptr) return;
+  heap_ = std::make_unique_for_overwrite<std::int64_t[]>(rank_);
+  std::copy(other.heap_.get(), other.heap_.get() + rank_, heap_.get());
+}
+
 Shape::Shape(Shape&& other) noexcept
     : inline_(other.inline_), heap_(std::move(other.heap_)), rank_(std::exchange(other.rank_, 0)) {}
 

@@ -30,7 +30,7 @@ class Shape {
   Shape(std::initializer_list<std::int64_t> dims);
   explicit Shape(std::span<const std::int64_t> dims);
   explicit Shape(const std::vector<std::int64_t>& dims) : Shape(std::span<const std::int64_t>(dims)) {}
-  Shape(const Shape& other) : Shape(other.dims()) {}
+  Shape(const Shape& other);  // copies the dims as they are: a Shape's dims are valid
   Shape(Shape&& other) noexcept;
   Shape& operator=(const Shape& other);
   Shape& operator=(Shape&& other) noexcept;
