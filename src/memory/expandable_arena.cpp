@@ -448,7 +448,7 @@ void ExpandableArena::reserve_slots(std::size_t blocks) {
   slot_shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
   slots_in_use_ = 0;
   for (const Slot& slot : entries) {
-    if (slot.offset != kEmptySlot) set_slot(slot.offset, slot.index);
+    if (slot.offset != kEmptySlot) insert_slot(slot.offset, slot.index);  // distinct offsets, a fresh table
   }
 }
 
