@@ -241,10 +241,9 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
       if (!options_.share_granules) {
         // Without sharing (no masks, no partial lists): a granule with users keeps its own physical granule;
         // one without claims the physical granule still mapped there when nothing else uses it, else takes a
-        // fresh one (choose's answers for these cases, without its work): the least recently freed cached one,
-        // whose old mapping is the one least likely to be placed on again, so that the granules freed last
-        // keep theirs and a block placed there again makes no mapping call. Which cached granule is taken
-        // changes no placement (they weigh counts, not identities).
+        // fresh one (choose's answers for these cases, without its work): a cached one (exclusive_victim), or a
+        // new one when the block's later granules claim every cached one. Which cached granule is taken changes
+        // no placement (they weigh counts, not identities), only which mapping calls later blocks make.
         Granule& entry = granules_[granule];
         if (entry.users != 0) {
           ++entry.users;
@@ -252,9 +251,8 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
         }
         std::uint32_t physical = entry.physical;
         if (physical == kNone || physicals_[physical].users != 0) {
-          if (lru_oldest_ != kNone) {
-            physical = lru_oldest_;
-          } else {
+          physical = exclusive_victim(granule + 1, end);
+          if (physical == kNone) {
             if (committed_granules_ >= options_.limit_bytes / granularity_) {
               refused = true;
               break;
@@ -305,6 +303,38 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
   stats_.bytes_reserved = committed_granules_ * granularity_;
   stats_.update_peaks();
   return true;
+}
+
+std::uint32_t ExpandableArena::exclusive_victim(std::size_t from, std::size_t end) const noexcept {
+  // A cached granule still mapped at a later granule of the block without users is that granule's to claim:
+  // taking it here would make that granule map another one (two calls where none was needed). Of the others,
+  // each virtual granule a cached one is mapped at keeps that mapping only while no block there overlaps the
+  // block taking it, so the fewest mappings leave the fewest granules to remap later; the least recently freed
+  // first, whose mappings are the least likely to be placed on again.
+  std::uint32_t best = kNone;
+  std::size_t best_mappings = 0;
+  std::size_t weighed = 0;
+  for (std::uint32_t physical = lru_oldest_; physical != kNone; physical = physicals_[physical].newer) {
+    bool claimed = false;
+    std::size_t mappings = 0;
+    for (std::uint32_t mapped = physicals_[physical].first_mapping; mapped != kNone;
+         mapped = granules_[mapped].next_mapping) {
+      ++mappings;
+      if (mapped >= from && mapped < end && granules_[mapped].users == 0) {
+        claimed = true;
+        break;
+      }
+    }
+    if (claimed) continue;
+    if (best == kNone || mappings < best_mappings) {
+      best = physical;
+      best_mappings = mappings;
+    }
+    // Past the candidates, the first unclaimed one serves; one mapping (its last user's) is the fewest a
+    // cached granule has once it has served a block.
+    if (best_mappings <= 1 || ++weighed >= kVictimCandidates) break;
+  }
+  return best;
 }
 
 void ExpandableArena::release_granules(std::uint32_t block) noexcept {

@@ -38,10 +38,12 @@
 //     placement is valid when every granule it touches either keeps its mapping (the new piece overlaps no chunk
 //     another virtual granule uses in that physical granule) or has no in-use block and can be remapped; pieces that
 //     need a physical granule take, in order, a partly used one whose free chunks at the bottom or top hold them
-//     (tightest first), a cached one, a new one. Without sharing the cached one is the least recently freed
-//     (LRU eviction of its old mapping), so a block placed where blocks were freed last finds its granules
-//     still mapped and makes no mapping call. Physical committed bytes count, not virtual ones: committed_bytes() =
-//     granularity x physical granules backed.
+//     (tightest first), a cached one, a new one. Without sharing the cached one is, of the kVictimCandidates least
+//     recently freed, the one mapped at the fewest virtual granules (the oldest on a tie), never one that a later
+//     granule of the same block still maps and claims: a block placed where blocks were freed last finds its
+//     granules still mapped and makes no mapping call, and a remap leaves stale the fewest mappings a later block
+//     would find. Physical committed bytes count, not virtual ones: committed_bytes() = granularity x physical
+//     granules backed.
 //   - A physical granule with no in-use block through any of its mappings stays committed and mapped
 //     ("cached") on a least-recently-freed list, so an allocate/free cycle makes no system call; a virtual
 //     granule keeps its mapping after its last block goes (a later block there reuses it when it does not
@@ -417,6 +419,10 @@ class ExpandableArena final : public MemoryResource {
   void take_piece(std::size_t granule, std::uint64_t mask) noexcept;
   void drop_piece(std::size_t granule, std::uint64_t mask) noexcept;
   std::uint32_t new_physical();  // creates one (cached, unmapped); may throw OutOfMemoryError
+  // Without sharing, the cached physical granule for a granule of a block whose later granules [from, end) are
+  // still to be placed, or kNone when every cached one is claimed by them (then a new one is needed).
+  std::uint32_t exclusive_victim(std::size_t from, std::size_t end) const noexcept;
+  static constexpr std::size_t kVictimCandidates = 4;  // least recently freed cached granules exclusive_victim weighs
   void lru_push_newest(std::uint32_t physical) noexcept;
   void lru_remove(std::uint32_t physical) noexcept;
   // Drops an in-use block's pieces; call before release_block (the neighbours decide shared end chunks).
