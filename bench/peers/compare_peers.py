@@ -378,6 +378,21 @@ def measure_sgemm(args):
     return best
 
 
+def probe_two_cores(args, library):
+    """Two one-thread sgemm processes at once: what the two CPUs give together right now (GFLOP/s, summed)."""
+    argv = [args.kernel_bench, "--sgemm-rate", "--rounds", "1", "--library", library]
+    children = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, env=base_env())
+                for _ in range(2)]
+    rates = []
+    for child in children:
+        out, _ = child.communicate()
+        data = json_line(out.decode(errors="replace"))
+        if child.returncode != 0 or data is None:
+            return None
+        rates.append(data["sgemm_gflops"])
+    return sum(rates)
+
+
 def schedule(ours, peers, run):
     """Run `run`'s order: ours and the peers interleaved, rotated by `run` places."""
     order = []
@@ -409,6 +424,8 @@ def summarise(runs, batches, sides):
                 "peak_rss_kib": med([r["peak_rss_kib"] for r in ok]),
                 "test_acc": med([r["test_acc"] for r in ok]),
                 "cpu_per_wall": med([r["cpu_s"] / r["wall_s"] for r in ok if r["wall_s"] > 0]),
+                "against_probe": [(r["samples_per_s"] * FLOPS_PER_SAMPLE / (r["two_core_gflops"] * 1e9),
+                                   r["two_core_gflops"]) for r in ok if r.get("two_core_gflops")],
             }
     return result
 
@@ -483,6 +500,13 @@ def target_tables(summary, batches, roofline):
                   "| target | result |", "|---|---:|---:|---:|---:|---|",
                   f"| {rate} | {'-' if roof is None else f'{roof:,.0f}'} | {'-' if ours is None else f'{ours:,.0f}'} | "
                   f"{'-' if value is None else f'{100 * value:.0f}%'} | >= {100 * ROOFLINE_GOAL:.0f}% | {result} |", ""]
+        probed = summary[ROOFLINE_BATCH]["one"].get("against_probe")
+        if probed:
+            lines += ["Against the two CPUs measured right before each run (`--capacity-probe`: two one-thread sgemm "
+                      "processes at once, summed), per run: " + ", ".join(
+                          f"{100 * fraction:.0f}% of {gflops:.0f} GFLOP/s" for fraction, gflops in probed) +
+                      f"; median {100 * med([f for f, _ in probed]):.0f}% (not the target's definition: it shows "
+                      "when the machine, not ours, was slow).", ""]
 
     lines += ["**Target: peak RSS of ours below every peer's** (per process, median over runs)", "",
               "| batch | ours, highest | peers, lowest | result |", "|---:|---|---|---|"]
@@ -581,6 +605,9 @@ def parse_arguments():
     ap.add_argument("--sgemm-gflops", type=float, help="use this one-core sgemm rate instead of measuring it")
     ap.add_argument("--sgemm-rounds", type=positive, help="rounds of tp_kernel_bench --sgemm-rate (default 7)")
     ap.add_argument("--skip-roofline", action="store_true", help="neither measure nor judge the roofline")
+    ap.add_argument("--capacity-probe", action="store_true",
+                    help=f"before each one-device run at batch {ROOFLINE_BATCH}, time two one-thread sgemm processes "
+                    "at once and report ours against their sum too")
     ap.add_argument("--wait-load", type=float, help="first wait for the 1-minute load average to fall below this")
     ap.add_argument("--wait-max", type=positive, default=600, help="seconds to wait at most for --wait-load")
     ap.add_argument("--run-timeout", type=positive, default=1200, help="seconds before a run is killed")
@@ -653,7 +680,12 @@ def main():
         for batch in args.batches:
             for run in range(args.runs):
                 for side in schedule(ours, peers, run):
+                    probe = None
+                    if args.capacity_probe and roofline and side == "one" and batch == ROOFLINE_BATCH:
+                        probe = probe_two_cores(args, roofline["library"])
                     record = bench.run(side, batch)
+                    if probe is not None:
+                        record["two_core_gflops"] = probe
                     record["run"] = run
                     runs.append(record)
                     if "error" in record:
