@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
@@ -184,7 +185,9 @@ ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
 // best_fit without sharing, where every placement is valid (place_at_end's aside): the same candidates in
 // the same order and the same choice, with each end's fresh granules counted inline. The first loop of best_fit
 // ends after kFitCandidates (<= kMaxFitExamined) blocks, and its second loop finds nothing (it runs only when
-// no free block holds the request).
+// no free block holds the request). Each candidate is weighed without a branch on its counts: both ends are
+// counted (the high end wins only with fewer, as in place_in: when the low end reaches `bound` or the block is
+// the request's size, it cannot), and the best so far is kept by conditional moves.
 ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size) const {
   static_assert(kFitCandidates <= kMaxFitExamined);
   // The search stops at a placement no other can beat: one that reaches min_fresh_granules. The best so far is
@@ -201,22 +204,17 @@ ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size)
   for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kFitCandidates;
        index = free_next(index), ++examined) {
     const Block& hole = nodes_[index];
-    std::size_t offset = hole.offset;
-    std::size_t fresh = exclusive_fresh_granules(first_granule(offset), end_granule(offset, size));
-    if (hole.size != size && fresh > bound) {  // place_in: the high end when it takes fewer
-      const std::size_t high = hole.offset + hole.size - size;
-      const std::size_t high_fresh = exclusive_fresh_granules(first_granule(high), end_granule(high, size));
-      if (high_fresh < fresh) {
-        offset = high;
-        fresh = high_fresh;
-      }
-    }
-    if (fresh < best_fresh) {
-      if (fresh <= bound) return placement(index, offset, fresh);
-      best_block = index;
-      best_offset = offset;
-      best_fresh = fresh;
-    }
+    const std::size_t low = hole.offset;
+    const std::size_t high = hole.offset + hole.size - size;
+    const std::size_t low_fresh = fresh_granules_inside(low, size);
+    const std::size_t high_fresh = fresh_granules_inside(high, size);
+    const std::size_t offset = high_fresh < low_fresh ? high : low;
+    const std::size_t fresh = std::min(low_fresh, high_fresh);
+    if (fresh <= bound) return placement(index, offset, fresh);  // then also fewer than the best so far
+    const bool better = fresh < best_fresh;
+    best_block = better ? index : best_block;
+    best_offset = better ? offset : best_offset;
+    best_fresh = better ? fresh : best_fresh;
   }
   // place_at_end without sharing: the extent's end, when the range has room, wins with fewer fresh granules.
   if (size <= range_bytes_ && extent_ <= range_bytes_ - size) {
@@ -239,16 +237,23 @@ ExpandableArena::Placement ExpandableArena::fewest_commits(std::size_t size) con
 // ---- blocks --------------------------------------------------------------------------------------------
 
 std::uint32_t ExpandableArena::new_node() {
-  if (!spare_nodes_.empty()) {
-    const std::uint32_t index = spare_nodes_.back();
-    spare_nodes_.pop_back();
-    nodes_[index] = Block{.priority = nodes_[index].priority};
-    return index;
+  if (spare_nodes_.empty()) {
+    // A batch of nodes at a time (an eighth of those there are, at least kNodeBatch), so that the spare list
+    // is seldom short and prepare_carve's top-up stays off the common path. Room for every node in the spare
+    // list, so that free_node (on the noexcept free path) never allocates.
+    const std::size_t count = nodes_.size();
+    const std::size_t total = std::min<std::size_t>(count + std::max(kNodeBatch, count / 8), kNone);
+    if (total == count) throw std::bad_alloc();                            // 32-bit node indices exhausted
+    if (spare_nodes_.capacity() < total) spare_nodes_.reserve(2 * total);  // may throw: nothing changed yet
+    nodes_.resize(total);                                                  // idem
+    for (std::size_t index = total; index-- > count;) {                    // the lowest index on top
+      nodes_[index].priority = treap_priority(static_cast<std::uint32_t>(index));
+      spare_nodes_.push_back(static_cast<std::uint32_t>(index));
+    }
   }
-  const auto index = static_cast<std::uint32_t>(nodes_.size());
-  // Room for every node in the spare list, so that free_node (on the noexcept free path) never allocates.
-  if (spare_nodes_.capacity() <= index) spare_nodes_.reserve(2 * std::size_t{index} + 1);
-  nodes_.push_back(Block{.priority = treap_priority(index)});
+  const std::uint32_t index = spare_nodes_.back();
+  spare_nodes_.pop_back();
+  nodes_[index] = Block{.priority = nodes_[index].priority};
   return index;
 }
 
@@ -376,7 +381,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   // Strong exception safety: prepare_carve reserves what carve needs before acquire_for maps anything, and
   // nothing from the commit to the return allocates or throws.
   Placement placement = best_fit(size);
-  if (placement.valid && placement.new_granules != 0 && relieves_growth_) [[unlikely]] {
+  if (relieves_growth_ && placement.valid && placement.new_granules != 0) [[unlikely]] {
     placement = relieve_growth_pressure(size, placement);
   }
   if (placement.valid) prepare_carve(placement, size);
@@ -412,43 +417,46 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
 }
 
 std::uint32_t ExpandableArena::block_at(std::size_t offset) const noexcept {
-  return slots_.empty() ? kNone : slots_[find_slot(offset)].index;  // an empty entry's index is kNone
+  const std::size_t position = slot_buckets_.empty() ? kNoSlot : find_slot(offset);
+  return position != kNoSlot ? slot_buckets_[position / kSlotsPerBucket].indices[position % kSlotsPerBucket] : kNone;
 }
 
-void ExpandableArena::erase_slot(std::size_t at) noexcept {
-  --slots_in_use_;
-  // Backward-shift deletion: every entry after the hole up to the next empty one stays reachable from its
-  // home, so an entry moves into the hole when the hole lies between its home and it.
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t hole = at;
-  for (std::size_t next = (at + 1) & mask; slots_[next].offset != kEmptySlot; next = (next + 1) & mask) {
-    if (((next - slot_home(slots_[next].offset)) & mask) >= ((next - hole) & mask)) {
-      slots_[hole] = slots_[next];
-      hole = next;
-    }
+void ExpandableArena::erase_slot(std::size_t position) noexcept {
+  const std::size_t bucket = position / kSlotsPerBucket;
+  const std::size_t lane = position % kSlotsPerBucket;
+  // The buckets the entry passed on its way from its home no longer have it past them.
+  const std::size_t mask = slot_buckets_.size() - 1;
+  for (std::size_t at = slot_home(slot_buckets_[bucket].offsets[lane]); at != bucket; at = (at + 1) & mask) {
+    --slot_buckets_[at].passed;
   }
-  slots_[hole] = Slot{};
+  slot_buckets_[bucket].offsets[lane] = kEmptySlot;
+  slot_buckets_[bucket].indices[lane] = kNone;
+  --slots_in_use_;
 }
 
 void ExpandableArena::set_slot(std::size_t offset, std::uint32_t index) noexcept {
-  const std::size_t at = find_slot(offset);
+  const std::size_t position = slot_buckets_.empty() ? kNoSlot : find_slot(offset);
   if (index == kNone) {
-    if (slots_[at].offset != kEmptySlot) erase_slot(at);
-    return;
+    if (position != kNoSlot) erase_slot(position);
+  } else if (position != kNoSlot) {
+    slot_buckets_[position / kSlotsPerBucket].indices[position % kSlotsPerBucket] = index;
+  } else {
+    insert_slot(offset, index);
   }
-  if (slots_[at].offset == kEmptySlot) ++slots_in_use_;
-  slots_[at] = Slot{offset, index};
 }
 
 void ExpandableArena::reserve_slots(std::size_t blocks) {
-  if (kSlotsPerBlock * blocks <= slots_.size()) return;
-  const std::size_t capacity = std::max<std::size_t>(64, std::bit_ceil(kSlotsPerBlock * blocks));
-  std::vector<Slot> entries(capacity);  // may throw: nothing changed yet
-  entries.swap(slots_);
-  slot_shift_ = 64 - static_cast<unsigned>(std::countr_zero(capacity));
+  const std::size_t lanes = kSlotsPerBlock * blocks;
+  if (lanes <= kSlotsPerBucket * slot_buckets_.size()) return;
+  const std::size_t buckets = std::max<std::size_t>(16, std::bit_ceil((lanes + kSlotsPerBucket - 1) / kSlotsPerBucket));
+  std::vector<SlotBucket> table(buckets);  // may throw: nothing changed yet
+  table.swap(slot_buckets_);
+  slot_shift_ = 64 - static_cast<unsigned>(std::countr_zero(buckets));
   slots_in_use_ = 0;
-  for (const Slot& slot : entries) {
-    if (slot.offset != kEmptySlot) insert_slot(slot.offset, slot.index);  // distinct offsets, a fresh table
+  for (const SlotBucket& bucket : table) {
+    for (std::size_t lane = 0; lane < kSlotsPerBucket; ++lane) {
+      if (bucket.offsets[lane] != kEmptySlot) insert_slot(bucket.offsets[lane], bucket.indices[lane]);
+    }
   }
 }
 
@@ -467,9 +475,9 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   const auto address = static_cast<char*>(ptr);
   const std::size_t offset =
       address >= base_ && address < base_ + extent_ ? static_cast<std::size_t>(address - base_) : extent_;
-  const std::size_t slot = offset % kBlockAlignment == 0 && offset < extent_ ? find_slot(offset) : slots_.size();
-  const std::uint32_t index = slot < slots_.size() ? slots_[slot].index : kNone;  // an empty entry's is kNone
-  if (index == kNone) {
+  // Inside the extent there is a block, so the table is not empty.
+  const std::size_t slot = offset % kBlockAlignment == 0 && offset < extent_ ? find_slot(offset) : kNoSlot;
+  if (slot == kNoSlot) [[unlikely]] {
     // Fatal lines print whatever the level, formatted without allocating while the arena's lock is held.
     char line[512];
     std::snprintf(line, sizeof line,
@@ -478,7 +486,8 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
     log::write_always(log::Level::error, "memory", line);
     std::abort();
   }
-  if (nodes_[index].requested != bytes) {
+  const std::uint32_t index = slot_buckets_[slot / kSlotsPerBucket].indices[slot % kSlotsPerBucket];
+  if (nodes_[index].requested != bytes) [[unlikely]] {
     char line[512];
     std::snprintf(line, sizeof line, "%s: deallocate(%p, %zu) but the block was allocated with %zu bytes; aborting",
                   name().c_str(), ptr, bytes, nodes_[index].requested);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// ExpandableArena: the free index. Free blocks are binned by size (four bins per power of two, so a bin's tree
-// holds a quarter of what a power-of-two bin would); each bin is an intrusive treap ordered by (size, offset),
+// ExpandableArena: the free index. Free blocks are binned by size (bin_of: fine bins, so a bin's tree holds
+// few blocks unless many free blocks have nearly one size); each bin is an intrusive treap ordered by (size, offset),
 // so the bins in turn give the global order. The links live in the nodes (no allocation per operation); heap
 // priorities are a hash of the node index, so each tree is shaped like a random binary search tree (expected
 // depth O(log n)). Erasing needs no key comparison, so a block's key may change once it is out of the index.
@@ -31,18 +31,38 @@ bool ExpandableArena::free_less(std::uint32_t a, std::uint32_t b) const noexcept
   return x.size != y.size ? x.size < y.size : x.offset < y.offset;
 }
 
+// Without a branch on where the next bin lies, in the bin's own word or a later one: the word summary names the
+// bin's own word only when later bins there hold blocks, and the word past the last (always empty), so the
+// lowest word it names is the answer's or that empty one. Selections are arithmetic (the compiler branches on
+// a conditional here, which mispredicts as often as the blocks' sizes vary).
 std::uint32_t ExpandableArena::first_in_bin_after(std::size_t bin) const noexcept {
-  const std::uint64_t later = bin + 1 < kBins ? nonempty_bins_ >> (bin + 1) << (bin + 1) : 0;
-  if (later == 0) return kNone;
-  std::uint32_t index = bin_roots_[static_cast<std::size_t>(std::countr_zero(later))];
+  const std::size_t from = bin + 1;  // <= kBins
+  const std::size_t word = from / 64;
+  const std::size_t in_word = from % 64;
+  const std::uint64_t here = nonempty_bins_[word] & (~std::uint64_t{0} << in_word);
+  const std::uint64_t words = (nonempty_words_ & (~std::uint64_t{1} << word)) |
+                              (static_cast<std::uint64_t>(here != 0) << word) | (std::uint64_t{1} << kBinWords);
+  const auto found = static_cast<std::size_t>(std::countr_zero(words));
+  const std::uint64_t bits =
+      nonempty_bins_[found] & (~std::uint64_t{0} << (in_word * static_cast<std::size_t>(found == word)));
+  if (bits == 0) return kNone;
+  std::uint32_t index = bin_roots_[64 * found + static_cast<std::size_t>(std::countr_zero(bits))];
   while (nodes_[index].left != kNone) index = nodes_[index].left;
   return index;
 }
 
 std::uint32_t ExpandableArena::last_in_bin_before(std::size_t bin) const noexcept {
-  const std::uint64_t earlier = bin < kBins ? nonempty_bins_ & ((std::uint64_t{1} << bin) - 1) : nonempty_bins_;
-  if (earlier == 0) return kNone;
-  std::uint32_t index = bin_roots_[static_cast<std::size_t>(63 - std::countl_zero(earlier))];
+  if (bin == 0) return kNone;
+  const std::size_t to = std::min(bin, kBins) - 1;  // the highest bin that may answer
+  std::size_t word = to / 64;
+  std::uint64_t bits = nonempty_bins_[word] & (~std::uint64_t{0} >> (63 - to % 64));
+  if (bits == 0) {
+    const std::uint64_t earlier = nonempty_words_ & ((std::uint64_t{1} << word) - 1);
+    if (earlier == 0) return kNone;
+    word = static_cast<std::size_t>(63 - std::countl_zero(earlier));
+    bits = nonempty_bins_[word];
+  }
+  std::uint32_t index = bin_roots_[64 * word + static_cast<std::size_t>(63 - std::countl_zero(bits))];
   while (nodes_[index].right != kNone) index = nodes_[index].right;
   return index;
 }
@@ -57,7 +77,7 @@ void ExpandableArena::insert_free(std::uint32_t index) noexcept {
   const std::size_t offset = block.offset;
   const std::uint32_t priority = block.priority;
   const std::size_t bin = bin_of(size);
-  block.bin = static_cast<std::uint8_t>(bin);
+  block.bin = static_cast<std::uint16_t>(bin);
   const auto less_than_block = [&](const Block& other) noexcept {
     return other.size != size ? other.size < size : other.offset < offset;
   };
@@ -71,7 +91,7 @@ void ExpandableArena::insert_free(std::uint32_t index) noexcept {
     link = less_than_block(other) ? &other.right : &other.left;
     cursor = *link;
   }
-  if (bin_roots_[bin] == kNone) nonempty_bins_ |= std::uint64_t{1} << bin;
+  if (bin_roots_[bin] == kNone) mark_bin(bin);
   *link = index;
   block.parent = parent;
   // Split the subtree that was there by the block's key: smaller keys go left, larger right.
@@ -131,7 +151,7 @@ void ExpandableArena::erase_free(std::uint32_t index) noexcept {
   block.right = kNone;
   block.parent = kNone;
   const std::size_t bin = block.bin;
-  if (bin_roots_[bin] == kNone) nonempty_bins_ &= ~(std::uint64_t{1} << bin);
+  if (bin_roots_[bin] == kNone) unmark_bin(bin);
   --free_count_;
 }
 
@@ -216,11 +236,21 @@ std::uint32_t ExpandableArena::free_last() const noexcept { return last_in_bin_b
 // block of the bin's sizes, the bin mask names the non-empty bins, the in-order walk over all bins is strictly
 // increasing, and the index holds `free_blocks` nodes.
 std::string ExpandableArena::check_free_index(std::size_t free_blocks) const {
+  for (std::size_t word = 0; word < kBinWords; ++word) {
+    if (((nonempty_words_ >> word) & 1) != (nonempty_bins_[word] != 0 ? 1u : 0u)) {
+      return "the non-empty word mask of the bins is stale";
+    }
+  }
+  if ((nonempty_words_ >> kBinWords) != 0 || nonempty_bins_[kBinWords] != 0) {
+    return "the non-empty masks of the bins name a bin past the last";
+  }
   std::size_t seen = 0;
   std::vector<std::uint32_t> pending;
   for (std::size_t bin = 0; bin < kBins; ++bin) {
     const std::uint32_t root = bin_roots_[bin];
-    if (((nonempty_bins_ >> bin) & 1) != (root != kNone ? 1u : 0u)) return "the non-empty bin mask is stale";
+    if (((nonempty_bins_[bin / 64] >> (bin % 64)) & 1) != (root != kNone ? 1u : 0u)) {
+      return "the non-empty bin mask is stale";
+    }
     if (root == kNone) continue;
     if (root >= nodes_.size() || nodes_[root].parent != kNone) return "a free index root is stale";
     pending.push_back(root);

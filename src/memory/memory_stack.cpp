@@ -136,9 +136,11 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
     tracking_ = tracking.get();
     layer = std::move(tracking);
   }
-  // BFC counts requests exactly (under its lock, which every call takes) when no thread cache serves calls it
-  // never sees; the tracking adaptor passes every call through.
-  const bool allocator_counts = thread_cache_ == nullptr && dynamic_cast<BfcAllocator*>(allocator_) != nullptr;
+  // BFC and the expandable arena count requests exactly (under their lock, which every call takes) when no
+  // thread cache serves calls they never see; the tracking adaptor passes every call through. The statistics
+  // adaptor then spares each call its atomic read-modify-write.
+  const bool allocator_counts = thread_cache_ == nullptr && (dynamic_cast<BfcAllocator*>(allocator_) != nullptr ||
+                                                             dynamic_cast<ExpandableArena*>(allocator_) != nullptr);
   top_ = std::make_unique<StatisticsAdaptor>(std::move(layer), "statistics",
                                              allocator_counts ? RequestCounts::upstream : RequestCounts::own);
   max_alignment_ = top_->max_alignment();

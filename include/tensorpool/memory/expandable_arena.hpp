@@ -9,15 +9,18 @@
 //     in the destructor. It is cut into blocks, multiples of 256 bytes (kDefaultAlignment), that cover
 //     [0, extent) without gaps; the extent grows at the end when no free block holds a request and shrinks
 //     when the last block is freed (the tail block is always in use).
-//   - Free index: free blocks are binned by size (four bins per power of two, bin_of), each bin an
-//     intrusive treap ordered by (size, offset) with priorities hashed from the node index; a bit mask of
-//     the non-empty bins finds the next bin. Priorities are distinct, so a bin's tree is unique; blocks are
-//     inserted and erased top-down (split and merge, no rotations). No allocation (the links live in the
-//     block nodes); a block whose key changes without passing its neighbour in the bin stays in place. In-use
-//     blocks are found by offset through an open-addressing hash table of their offsets (linear probing,
-//     backward-shift deletion, at most a quarter full): its size follows the in-use blocks, not the extent, so a
-//     free touches a cache line or two wherever the blocks lie (a table per 256 bytes of the extent would be
-//     megabytes, one cache and TLB miss per call when blocks spread over it).
+//   - Free index: free blocks are binned by size (exact below 16 KiB, then 64 bins per power of two, bin_of),
+//     each bin an intrusive treap ordered by (size, offset) with priorities hashed from the node index; a
+//     two-level bit mask of the non-empty bins finds the next bin. Priorities are distinct, so a bin's tree is
+//     unique; blocks are inserted and erased top-down (split and merge, no rotations). No allocation (the links
+//     live in the block nodes); a block whose key changes without passing its neighbour in the bin stays in
+//     place. The bins are fine so that a bin's tree holds few blocks: a level of a tree costs a dependent load and
+//     a branch that seldom predicts, a bin only a root and a bit. In-use blocks are found by offset through an
+//     open-addressing hash table of their offsets (buckets of four entries, a cache line each, linear probing by
+//     bucket, at most a quarter of the entries used): its size follows the in-use blocks, not the extent, so a
+//     free touches a cache line wherever the blocks lie (a table per 256 bytes of the extent would be megabytes,
+//     one cache and TLB miss per call when blocks spread over it), and a look-up compares a bucket's four entries
+//     at once instead of branching on each probe.
 //   - Granule-aware best fit: free blocks are indexed by (size, offset). A request weighs the kFitCandidates smallest
 //     free blocks that can take it (lowest address first on equal sizes; of at most kMaxFitExamined, or all when
 //     growing would pass the middle of the range), each at both ends, and the end of the extent (or the next granule
@@ -227,7 +230,7 @@ class ExpandableArena final : public MemoryResource {
     std::uint32_t right = kNone;
     std::uint32_t parent = kNone;
     std::uint32_t priority = 0;  // treap priority: a hash of the node's index, fixed for the node's life
-    std::uint8_t bin = 0;        // free-index bin, while free
+    std::uint16_t bin = 0;       // free-index bin, while free
     bool in_use = false;
   };
   struct Granule {                       // a virtual granule of the reserved range
@@ -273,14 +276,29 @@ class ExpandableArena final : public MemoryResource {
     }
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
+  // A bucket of the in-use index, one cache line: an entry lives in its home bucket or, when that is full, in the
+  // first later bucket with room (wrapping); `passed` counts the entries stored past this bucket that way, so a
+  // look-up stops at the first bucket none passed and an erase needs no tombstone.
+  static constexpr std::size_t kSlotsPerBucket = 4;
+  struct alignas(64) SlotBucket {
+    std::array<std::size_t, kSlotsPerBucket> offsets{~std::size_t{0}, ~std::size_t{0}, ~std::size_t{0},
+                                                     ~std::size_t{0}};  // an in-use block's offset, or kEmptySlot
+    std::array<std::uint32_t, kSlotsPerBucket> indices{kNone, kNone, kNone, kNone};
+    std::uint32_t passed = 0;  // entries whose home bucket is earlier, stored in a later bucket
+  };
   static constexpr std::size_t kChunks = 64;  // occupancy chunks per granule: one bit each
   static constexpr std::uint64_t kAllChunks = ~std::uint64_t{0};
   // best_fit weighs this many of the smallest free blocks that hold a request (and the extent's end).
   static constexpr std::size_t kFitCandidates = 4;
   // ...skipping free blocks no placement fits (their granules' chunks are lent), up to this many in all.
   static constexpr std::size_t kMaxFitExamined = 32;
-  // Free-index bins (bin_of): four per power of two of the size; the last takes all from 32 MiB.
-  static constexpr std::size_t kBins = 64;
+  // Free-index bins (bin_of): one per size below kSubBins x 256 bytes, then kSubBins per power of two of the
+  // size; the last takes all from about 2 TiB.
+  static constexpr std::size_t kSubBinBits = 6;
+  static constexpr std::size_t kSubBins = std::size_t{1} << kSubBinBits;
+  static constexpr std::size_t kBinWords = 28;  // 64-bit words of the non-empty bin mask
+  static_assert(kBinWords < 64, "nonempty_words_ has a bit per word of the bin mask, and one to spare");
+  static constexpr std::size_t kBins = 64 * kBinWords;
   static constexpr std::array<std::uint32_t, kChunks> filled_partials() noexcept {
     std::array<std::uint32_t, kChunks> heads{};
     heads.fill(kNone);
@@ -335,31 +353,54 @@ class ExpandableArena final : public MemoryResource {
   void decommit_idle(std::size_t keep) noexcept;
   // Unmaps every mapping of a cached physical granule and gives it back to the source.
   void decommit_physical(std::uint32_t physical) noexcept;
-  std::uint32_t new_node();
+  std::uint32_t new_node();                      // may throw std::bad_alloc; then unchanged
+  static constexpr std::size_t kNodeBatch = 16;  // nodes new_node adds at least when the spare list is empty
   void free_node(std::uint32_t index) noexcept;  // never allocates (new_node reserves room)
-  // The in-use index (expandable_arena.cpp). The writers (insert_slot, set_slot, erase_slot) keep slots_in_use_ equal to
-  // its entries; none allocates (reserve_slots makes the room first).
-  // The entry of `offset`, or the empty one that ends its probe; the table must not be empty.
-  std::size_t find_slot(std::size_t offset) const noexcept {
-    const std::size_t mask = slots_.size() - 1;
-    std::size_t at = slot_home(offset);
-    while (slots_[at].offset != offset && slots_[at].offset != kEmptySlot) at = (at + 1) & mask;
-    return at;
+  // The in-use index (expandable_arena.cpp). The writers (insert_slot, set_slot, erase_slot) keep slots_in_use_
+  // equal to its entries; none allocates (reserve_slots makes the room first). A position is bucket x
+  // kSlotsPerBucket + lane.
+  static constexpr std::size_t kNoSlot = ~std::size_t{0};
+  // The lanes of `bucket` holding `offset` (kEmptySlot: the empty lanes), one bit each, compared without a branch.
+  static unsigned slot_lanes(const SlotBucket& bucket, std::size_t offset) noexcept {
+    static_assert(kSlotsPerBucket == 4);
+    const std::array<std::size_t, kSlotsPerBucket>& lane = bucket.offsets;
+    return static_cast<unsigned>(lane[0] == offset) | static_cast<unsigned>(lane[1] == offset) << 1 |
+           static_cast<unsigned>(lane[2] == offset) << 2 | static_cast<unsigned>(lane[3] == offset) << 3;
   }
-  // Adds a block at an offset the table does not hold: the first empty entry of its probe.
+  // The position of `offset`'s entry, or kNoSlot; the table must not be empty. Later buckets are looked at only
+  // while entries passed the bucket.
+  std::size_t find_slot(std::size_t offset) const noexcept {
+    const std::size_t mask = slot_buckets_.size() - 1;
+    for (std::size_t at = slot_home(offset);; at = (at + 1) & mask) {
+      const SlotBucket& bucket = slot_buckets_[at];
+      const unsigned lanes = slot_lanes(bucket, offset);
+      if (lanes != 0) [[likely]] {
+        return at * kSlotsPerBucket + static_cast<std::size_t>(std::countr_zero(lanes));
+      }
+      if (bucket.passed == 0) return kNoSlot;
+    }
+  }
+  // Adds a block at an offset the table does not hold: the first empty lane from its home bucket on.
   void insert_slot(std::size_t offset, std::uint32_t index) noexcept {
-    const std::size_t mask = slots_.size() - 1;
+    const std::size_t mask = slot_buckets_.size() - 1;
     std::size_t at = slot_home(offset);
-    while (slots_[at].offset != kEmptySlot) at = (at + 1) & mask;
-    slots_[at] = Slot{offset, index};
+    unsigned lanes = slot_lanes(slot_buckets_[at], kEmptySlot);
+    while (lanes == 0) {  // a full bucket: seldom, at the table's load
+      ++slot_buckets_[at].passed;
+      at = (at + 1) & mask;
+      lanes = slot_lanes(slot_buckets_[at], kEmptySlot);
+    }
+    const auto lane = static_cast<std::size_t>(std::countr_zero(lanes));
+    slot_buckets_[at].offsets[lane] = offset;
+    slot_buckets_[at].indices[lane] = index;
     ++slots_in_use_;
   }
   std::uint32_t block_at(std::size_t offset) const noexcept;  // the in-use block at `offset`, or kNone
   // Names `index` (kNone: no block) as the in-use block at `offset`.
   void set_slot(std::size_t offset, std::uint32_t index) noexcept;
-  void erase_slot(std::size_t at) noexcept;  // removes the entry at position `at` (find_slot's, not empty)
-  // Room for `blocks` in-use blocks filling at most 1 / kSlotsPerBlock of the table (short probes; one more
-  // block may come and go in a move). May throw std::bad_alloc; then unchanged.
+  void erase_slot(std::size_t position) noexcept;  // removes the entry at `position` (find_slot's, not kNoSlot)
+  // Room for `blocks` in-use blocks filling at most 1 / kSlotsPerBlock of the table's lanes (a bucket seldom
+  // overflows; one more block may come and go in a move). May throw std::bad_alloc; then unchanged.
   void reserve_slots(std::size_t blocks);
   static constexpr std::size_t kSlotsPerBlock = 4;
   // Fibonacci hashing: the top bits of the offset times 2^64 / phi (the low bits of offsets are all zero).
@@ -373,14 +414,23 @@ class ExpandableArena final : public MemoryResource {
   // Gives a block in the index a new key, moving it only when it passes its neighbour in the order.
   void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
   static std::uint32_t treap_priority(std::uint32_t index) noexcept;
-  // Sizes of 256, 512 and 768 bytes have a bin each; larger ones four per power of two (the two bits after the
-  // leading one of size / 256), capped at the last bin. A size under 256 (a lower bound of 0: every block) is
-  // the first bin's.
+  // Sizes under kSubBins x 256 bytes have a bin each (bin = size / 256; bin 0 holds no block, only a lower bound
+  // under 256 starts there); larger ones kSubBins per power of two (the kSubBinBits bits after the leading one
+  // of size / 256), capped at the last bin. Monotonic in the size, so the bins in turn give the global order.
+  // Without a branch: `shift` is 0 below kSubBins units, where the formula gives the units themselves.
   static std::size_t bin_of(std::size_t size) noexcept {
     const std::size_t units = size / kBlockAlignment;
-    if (units < 4) return units == 0 ? 0 : units - 1;
-    const auto log = static_cast<std::size_t>(std::bit_width(units)) - 1;  // >= 2
-    return std::min<std::size_t>(4 * log - 5 + ((units >> (log - 2)) & 3), kBins - 1);
+    const auto log = static_cast<std::size_t>(std::bit_width(units | 1)) - 1;
+    const std::size_t shift = std::max(log, kSubBinBits) - kSubBinBits;
+    return std::min<std::size_t>((shift << kSubBinBits) + (units >> shift), kBins - 1);
+  }
+  void mark_bin(std::size_t bin) noexcept {
+    nonempty_bins_[bin / 64] |= std::uint64_t{1} << (bin % 64);
+    nonempty_words_ |= std::uint64_t{1} << (bin / 64);
+  }
+  void unmark_bin(std::size_t bin) noexcept {
+    nonempty_bins_[bin / 64] &= ~(std::uint64_t{1} << (bin % 64));
+    if (nonempty_bins_[bin / 64] == 0) nonempty_words_ &= ~(std::uint64_t{1} << (bin / 64));
   }
   std::uint32_t first_in_bin_after(std::size_t bin) const noexcept;  // smallest block of a later bin
   std::uint32_t last_in_bin_before(std::size_t bin) const noexcept;  // largest block of an earlier bin
@@ -445,6 +495,14 @@ class ExpandableArena final : public MemoryResource {
     if (end - 1 != first && end - 1 < granules_.size() && granules_[end - 1].users != 0) --fresh;
     return fresh;
   }
+  // exclusive_fresh_granules of [offset, + size) inside a free block, without a branch: a free block lies in
+  // the extent, which granules_ covers, so both end granules are in the table.
+  std::size_t fresh_granules_inside(std::size_t offset, std::size_t size) const noexcept {
+    const std::size_t first = first_granule(offset);
+    const std::size_t last = first_granule(offset + size - 1);
+    return last - first + 1 - static_cast<std::size_t>(granules_[first].users != 0) -
+           static_cast<std::size_t>((last != first) & (granules_[last].users != 0));
+  }
   std::size_t min_fresh_granules(std::size_t size) const noexcept {
     const std::size_t touched = (size + granularity_ - 1) >> granule_shift_;
     return touched > 2 ? touched - 2 : 0;
@@ -500,16 +558,15 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t last_block_ = kNone;   // block ending at extent_; always in use (a free tail is cut off)
   std::size_t extent_ = 0;
   std::array<std::uint32_t, kBins> bin_roots_ = filled_roots();  // each bin's treap root
-  std::uint64_t nonempty_bins_ = 0;                              // bit i: bin i holds a block
+  // Bit i % 64 of word i / 64: bin i holds a block. One word more than the bins need, always 0: a search past the
+  // last bin lands there.
+  std::array<std::uint64_t, kBinWords + 1> nonempty_bins_{};
+  std::uint64_t nonempty_words_ = 0;  // bit w: word w of nonempty_bins_ is not 0
   std::size_t free_count_ = 0;
-  struct Slot {
-    std::size_t offset = kEmptySlot;  // an in-use block's offset, or kEmptySlot
-    std::uint32_t index = kNone;
-  };
   static constexpr std::size_t kEmptySlot = ~std::size_t{0};
-  std::vector<Slot> slots_;       // the in-use index: empty, or a power of two >= kSlotsPerBlock x its entries
-  unsigned slot_shift_ = 63;      // 64 - log2(slots_.size()): slot_home takes the hash's top bits
-  std::size_t slots_in_use_ = 0;  // entries of slots_ that are not empty
+  std::vector<SlotBucket> slot_buckets_;  // the in-use index: empty, or a power of two of buckets
+  unsigned slot_shift_ = 63;              // 64 - log2(slot_buckets_.size()): slot_home takes the hash's top bits
+  std::size_t slots_in_use_ = 0;          // entries of slot_buckets_ that are not empty
   std::size_t in_use_count_ = 0;
   std::vector<Granule> granules_;               // virtual granules: covers the largest extent so far
   std::vector<Physical> physicals_;             // physical granules, committed or not
