@@ -185,9 +185,9 @@ ExpandableArena::Placement ExpandableArena::best_fit(std::size_t size) const {
 // best_fit without sharing, where every placement is valid (place_at_end's aside): the same candidates in
 // the same order and the same choice, with each end's fresh granules counted inline. The first loop of best_fit
 // ends after kFitCandidates (<= kMaxFitExamined) blocks, and its second loop finds nothing (it runs only when
-// no free block holds the request). Each candidate is weighed without a branch on its counts: both ends are
-// counted (the high end wins only with fewer, as in place_in: when the low end reaches `bound` or the block is
-// the request's size, it cannot), and the best so far is kept by conditional moves.
+// no free block holds the request). The low end first, as in place_in (most requests stop there); then both
+// ends are weighed without a branch on their counts (the high end wins only with fewer: when the block is the
+// request's size, it cannot), and the best so far is kept by conditional moves.
 ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size) const {
   static_assert(kFitCandidates <= kMaxFitExamined);
   // The search stops at a placement no other can beat: one that reaches min_fresh_granules. The best so far is
@@ -205,12 +205,13 @@ ExpandableArena::Placement ExpandableArena::best_fit_exclusive(std::size_t size)
        index = free_next(index), ++examined) {
     const Block& hole = nodes_[index];
     const std::size_t low = hole.offset;
-    const std::size_t high = hole.offset + hole.size - size;
     const std::size_t low_fresh = fresh_granules_inside(low, size);
+    if (low_fresh <= bound) return placement(index, low, low_fresh);  // then also fewer than the best so far
+    const std::size_t high = hole.offset + hole.size - size;
     const std::size_t high_fresh = fresh_granules_inside(high, size);
     const std::size_t offset = high_fresh < low_fresh ? high : low;
     const std::size_t fresh = std::min(low_fresh, high_fresh);
-    if (fresh <= bound) return placement(index, offset, fresh);  // then also fewer than the best so far
+    if (fresh <= bound) return placement(index, offset, fresh);
     const bool better = fresh < best_fresh;
     best_block = better ? index : best_block;
     best_offset = better ? offset : best_offset;
@@ -340,14 +341,20 @@ std::uint32_t ExpandableArena::carve(const Placement& placement, std::size_t siz
   return taken;
 }
 
+// Which neighbours are free is as random as the frees: the neighbours are read unconditionally and the merged
+// block's start and size selected by masks (the compiler branches on a conditional here), leaving the branches
+// on the case alone.
 void ExpandableArena::release_block(std::uint32_t index) {
-  nodes_[index].in_use = false;
-  nodes_[index].requested = 0;
-  const std::uint32_t prev = nodes_[index].prev;
-  const std::uint32_t next = nodes_[index].next;
-  const bool prev_free = prev != kNone && !nodes_[prev].in_use;
-  const std::size_t offset = prev_free ? nodes_[prev].offset : nodes_[index].offset;
-  if (next == kNone) {  // the tail, with a free block before it, is cut off: the extent shrinks
+  Block& block = nodes_[index];
+  block.in_use = false;
+  block.requested = 0;
+  const std::uint32_t prev = block.prev;
+  const std::uint32_t next = block.next;
+  const Block& before = nodes_[prev != kNone ? prev : index];  // the block itself stands in for no neighbour
+  const bool prev_free = (prev != kNone) & !before.in_use;
+  const std::size_t prev_mask = std::size_t{0} - static_cast<std::size_t>(prev_free);  // all ones when free
+  const std::size_t offset = block.offset + ((before.offset - block.offset) & prev_mask);
+  if (next == kNone) [[unlikely]] {  // the tail, with a free block before it, is cut off: the extent shrinks
     unlink(index);
     if (prev_free) {
       erase_free(prev);
@@ -356,20 +363,24 @@ void ExpandableArena::release_block(std::uint32_t index) {
     extent_ = offset;
     return;
   }
-  const bool next_free = !nodes_[next].in_use;
-  if (!prev_free && !next_free) {
+  const Block& after = nodes_[next];
+  const bool next_free = !after.in_use;
+  // One branch per case, on their sum (the compiler splits a test of two flags into two branches).
+  const unsigned free_neighbours = static_cast<unsigned>(prev_free) + 2 * static_cast<unsigned>(next_free);
+  if (free_neighbours == 0) {
     insert_free(index);
     return;
   }
   // Merge into a free neighbour already in the index: prev (keeping its start), else next (taking ours).
-  const std::size_t size =
-      nodes_[index].size + (prev_free ? nodes_[prev].size : 0) + (next_free ? nodes_[next].size : 0);
-  if (prev_free && next_free) {
+  const std::size_t next_mask = std::size_t{0} - static_cast<std::size_t>(next_free);
+  const std::size_t size = block.size + (before.size & prev_mask) + (after.size & next_mask);
+  const std::uint32_t merged = next ^ ((prev ^ next) & static_cast<std::uint32_t>(prev_mask));
+  if (free_neighbours == 3) {
     erase_free(next);
     unlink(next);
   }
   unlink(index);
-  rekey_free(prev_free ? prev : next, offset, size);
+  rekey_free(merged, offset, size);
 }
 
 // ---- allocate / deallocate ---------------------------------------------------------------------------

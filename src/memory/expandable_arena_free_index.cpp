@@ -71,13 +71,21 @@ std::uint32_t ExpandableArena::last_in_bin_before(std::size_t bin) const noexcep
 // its keys and priorities: inserting and erasing top-down, by splitting and merging, leaves the same tree as
 // rotations would, with fewer writes.
 
-void ExpandableArena::insert_free(std::uint32_t index) noexcept {
+void ExpandableArena::insert_free(std::uint32_t index, std::size_t bin) noexcept {
   Block& block = nodes_[index];
+  block.bin = static_cast<std::uint16_t>(bin);
+  ++free_count_;
+  if (bin_roots_[bin] == kNone) {  // most bins hold no block, so a block mostly lands alone
+    bin_roots_[bin] = index;
+    block.parent = kNone;
+    block.left = kNone;
+    block.right = kNone;
+    mark_bin(bin);
+    return;
+  }
   const std::size_t size = block.size;
   const std::size_t offset = block.offset;
   const std::uint32_t priority = block.priority;
-  const std::size_t bin = bin_of(size);
-  block.bin = static_cast<std::uint16_t>(bin);
   const auto less_than_block = [&](const Block& other) noexcept {
     return other.size != size ? other.size < size : other.offset < offset;
   };
@@ -91,7 +99,6 @@ void ExpandableArena::insert_free(std::uint32_t index) noexcept {
     link = less_than_block(other) ? &other.right : &other.left;
     cursor = *link;
   }
-  if (bin_roots_[bin] == kNone) mark_bin(bin);
   *link = index;
   block.parent = parent;
   // Split the subtree that was there by the block's key: smaller keys go left, larger right.
@@ -117,11 +124,16 @@ void ExpandableArena::insert_free(std::uint32_t index) noexcept {
   }
   *left_link = kNone;
   *right_link = kNone;
-  ++free_count_;
 }
 
 void ExpandableArena::erase_free(std::uint32_t index) noexcept {
   Block& block = nodes_[index];
+  --free_count_;
+  if ((block.parent & block.left & block.right) == kNone) {  // alone in its bin, as most blocks are
+    bin_roots_[block.bin] = kNone;
+    unmark_bin(block.bin);
+    return;
+  }
   // Merge the two subtrees in its place: the higher priority of the two heads comes first.
   std::uint32_t parent = block.parent;
   std::uint32_t* link = parent == kNone                ? &bin_roots_[block.bin]
@@ -152,7 +164,6 @@ void ExpandableArena::erase_free(std::uint32_t index) noexcept {
   block.parent = kNone;
   const std::size_t bin = block.bin;
   if (bin_roots_[bin] == kNone) unmark_bin(bin);
-  --free_count_;
 }
 
 void ExpandableArena::rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept {
@@ -161,24 +172,23 @@ void ExpandableArena::rekey_free(std::uint32_t index, std::size_t offset, std::s
   block.offset = offset;
   block.size = size;
   // In its bin, only the neighbour on the side the key moved to can be passed; the priority is unchanged.
-  if (bin_of(size) == block.bin) {
+  const std::size_t bin = bin_of(size);
+  if (bin == block.bin) {
     const std::uint32_t neighbour = grows ? tree_next(index) : tree_prev(index);
     if (neighbour == kNone || (grows ? free_less(index, neighbour) : free_less(neighbour, index))) return;
   }
   erase_free(index);
-  insert_free(index);
+  insert_free(index, bin);
 }
 
 std::uint32_t ExpandableArena::free_lower_bound(std::size_t size) const noexcept {
   const std::size_t bin = bin_of(size);
   std::uint32_t found = kNone;
-  for (std::uint32_t cursor = bin_roots_[bin]; cursor != kNone;) {
-    if (nodes_[cursor].size >= size) {
-      found = cursor;
-      cursor = nodes_[cursor].left;
-    } else {
-      cursor = nodes_[cursor].right;
-    }
+  for (std::uint32_t cursor = bin_roots_[bin]; cursor != kNone;) {  // a step selects, without a branch
+    const Block& node = nodes_[cursor];
+    const bool at_least = node.size >= size;
+    found = at_least ? cursor : found;
+    cursor = at_least ? node.left : node.right;
   }
   return found != kNone ? found : first_in_bin_after(bin);
 }

@@ -409,7 +409,8 @@ class ExpandableArena final : public MemoryResource {
   }
   // Free index (expandable_arena_free_index.cpp). The key of a block is (size, offset): erase it before
   // changing either.
-  void insert_free(std::uint32_t index) noexcept;
+  void insert_free(std::uint32_t index) noexcept { insert_free(index, bin_of(nodes_[index].size)); }
+  void insert_free(std::uint32_t index, std::size_t bin) noexcept;  // `bin` is bin_of(its size)
   void erase_free(std::uint32_t index) noexcept;
   // Gives a block in the index a new key, moving it only when it passes its neighbour in the order.
   void rekey_free(std::uint32_t index, std::size_t offset, std::size_t size) noexcept;
