@@ -193,8 +193,10 @@ void ExpandableArena::prepare_carve(const Placement& placement, std::size_t size
   const std::size_t end = end_granule(placement.offset, size);
   if (placement.block == kNone) {  // a free block lies inside the extent, which granules_ covers
     if (granules_.size() < end) granules_.resize(end);
-  } else if (end - first <= 2 && granules_[first].users != 0 && granules_[end - 1].users != 0) {
-    return;  // every granule it touches has users and keeps its physical granule: none is created
+  } else if (static_cast<unsigned>(end - first <= 2) + static_cast<unsigned>(granules_[first].users != 0) +
+                 static_cast<unsigned>(granules_[end - 1].users != 0) ==
+             3) {  // one branch on the sum (the compiler splits a test of three flags into three branches)
+    return;        // every granule it touches has users and keeps its physical granule: none is created
   }
   // Each touched granule creates at most one physical granule; releases must not allocate.
   const std::size_t touched = end - first;
@@ -211,7 +213,7 @@ bool ExpandableArena::acquire_for(const Placement& placement, std::size_t size) 
     // Without sharing a granule with users keeps its own physical granule: the block only adds a user to each
     // (one granule or two; the loop below would do the same, with nothing to undo).
     ++granules_[first].users;
-    if (end - first == 2) ++granules_[end - 1].users;
+    granules_[end - 1].users += static_cast<std::uint32_t>(end - first == 2);  // one granule or two, no branch
     return true;
   }
   created_scratch_.clear();
@@ -342,7 +344,21 @@ void ExpandableArena::release_granules(std::uint32_t block) noexcept {
   const std::size_t offset = freed.offset;
   const std::size_t end = offset + freed.size;
   if (!options_.share_granules) {  // no chunk masks: only the user counts change, highest granule first
-    for (std::size_t granule = end_granule(offset, freed.size); granule-- > first_granule(offset);) {
+    const std::size_t first = first_granule(offset);
+    const std::size_t last = end_granule(offset, freed.size) - 1;
+    if (last - first <= 1) {  // one granule or two (most blocks): counted without a branch on which
+      const auto two = static_cast<std::uint32_t>(last != first);
+      Granule& high = granules_[last];
+      Granule& low = granules_[first];
+      --high.users;
+      low.users -= two;
+      if (high.users == 0 && --physicals_[high.physical].users == 0) lru_push_newest(high.physical);
+      if (two + static_cast<std::uint32_t>(low.users == 0) == 2 && --physicals_[low.physical].users == 0) {
+        lru_push_newest(low.physical);
+      }
+      return;
+    }
+    for (std::size_t granule = last + 1; granule-- > first;) {
       // drop_piece without masks and partial lists.
       Granule& entry = granules_[granule];
       if (--entry.users == 0 && --physicals_[entry.physical].users == 0) lru_push_newest(entry.physical);
