@@ -378,6 +378,13 @@ def measure_sgemm(args):
     return best
 
 
+def probe_round_trip(args):
+    """One cache line's round trip between the first two CPUs (tp_core_round_trip), ns; None when unavailable."""
+    code, out, _, _, _, _ = run_child([args.round_trip, "--rounds", "3", "--trips", "50000"], base_env(), ROOT, 60)
+    data = json_line(out)
+    return data["core_round_trip_ns"] if code == 0 and data else None
+
+
 def probe_two_cores(args, library):
     """Two one-thread sgemm processes at once: what the two CPUs give together right now (GFLOP/s, summed)."""
     argv = [args.kernel_bench, "--sgemm-rate", "--rounds", "1", "--library", library]
@@ -425,7 +432,8 @@ def summarise(runs, batches, sides):
                 "test_acc": med([r["test_acc"] for r in ok]),
                 "cpu_per_wall": med([r["cpu_s"] / r["wall_s"] for r in ok if r["wall_s"] > 0]),
                 "against_probe": [(r["samples_per_s"] * FLOPS_PER_SAMPLE / (r["two_core_gflops"] * 1e9),
-                                   r["two_core_gflops"]) for r in ok if r.get("two_core_gflops")],
+                                   r["two_core_gflops"], r.get("core_round_trip_ns")) for r in ok
+                                  if r.get("two_core_gflops")],
             }
     return result
 
@@ -503,10 +511,12 @@ def target_tables(summary, batches, roofline):
         probed = summary[ROOFLINE_BATCH]["one"].get("against_probe")
         if probed:
             lines += ["Against the two CPUs measured right before each run (`--capacity-probe`: two one-thread sgemm "
-                      "processes at once, summed), per run: " + ", ".join(
-                          f"{100 * fraction:.0f}% of {gflops:.0f} GFLOP/s" for fraction, gflops in probed) +
-                      f"; median {100 * med([f for f, _ in probed]):.0f}% (not the target's definition: it shows "
-                      "when the machine, not ours, was slow).", ""]
+                      "processes at once, summed, and one cache line's round trip between the two CPUs), per run: " +
+                      ", ".join(f"{100 * fraction:.0f}% of {gflops:.0f} GFLOP/s" +
+                                ("" if trip is None else f" (round trip {trip:.0f} ns)")
+                                for fraction, gflops, trip in probed) +
+                      f"; median {100 * med([p[0] for p in probed]):.0f}% (not the target's definition: it shows "
+                      "whether the machine gave two cores, and how far apart they were).", ""]
 
     lines += ["**Target: peak RSS of ours below every peer's** (per process, median over runs)", "",
               "| batch | ours, highest | peers, lowest | result |", "|---:|---|---|---|"]
@@ -602,12 +612,14 @@ def parse_arguments():
     ap.add_argument("--data", default=DEFAULT_DATA, help="the Fashion-MNIST IDX files (default %(default)s)")
     ap.add_argument("--kernel-bench", default=os.path.join(ROOT, "build", "bench", "tp_kernel_bench"),
                     help="measures the roofline's sgemm rate when it exists")
+    ap.add_argument("--round-trip", default=os.path.join(ROOT, "build", "bench", "tp_core_round_trip"),
+                    help="--capacity-probe: times one cache line's round trip between two CPUs when it exists")
     ap.add_argument("--sgemm-gflops", type=float, help="use this one-core sgemm rate instead of measuring it")
     ap.add_argument("--sgemm-rounds", type=positive, help="rounds of tp_kernel_bench --sgemm-rate (default 7)")
     ap.add_argument("--skip-roofline", action="store_true", help="neither measure nor judge the roofline")
     ap.add_argument("--capacity-probe", action="store_true",
                     help=f"before each one-device run at batch {ROOFLINE_BATCH}, time two one-thread sgemm processes "
-                    "at once and report ours against their sum too")
+                    "at once and a cache line's round trip between two CPUs, and report ours against their sum too")
     ap.add_argument("--wait-load", type=float, help="first wait for the 1-minute load average to fall below this")
     ap.add_argument("--wait-max", type=positive, default=600, help="seconds to wait at most for --wait-load")
     ap.add_argument("--run-timeout", type=positive, default=1200, help="seconds before a run is killed")
@@ -680,12 +692,15 @@ def main():
         for batch in args.batches:
             for run in range(args.runs):
                 for side in schedule(ours, peers, run):
-                    probe = None
+                    probe, trip = None, None
                     if args.capacity_probe and roofline and side == "one" and batch == ROOFLINE_BATCH:
+                        trip = probe_round_trip(args) if os.access(args.round_trip, os.X_OK) else None
                         probe = probe_two_cores(args, roofline["library"])
                     record = bench.run(side, batch)
                     if probe is not None:
                         record["two_core_gflops"] = probe
+                    if trip is not None:
+                        record["core_round_trip_ns"] = trip
                     record["run"] = run
                     runs.append(record)
                     if "error" in record:
