@@ -5,49 +5,21 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <string>
 #include <utility>
 
 #include "memory/support/arena_test_options.hpp"
+#include "memory/support/map_counting_memory.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/expandable_arena.hpp"
-#include "tensorpool/memory/host_virtual_memory.hpp"
-#include "tensorpool/memory/virtual_memory.hpp"
 
 namespace {
 
 using tp::kMiB;
 using tp::memory::ExpandableArena;
-using tp::memory::HostVirtualMemory;
 using tp::memory::testing::arena_options;
+using tp::memory::testing::MapCountingMemory;
 
 constexpr std::size_t kGranule = 2 * kMiB;
-
-// A host VirtualMemory that counts map() calls.
-class MapCountingMemory final : public tp::memory::VirtualMemory {
- public:
-  const std::string& name() const noexcept override { return inner_.name(); }
-  std::size_t granularity() const noexcept override { return inner_.granularity(); }
-  std::optional<std::size_t> capacity() const noexcept override { return inner_.capacity(); }
-  std::size_t committed_bytes() const noexcept override { return inner_.committed_bytes(); }
-  void* reserve(std::size_t bytes) override { return inner_.reserve(bytes); }
-  void unreserve(void* base, std::size_t bytes) noexcept override { inner_.unreserve(base, bytes); }
-  void commit(void* ptr, std::size_t bytes) override { inner_.commit(ptr, bytes); }
-  void decommit(void* ptr, std::size_t bytes) noexcept override { inner_.decommit(ptr, bytes); }
-  PhysicalHandle create_physical() override { return inner_.create_physical(); }
-  void release_physical(PhysicalHandle handle) noexcept override { inner_.release_physical(handle); }
-  void map(void* ptr, PhysicalHandle handle) override {
-    ++maps;
-    inner_.map(ptr, handle);
-  }
-  void unmap(void* ptr) noexcept override { inner_.unmap(ptr); }
-
-  std::size_t maps = 0;
-
- private:
-  HostVirtualMemory inner_;
-};
 
 std::size_t offset_of(const ExpandableArena& arena, const void* ptr) {
   return reinterpret_cast<std::uintptr_t>(ptr) - arena.base_address();
