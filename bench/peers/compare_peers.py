@@ -390,14 +390,16 @@ def probe_two_cores(args, library):
     argv = [args.kernel_bench, "--sgemm-rate", "--rounds", "1", "--library", library]
     children = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, env=base_env())
                 for _ in range(2)]
-    rates = []
-    for child in children:
-        out, _ = child.communicate()
-        data = json_line(out.decode(errors="replace"))
-        if child.returncode != 0 or data is None:
-            return None
-        rates.append(data["sgemm_gflops"])
-    return sum(rates)
+    outputs = []
+    for child in children:  # both are reaped whatever happens to the other
+        try:
+            outputs.append((child.communicate(timeout=args.run_timeout)[0], child.returncode))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            outputs.append((b"", None))
+    data = [json_line(out.decode(errors="replace")) if code == 0 else None for out, code in outputs]
+    return None if None in data else sum(d["sgemm_gflops"] for d in data)
 
 
 def schedule(ours, peers, run):
@@ -634,6 +636,9 @@ def parse_arguments():
     args.sgemm_rounds = args.sgemm_rounds or 7
     if args.sgemm_gflops is not None and args.sgemm_gflops <= 0:
         ap.error(f"--sgemm-gflops {args.sgemm_gflops}: must be > 0")
+    if args.capacity_probe and (args.skip_roofline or args.sgemm_gflops is not None):
+        ap.error("--capacity-probe times the library the roofline measurement chose: drop --skip-roofline and "
+                 "--sgemm-gflops")
 
     def sides(flag, text, known, extra):
         if text == "none":
