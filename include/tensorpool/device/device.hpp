@@ -152,6 +152,11 @@ class Device {
   // The float32 GEMM libraries gemm_library "auto" has chosen so far, one per shape class in the order chosen:
   // on cpu and sim devices the process's one table, which they all share; empty on other backends.
   [[nodiscard]] std::vector<GemmChoice> gemm_choices() const { return do_gemm_choices(); }
+  // Does now what this device's first kernels would otherwise do inside the first step: on cpu and sim devices
+  // whose GEMM library is "auto" or "onednn", oneDNN's generation of its sgemm kernels (once per process; a
+  // concurrent caller waits for it). A caller with other work before its first step (reading a dataset) runs
+  // that work on another thread meanwhile. Nothing elsewhere.
+  void warm_up_kernels() { do_warm_up_kernels(); }
 
   // State that a higher layer keeps per device (the runtime's memory arbiter), created by `create` on the
   // first request for `key` and destroyed with the device. Thread-safe.
@@ -228,6 +233,7 @@ class Device {
   // field it reads, then apply. A backend without such settings ignores them.
   virtual void do_configure_kernels(const KernelOptions& options) { (void)options; }
   virtual std::vector<GemmChoice> do_gemm_choices() const { return {}; }
+  virtual void do_warm_up_kernels() {}
 
   const DeviceId id_;
   const DeviceId physical_id_;

@@ -160,5 +160,34 @@ TEST_F(KernelSettings, ABadValueIsRefusedNamingTheOptionAndTheChoicesAndChangesN
   tp_test::expect_invalid([&] { refused.devices(); }, {"gemm_library", "'blis'", "openblas", "onednn"});
 }
 
+// Device::warm_up_kernels: oneDNN generates its kernels on a device that may use it, once per process, and the
+// products after it keep oneDNN's bits; a device pinned to OpenBLAS generates nothing. Each test runs in a
+// process of its own (gtest_discover_tests), so nothing is generated before it.
+TEST_F(KernelSettings, WarmUpOnAnOpenblasDeviceGeneratesNothing) {
+  device::DeviceManager manager(two_sim_devices({.gemm_library = "openblas"}), kNoEnv);
+  manager.device("sim:0").warm_up_kernels();
+  EXPECT_FALSE(gemm_library_warmed_up());
+}
+
+TEST_F(KernelSettings, WarmUpGeneratesOnednnKernelsOnce) {
+  device::DeviceManager manager(two_sim_devices(), kNoEnv);
+  device::Device& automatic = manager.device("sim:0");
+  device::Device& onednn = manager.device("sim:1");
+  onednn.configure_kernels({.gemm_library = "onednn"});
+  ASSERT_FALSE(gemm_library_warmed_up());
+  automatic.warm_up_kernels();  // "auto" times oneDNN at its first product: it warms oneDNN up too
+  ASSERT_TRUE(gemm_library_warmed_up());
+  onednn.warm_up_kernels();  // the second call finds the kernels generated
+
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::vector<float> a = tp_test::random_vector<float>(rng, kM * kK);
+  const std::vector<float> b = tp_test::random_vector<float>(rng, kK * kN);
+  std::vector<float> reference(static_cast<std::size_t>(kM * kN));
+  matmul<float>(Transpose::no, Transpose::no, kM, kN, kK, 1.0F, a.data(), b.data(), 0.0F, reference.data(),
+                GemmLibrary::onednn);
+  EXPECT_EQ(differing(product_on(onednn, a, b), reference), 0U);
+}
+
 }  // namespace
 }  // namespace tp::backend::cpu

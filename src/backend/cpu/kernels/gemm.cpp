@@ -6,9 +6,11 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
@@ -188,6 +190,33 @@ GemmLibrary parse_gemm_library(std::string_view text, std::string_view what) {
            "' is not a GEMM library; use 'auto' (the default: the faster one per shape, measured), 'openblas' "
            "or 'onednn'");
 }
+
+namespace {
+
+std::atomic<bool> warmed_up{false};
+
+}  // namespace
+
+// oneDNN generates its sgemm kernels (one set per ISA, serving every shape) inside the first dnnl_sgemm of the
+// process, under a std::call_once; one small product makes that call. It runs on the caller's thread, never a
+// thread of its own: a process that exits while the generation runs would destroy oneDNN's statics under it.
+void warm_up_gemm_library(GemmLibrary library) {
+  if (library == GemmLibrary::openblas) return;
+  static const bool generated = [] {
+    constexpr std::int64_t kSide = 64;  // large enough for oneDNN's JIT driver rather than a small path
+    const std::vector<float> a(kSide * kSide, 1.0F);
+    std::vector<float> c(kSide * kSide);
+    omp_set_num_threads(1);
+    // A failure here is the real product's to report: it makes the same call with its own operands.
+    static_cast<void>(
+        dnnl_sgemm('N', 'N', kSide, kSide, kSide, 1.0F, a.data(), kSide, a.data(), kSide, 0.0F, c.data(), kSide));
+    warmed_up.store(true, std::memory_order_release);
+    return true;
+  }();
+  static_cast<void>(generated);
+}
+
+bool gemm_library_warmed_up() noexcept { return warmed_up.load(std::memory_order_acquire); }
 
 template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
