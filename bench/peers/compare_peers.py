@@ -74,6 +74,9 @@ SKIPPED = 77
 QUICK_LIMIT_TRAIN = 2000
 
 # name -> label. Ours first; the order is the report's.
+# A round trip between the two CPUs below this: they share a last-level cache (docs/benchmarks.md, "Why this VM
+# runs in two speeds").
+NEAR_ROUND_TRIP_NS = 250
 OURS = {
     "one": "ours, one device (`--strategy one --devices sim:0`)",
     "main": "ours, main job (`tensorpool train`, mirrored)",
@@ -433,11 +436,35 @@ def summarise(runs, batches, sides):
                 "peak_rss_kib": med([r["peak_rss_kib"] for r in ok]),
                 "test_acc": med([r["test_acc"] for r in ok]),
                 "cpu_per_wall": med([r["cpu_s"] / r["wall_s"] for r in ok if r["wall_s"] > 0]),
+                "round_trips": [(r["samples_per_s"], r["core_round_trip_ns"]) for r in ok
+                                if r.get("core_round_trip_ns") is not None],
                 "against_probe": [(r["samples_per_s"] * FLOPS_PER_SAMPLE / (r["two_core_gflops"] * 1e9),
                                    r["two_core_gflops"], r.get("core_round_trip_ns")) for r in ok
                                   if r.get("two_core_gflops")],
             }
     return result
+
+
+def placement_lines(summary, batches):
+    """--capacity-probe: each run of ours with the round trip timed right before it, and the medians of the runs
+    after a near and after a far round trip (NEAR_ROUND_TRIP_NS). Empty without probes."""
+    rows = []
+    for batch in batches:
+        for side, entry in summary[batch].items():
+            trips = entry.get("round_trips") if side in OURS else None
+            if not trips:
+                continue
+            near = [rate for rate, trip in trips if trip < NEAR_ROUND_TRIP_NS]
+            far = [rate for rate, trip in trips if trip >= NEAR_ROUND_TRIP_NS]
+            runs = ", ".join(f"{rate:,.0f} ({trip:.0f} ns)" for rate, trip in trips)
+            rows.append(f"| {batch} | {side} | {runs} | {'-' if not near else f'{med(near):,.0f} ({len(near)})'} | "
+                        f"{'-' if not far else f'{med(far):,.0f} ({len(far)})'} |")
+    if not rows:
+        return []
+    return [f"Runs of ours by how far apart the two CPUs were (`--capacity-probe`: one cache line's round trip "
+            f"between them, timed right before each run; near below {NEAR_ROUND_TRIP_NS} ns), samples/s:", "",
+            "| batch | side | runs (round trip before) | median near (runs) | median far (runs) |",
+            "|---:|---|---|---:|---:|", *rows, ""]
 
 
 def fmt_rate(entry):
@@ -520,6 +547,7 @@ def target_tables(summary, batches, roofline):
                       f"; median {100 * med([p[0] for p in probed]):.0f}% (not the target's definition: it shows "
                       "whether the machine gave two cores, and how far apart they were).", ""]
 
+    lines += placement_lines(summary, batches)
     lines += ["**Target: peak RSS of ours below every peer's** (per process, median over runs)", "",
               "| batch | ours, highest | peers, lowest | result |", "|---:|---|---|---|"]
     for batch in batches:
@@ -621,7 +649,8 @@ def parse_arguments():
     ap.add_argument("--skip-roofline", action="store_true", help="neither measure nor judge the roofline")
     ap.add_argument("--capacity-probe", action="store_true",
                     help=f"before each one-device run at batch {ROOFLINE_BATCH}, time two one-thread sgemm processes "
-                    "at once and a cache line's round trip between two CPUs, and report ours against their sum too")
+                    "at once and report ours against their sum too; before every run of ours, time a cache line's "
+                    "round trip between two CPUs, and report the runs by it")
     ap.add_argument("--wait-load", type=float, help="first wait for the 1-minute load average to fall below this")
     ap.add_argument("--wait-max", type=positive, default=600, help="seconds to wait at most for --wait-load")
     ap.add_argument("--run-timeout", type=positive, default=1200, help="seconds before a run is killed")
@@ -698,8 +727,9 @@ def main():
             for run in range(args.runs):
                 for side in schedule(ours, peers, run):
                     probe, trip = None, None
+                    if args.capacity_probe and side in OURS and os.access(args.round_trip, os.X_OK):
+                        trip = probe_round_trip(args)
                     if args.capacity_probe and roofline and side == "one" and batch == ROOFLINE_BATCH:
-                        trip = probe_round_trip(args) if os.access(args.round_trip, os.X_OK) else None
                         probe = probe_two_cores(args, roofline["library"])
                     record = bench.run(side, batch)
                     if probe is not None:
@@ -713,7 +743,8 @@ def main():
                         continue
                     log(f"batch {batch} run {run + 1}/{args.runs} {side}: {record['samples_per_s']:,.0f} samples/s, "
                         f"peak RSS {record['peak_rss_kib'] / 1024:.0f} MiB, acc {record['test_acc']:.4f}, "
-                        f"CPU/wall {record['cpu_s'] / record['wall_s']:.2f}, load {record['load_after'][0]:.2f}")
+                        f"CPU/wall {record['cpu_s'] / record['wall_s']:.2f}, load {record['load_after'][0]:.2f}" +
+                        ("" if trip is None else f", round trip before {trip:.0f} ns"))
     load_after = list(os.getloadavg())
     finished = datetime.now(timezone.utc)
 
