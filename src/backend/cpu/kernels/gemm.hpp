@@ -30,9 +30,6 @@ enum class GemmLibrary { openblas, onednn, automatic };
 GemmLibrary parse_gemm_library(std::string_view text, std::string_view what);
 std::string_view name_of(GemmLibrary library) noexcept;
 
-// `library` computes float32 products (float64 ignores it). With GemmLibrary::automatic the whole product goes
-// to the library chosen for its shape class before it is split into blocks, so every block of it uses the
-// same library and the bits stay independent of the thread count.
 // Does now, on this thread, what `library`'s first product would do before computing: oneDNN's kernel
 // generation (also for automatic, which times oneDNN), once per process (a concurrent caller waits for it);
 // nothing for OpenBLAS, which sets up when it is loaded.
@@ -40,6 +37,9 @@ void warm_up_gemm_library(GemmLibrary library);
 // Whether warm_up_gemm_library has generated oneDNN's kernels in this process.
 [[nodiscard]] bool gemm_library_warmed_up() noexcept;
 
+// `library` computes float32 products (float64 ignores it). With GemmLibrary::automatic the whole product goes
+// to the library chosen for its shape class before it is split into blocks, so every block of it uses the
+// same library and the bits stay independent of the thread count.
 template <typename T>
 void matmul(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
             const T* a, const T* b, T beta, T* c, GemmLibrary library = GemmLibrary::openblas);
