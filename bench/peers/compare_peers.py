@@ -73,10 +73,10 @@ FLOPS_PER_SAMPLE = 1_636_352  # 2 x (784*512 + 512*10) forward + 2*512*10 layer-
 SKIPPED = 77
 QUICK_LIMIT_TRAIN = 2000
 
-# name -> label. Ours first; the order is the report's.
 # A round trip between the two CPUs below this: they share a last-level cache (docs/benchmarks.md, "Why this VM
 # runs in two speeds").
 NEAR_ROUND_TRIP_NS = 250
+# name -> label. Ours first; the order is the report's.
 OURS = {
     "one": "ours, one device (`--strategy one --devices sim:0`)",
     "main": "ours, main job (`tensorpool train`, mirrored)",
