@@ -18,6 +18,7 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   if (options.policy) config.policy = *options.policy;
   if (options.release_decay_events) config.release_decay_events = *options.release_decay_events;
   config.compact_before_growth = options.compact_before_growth;
+  if (options.compaction_slack) config.compaction_slack = *options.compaction_slack;
   return config;
 }
 

@@ -25,12 +25,13 @@
 //              RSS just before the replay and, for our stacks, peak_bytes_reserved from stats(). With
 //              --compact-before-growth (expandable) the round's slots are the arena's relocator: a request that
 //              would grow the arena may move live blocks first (MemoryConfig::compact_before_growth), each slot
-//              following its block, and every block's bytes are checked at its free.
+//              following its block, and every block's bytes are checked at its free; --compaction-slack sets
+//              how much free room inside the reservation growth may leave before the arena compacts.
 //   min-capacity  (our stacks only) the smallest device capacity on which the trace replays without an
 //              out-of-memory error (find_min_capacity of the replay library; with --compact-before-growth its
 //              probes compact before growth and on a refusal).
 // The expandable stacks report what reclaiming before growth did (growth_requests, compactions_before_growth,
-// growth_avoided, blocks_moved, bytes_copied, bytes_remapped). --flush-before-growth is refused: the expandable
+// evacuations, growth_avoided, blocks_moved, bytes_copied, bytes_remapped). --flush-before-growth is refused: the expandable
 // stacks have no thread caches to flush any more (MemoryStack).
 
 // GCC 12 at -O2 reports a "potential null pointer dereference" inside CLI11's string splitting (inlined
@@ -326,8 +327,10 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     if (arena != nullptr) {
       const tp::memory::GrowthPressureStats growth = arena->growth_pressure_stats();
       report["compact_before_growth"] = arena->options().compact_before_growth;
+      report["compaction_slack"] = arena->options().compaction_slack;
       report["growth_requests"] = growth.growth_requests;
       report["compactions_before_growth"] = growth.compactions;
+      report["evacuations"] = growth.evacuations;
       report["growth_avoided"] = growth.growth_avoided;
       report["blocks_moved"] = growth.blocks_moved;
       report["bytes_copied"] = growth.bytes_copied;
@@ -372,6 +375,10 @@ int main(int argc, char** argv) {
   app.add_option("--flush-before-growth", flush_before_growth, "removed: refused with the reason");
   app.add_flag("--compact-before-growth", stack_options.compact_before_growth,
                "our expandable stacks, footprint and min-capacity: the arena may move live blocks before it grows");
+  app.add_option("--compaction-slack", stack_options.compaction_slack,
+                 "with --compact-before-growth: free bytes inside the reservation, as a fraction of the in-use bytes,"
+                 " that growth may leave before the arena compacts (default: MemoryConfig's)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--tracking", stack_options.tracking, "our stacks: with the tracking adaptor (per-allocation records)");
   std::string bfc_split;
   std::string policy;
@@ -393,6 +400,11 @@ int main(int argc, char** argv) {
       std::cerr << "tp_replay_worker: --flush-before-growth was removed: stacks over the expandable arena build no"
                    " thread cache, so nothing is flushed before growth; drop the flag (--compact-before-growth"
                    " still applies)\n";
+      return 2;
+    }
+    if (stack_options.compaction_slack && !stack_options.compact_before_growth) {
+      std::cerr << "tp_replay_worker: --compaction-slack needs --compact-before-growth (without it the arena never"
+                   " compacts before growing)\n";
       return 2;
     }
     if (stack_options.compact_before_growth && (allocator_name != "expandable" || stack_options.tracking)) {

@@ -114,7 +114,7 @@ bool ExpandableArena::move_block(std::uint32_t block, const Move& move, Compacti
   }
 
   // 2. Copy what is not remapped, granule by granule (the old and new places do not overlap: the new one
-  //    lies in a free block below the block).
+  //    lies in a free block).
   for (std::size_t granule = first; granule < end; ++granule) {
     if (remaps(from, to, size, granule)) continue;
     const std::size_t low = std::max(to, granule * granularity_);
@@ -295,9 +295,9 @@ CompactionResult ExpandableArena::start_compaction() const noexcept {
 
 // Gives back the granules the moves emptied and records the result; `used_before` counted the granules in use
 // (committed, not cached) when the compaction began.
-CompactionResult ExpandableArena::finish_compaction(CompactionResult& result, std::size_t used_before) {
-  decommit_cached(0);
-  const std::size_t used_after = committed_granules_;
+CompactionResult ExpandableArena::finish_compaction(CompactionResult& result, std::size_t used_before, bool give_back) {
+  if (give_back) decommit_cached(0);
+  const std::size_t used_after = committed_granules_ - cached_count_;
   result.granules_freed = used_before > used_after ? used_before - used_after : 0;
   result.committed_after = committed_granules_ * granularity_;
   last_compaction_ = result;
@@ -327,6 +327,84 @@ CompactionResult ExpandableArena::compact_sliding(Relocator& relocator, std::siz
     // Room for the physical granule table (reserved before any change of a slide): the slides made stand.
   }
   return finish_compaction(result, used_before);
+}
+
+ExpandableArena::Move ExpandableArena::find_evacuation(std::uint32_t block, std::size_t avoid) const {
+  const Block& moving = nodes_[block];
+  const std::size_t size = moving.size;
+  const std::size_t avoid_start = avoid * granularity_;
+  const std::size_t avoid_end = avoid_start + granularity_;
+  std::size_t examined = 0;
+  for (std::uint32_t index = free_lower_bound(size); index != kNone && examined < kMaxEvacuationHoles;
+       index = free_next(index), ++examined) {
+    const Block& hole = nodes_[index];
+    // The same offset within a granule first (whole granules are remapped, not copied), then either end.
+    const std::size_t aligned = hole.offset + (moving.offset - hole.offset) % granularity_;
+    for (const std::size_t offset : {aligned, hole.offset, hole.offset + hole.size - size}) {
+      if (offset + size > hole.offset + hole.size || (offset < avoid_end && offset + size > avoid_start)) continue;
+      // move_block remaps whole granules only downwards (its shift is unsigned): a block that would keep its
+      // offset within a granule above its old place is not moved there.
+      if (offset > moving.offset && (offset - moving.offset) % granularity_ == 0 && size >= granularity_) continue;
+      if (move_cost(block, offset).fresh == 0) return Move{index, offset, true};
+    }
+  }
+  return Move{};
+}
+
+CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::size_t size) {
+  CompactionResult result = start_compaction();
+  if (options_.share_granules) return result;
+  result.ran = true;
+  const std::size_t used_before = committed_granules_ - cached_count_;
+  // What evacuating each granule copies: the bytes of the in-use blocks touching it; none where a block may
+  // not move. Cheapest first; none that copies more than kMaxEvacuationGranules granules' worth to free one.
+  constexpr std::size_t kPinned = ~std::size_t{0};
+  std::vector<std::size_t> cost(granules_.size(), 0);
+  for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
+    const Block& block = nodes_[index];
+    if (!block.in_use) continue;
+    const bool movable = relocator.can_move(base_ + block.offset, block.requested);
+    for (std::size_t granule = first_granule(block.offset); granule < end_granule(block.offset, block.size);
+         ++granule) {
+      cost[granule] = movable && cost[granule] != kPinned ? cost[granule] + block.size : kPinned;
+    }
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t granule = 0; granule < cost.size(); ++granule) {
+    if (cost[granule] != 0 && cost[granule] <= kMaxEvacuationGranules * granularity_) order.push_back(granule);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return cost[a] < cost[b]; });
+  // A granule that took a moved block is not evacuated after it (the block would move twice).
+  std::vector<bool> received(cost.size(), false);
+  std::vector<std::uint32_t> touching;
+  try {
+    for (const std::size_t granule : order) {
+      if (best_fit(size).new_granules == 0) break;
+      if (granules_[granule].users == 0 || received[granule]) continue;  // emptied or filled by earlier moves
+      const std::size_t start = granule * granularity_;
+      touching.clear();
+      for (std::uint32_t index = first_block_; index != kNone && nodes_[index].offset < start + granularity_;
+           index = nodes_[index].next) {
+        if (nodes_[index].in_use && nodes_[index].offset + nodes_[index].size > start) touching.push_back(index);
+      }
+      for (const std::uint32_t index : touching) {
+        const std::size_t requested = nodes_[index].requested;
+        const std::size_t bytes = nodes_[index].size;
+        char* const old_address = base_ + nodes_[index].offset;
+        if (!relocator.can_move(old_address, requested)) break;
+        const Move move = find_evacuation(index, granule);
+        if (!move.valid || !move_block(index, move, result)) break;
+        relocator.relocated(old_address, base_ + move.offset, requested);
+        const std::size_t end = std::min(end_granule(move.offset, bytes), received.size());
+        for (std::size_t to = first_granule(move.offset); to < end; ++to) received[to] = true;
+      }
+    }
+  } catch (const std::bad_alloc&) {
+    // Bookkeeping room for the next move (move_block reserves it before changing anything): the moves made
+    // stand, each reported to the relocator.
+  }
+  // The granules it emptied stay cached: the request takes them.
+  return finish_compaction(result, used_before, false);
 }
 
 CompactionResult ExpandableArena::compact(Relocator& relocator) {

@@ -25,10 +25,10 @@ GrowthPressureStats ExpandableArena::growth_pressure_stats() const {
 }
 
 // Growing to take `placement` would leave committed - in use (after the request) above the slack: compaction
-// may give the holes back. And either the limit would refuse the growth, or the holes grew by more than the
-// slack since the last compaction before growth left them (hysteresis: a compaction that could not close them
-// is not repeated on every request that grows).
-bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placement) const noexcept {
+// may give the holes back. And, when `repeat_guard` (sliding, which copies nearly the live set), either the
+// limit would refuse the growth, or the holes grew by more than the slack since the last sliding compaction
+// left them (hysteresis: a compaction that could not close them is not repeated on every request that grows).
+bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placement, bool repeat_guard) const noexcept {
   const std::size_t committed = committed_granules_ * granularity_;
   const std::size_t in_use = stats_.bytes_in_use;
   const std::size_t free_inside = committed > in_use ? committed - in_use : 0;
@@ -38,7 +38,7 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
   const std::size_t live = in_use + size;
   const auto allowed = static_cast<std::size_t>(options_.compaction_slack * static_cast<double>(live)) + granularity_;
   if (grown <= live + allowed) return false;
-  return free_inside > residual_free_ + allowed;
+  return !repeat_guard || free_inside > residual_free_ + granularity_;
 }
 
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
@@ -68,23 +68,40 @@ ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t 
       return placement;
     }
   }
-  if (!compacts || !compaction_pays(size, placement)) return placement;
+  if (!compacts || !compaction_pays(size, placement, false)) return placement;
+  const auto record = [this](const CompactionResult& result, bool evacuated) {
+    if (result.blocks_moved == 0) return;  // nothing could move: no compaction ran
+    ++growth_.compactions;
+    if (evacuated) ++growth_.evacuations;
+    growth_.blocks_moved += result.blocks_moved;
+    growth_.bytes_copied += result.bytes_copied;
+    growth_.bytes_remapped += result.bytes_remapped;
+    growth_.granules_freed += result.granules_freed;
+  };
+  const auto settle = [this, size]() {
+    const std::size_t committed = committed_granules_ * granularity_;
+    residual_free_ = committed > stats_.bytes_in_use ? committed - stats_.bytes_in_use : 0;
+    Placement settled = best_fit(size);
+    if (settled.valid && settled.new_granules == 0) ++growth_.growth_avoided;
+    return settled;
+  };
+  // Evacuation first: it copies only the blocks pinning the emptiest granules, where sliding copies everything
+  // above its start. It runs on every growth the slack refuses; sliding, when evacuation could not free enough,
+  // only once the holes grew by a granule past what the last slide left (compaction_pays' repeat guard).
+  record(compact_evacuating(*relocator_, size), true);
+  placement = best_fit(size);
+  if (placement.valid && placement.new_granules == 0) {
+    ++growth_.growth_avoided;
+    return placement;
+  }
+  if (!placement.valid || !compaction_pays(size, placement, true)) return placement;
   // Gather enough free bytes at the end that, once cut off, growing leaves half the slack free inside.
   const std::size_t live = stats_.bytes_in_use + size;
   const std::size_t grown = (committed_granules_ + placement.new_granules) * granularity_;
   const std::size_t keep = static_cast<std::size_t>(options_.compaction_slack * static_cast<double>(live)) / 2;
   const std::size_t gather = grown > live + keep ? grown - live - keep + granularity_ : granularity_;
-  const CompactionResult result = compact_sliding(*relocator_, gather);
-  ++growth_.compactions;
-  growth_.blocks_moved += result.blocks_moved;
-  growth_.bytes_copied += result.bytes_copied;
-  growth_.bytes_remapped += result.bytes_remapped;
-  growth_.granules_freed += result.granules_freed;
-  const std::size_t committed = committed_granules_ * granularity_;
-  residual_free_ = committed > stats_.bytes_in_use ? committed - stats_.bytes_in_use : 0;
-  placement = best_fit(size);
-  if (placement.valid && placement.new_granules == 0) ++growth_.growth_avoided;
-  return placement;
+  record(compact_sliding(*relocator_, gather), false);
+  return settle();
 }
 
 }  // namespace tp::memory

@@ -324,6 +324,7 @@ class ReplayRun {
     const GrowthPressureStats after = options_.compact->growth_pressure_stats();
     compaction.growth_requests = after.growth_requests - before.growth_requests;
     compaction.before_growth = after.compactions - before.compactions;
+    compaction.evacuations = after.evacuations - before.evacuations;
     compaction.growth_avoided = after.growth_avoided - before.growth_avoided;
     compaction.blocks_moved += after.blocks_moved - before.blocks_moved;
     compaction.bytes_copied += after.bytes_copied - before.bytes_copied;

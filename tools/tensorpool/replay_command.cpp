@@ -320,14 +320,15 @@ void print_table(const ReplayArguments& arguments, const memory::Trace& trace, s
     if (!report.stack.compacts()) continue;
     const memory::ReplayCompaction& compaction = report.result.compaction;
     std::cout << fmt::format(
-        "{}: {} refusal{} compacted, {} then served; {} of {} growing request{} compacted first, "
-        "{} then served without growing; {} block{} moved ({} copied, {} remapped), {} granule{} "
+        "{}: {} refusal{} compacted, {} then served; {} of {} growing request{} compacted first ({} by "
+        "evacuation), {} then served without growing; {} block{} moved ({} copied, {} remapped), {} granule{} "
         "({}) freed\n",
         report.stack.label(), compaction.compactions, compaction.compactions == 1 ? "" : "s", compaction.retries_served,
         compaction.before_growth, compaction.growth_requests, compaction.growth_requests == 1 ? "" : "s",
-        compaction.growth_avoided, compaction.blocks_moved, compaction.blocks_moved == 1 ? "" : "s",
-        format_bytes(compaction.bytes_copied), format_bytes(compaction.bytes_remapped), compaction.granules_freed,
-        compaction.granules_freed == 1 ? "" : "s", format_bytes(compaction.granules_freed * compaction.granularity));
+        compaction.evacuations, compaction.growth_avoided, compaction.blocks_moved,
+        compaction.blocks_moved == 1 ? "" : "s", format_bytes(compaction.bytes_copied),
+        format_bytes(compaction.bytes_remapped), compaction.granules_freed, compaction.granules_freed == 1 ? "" : "s",
+        format_bytes(compaction.granules_freed * compaction.granularity));
   }
   for (const AllocatorReport& report : reports) {
     if (!report.driver) continue;
@@ -376,9 +377,10 @@ void print_json(const ReplayArguments& arguments, const memory::Trace& trace, st
       row["compaction"] = {
           {"compactions", result.compaction.compactions},         {"retries_served", result.compaction.retries_served},
           {"growth_requests", result.compaction.growth_requests}, {"before_growth", result.compaction.before_growth},
-          {"growth_avoided", result.compaction.growth_avoided},   {"blocks_moved", result.compaction.blocks_moved},
-          {"bytes_copied", result.compaction.bytes_copied},       {"bytes_remapped", result.compaction.bytes_remapped},
-          {"granules_freed", result.compaction.granules_freed},   {"granule_bytes", result.compaction.granularity},
+          {"evacuations", result.compaction.evacuations},         {"growth_avoided", result.compaction.growth_avoided},
+          {"blocks_moved", result.compaction.blocks_moved},       {"bytes_copied", result.compaction.bytes_copied},
+          {"bytes_remapped", result.compaction.bytes_remapped},   {"granules_freed", result.compaction.granules_freed},
+          {"granule_bytes", result.compaction.granularity},
       };
     }
     if (report.driver) {

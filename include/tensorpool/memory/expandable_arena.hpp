@@ -101,15 +101,23 @@
 //
 // Reclaim before growing (expandable_arena_growth.cpp): when the placement a request gets must create physical
 // granules (no cached one is left) and, for the hook, take committed bytes past their peak (stats'
-// peak_bytes_reserved, which reset_peak() lowers to the current reservation), the growth hook runs first (the lock released; a stack's thread caches give
-// their blocks back) and the request is placed again; if it still must grow, and compact_before_growth is on
-// with a relocator set, and growing would leave more free inside the reservation than the slack allows (and
-// that much more than the last such compaction left), the arena compacts and places it again. That compaction
-// slides (compact_sliding): from the highest free block with enough free bytes above it to bring the reservation
-// back to half the slack after the growth, each movable in-use block trades places with the free block below it
-// (one overlapping copy), so the free blocks gather and leave at the extent's end; fresh granules the slides
-// take come from those earlier slides gave back, so it never commits more than a slide frees. A request
-// served from what the arena holds never reaches this path: one branch on new_granules.
+// peak_bytes_reserved, which reset_peak() lowers to the current reservation), the growth hook runs first (the
+// lock released; a stack's thread caches give their blocks back) and the request is placed again; if it still
+// must grow, and compact_before_growth is on with a relocator set, and growing would leave more free inside the
+// reservation than the slack allows, the arena compacts, in two steps, and places it again:
+//   1. Evacuation (compact_evacuating): granules are emptied, the cheapest first (the fewest bytes in the
+//      blocks touching them; none costing more than kMaxEvacuationGranules granules), by moving each of their
+//      blocks into a free block where it takes no fresh granule (the smallest such, not in the granule emptied),
+//      until the request needs no new granule. A granule that took a moved block is not emptied in the same
+//      compaction, so no block moves twice. The copies are the moved blocks' bytes.
+//   2. Sliding (compact_sliding), when evacuation could not free enough and the free bytes inside grew by a
+//      granule past what the last slide left (so a slide that could not help is not repeated on every request):
+//      from the highest free block with enough free bytes above it to bring the reservation back to half the
+//      slack after the growth, each movable in-use block trades places with the free block below it (one
+//      overlapping copy), so the free blocks gather and leave at the extent's end; fresh granules the slides
+//      take come from those earlier slides gave back, so it never commits more than a slide frees. It copies
+//      every block above its start.
+// A request served from what the arena holds never reaches this path: one branch on new_granules.
 //
 // Stats: bytes_reserved = committed bytes, bytes_in_use = sum of in-use block sizes (256-rounded),
 // upstream_allocs/frees = physical granules created/released, largest_free_block = the longest run of mapped
@@ -164,9 +172,9 @@ struct ArenaOptions {
   bool share_granules = false;
   // Reclaim before growing (growth_pressure.hpp): with a Relocator registered (set_relocator), a request that
   // would commit new physical granules first compacts the arena when growing would leave more than
-  // compaction_slack x the in-use bytes, plus one granule, free inside the reservation (and that much more than
-  // the last compaction left: a compaction that could not help is not repeated until the holes grow by it).
-  // Off by default: only the blocks' owner knows whether they may move. Not with share_granules (compaction
+  // compaction_slack x the in-use bytes, plus one granule, free inside the reservation: it evacuates granules,
+  // then, when that frees too few, slides blocks (only once the holes grew by a granule past what the last slide
+  // left: a slide that could not help is not repeated on every request). Off by default: only the blocks' owner knows whether they may move. Not with share_granules (compaction
   // does not run there).
   bool compact_before_growth = false;
   // In [0, 1]: 0 compacts before any growth that would leave more than a granule free inside.
@@ -512,7 +520,7 @@ class ExpandableArena final : public MemoryResource {
   // O(blocks x blocks below) (a block looks for the lowest hole that takes it).
   static constexpr std::size_t kCompactionPasses = 4;
   struct Move {
-    std::uint32_t hole = kNone;  // free block below the block that takes it
+    std::uint32_t hole = kNone;  // free block that takes the block (below it, except for evacuations)
     std::size_t offset = 0;      // the block's new offset, inside the hole
     bool valid = false;
   };
@@ -531,15 +539,25 @@ class ExpandableArena final : public MemoryResource {
   // into one that rises to the end and is cut off. Starts at the highest free block with `bytes` free from it
   // to the end (slide_start), so only the blocks above it are copied.
   CompactionResult compact_sliding(Relocator& relocator, std::size_t bytes);
+  // Evacuating compaction (compaction before growth, tried before sliding): frees whole granules for a request
+  // of `size` bytes by moving every in-use block out of the granules whose blocks hold the fewest bytes, each
+  // into a free block where it takes no fresh granule, until the request needs no new one. Copies about the
+  // bytes of the blocks it moves, where sliding copies everything above its start.
+  CompactionResult compact_evacuating(Relocator& relocator, std::size_t size);
+  // A free block (and an end of it) that takes the in-use block without a fresh granule and without touching
+  // granule `avoid`; invalid when none of the smallest kMaxEvacuationHoles free blocks that hold it does.
+  Move find_evacuation(std::uint32_t block, std::size_t avoid) const;
+  static constexpr std::size_t kMaxEvacuationHoles = 64;
+  static constexpr std::size_t kMaxEvacuationGranules = 2;
   std::uint32_t slide_start(std::size_t bytes) const noexcept;
   bool slide_block(std::uint32_t block, CompactionResult& result);
   // Growth pressure (expandable_arena_growth.cpp): runs the hook and compaction before `placement` commits
   // new granules, and returns the placement to take then. Called with the lock held; releases it around the hook.
   [[gnu::noinline]] Placement relieve_growth_pressure(std::size_t size, Placement placement);
-  bool compaction_pays(std::size_t size, const Placement& placement) const noexcept;
+  bool compaction_pays(std::size_t size, const Placement& placement, bool repeat_guard) const noexcept;
   CompactionResult compact_locked(Relocator& relocator);
   CompactionResult start_compaction() const noexcept;
-  CompactionResult finish_compaction(CompactionResult& result, std::size_t used_before);
+  CompactionResult finish_compaction(CompactionResult& result, std::size_t used_before, bool give_back = true);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,
                                         const std::string& detail);
 

@@ -9,8 +9,9 @@
 //      to its flush; a MemoryStack builds no cache over the arena and sets none). Then the request is placed
 //      again.
 //   2. Compaction before growth (ArenaOptions::compact_before_growth, with a Relocator registered by the
-//      blocks' owner): when growing would leave more than the slack free inside the reservation, live blocks
-//      move down (ExpandableArena::compact) and the request is placed again. Only then does the allocator grow.
+//      blocks' owner): when growing would leave more than the slack free inside the reservation, the blocks of
+//      the emptiest granules move into holes elsewhere (evacuation) or, when that frees too few, live blocks
+//      slide down over the holes, and the request is placed again. Only then does the allocator grow.
 
 #include <cstddef>
 #include <functional>
@@ -27,7 +28,8 @@ struct GrowthPressureStats {
                                     // peak reservation, and compaction's only entry)
   std::size_t hooks_run = 0;        // growth hook calls
   std::size_t hooks_released = 0;   // ...that gave something back
-  std::size_t compactions = 0;      // compactions before growth
+  std::size_t compactions = 0;      // compactions before growth that moved blocks
+  std::size_t evacuations = 0;      // ...of which evacuated granules (the others slid)
   std::size_t growth_avoided = 0;   // requests then served without new memory
   std::size_t blocks_moved = 0;     // over the compactions
   std::size_t bytes_copied = 0;

@@ -48,6 +48,7 @@ struct ReplayCompaction {
   // without growing.
   std::size_t growth_requests = 0;
   std::size_t before_growth = 0;
+  std::size_t evacuations = 0;  // ...of the compactions before growth, those that evacuated granules (the others slid)
   std::size_t growth_avoided = 0;
   std::size_t blocks_moved = 0;  // over all compactions (on a refusal and before growth)
   std::size_t bytes_copied = 0;
