@@ -358,8 +358,10 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
   const std::size_t used_before = committed_granules_ - cached_count_;
   // What evacuating each granule copies: the bytes of the in-use blocks touching it; none where a block may
   // not move. Cheapest first; none that copies more than kMaxEvacuationGranules granules' worth to free one.
+  // `anchor`: an in-use block touching each granule, where the search for the granule's blocks starts.
   constexpr std::size_t kPinned = ~std::size_t{0};
   std::vector<std::size_t> cost(granules_.size(), 0);
+  std::vector<std::uint32_t> anchor(granules_.size(), kNone);
   for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
     const Block& block = nodes_[index];
     if (!block.in_use) continue;
@@ -367,6 +369,7 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
     for (std::size_t granule = first_granule(block.offset); granule < end_granule(block.offset, block.size);
          ++granule) {
       cost[granule] = movable && cost[granule] != kPinned ? cost[granule] + block.size : kPinned;
+      anchor[granule] = index;
     }
   }
   std::vector<std::size_t> order;
@@ -382,10 +385,22 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
       if (best_fit(size).new_granules == 0) break;
       if (granules_[granule].users == 0 || received[granule]) continue;  // emptied or filled by earlier moves
       const std::size_t start = granule * granularity_;
+      const std::size_t end = start + granularity_;
+      const auto overlaps = [&](std::uint32_t index) {
+        return nodes_[index].offset < end && nodes_[index].offset + nodes_[index].size > start;
+      };
+      // The blocks touching the granule are consecutive in address order: from the anchor back and forth. An
+      // anchor that an earlier move took away (its node no longer an in-use block here) means a walk from the
+      // first block. An in-use node is always linked, so one that still overlaps is a sound start.
+      std::uint32_t from = anchor[granule];
+      if (from == kNone || !nodes_[from].in_use || !overlaps(from)) {
+        from = first_block_;
+        while (from != kNone && !overlaps(from)) from = nodes_[from].next;
+      }
+      while (from != kNone && nodes_[from].prev != kNone && overlaps(nodes_[from].prev)) from = nodes_[from].prev;
       touching.clear();
-      for (std::uint32_t index = first_block_; index != kNone && nodes_[index].offset < start + granularity_;
-           index = nodes_[index].next) {
-        if (nodes_[index].in_use && nodes_[index].offset + nodes_[index].size > start) touching.push_back(index);
+      for (std::uint32_t index = from; index != kNone && overlaps(index); index = nodes_[index].next) {
+        if (nodes_[index].in_use) touching.push_back(index);
       }
       for (const std::uint32_t index : touching) {
         const std::size_t requested = nodes_[index].requested;
@@ -395,8 +410,8 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
         const Move move = find_evacuation(index, granule);
         if (!move.valid || !move_block(index, move, result)) break;
         relocator.relocated(old_address, base_ + move.offset, requested);
-        const std::size_t end = std::min(end_granule(move.offset, bytes), received.size());
-        for (std::size_t to = first_granule(move.offset); to < end; ++to) received[to] = true;
+        const std::size_t last = std::min(end_granule(move.offset, bytes), received.size());
+        for (std::size_t to = first_granule(move.offset); to < last; ++to) received[to] = true;
       }
     }
   } catch (const std::bad_alloc&) {
