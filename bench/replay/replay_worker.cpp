@@ -31,8 +31,8 @@
 //              out-of-memory error (find_min_capacity of the replay library; with --compact-before-growth its
 //              probes compact before growth and on a refusal).
 // The expandable stacks report what reclaiming before growth did (growth_requests, compactions_before_growth,
-// evacuations, growth_avoided, blocks_moved, bytes_copied, bytes_remapped). --flush-before-growth is refused: the expandable
-// stacks have no thread caches to flush any more (MemoryStack).
+// evacuations, growth_avoided, blocks_moved, bytes_copied, bytes_remapped). --flush-before-growth is refused:
+// the expandable stacks have no thread caches to flush any more (MemoryStack).
 
 // GCC 12 at -O2 reports a "potential null pointer dereference" inside CLI11's string splitting (inlined
 // std::string moves in CLI::detail::split): a false positive in library code, silenced for that header only.

@@ -26,8 +26,8 @@ GrowthPressureStats ExpandableArena::growth_pressure_stats() const {
 
 // Growing to take `placement` would leave committed - in use (after the request) above the slack: compaction
 // may give the holes back. And, when `repeat_guard` (sliding, which copies nearly the live set), either the
-// limit would refuse the growth, or the holes grew by more than the slack since the last sliding compaction
-// left them (hysteresis: a compaction that could not close them is not repeated on every request that grows).
+// limit would refuse the growth, or the holes grew by more than a granule since the last sliding compaction
+// left them (hysteresis: a slide that could not close them is not repeated on every request that grows).
 bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placement, bool repeat_guard) const noexcept {
   const std::size_t committed = committed_granules_ * granularity_;
   const std::size_t in_use = stats_.bytes_in_use;

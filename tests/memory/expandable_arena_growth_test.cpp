@@ -2,8 +2,8 @@
 // Reclaim before growing (issue 23, growth_pressure.hpp): a trace whose holes would make the arena grow past
 // 1.05 x live stays within it when the arena compacts before growing (every byte of every block checked at its
 // free, so every moved byte is checked); evacuation moves one block per granule it frees; random operations keep
-// every invariant and byte while blocks are evacuated and slide; a trace that only grows never compacts; a thread cache on the growth hook gives its blocks back before the arena
-// grows; bad options are refused naming them.
+// every invariant and byte while blocks are evacuated and slide; a trace that only grows never compacts; a thread
+// cache on the growth hook gives its blocks back before the arena grows; bad options are refused naming them.
 #include <gtest/gtest.h>
 
 #include <cmath>

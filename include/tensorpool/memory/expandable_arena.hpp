@@ -174,8 +174,8 @@ struct ArenaOptions {
   // would commit new physical granules first compacts the arena when growing would leave more than
   // compaction_slack x the in-use bytes, plus one granule, free inside the reservation: it evacuates granules,
   // then, when that frees too few, slides blocks (only once the holes grew by a granule past what the last slide
-  // left: a slide that could not help is not repeated on every request). Off by default: only the blocks' owner knows whether they may move. Not with share_granules (compaction
-  // does not run there).
+  // left: a slide that could not help is not repeated on every request). Off by default: only the blocks' owner
+  // knows whether they may move. Not with share_granules (compaction does not run there).
   bool compact_before_growth = false;
   // In [0, 1]: 0 compacts before any growth that would leave more than a granule free inside.
   double compaction_slack = 0.02;
