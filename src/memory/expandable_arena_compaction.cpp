@@ -382,8 +382,8 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
   std::vector<std::uint32_t> touching;
   try {
     for (const std::size_t granule : order) {
-      if (best_fit(size).new_granules == 0) break;
       if (granules_[granule].users == 0 || received[granule]) continue;  // emptied or filled by earlier moves
+      if (best_fit(size).new_granules == 0) break;
       const std::size_t start = granule * granularity_;
       const std::size_t end = start + granularity_;
       const auto overlaps = [&](std::uint32_t index) {
@@ -406,7 +406,8 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
         const std::size_t requested = nodes_[index].requested;
         const std::size_t bytes = nodes_[index].size;
         char* const old_address = base_ + nodes_[index].offset;
-        if (!relocator.can_move(old_address, requested)) break;
+        // Movable: the cost pass asked the relocator, and no block has entered the granule since (the granules
+        // moved blocks enter are skipped).
         const Move move = find_evacuation(index, granule);
         if (!move.valid || !move_block(index, move, result)) break;
         relocator.relocated(old_address, base_ + move.offset, requested);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Reclaim before growing (issue 23, growth_pressure.hpp): a trace whose holes would make the arena grow past
 // 1.05 x live stays within it when the arena compacts before growing (every byte of every block checked at its
-// free, so every moved byte is checked); evacuation moves one block per granule it frees; random operations keep
-// every invariant and byte while blocks are evacuated and slide; a trace that only grows never compacts; a thread
-// cache on the growth hook gives its blocks back before the arena grows; bad options are refused naming them.
+// free, so every moved byte is checked); evacuation moves one block per granule it frees and never a pinned one;
+// random operations keep every invariant and byte while blocks are evacuated and slide; a trace that only grows
+// never compacts; a thread cache on the growth hook gives its blocks back before the arena grows; bad options are
+// refused naming them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -182,19 +184,27 @@ TEST(ExpandableArenaGrowth, AThreadCacheOnTheGrowthHookGivesItsBlocksBackBeforeT
 // The arena's blocks by pointer, each filled with bytes of its own; every block may move.
 class MovableBlocks final : public tp::memory::Relocator {
  public:
-  void add(tp::memory::ExpandableArena& arena, std::size_t bytes, unsigned char seed) {
+  void* add(tp::memory::ExpandableArena& arena, std::size_t bytes, unsigned char seed) {
     void* ptr = arena.allocate(bytes);
     std::vector<unsigned char> contents(bytes);
     for (std::size_t index = 0; index < bytes; ++index) contents[index] = static_cast<unsigned char>(seed + index * 13);
     std::memcpy(ptr, contents.data(), bytes);
     blocks_.emplace(ptr, std::move(contents));
+    return ptr;
   }
   void remove_at(tp::memory::ExpandableArena& arena, std::size_t position) {
     auto found = std::next(blocks_.begin(), static_cast<std::ptrdiff_t>(position));
     arena.deallocate(found->first, found->second.size());
     blocks_.erase(found);
   }
-  bool can_move(const void* /*ptr*/, std::size_t /*bytes*/) override { return true; }
+  void remove(tp::memory::ExpandableArena& arena, void* ptr) {
+    const auto found = blocks_.find(ptr);
+    ASSERT_NE(found, blocks_.end());
+    remove_at(arena, static_cast<std::size_t>(std::distance(blocks_.begin(), found)));
+  }
+  // A pinned block may never move (its owner cannot update every pointer to it).
+  void pin(const void* ptr) { pinned_.insert(ptr); }
+  bool can_move(const void* ptr, std::size_t /*bytes*/) override { return pinned_.count(ptr) == 0; }
   void relocated(void* from, void* to, std::size_t bytes) noexcept override {
     auto node = blocks_.extract(from);
     EXPECT_FALSE(node.empty());
@@ -204,6 +214,7 @@ class MovableBlocks final : public tp::memory::Relocator {
     ++moves_;
   }
   std::size_t size() const { return blocks_.size(); }
+  bool holds(void* ptr) const { return blocks_.count(ptr) != 0; }  // a block of it starts at ptr now
   std::size_t moves() const { return moves_; }
   // "" when every block holds its bytes.
   std::string check() const {
@@ -217,6 +228,7 @@ class MovableBlocks final : public tp::memory::Relocator {
 
  private:
   std::map<void*, std::vector<unsigned char>> blocks_;
+  std::set<const void*> pinned_;
   std::size_t moves_ = 0;
 };
 
@@ -260,6 +272,43 @@ TEST(ExpandableArenaGrowth, EvacuatingAndSlidingKeepInvariantsAndBytesUnderRando
     while (blocks.size() != 0) blocks.remove_at(arena, 0);
     EXPECT_EQ(arena.check_invariants(), "");
   }
+}
+
+// The layout of EvacuationMovesOneBlockPerGranuleItFrees on the arena itself, with the one block left in each of
+// the first four sparse granules pinned: evacuation empties the other four sparse granules (one move each) and
+// never touches a pinned block, which keeps its address and bytes.
+TEST(ExpandableArenaGrowth, EvacuationLeavesPinnedBlocksWhereTheyAre) {
+  constexpr std::size_t kBlock = kGranule / 8;
+  SimDeviceMemory device(96 * kMiB);
+  tp::memory::ArenaOptions options;
+  options.limit_bytes = 96 * kMiB;
+  options.compact_before_growth = true;
+  tp::memory::ExpandableArena arena(device, options);
+  MovableBlocks blocks;
+  arena.set_relocator(&blocks);
+  std::vector<void*> placed;
+  for (int index = 0; index < 128; ++index)
+    placed.push_back(blocks.add(arena, kBlock, static_cast<unsigned char>(index)));
+  for (std::size_t granule = 0; granule < 8; ++granule) {
+    for (std::size_t block = 1; block < 8; ++block) blocks.remove(arena, placed[granule * 8 + block]);
+  }
+  for (std::size_t granule = 8; granule < 16; ++granule) blocks.remove(arena, placed[granule * 8]);
+  for (std::size_t granule = 0; granule < 4; ++granule) blocks.pin(placed[granule * 8]);
+
+  blocks.add(arena, 8 * kMiB, 200);
+  EXPECT_EQ(arena.check_invariants(), "");
+  EXPECT_EQ(blocks.check(), "");
+  const tp::memory::GrowthPressureStats growth = arena.growth_pressure_stats();
+  EXPECT_EQ(growth.evacuations, 1u);
+  EXPECT_EQ(growth.blocks_moved, 4u);
+  EXPECT_EQ(blocks.moves(), 4u);
+  EXPECT_EQ(arena.committed_bytes(), 32 * kMiB) << "the large block took the four emptied granules";
+  for (std::size_t granule = 0; granule < 4; ++granule) {
+    EXPECT_TRUE(blocks.holds(placed[granule * 8])) << "the pinned block of granule " << granule << " moved";
+  }
+  arena.set_relocator(nullptr);
+  while (blocks.size() != 0) blocks.remove_at(arena, 0);
+  EXPECT_EQ(arena.check_invariants(), "");
 }
 
 // A hook that breaks its promise not to throw: the exception reaches the caller (not swallowed), the arena's
