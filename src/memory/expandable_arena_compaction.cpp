@@ -423,7 +423,7 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
   return finish_compaction(result, used_before, false);
 }
 
-CompactionResult ExpandableArena::compact(Relocator& relocator) {
+CompactionResult ExpandableArena::do_compact(Relocator& relocator) {
   std::lock_guard lock(mutex_);
   return compact_locked(relocator);
 }

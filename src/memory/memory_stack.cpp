@@ -163,6 +163,8 @@ void MemoryStack::do_deallocate(void* ptr, std::size_t bytes) noexcept { dealloc
 
 std::size_t MemoryStack::do_trim() { return top_->trim(); }
 
+CompactionResult MemoryStack::do_compact(Relocator& relocator) { return top_->compact(relocator); }
+
 MemoryStats MemoryStack::do_stats() const {
   MemoryStats stats = top_->stats();
   if (!stats.bytes_limit.has_value()) stats.bytes_limit = limit_bytes_;

@@ -34,6 +34,8 @@ void ResourceAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept { ups
 
 std::size_t ResourceAdaptor::do_trim() { return upstream_.trim(); }
 
+CompactionResult ResourceAdaptor::do_compact(Relocator& relocator) { return upstream_.compact(relocator); }
+
 MemoryStats ResourceAdaptor::do_stats() const { return upstream_.stats(); }
 
 void ResourceAdaptor::do_reset_peak() { upstream_.reset_peak(); }

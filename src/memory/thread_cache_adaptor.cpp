@@ -380,6 +380,11 @@ std::size_t ThreadCacheAdaptor::do_trim() {
   return upstream().trim();
 }
 
+CompactionResult ThreadCacheAdaptor::do_compact(Relocator& relocator) {
+  flush();
+  return upstream().compact(relocator);
+}
+
 std::size_t ThreadCacheAdaptor::cached_blocks() const {
   std::size_t blocks = 0;
   const std::lock_guard registry_lock(registry_->mutex);

@@ -65,6 +65,36 @@ void TrackingAdaptor::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   upstream_deallocate(ptr, bytes);
 }
 
+CompactionResult TrackingAdaptor::do_compact(Relocator& relocator) {
+  // Moves each record with its block, with mutex_ held across the whole compaction: no allocation or free is
+  // recorded between a block's move and its record's. Lock order as on every path: this adaptor, then the
+  // allocator (whose lock is held while the relocator is told).
+  class Rekeying final : public Relocator {
+   public:
+    Rekeying(Relocator& owner, std::unordered_map<void*, Record>& live,
+             const std::vector<AllocationObserver*>& observers) noexcept
+        : owner_(owner), live_(live), observers_(observers) {}
+    bool can_move(const void* ptr, std::size_t bytes) override { return owner_.can_move(ptr, bytes); }
+    void relocated(void* from, void* to, std::size_t bytes) noexcept override {
+      auto node = live_.extract(from);  // moves the record's node: no allocation
+      if (!node.empty()) {
+        node.key() = to;
+        live_.insert(std::move(node));
+      }
+      for (AllocationObserver* observer : observers_) observer->on_relocate(from, to, bytes);
+      owner_.relocated(from, to, bytes);
+    }
+
+   private:
+    Relocator& owner_;
+    std::unordered_map<void*, Record>& live_;
+    const std::vector<AllocationObserver*>& observers_;
+  };
+  const std::lock_guard lock(mutex_);
+  Rekeying rekeying(relocator, live_, observers_);
+  return upstream().compact(rekeying);
+}
+
 std::vector<TrackedAllocation> TrackingAdaptor::live_allocations() const {
   std::vector<TrackedAllocation> result;
   {

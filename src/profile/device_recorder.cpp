@@ -155,6 +155,14 @@ void DeviceRecorder::on_allocate(void* ptr, std::size_t bytes, const memory::All
   }
 }
 
+void DeviceRecorder::on_relocate(void* from, void* to, std::size_t /*bytes*/) noexcept {
+  const std::lock_guard lock(mutex_);
+  auto node = live_.extract(reinterpret_cast<std::uintptr_t>(from));  // no allocation
+  if (node.empty()) return;                                           // allocated before the recorder was attached
+  node.key() = reinterpret_cast<std::uintptr_t>(to);
+  live_.insert(std::move(node));
+}
+
 void DeviceRecorder::on_deallocate(void* ptr, std::size_t bytes) noexcept {
   try {
     const memory::MemoryStats allocator_stats = stack_.allocator().stats();

@@ -20,6 +20,7 @@
 #include "tensorpool/device/device_manager.hpp"
 #include "tensorpool/graph/attributes.hpp"
 #include "tensorpool/graph/op_registry.hpp"
+#include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/ops/cast.hpp"
 #include "tensorpool/ops/init.hpp"
 
@@ -268,8 +269,7 @@ Tensor& Session::variable(graph::NodeId id, device::Device& device) {
   const Shape shape(graph::attribute_ints(node, "shape"));
   memory::AllocationTag tag{node.name, "Variable", shape.dims_vector(), std::string(name_of(dtype)),
                             kind_of_variable(node)};
-  Tensor tensor =
-      Tensor::from_buffer(device.allocate(byte_size(shape, dtype), tag, memory_of(device)), 0, shape, dtype);
+  Tensor tensor = Tensor::from_buffer(allocate_planned(device, byte_size(shape, dtype), tag), 0, shape, dtype);
   if (graph::attribute_string(node, "initializer", "zeros") == "cast") {
     // A derived copy (mixed precision's persistent compute copies): its source variable cast to its dtype.
     const std::string source = graph::attribute_string(node, "source");
@@ -283,6 +283,42 @@ Tensor& Session::variable(graph::NodeId id, device::Device& device) {
     initialise(node, tensor, device.stream(0));
   }
   return state_->variables.emplace(node.name, std::move(tensor)).first->second;
+}
+
+std::shared_ptr<Buffer> Session::allocate_planned(device::Device& device, std::size_t bytes,
+                                                  const memory::AllocationTag& tag) {
+  try {
+    return device.allocate(bytes, tag, memory_of(device));
+  } catch (const OutOfMemoryError&) {
+    if (!compact(device)) throw;
+  }
+  return device.allocate(bytes, tag, memory_of(device));  // refused again: its report names the compaction
+}
+
+bool Session::compact(device::Device& device) {
+  if (!options_.compact_on_oom || device.memory().config().allocator != memory::AllocatorKind::expandable) {
+    return false;  // only the expandable arena moves blocks
+  }
+  // The session's work is done on every device before its buffers move (a copy between devices reads this
+  // one's memory from another device's stream), and no kept context built over the old addresses is reused.
+  for (const auto& [used, memory] : state_->memory) {
+    for (std::size_t index = 0; index < used->num_streams(); ++index) used->stream(index).record().synchronize();
+  }
+  for (auto& [key, prepared] : state_->executables) {
+    for (Step& step : prepared->steps) step.context = nullptr;
+  }
+  std::vector<std::shared_ptr<Buffer>> buffers;
+  for (const auto& [name, tensor] : state_->variables) {
+    if (&tensor.device() == &device) buffers.push_back(tensor.buffer());
+  }
+  const auto arena = state_->arenas.find(&device);
+  if (arena != state_->arenas.end() && arena->second != nullptr) buffers.push_back(arena->second);
+  const memory::CompactionResult result = device.compact(buffers);
+  TP_LOG(info, "session", "session '", options_.name, "': ", device.name(), " refused an allocation; moved ",
+         result.blocks_moved, " of the session's ", buffers.size(), " buffers there (",
+         format_bytes(result.bytes_copied), " copied, ", format_bytes(result.bytes_remapped),
+         " remapped) and gave back ", result.granules_freed, " granule(s); retrying once");
+  return result.ran;
 }
 
 void Session::bind(Executable& executable) {
@@ -306,7 +342,7 @@ void Session::bind(Executable& executable) {
       }
       arena = nullptr;
       memory::AllocationTag tag{options_.name + "/arena", "Session", {}, {}, memory::AllocationKind::step_arena};
-      arena = layout.device->allocate(layout.plan.arena_bytes, tag, memory_of(*layout.device));
+      arena = allocate_planned(*layout.device, layout.plan.arena_bytes, tag);
     }
     if (layout.arena == arena) continue;
     layout.arena = arena;

@@ -357,6 +357,7 @@ class RecordingObserver final : public tp::memory::AllocationObserver {
     events.push_back("+" + request_tag.name + ":" + std::to_string(bytes));
   }
   void on_deallocate(void*, std::size_t bytes) noexcept override { events.push_back("-" + std::to_string(bytes)); }
+  void on_relocate(void*, void*, std::size_t bytes) noexcept override { events.push_back("~" + std::to_string(bytes)); }
 };
 
 TEST(TrackingAdaptor, RecordsLiveAllocationsWithTagsAndForwardsTags) {

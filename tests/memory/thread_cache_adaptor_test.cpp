@@ -152,6 +152,24 @@ TEST(ThreadCacheAdaptor, RespectsItsByteAndCountBounds) {
   EXPECT_EQ(counted.cached_blocks(), ThreadCacheAdaptor::kBlocksPerBin);
 }
 
+TEST(ThreadCacheAdaptor, CompactFlushesEveryCacheBeforeTheAllocatorCompacts) {
+  // Nothing may move here (the relocator owns no block); what compaction would do is the allocator's: BFC
+  // moves nothing (ran = false). The cached blocks have gone back either way.
+  class NoBlocks final : public tp::memory::Relocator {
+   public:
+    bool can_move(const void*, std::size_t) override { return false; }
+    void relocated(void*, void*, std::size_t) noexcept override {}
+  };
+  ThreadCacheAdaptor cache(make_bfc());
+  void* a = cache.allocate(3000);
+  cache.deallocate(a, 3000);
+  ASSERT_EQ(cache.cached_blocks(), 1u);
+  NoBlocks relocator;
+  EXPECT_FALSE(cache.compact(relocator).ran);
+  EXPECT_EQ(cache.cached_blocks(), 0u);
+  EXPECT_EQ(cache.upstream().stats().bytes_in_use, 0u);
+}
+
 TEST(ThreadCacheAdaptor, TrimAndFlushReturnEveryCachedBlock) {
   ThreadCacheAdaptor cache(make_bfc());
   void* a = cache.allocate(3000);

@@ -47,7 +47,9 @@ class Buffer {
          std::shared_ptr<memory::MemoryResource> through, bool shared) noexcept;
 
   device::Device& device_;
-  void* const data_;  // null iff bytes_ == 0
+  // Null iff bytes_ == 0. Changed only by Device::compact, while nothing uses the buffer (its caller's promise),
+  // so readers need no synchronisation beyond the stream order that already orders their work.
+  void* data_;
   const std::size_t bytes_;
   const std::size_t allocated_bytes_;
   const memory::AllocationTag tag_;

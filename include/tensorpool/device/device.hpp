@@ -144,6 +144,17 @@ class Device {
   [[nodiscard]] std::string shared_memory_note() const;
   [[nodiscard]] std::size_t live_buffers() const noexcept { return live_buffers_.load(std::memory_order_relaxed); }
 
+  // Compaction at a step boundary: moves `buffers` (this device's, from memory() directly or through an adaptor
+  // over it, such as a session's quota adaptor) so that the memory the holes between live blocks pin goes back,
+  // when the stack's allocator moves blocks (expandable; elsewhere nothing moves and the result has ran =
+  // false). Other buffers stay where they are, as do empty ones and those from shared_memory(). Waits for this
+  // device's streams first. The caller guarantees that nothing uses the listed buffers until it returns (its
+  // work on every device is done and it launches none meanwhile) and that no one keeps their addresses from
+  // data() across it: every Tensor over a moved buffer sees its new address. An allocation refused after it,
+  // before any succeeds, carries the result in its report. Throws tp::InvalidArgument naming the buffer for a
+  // buffer of another device, and naming the stream when called from a task of one of this device's streams.
+  memory::CompactionResult compact(std::span<const std::shared_ptr<Buffer>> buffers);
+
   // Applies `options` to the kernels launched on this device from now on (work already enqueued keeps the
   // settings it was launched with). Throws tp::InvalidArgument naming the device, the field and the accepted
   // values for a value the backend refuses (an unknown GEMM library, a negative thread count), changing

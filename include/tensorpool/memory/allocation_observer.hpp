@@ -18,6 +18,9 @@ class AllocationObserver {
   virtual ~AllocationObserver() = default;
   virtual void on_allocate(void* ptr, std::size_t bytes, const AllocationTag& tag) noexcept = 0;
   virtual void on_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  // A compaction moved the live allocation at `from` to `to` (same bytes, same tag): it is not a free and an
+  // allocation, and the allocator's lock is held, so an implementation must not ask the allocator anything.
+  virtual void on_relocate(void* from, void* to, std::size_t bytes) noexcept = 0;
   // A request the upstream refused (it is about to leave as tp::OutOfMemoryError). The live allocations are
   // still intact, which is what an out-of-memory snapshot needs. Default: ignored.
   virtual void on_failure(std::size_t /*bytes*/, const AllocationTag& /*tag*/) noexcept {}

@@ -207,11 +207,11 @@ class ExpandableArena final : public MemoryResource {
   const ArenaOptions& options() const noexcept { return options_; }
   // "" when every invariant holds, otherwise a description of the first violation.
   [[nodiscard]] std::string check_invariants() const;
-  // Moves in-use blocks the relocator lets move to lower free blocks and gives back the physical granules
-  // that no block uses any more (see "Compaction" above). The caller guarantees that nothing reads or writes
-  // the blocks meanwhile. An allocation that fails after it (before any allocation succeeds) carries the
-  // result in its OutOfMemoryReport. Throws std::bad_alloc only before anything moved.
-  CompactionResult compact(Relocator& relocator);
+  // compact(relocator) (MemoryResource) moves in-use blocks the relocator lets move to lower free blocks and
+  // gives back the physical granules that no block uses any more (see "Compaction" above). The caller
+  // guarantees that nothing reads or writes the blocks meanwhile. An allocation that fails after it (before any
+  // allocation succeeds) carries the result in its OutOfMemoryReport. Throws std::bad_alloc only before
+  // anything moved.
   // Reclaim before growing (growth_pressure.hpp). The hook runs, without the arena's lock, before a request
   // commits new physical granules; the relocator is the owner compaction before growth may move blocks of
   // (ArenaOptions::compact_before_growth): its calls come from inside allocate, at points where nothing may
@@ -323,6 +323,7 @@ class ExpandableArena final : public MemoryResource {
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   std::size_t do_trim() override;
+  CompactionResult do_compact(Relocator& relocator) override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
   std::size_t do_allocated_size(const void* ptr, std::size_t bytes) const noexcept override;

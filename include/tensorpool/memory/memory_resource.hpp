@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "tensorpool/memory/allocation_tag.hpp"
+#include "tensorpool/memory/compaction.hpp"
 #include "tensorpool/memory/memory_stats.hpp"
 
 namespace tp::memory {
@@ -62,6 +63,11 @@ class MemoryResource {
 
   // Returns cached free memory to the source; the number of bytes given back.
   std::size_t trim() { return do_trim(); }
+  // Moves live blocks that `relocator` lets move so that the memory their holes pin goes back (compaction.hpp).
+  // The caller guarantees that nothing reads or writes those blocks meanwhile. Only the expandable arena moves
+  // blocks; elsewhere nothing moves and the result has ran = false. Adaptors forward it; an adaptor that keys
+  // records by address moves them with their blocks.
+  CompactionResult compact(Relocator& relocator) { return do_compact(relocator); }
   [[nodiscard]] MemoryStats stats() const { return do_stats(); }
   // Peaks restart from the current values (in use, reserved, requested).
   void reset_peak() { do_reset_peak(); }
@@ -124,6 +130,7 @@ class MemoryResource {
   virtual void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) = 0;
   virtual void do_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
   virtual std::size_t do_trim() { return 0; }
+  virtual CompactionResult do_compact(Relocator& /*relocator*/) { return {}; }
   virtual MemoryStats do_stats() const = 0;
   virtual void do_reset_peak() {}
   virtual std::size_t do_allocated_size(const void* /*ptr*/, std::size_t bytes) const noexcept { return bytes; }

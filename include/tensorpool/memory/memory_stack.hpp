@@ -78,6 +78,7 @@ class MemoryStack final : public MemoryResource {
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   std::size_t do_trim() override;
+  CompactionResult do_compact(Relocator& relocator) override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
   std::size_t do_allocated_size(const void* ptr, std::size_t bytes) const noexcept override;

@@ -25,9 +25,10 @@
 // the same step) or, for a block the cache keeps, its allocated_size() (one look-up under the allocator's lock:
 // TensorFlow's BFC, whose chunks depend on its free list).
 //
-// Caches are emptied (their blocks returned upstream) by flush(), by trim() before the allocator trims, by
-// an upstream tp::OutOfMemoryError (every thread's cache is flushed and the request retried once, counted in
-// num_retries when it then succeeds), at thread exit, and when the adaptor is destroyed.
+// Caches are emptied (their blocks returned upstream) by flush(), by trim() before the allocator trims and by
+// compact() before it compacts, by an upstream tp::OutOfMemoryError (every thread's cache is flushed and the
+// request retried once, counted in num_retries when it then succeeds), at thread exit, and when the adaptor is
+// destroyed.
 //
 // Streams: deallocate carries no stream; a device hands a block back to its stack only once the work queued
 // on the block's stream has completed (stream-ordered reuse, docs/ARCHITECTURE), so a cached block is as safe
@@ -89,6 +90,9 @@ class ThreadCacheAdaptor final : public ResourceAdaptor {
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
   std::size_t do_trim() override;
+  // Flushes every cache first: a cached block has no owner that could let it move, and the room it takes back
+  // is what compaction can use.
+  CompactionResult do_compact(Relocator& relocator) override;
   MemoryStats do_stats() const override;
   void do_reset_peak() override;
 

@@ -65,6 +65,8 @@ class TrackingAdaptor final : public ResourceAdaptor {
 
   void* do_allocate(std::size_t bytes, std::size_t alignment, const AllocationTag& tag) override;
   void do_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  // The records (and the observers' view) move with their blocks, under mutex_ held across the compaction.
+  CompactionResult do_compact(Relocator& relocator) override;
   void record(void* ptr, std::size_t bytes, const AllocationTag& tag);
 
   mutable std::mutex mutex_;  // guards live_, next_sequence_, observers_

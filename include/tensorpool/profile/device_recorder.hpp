@@ -38,6 +38,8 @@ class DeviceRecorder final : public memory::AllocationObserver {
 
   void on_allocate(void* ptr, std::size_t bytes, const memory::AllocationTag& tag) noexcept override;
   void on_deallocate(void* ptr, std::size_t bytes) noexcept override;
+  // The live allocation keeps its tag, sequence and bytes at its new address; no event (nothing was freed).
+  void on_relocate(void* from, void* to, std::size_t bytes) noexcept override;
   void on_failure(std::size_t bytes, const memory::AllocationTag& tag) noexcept override;
 
   // Adds allocations that were live before the recorder was attached (allocated_size from the stack), as

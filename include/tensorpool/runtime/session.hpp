@@ -10,7 +10,9 @@
 // arena per device allocated when the step is first prepared: in steady state a step makes no call into
 // the device's allocator. Variables persist across runs (allocated at first use, initialised from their
 // `initializer` attribute). Fetched tensors are returned on cpu:0 (host memory). close() (or the destructor)
-// returns all of the session's device memory at once.
+// returns all of the session's device memory at once. When a device refuses a variable or an arena (holes
+// between blocks, left by freed tensors or other sessions, hold the memory), the session compacts its own
+// buffers there and retries once (SessionOptions::compact_on_oom; expandable allocator only).
 //
 // Thread safety: one run at a time per session (run() serialises callers); several sessions may run at once.
 // run_async() launches a run and returns without waiting for it, so that the host prepares the next run
@@ -97,6 +99,12 @@ class Session {
   Tensor& variable(graph::NodeId id, device::Device& device);
   device::Device& variable_device(graph::NodeId id);
   void bind(Executable& executable);
+  // A variable's or an arena's buffer from the session's memory on `device`; when the device refuses it,
+  // compacts there (compact) and retries once.
+  std::shared_ptr<Buffer> allocate_planned(device::Device& device, std::size_t bytes, const memory::AllocationTag& tag);
+  // Moves the session's variables and arena on `device` together (Device::compact) once its work on every device
+  // is done, when options().compact_on_oom and the device's allocator moves blocks; whether compaction ran.
+  bool compact(device::Device& device);
   // Enqueues the copies of the run's fetches into host memory (after its work on `streams`) into `pending`;
   // in online mode also drops the step's values, which the enqueued work holds until it has run.
   void enqueue_fetches(Executable& step, const std::vector<device::Stream*>& streams, PendingRun& pending);
