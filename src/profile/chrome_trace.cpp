@@ -77,6 +77,12 @@ std::string chrome_trace_json(const MemorySnapshot& snapshot) {
         if (found == open.end()) continue;  // allocated before the retained events
         slice(*found->second, event.time_ns);
         open.erase(found);
+      } else if (event.action == EventAction::relocate) {
+        // One tensor's life, wherever compaction put it: its slice goes on until its free at the new address.
+        auto node = open.extract(event.moved_from);
+        if (node.empty()) continue;
+        node.key() = event.address;
+        open.insert(std::move(node));
       } else {
         events.push_back(
             {{"name", "out of memory"},

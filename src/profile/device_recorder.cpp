@@ -76,6 +76,8 @@ std::uint32_t DeviceRecorder::intern(const memory::AllocationTag& tag) {
 }
 
 void DeviceRecorder::push(const MemoryEvent& event) {
+  last_reserved_ = event.reserved_bytes;
+  last_largest_free_ = event.largest_free_block;
   if (events_.size() < capacity_) {
     events_.push_back(event);
     return;
@@ -156,11 +158,22 @@ void DeviceRecorder::on_allocate(void* ptr, std::size_t bytes, const memory::All
 }
 
 void DeviceRecorder::on_relocate(void* from, void* to, std::size_t /*bytes*/) noexcept {
+  const std::int64_t now = steady_now_ns() - epoch_ns_;
+  const auto old_address = reinterpret_cast<std::uintptr_t>(from);
+  const auto address = reinterpret_cast<std::uintptr_t>(to);
   const std::lock_guard lock(mutex_);
-  auto node = live_.extract(reinterpret_cast<std::uintptr_t>(from));  // no allocation
-  if (node.empty()) return;                                           // allocated before the recorder was attached
-  node.key() = reinterpret_cast<std::uintptr_t>(to);
+  auto node = live_.extract(old_address);  // no allocation
+  if (node.empty()) return;                // allocated before the recorder was attached
+  node.key() = address;
+  const Live live = node.mapped();
   live_.insert(std::move(node));
+  try {
+    push({EventAction::relocate, live.tag, address, live.requested, live.allocated, 0, thread_number(),
+          next_sequence_++, live.step, now, in_use_, requested_in_use_, last_reserved_, last_largest_free_,
+          old_address});
+  } catch (const std::exception& error) {
+    TP_LOG(warning, "profile", device_, ": a move was not recorded: ", error.what());
+  }
 }
 
 void DeviceRecorder::on_deallocate(void* ptr, std::size_t bytes) noexcept {

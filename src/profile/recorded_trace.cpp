@@ -2,7 +2,9 @@
 // recorded_trace(): the recorded events as an RMM allocation trace (memory/trace.hpp) for `tensorpool replay`.
 // One device's events, or every device's merged by time, each device's in its own (sequence) order; a replay
 // serves a trace from one device, so only a single device's trace reproduces that device's peak. A free is kept only when its
-// allocation is in the retained events, so the result always validates (a Trace checks every free).
+// allocation is in the retained events, so the result always validates (a Trace checks every free). A move by
+// compaction becomes a free at the old address and an allocation at the new one, as the stack saw its bytes:
+// the trace format has no move.
 #include <limits>
 #include <unordered_set>
 
@@ -40,6 +42,13 @@ memory::Trace recorded_trace(const MemorySnapshot& snapshot, const std::optional
                            event.requested_bytes,
                            event.stream};
     if (event.action == EventAction::allocate) {
+      live.insert(event.address);
+    } else if (event.action == EventAction::relocate) {
+      if (live.erase(event.moved_from) == 0) continue;  // allocated before the retained events
+      memory::TraceEvent left = out;
+      left.action = memory::TraceAction::free;
+      left.pointer = event.moved_from;
+      events.push_back(left);
       live.insert(event.address);
     } else if (event.action == EventAction::free) {
       if (live.erase(event.address) == 0) continue;  // allocated before the retained events

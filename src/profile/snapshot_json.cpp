@@ -96,45 +96,47 @@ json device_json(const DeviceSnapshot& device) {
   for (const MemoryEvent& event : device.events) {
     rows.push_back({std::string(to_string(event.action)), event.tag, hex(event.address), event.requested_bytes,
                     event.allocated_bytes, event.stream, event.thread, event.sequence, event.step, event.time_ns,
-                    event.in_use_bytes, event.requested_in_use_bytes, event.reserved_bytes, event.largest_free_block});
+                    event.in_use_bytes, event.requested_in_use_bytes, event.reserved_bytes, event.largest_free_block,
+                    event.action == EventAction::relocate ? json(hex(event.moved_from)) : json(nullptr)});
   }
   json baseline = json::object();
   for (std::size_t kind = 0; kind < kKinds; ++kind) {
     baseline[std::string(memory::to_string(static_cast<memory::AllocationKind>(kind)))] = device.baseline_by_kind[kind];
   }
-  return {{"device", device.device},
-          {"shared", !device.shared_of.empty()},
-          {"shared_of", device.shared_of.empty() ? json(nullptr) : json(device.shared_of)},
-          {"allocator", device.allocator},
-          {"policy", device.policy},
-          {"capacity_bytes", device.capacity_bytes},
-          {"limit_bytes", device.limit_bytes},
-          {"planned_peak_bytes", device.planned_peak_bytes ? json(*device.planned_peak_bytes) : json(nullptr)},
-          {"stats", stats_json(device.stats)},
-          {"recording", device.recording},
-          {"total_allocated_bytes", device.total_allocated_bytes},
-          {"total_freed_bytes", device.total_freed_bytes},
-          {"failures", device.failures},
-          {"tags", tags},
-          {"segments", segments_json(device.segments)},
-          {"live", live},
-          {"peak",
-           {{"in_use_bytes", device.peak.in_use_bytes},
-            {"requested_bytes", device.peak.requested_bytes},
-            {"sequence", device.peak.sequence},
-            {"time_ns", device.peak.time_ns},
-            {"by_kind", rows_json(device.peak.by_kind, "kind")},
-            {"by_op", rows_json(device.peak.by_op, "op")},
-            {"tensors", peak_tensors},
-            {"segments", segments_json(device.peak.segments)}}},
-          {"op_high_water", high_water},
-          {"events",
-           {{"dropped", device.dropped_events},
-            {"baseline_by_kind", baseline},
-            {"columns",
-             {"action", "tag", "address", "requested_bytes", "allocated_bytes", "stream", "thread", "sequence", "step",
-              "time_ns", "in_use_bytes", "requested_in_use_bytes", "reserved_bytes", "largest_free_block"}},
-            {"rows", rows}}}};
+  return {
+      {"device", device.device},
+      {"shared", !device.shared_of.empty()},
+      {"shared_of", device.shared_of.empty() ? json(nullptr) : json(device.shared_of)},
+      {"allocator", device.allocator},
+      {"policy", device.policy},
+      {"capacity_bytes", device.capacity_bytes},
+      {"limit_bytes", device.limit_bytes},
+      {"planned_peak_bytes", device.planned_peak_bytes ? json(*device.planned_peak_bytes) : json(nullptr)},
+      {"stats", stats_json(device.stats)},
+      {"recording", device.recording},
+      {"total_allocated_bytes", device.total_allocated_bytes},
+      {"total_freed_bytes", device.total_freed_bytes},
+      {"failures", device.failures},
+      {"tags", tags},
+      {"segments", segments_json(device.segments)},
+      {"live", live},
+      {"peak",
+       {{"in_use_bytes", device.peak.in_use_bytes},
+        {"requested_bytes", device.peak.requested_bytes},
+        {"sequence", device.peak.sequence},
+        {"time_ns", device.peak.time_ns},
+        {"by_kind", rows_json(device.peak.by_kind, "kind")},
+        {"by_op", rows_json(device.peak.by_op, "op")},
+        {"tensors", peak_tensors},
+        {"segments", segments_json(device.peak.segments)}}},
+      {"op_high_water", high_water},
+      {"events",
+       {{"dropped", device.dropped_events},
+        {"baseline_by_kind", baseline},
+        {"columns",
+         {"action", "tag", "address", "requested_bytes", "allocated_bytes", "stream", "thread", "sequence", "step",
+          "time_ns", "in_use_bytes", "requested_in_use_bytes", "reserved_bytes", "largest_free_block", "moved_from"}},
+        {"rows", rows}}}};
 }
 
 }  // namespace
@@ -144,6 +146,7 @@ std::string_view to_string(EventAction action) noexcept {
     case EventAction::allocate: return "allocate";
     case EventAction::free: return "free";
     case EventAction::failure: return "failure";
+    case EventAction::relocate: return "relocate";
   }
   return "unknown";
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The snapshot's exporters: JSON that follows the documented schema, a Chrome trace whose slices pair each
 // allocation with its free, an RMM trace that validates and replays to the recorded peak, and an HTML page that
-// is self-contained and cannot be broken out of by a tensor name.
+// is self-contained and cannot be broken out of by a tensor name; a tensor compaction moved stays one tensor.
 #include "tensorpool/profile/exporters.hpp"
 
 #include <gtest/gtest.h>
@@ -121,6 +121,62 @@ TEST_F(ExportersTest, TheHtmlReportIsSelfContainedAndEscapesTheSnapshot) {
   EXPECT_NE(page.find("<\\/script><b>x"), std::string::npos);
   EXPECT_EQ(page.find("http://"), page.find("http://www.w3.org/2000/svg"));  // no network reference but SVG's namespace
   EXPECT_EQ(page.find("https://"), std::string::npos);
+}
+
+// A tensor that compaction moves (Device::compact on an expandable device) is one relocate event: the JSON
+// names where it came from, its Chrome slice runs from its allocation to its free at the new address, and the
+// recorded trace frees it at the old address and allocates it at the new one, so the trace still validates.
+TEST(ExportersRelocation, AMovedTensorIsOneRelocateEventThatEveryExporterFollows) {
+  tp::memory::MemoryConfig config = tp::device::testing::grow_config("sim", 16 * kMiB);
+  config.allocator = tp::memory::AllocatorKind::expandable;
+  const std::unique_ptr<tp::device::Device> device = tp::device::make_sim_device(
+      {tp::device::DeviceKind::sim, 0}, {tp::device::DeviceKind::sim, 0}, 64 * kMiB, config, {});
+  profile::MemoryProfiler profiler({device.get()});
+  auto gone = device->allocate(1536 * 1024, {"gone", "Op", {}, "", AllocationKind::activation});
+  std::shared_ptr<tp::Buffer> moved = device->allocate(1536 * 1024, {"moved", "Op", {}, "", AllocationKind::parameter});
+  gone.reset();
+  std::vector<std::shared_ptr<tp::Buffer>> movable = {moved};
+  ASSERT_EQ(device->compact(movable).blocks_moved, 1u);
+  profile::MemorySnapshot snapshot = profiler.snapshot();
+  const std::vector<profile::MemoryEvent>& events = snapshot.devices.at(0).events;
+  ASSERT_EQ(events.size(), 4u);  // allocate gone, allocate moved, free gone, relocate moved
+  const profile::MemoryEvent& relocate = events.back();
+  EXPECT_EQ(relocate.action, profile::EventAction::relocate);
+  EXPECT_EQ(relocate.moved_from, events[1].address);
+  EXPECT_EQ(relocate.address, events[0].address) << "moved down into the freed block";
+  EXPECT_EQ(relocate.in_use_bytes, events[2].in_use_bytes) << "a move changes no byte count";
+
+  const nlohmann::json json = nlohmann::json::parse(profile::snapshot_json(snapshot));
+  const nlohmann::json& rows = json.at("devices").at(0).at("events").at("rows");
+  EXPECT_EQ(rows.at(3).at(0), "relocate");
+  EXPECT_EQ(rows.at(3).back(), rows.at(1).at(2)) << "moved_from is the address it was allocated at";
+  EXPECT_TRUE(rows.at(0).back().is_null());
+
+  moved.reset();
+  movable.clear();
+  const auto later = device->allocate(kMiB, {"later", "Op", {}, "", AllocationKind::activation});
+  snapshot = profiler.snapshot();
+  ASSERT_EQ(snapshot.devices.at(0).events.size(), 6u);
+  const nlohmann::json trace = nlohmann::json::parse(profile::chrome_trace_json(snapshot));
+  double moved_end = -1, last = -1;
+  std::size_t begins = 0, instants = 0;
+  for (const nlohmann::json& event : trace.at("traceEvents")) {
+    if (event.contains("ts")) last = std::max(last, event.at("ts").get<double>());
+    begins += event.at("ph") == "b" ? 1 : 0;
+    instants += event.at("ph") == "i" ? 1 : 0;
+    if (event.at("ph") == "e" && event.at("name") == "moved") moved_end = event.at("ts").get<double>();
+  }
+  EXPECT_EQ(begins, 3u);
+  EXPECT_EQ(instants, 0u) << "a move is not an out-of-memory mark";
+  EXPECT_GE(moved_end, 0.0);
+  EXPECT_LT(moved_end, last) << "the moved tensor's slice ends at its free at the new address, before the end";
+
+  const tp::memory::Trace recorded = profile::recorded_trace(snapshot);
+  EXPECT_EQ(recorded.allocation_count(), 4u);  // gone, moved, moved again at its new address, later
+  EXPECT_EQ(recorded.free_count(), 3u);
+  std::stringstream csv;
+  tp::memory::write_trace(csv, recorded);
+  EXPECT_EQ(tp::memory::read_trace(csv, "recorded.csv").events(), recorded.events());
 }
 
 }  // namespace

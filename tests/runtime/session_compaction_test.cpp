@@ -116,6 +116,10 @@ TEST(SessionCompaction, ARefusedArenaIsServedAfterTheSessionMovesItsVariables) {
   std::vector<std::uintptr_t> recorded;
   const profile::MemorySnapshot snapshot = profiler.snapshot();
   for (const profile::LiveTensor& tensor : snapshot.devices.at(0).live) recorded.push_back(tensor.address);
+  const auto moves =
+      std::count_if(snapshot.devices.at(0).events.begin(), snapshot.devices.at(0).events.end(),
+                    [](const profile::MemoryEvent& event) { return event.action == profile::EventAction::relocate; });
+  EXPECT_EQ(moves, 2) << "the timeline shows each move";
   std::sort(tracked.begin(), tracked.end());
   std::sort(recorded.begin(), recorded.end());
   EXPECT_EQ(recorded, tracked);

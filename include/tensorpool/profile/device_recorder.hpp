@@ -38,7 +38,7 @@ class DeviceRecorder final : public memory::AllocationObserver {
 
   void on_allocate(void* ptr, std::size_t bytes, const memory::AllocationTag& tag) noexcept override;
   void on_deallocate(void* ptr, std::size_t bytes) noexcept override;
-  // The live allocation keeps its tag, sequence and bytes at its new address; no event (nothing was freed).
+  // The live allocation keeps its tag, sequence and bytes at its new address; a relocate event records the move.
   void on_relocate(void* from, void* to, std::size_t bytes) noexcept override;
   void on_failure(std::size_t bytes, const memory::AllocationTag& tag) noexcept override;
 
@@ -94,6 +94,8 @@ class DeviceRecorder final : public memory::AllocationObserver {
   std::vector<MemoryEvent> events_;  // ring: events_[head_] is the oldest once full
   std::size_t head_ = 0;
   std::uint64_t next_sequence_ = 0, dropped_ = 0;
+  // The allocator's figures in the latest event, which a relocate repeats (it cannot ask the allocator).
+  std::size_t last_reserved_ = 0, last_largest_free_ = 0;
 };
 
 }  // namespace tp::profile

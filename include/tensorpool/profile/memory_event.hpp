@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// MemoryEvent: one allocation, free or refused allocation on a device, as the profiler records it into its
+// MemoryEvent: one allocation, free, refused allocation or move on a device, as the profiler records it into its
 // bounded ring (device_recorder.hpp). Fixed-size and string-free so that recording stays cheap: the tag is an
 // index into the recording device's tag table (MemorySnapshot carries the table).
 
@@ -10,9 +10,11 @@
 
 namespace tp::profile {
 
-enum class EventAction : std::uint8_t { allocate, free, failure };
+// relocate: a compaction moved a live allocation (MemoryResource::compact): it is neither freed nor allocated
+// again, only its address changes.
+enum class EventAction : std::uint8_t { allocate, free, failure, relocate };
 
-// "allocate", "free", "failure".
+// "allocate", "free", "failure", "relocate".
 std::string_view to_string(EventAction action) noexcept;
 
 struct MemoryEvent {
@@ -30,8 +32,10 @@ struct MemoryEvent {
   // the memory back, so reserved bytes and the largest free block are the allocator's just before the free).
   std::size_t in_use_bytes = 0;  // allocated bytes of the live allocations
   std::size_t requested_in_use_bytes = 0;
+  // A relocate's are those of the event before it: the allocator is mid-compaction and cannot be asked.
   std::size_t reserved_bytes = 0;
   std::size_t largest_free_block = 0;
+  std::uintptr_t moved_from = 0;  // a relocate: the address the allocation left (address is its new one)
 };
 
 }  // namespace tp::profile
