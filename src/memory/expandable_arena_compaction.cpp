@@ -425,7 +425,15 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
 
 CompactionResult ExpandableArena::do_compact(Relocator& relocator) {
   std::lock_guard lock(mutex_);
-  return compact_locked(relocator);
+  const CompactionResult result = compact_locked(relocator);
+  count_compaction(result);
+  return result;
+}
+
+void ExpandableArena::count_compaction(const CompactionResult& result) noexcept {
+  if (result.blocks_moved == 0) return;  // nothing could move: no compaction ran
+  ++stats_.num_compactions;
+  stats_.bytes_compacted += result.bytes_copied + result.bytes_remapped;
 }
 
 CompactionResult ExpandableArena::compact_locked(Relocator& relocator) {

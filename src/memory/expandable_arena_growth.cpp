@@ -71,6 +71,7 @@ ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t 
   if (!compacts || !compaction_pays(size, placement, false)) return placement;
   const auto record = [this](const CompactionResult& result, bool evacuated) {
     if (result.blocks_moved == 0) return;  // nothing could move: no compaction ran
+    count_compaction(result);
     ++growth_.compactions;
     if (evacuated) ++growth_.evacuations;
     growth_.blocks_moved += result.blocks_moved;

@@ -32,6 +32,8 @@ json stats_json(const memory::MemoryStats& stats) {
           {"num_retries", stats.num_retries},
           {"upstream_allocs", stats.upstream_allocs},
           {"upstream_frees", stats.upstream_frees},
+          {"num_compactions", stats.num_compactions},
+          {"bytes_compacted", stats.bytes_compacted},
           {"bytes_limit", stats.bytes_limit ? json(*stats.bytes_limit) : json(nullptr)}};
 }
 

@@ -33,6 +33,7 @@ std::string summary_table(const DeviceSnapshot& device) {
   row("allocs", std::to_string(live), none, std::to_string(stats.num_allocs), std::to_string(stats.num_frees));
   row("OOMs", none, none, std::to_string(stats.num_ooms), none);
   row("retries", none, none, std::to_string(stats.num_retries), none);
+  row("compactions", none, none, std::to_string(stats.num_compactions), format_bytes(stats.bytes_compacted) + " moved");
   if (device.planned_peak_bytes) {
     text += fmt::format("  planned peak {} (static plan); measured peak requested {}\n",
                         format_bytes(*device.planned_peak_bytes), format_bytes(stats.peak_bytes_requested));

@@ -84,6 +84,8 @@ nb::dict stats_dict(device::Device& device) {
   row["num_frees"] = stats.num_frees;
   row["num_ooms"] = stats.num_ooms;
   row["num_retries"] = stats.num_retries;
+  row["num_compactions"] = stats.num_compactions;
+  row["bytes_compacted"] = stats.bytes_compacted;
   return row;
 }
 

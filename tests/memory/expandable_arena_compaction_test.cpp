@@ -355,6 +355,8 @@ TEST(FragmentingTrace, OutOfMemoryWithoutCompactionCompletesWithIt) {
   EXPECT_GT(result.compaction.bytes_remapped, 0u) << "large blocks of whole granules move by remapping";
   EXPECT_GT(result.compaction.granules_freed, 0u);
   EXPECT_LE(result.peak_reserved_bytes, capacity);
+  EXPECT_EQ(stack->stats().num_compactions, result.compaction.compactions) << "each moved blocks";
+  EXPECT_EQ(stack->stats().bytes_compacted, result.compaction.bytes_copied + result.compaction.bytes_remapped);
   auto* arena = tp::memory::compactable_arena(*stack);
   EXPECT_EQ(arena->check_invariants(), "");
 }

@@ -268,6 +268,8 @@ TEST(ExpandableArenaGrowth, EvacuatingAndSlidingKeepInvariantsAndBytesUnderRando
     EXPECT_GT(growth.compactions, growth.evacuations) << "nothing slid";
     EXPECT_EQ(growth.blocks_moved, blocks.moves());
     EXPECT_GT(blocks.moves(), 0u);
+    EXPECT_EQ(arena.stats().num_compactions, growth.compactions) << "the stats count every compaction that moved";
+    EXPECT_EQ(arena.stats().bytes_compacted, growth.bytes_copied + growth.bytes_remapped);
     arena.set_relocator(nullptr);
     while (blocks.size() != 0) blocks.remove_at(arena, 0);
     EXPECT_EQ(arena.check_invariants(), "");

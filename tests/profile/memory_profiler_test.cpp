@@ -158,7 +158,7 @@ TEST_P(ProfilerTest, TheSummaryTableHasEveryRowAndColumn) {
   const std::string table = profile::memory_summary(*device_);
   for (const char* word :
        {"current", "peak", "total allocated", "total freed", "in use", "reserved", "requested", "largest free",
-        "external frag.", "internal frag.", "allocs", "OOMs", "retries", "1.00 MiB"}) {
+        "external frag.", "internal frag.", "allocs", "OOMs", "retries", "compactions", "0 B moved", "1.00 MiB"}) {
     EXPECT_NE(table.find(word), std::string::npos) << word << " missing from\n" << table;
   }
 }

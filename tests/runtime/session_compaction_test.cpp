@@ -105,6 +105,11 @@ TEST(SessionCompaction, ARefusedArenaIsServedAfterTheSessionMovesItsVariables) {
   }
   const memory::MemoryStats after = sim.memory().stats();
   EXPECT_LE(after.bytes_reserved, 16 * kMiB);
+  EXPECT_EQ(after.num_compactions, 1u);
+  EXPECT_EQ(after.bytes_compacted, 3 * kMiB);
+  EXPECT_EQ(survivor.memory_stats("sim:0").num_compactions, 1u) << "the session's view shows the device's";
+  const std::string summary = profile::memory_summary(sim);
+  EXPECT_NE(summary.find("3.00 MiB moved"), std::string::npos) << summary;
   // The records moved with the blocks: the tracking adaptor's and the profiler's live sets are the survivor's
   // buffers at the same addresses, and both are empty once the survivor closes (a record left at an old address
   // would stay live).

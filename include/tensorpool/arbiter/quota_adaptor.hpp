@@ -17,7 +17,8 @@
 //           num_frees, largest_alloc, num_ooms (its refusals + upstream OOMs it passed on), bytes_limit
 //           (min of its quota and the upstream's limit), largest_free_block (the upstream's, capped by what
 //           the quota and the budget still allow);
-//   device: bytes_reserved and its peak, num_retries, upstream_allocs, upstream_frees.
+//   device: bytes_reserved and its peak, num_retries, upstream_allocs, upstream_frees, num_compactions,
+//           bytes_compacted.
 // reset_peak() restarts the client's peaks only; the device's peaks belong to the device's owner.
 //
 // Invariant: counters_.bytes_in_use == the client's reservation with the arbiter == the sum of

@@ -557,6 +557,8 @@ class ExpandableArena final : public MemoryResource {
   [[gnu::noinline]] Placement relieve_growth_pressure(std::size_t size, Placement placement);
   bool compaction_pays(std::size_t size, const Placement& placement, bool repeat_guard) const noexcept;
   CompactionResult compact_locked(Relocator& relocator);
+  // Adds a compaction that moved blocks to stats_ (num_compactions, bytes_compacted); the caller holds mutex_.
+  void count_compaction(const CompactionResult& result) noexcept;
   CompactionResult start_compaction() const noexcept;
   CompactionResult finish_compaction(CompactionResult& result, std::size_t used_before, bool give_back = true);
   [[noreturn]] void throw_out_of_memory(std::size_t requested, std::size_t rounded, const AllocationTag& tag,

@@ -26,6 +26,10 @@ struct MemoryStats {
   std::uint64_t num_retries = 0;       // requests served only after freeing caches / garbage collection
   std::uint64_t upstream_allocs = 0;   // calls into the source (regions, page commits)
   std::uint64_t upstream_frees = 0;
+  // Compactions that moved live blocks (MemoryResource::compact, compaction before growth: the expandable arena
+  // alone moves blocks), and the bytes their moves copied or remapped.
+  std::uint64_t num_compactions = 0;
+  std::size_t bytes_compacted = 0;
   std::optional<std::size_t> bytes_limit;  // hard wall of this stack, if any
 
   // Bookkeeping shared by every resource (callers hold the resource's lock):
