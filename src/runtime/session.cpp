@@ -289,8 +289,11 @@ std::shared_ptr<Buffer> Session::allocate_planned(device::Device& device, std::s
                                                   const memory::AllocationTag& tag) {
   try {
     return device.allocate(bytes, tag, memory_of(device));
-  } catch (const OutOfMemoryError&) {
-    if (!compact(device)) throw;
+  } catch (const OutOfMemoryError& error) {
+    // Compaction only gathers free memory: where less is free than the request (a real shortage, or the
+    // session's quota), it would copy for nothing.
+    const OutOfMemoryReport& report = error.report();
+    if (report.free_bytes() < report.rounded_bytes || !compact(device)) throw;
   }
   return device.allocate(bytes, tag, memory_of(device));  // refused again: its report names the compaction
 }

@@ -156,25 +156,53 @@ TEST(SessionCompaction, BfcCannotMoveBlocksAndRefusesAsBefore) {
   }
 }
 
-TEST(SessionCompaction, ARequestCompactionCannotServeSaysWhatItMovedAndGaveBack) {
+TEST(SessionCompaction, ARealShortageIsRefusedWithoutCompacting) {
   device::DeviceManager manager(sim_device(memory::AllocatorKind::expandable), testing::kNoEnv);
   Session survivor(variables_graph("a"), {.name = "survivor", .devices = &manager});
-  (void)fragment(manager, survivor);
+  const Fragmented before = fragment(manager, survivor);
   ASSERT_EQ(arena_bytes(survivor, 2 * kStepElements), 16 * kMiB);
   try {
     survivor.run(feed_x(manager, 2 * kStepElements), {"y"});
     FAIL() << "a 16 MiB arena fitted beside 6 MiB of variables in 16 MiB";
   } catch (const OutOfMemoryError& error) {
+    EXPECT_FALSE(error.report().compaction.has_value()) << "10 MiB are free: moving blocks cannot make 16";
+  }
+  EXPECT_EQ(manager.device("sim:0").memory().stats().num_compactions, 0u);
+  for (int index = 0; index < kVariables; ++index) {
+    EXPECT_EQ(survivor.read_variable("a" + std::to_string(index)).to_vector<float>(), before.values[index]) << index;
+  }
+}
+
+// Another session's variables, which the refused session cannot move, still pin every granule after it moved its
+// own: the request is refused again, and its report says what the compaction moved and gave back.
+TEST(SessionCompaction, ARefusalCompactionCannotCureSaysWhatItMovedAndGaveBack) {
+  device::DeviceManager manager(sim_device(memory::AllocatorKind::expandable), testing::kNoEnv);
+  Session survivor(variables_graph("a"), {.name = "survivor", .devices = &manager});
+  Session other(variables_graph("b"), {.name = "other", .devices = &manager});
+  {
+    Session gone(variables_graph("c"), {.name = "gone", .devices = &manager});
+    for (int index = 0; index < 3; ++index) {
+      survivor.run({}, {"a" + std::to_string(index)});
+      gone.run({}, {"c" + std::to_string(index)});
+      other.run({}, {"b" + std::to_string(index)});
+    }
+  }
+  const memory::MemoryStats fragmented = manager.device("sim:0").memory().stats();
+  ASSERT_EQ(fragmented.bytes_in_use, 9 * kMiB);
+  const std::int64_t elements = kStepElements / 4 * 3;  // a 6 MiB arena: 7 MiB are free
+  ASSERT_EQ(arena_bytes(survivor, elements), 6 * kMiB);
+  try {
+    survivor.run(feed_x(manager, elements), {"y"});
+    FAIL() << "a 6 MiB arena fitted; reserved " << manager.device("sim:0").memory().stats().bytes_reserved;
+  } catch (const OutOfMemoryError& error) {
     ASSERT_TRUE(error.report().compaction.has_value()) << error.what();
     EXPECT_TRUE(error.report().compaction->ran);
-    EXPECT_GT(error.report().compaction->blocks_moved, 0u);
-    EXPECT_GT(error.report().compaction->granules_freed, 0u);
     const std::string what = error.what();
     EXPECT_NE(what.find("Compaction ran before this request"), std::string::npos) << what;
   }
-  // The variables moved and kept their values; the session runs a step that fits.
-  EXPECT_EQ(survivor.run(feed_x(manager, kStepElements), {"y"}).at(0).to_vector<float>().size(),
-            static_cast<std::size_t>(kStepElements));
+  // Whatever moved kept its values; the other session's variables did not move.
+  EXPECT_EQ(survivor.read_variable("a0").to_vector<float>().size(), static_cast<std::size_t>(kVariableElements));
+  EXPECT_EQ(other.run(feed_x(manager, 1000), {"y"}).at(0).to_vector<float>().size(), 1000u);
 }
 
 // A session that allocates on the same device while another compacts (this test is in the ThreadSanitizer pass):

@@ -99,8 +99,8 @@ class Session {
   Tensor& variable(graph::NodeId id, device::Device& device);
   device::Device& variable_device(graph::NodeId id);
   void bind(Executable& executable);
-  // A variable's or an arena's buffer from the session's memory on `device`; when the device refuses it,
-  // compacts there (compact) and retries once.
+  // A variable's or an arena's buffer from the session's memory on `device`; when the device refuses it while
+  // as much memory as it asks is free (in pieces), compacts there (compact) and retries once.
   std::shared_ptr<Buffer> allocate_planned(device::Device& device, std::size_t bytes, const memory::AllocationTag& tag);
   // Moves the session's variables and arena on `device` together (Device::compact) once its work on every device
   // is done, when options().compact_on_oom and the device's allocator moves blocks; whether compaction ran.

@@ -52,11 +52,12 @@ struct SessionOptions {                        // {} initialisers: designated in
   // once, one per stream (DeviceOptions::num_streams). Results are the same either way; the static plan's
   // peak too (reused arena memory orders the ops that share it).
   int inter_op_threads = 0;
-  // When a device refuses one of the session's variables or its step arena, at a step boundary: whether the
-  // session then waits for its work, moves its own variables and arena on that device down over the holes
-  // between blocks (Device::compact: the expandable allocator only; the others cannot move blocks) and retries
-  // once. The memory the holes pinned then serves the request instead of an OutOfMemoryError; one refused
-  // again says what the compaction moved and gave back.
+  // When a device refuses one of the session's variables or its step arena, at a step boundary, while as much
+  // memory as the request is free there (in pieces): whether the session then waits for its work, moves its
+  // own variables and arena on that device down over the holes between blocks (Device::compact: the
+  // expandable allocator only; the others cannot move blocks) and retries once. The memory the holes pinned
+  // then serves the request instead of an OutOfMemoryError; one refused again says what the compaction moved
+  // and gave back. A real shortage, or the session's quota, is refused at once.
   bool compact_on_oom = true;
   device::DeviceManager* devices = nullptr;  // null: DeviceManager::instance()
 };
