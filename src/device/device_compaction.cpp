@@ -3,6 +3,7 @@
 // every Tensor over them reads through Buffer::data().
 #include <unordered_map>
 
+#include "core/rekey.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/device/device.hpp"
@@ -18,11 +19,10 @@ memory::CompactionResult Device::compact(std::span<const std::shared_ptr<Buffer>
         : by_address_(std::move(by_address)) {}
     bool can_move(const void* ptr, std::size_t /*bytes*/) override { return by_address_.contains(ptr); }
     void relocated(void* from, void* to, std::size_t /*bytes*/) noexcept override {
-      auto node = by_address_.extract(from);  // a block may move again in a later pass: keyed by its new address
-      if (node.empty()) return;
-      node.mapped()->data_ = to;
-      node.key() = to;
-      by_address_.insert(std::move(node));
+      const auto found = by_address_.find(from);
+      if (found == by_address_.end()) return;
+      found->second->data_ = to;
+      rekey(by_address_, from, to);  // a block may move again in a later pass: keyed by its new address
     }
 
    private:

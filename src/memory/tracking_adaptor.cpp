@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/rekey.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::memory {
@@ -76,11 +77,7 @@ CompactionResult TrackingAdaptor::do_compact(Relocator& relocator) {
         : owner_(owner), live_(live), observers_(observers) {}
     bool can_move(const void* ptr, std::size_t bytes) override { return owner_.can_move(ptr, bytes); }
     void relocated(void* from, void* to, std::size_t bytes) noexcept override {
-      auto node = live_.extract(from);  // moves the record's node: no allocation
-      if (!node.empty()) {
-        node.key() = to;
-        live_.insert(std::move(node));
-      }
+      rekey(live_, from, to);
       for (AllocationObserver* observer : observers_) observer->on_relocate(from, to, bytes);
       owner_.relocated(from, to, bytes);
     }

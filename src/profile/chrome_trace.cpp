@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/rekey.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/profile/exporters.hpp"
 
@@ -79,10 +80,7 @@ std::string chrome_trace_json(const MemorySnapshot& snapshot) {
         open.erase(found);
       } else if (event.action == EventAction::relocate) {
         // One tensor's life, wherever compaction put it: its slice goes on until its free at the new address.
-        auto node = open.extract(event.moved_from);
-        if (node.empty()) continue;
-        node.key() = event.address;
-        open.insert(std::move(node));
+        rekey(open, event.moved_from, event.address);
       } else {
         events.push_back(
             {{"name", "out of memory"},

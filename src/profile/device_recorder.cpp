@@ -7,6 +7,7 @@
 #include <exception>
 #include <utility>
 
+#include "core/rekey.hpp"
 #include "profile/allocator_segments.hpp"
 #include "tensorpool/core/log.hpp"
 
@@ -76,8 +77,6 @@ std::uint32_t DeviceRecorder::intern(const memory::AllocationTag& tag) {
 }
 
 void DeviceRecorder::push(const MemoryEvent& event) {
-  last_reserved_ = event.reserved_bytes;
-  last_largest_free_ = event.largest_free_block;
   if (events_.size() < capacity_) {
     events_.push_back(event);
     return;
@@ -162,15 +161,14 @@ void DeviceRecorder::on_relocate(void* from, void* to, std::size_t /*bytes*/) no
   const auto old_address = reinterpret_cast<std::uintptr_t>(from);
   const auto address = reinterpret_cast<std::uintptr_t>(to);
   const std::lock_guard lock(mutex_);
-  auto node = live_.extract(old_address);  // no allocation
-  if (node.empty()) return;                // allocated before the recorder was attached
-  node.key() = address;
-  const Live live = node.mapped();
-  live_.insert(std::move(node));
+  if (!rekey(live_, old_address, address)) return;  // allocated before the recorder was attached
+  const Live& live = live_.at(address);
+  // The allocator is mid-compaction (its lock held): its figures are those of the newest event.
+  const MemoryEvent newest = events_.empty() ? MemoryEvent{} : events_[(head_ + events_.size() - 1) % events_.size()];
   try {
     push({EventAction::relocate, live.tag, address, live.requested, live.allocated, 0, thread_number(),
-          next_sequence_++, live.step, now, in_use_, requested_in_use_, last_reserved_, last_largest_free_,
-          old_address});
+          next_sequence_++, live.step, now, in_use_, requested_in_use_, newest.reserved_bytes,
+          newest.largest_free_block, old_address});
   } catch (const std::exception& error) {
     TP_LOG(warning, "profile", device_, ": a move was not recorded: ", error.what());
   }

@@ -145,6 +145,8 @@ TEST(ExportersRelocation, AMovedTensorIsOneRelocateEventThatEveryExporterFollows
   EXPECT_EQ(relocate.moved_from, events[1].address);
   EXPECT_EQ(relocate.address, events[0].address) << "moved down into the freed block";
   EXPECT_EQ(relocate.in_use_bytes, events[2].in_use_bytes) << "a move changes no byte count";
+  EXPECT_EQ(relocate.reserved_bytes, events[2].reserved_bytes) << "the allocator's figures of the event before";
+  EXPECT_EQ(relocate.largest_free_block, events[2].largest_free_block);
 
   const nlohmann::json json = nlohmann::json::parse(profile::snapshot_json(snapshot));
   const nlohmann::json& rows = json.at("devices").at(0).at("events").at("rows");

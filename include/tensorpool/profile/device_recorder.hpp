@@ -94,8 +94,6 @@ class DeviceRecorder final : public memory::AllocationObserver {
   std::vector<MemoryEvent> events_;  // ring: events_[head_] is the oldest once full
   std::size_t head_ = 0;
   std::uint64_t next_sequence_ = 0, dropped_ = 0;
-  // The allocator's figures in the latest event, which a relocate repeats (it cannot ask the allocator).
-  std::size_t last_reserved_ = 0, last_largest_free_ = 0;
 };
 
 }  // namespace tp::profile
