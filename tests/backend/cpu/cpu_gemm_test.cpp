@@ -179,6 +179,40 @@ TYPED_TEST(MatmulTest, EmptyOutputTouchesNothingAndEmptyKScalesC) {
 }
 TYPED_TEST(MatmulTest, BetaZeroOverwritesNaNInC) { beta_zero_overwrites_nan_in_c<TypeParam>(); }
 
+// Products computed over the two halves of their depth (split-K, gemm.cpp) on a machine with an even CPU
+// count: every transpose, alpha and beta (beta = 0 overwriting NaN included), an odd depth, more columns than
+// rows and more rows than columns; and the shapes that do not split.
+TYPED_TEST(MatmulTest, DepthSplitProductsMatchTheFloat64Reference) {
+  using tp::backend::cpu::detail::splits_depth;
+  const std::uint32_t seed = tp_test::test_seed();
+  TP_TRACE_SEED(seed);
+  std::mt19937 rng(seed);
+  const bool even = std::thread::hardware_concurrency() % 2 == 0;
+  for (const Case& shape : {Case{16, 40, 4096}, Case{24, 48, 2049}, Case{5, 700, 999}, Case{300, 8, 2000}}) {
+    EXPECT_EQ(splits_depth(shape.m, shape.n, shape.k), even) << shape.m << " x " << shape.n << " x " << shape.k;
+    for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+      for (Transpose ta : {Transpose::no, Transpose::yes}) {
+        for (Transpose tb : {Transpose::no, Transpose::yes}) {
+          check_case<TypeParam>(rng, shape, ta, tb, TypeParam{1}, TypeParam{0}, library);
+          check_case<TypeParam>(rng, shape, ta, tb, TypeParam{0.5}, TypeParam{-1.25}, library);
+        }
+      }
+    }
+    const std::vector<TypeParam> a(static_cast<std::size_t>(shape.m * shape.k), TypeParam{1});
+    const std::vector<TypeParam> b(static_cast<std::size_t>(shape.k * shape.n), TypeParam{2});
+    std::vector<TypeParam> c(static_cast<std::size_t>(shape.m * shape.n), std::numeric_limits<TypeParam>::quiet_NaN());
+    matmul<TypeParam>(Transpose::no, Transpose::no, shape.m, shape.n, shape.k, TypeParam{1}, a.data(), b.data(),
+                      TypeParam{0}, c.data());
+    EXPECT_EQ(c, std::vector<TypeParam>(c.size(), static_cast<TypeParam>(2 * shape.k))) << "beta = 0 overwrites C";
+  }
+  // Depth below twice the rows (the weight gradient, a square product) or too little work: row or column blocks.
+  EXPECT_FALSE(splits_depth(784, 512, 128));
+  EXPECT_FALSE(splits_depth(300, 300, 300));
+  EXPECT_FALSE(splits_depth(128, 10, 512));
+  EXPECT_FALSE(splits_depth(2, 3, 200));
+  EXPECT_EQ(splits_depth(128, 512, 784), even) << "the main job's forward product at batch 128";
+}
+
 // The same checks with oneDNN computing the float32 products (float64 stays on OpenBLAS).
 TEST(OneDnnMatmul, MatchesFloat64ReferenceForAllTransposes) {
   matches_float64_reference_for_all_transposes<float>(GemmLibrary::onednn);

@@ -60,11 +60,13 @@ struct GemmShape {
 TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
   std::mt19937 rng(tp_test::test_seed());
   TP_TRACE_SEED(tp_test::test_seed());
-  // The main job's GEMMs at batch 32 and 128 (forward, weight gradient; the layer-2 ones, always split in two
-  // blocks), square and ragged shapes, and products too small to split.
+  // The main job's GEMMs at batch 32 and 128 (forward, split over the depth; weight gradient; the layer-2 ones,
+  // always split in two blocks), square and ragged shapes, products too small to split, and depth splits with
+  // an odd depth, with more columns than rows and with more rows than columns.
   const std::vector<GemmShape> shapes{{32, 512, 784},  {784, 512, 32}, {128, 512, 784}, {784, 512, 128},
                                       {512, 10, 128},  {128, 10, 512}, {128, 512, 10},  {300, 300, 300},
-                                      {1001, 37, 513}, {45, 700, 99},  {64, 64, 64},    {32, 10, 512}};
+                                      {1001, 37, 513}, {45, 700, 99},  {64, 64, 64},    {32, 10, 512},
+                                      {24, 48, 2049},  {20, 700, 999}, {300, 40, 2000}};
   // automatic: each shape's product goes whole to its class's library, whatever the blocks.
   for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn, GemmLibrary::automatic}) {
     for (const GemmShape& shape : shapes) {

@@ -15,6 +15,7 @@
 #include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernels/check.hpp"
 #include "backend/cpu/kernels/gemm_auto.hpp"
+#include "backend/cpu/kernels/isa_clones.hpp"
 #include "tensorpool/core/error.hpp"
 
 namespace tp::backend::cpu {
@@ -90,6 +91,13 @@ struct Operands {
     part.c += begin;
     return part;
   }
+  // Depth [begin, end) of the product: the matching columns of op(A) and rows of op(B), C as it is.
+  Operands depth(std::int64_t begin) const {
+    Operands part = *this;
+    part.a += transpose_a == Transpose::yes ? begin * lda : begin;
+    part.b += transpose_b == Transpose::yes ? begin : begin * ldb;
+    return part;
+  }
 };
 
 // The GEMM is split over the intra-op threads into blocks of C's rows (when m >= n) or columns, one BLAS call
@@ -146,8 +154,72 @@ std::int64_t block_size(std::int64_t extent, double work_per_line, std::int64_t 
   return 0;
 }
 
+// c[i] += partial[i]: the second depth half's product added to the first's.
+template <typename T>
+TP_ISA_CLONES void add_partial(T* __restrict__ c, const T* __restrict__ partial, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) c[i] += partial[i];
+}
+
+// Split-K: a product whose depth is at least twice its row count (a layer's forward product at a batch below
+// half its input width, 128 x 512 x 784 in the main job) is computed as two products over the two halves of
+// the depth, the first into C and the second into a scratch C, then added: C = (alpha op(A0) op(B0) + beta C) +
+// alpha op(A1) op(B1). Each thread then reads only its half of the rows of op(B), a layer's weight, which the
+// weight gradient (split by rows: x^T dy has the weight's shape and the batch as its depth) and the optimizer's
+// update (by the flat element order) give to the same thread; split by columns instead, every step half of the
+// weight the other thread has just updated moves between the cores, where the sum of the halves moves m x n
+// elements. Where two vCPUs sit on cores without a shared cache that traffic costs several times as much
+// (docs/benchmarks.md, "Why this VM runs in two speeds"). The halves are fixed by the shape and, with more
+// than two CPUs, each half is split further by the row or column rule below into split_ways() / 2 blocks;
+// only with an even split_ways(), so that no CPU is left without a block. The bits of C depend on the shape
+// and split_ways(), never on the thread count. The scratch C is the calling thread's, kept for its next
+// product (as large as the largest m x n it has split).
+template <typename T>
+bool split_depth(const Operands<T>& operands, std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (!detail::splits_depth(m, n, k)) return false;
+  const std::int64_t ways = split_ways();
+  const std::int64_t half = round_up_to_panels((k + 1) / 2);
+  const bool by_rows = m >= n;
+  const std::int64_t extent = by_rows ? m : n;
+  // The shorter (second) half decides, as the shortest block does in block_size.
+  const double work_per_line = static_cast<double>(by_rows ? n : m) * static_cast<double>(k - half);
+  std::int64_t size = block_size(extent, work_per_line, ways / 2);
+  if (size == 0) size = extent;
+  const std::int64_t blocks = (extent + size - 1) / size;  // per half
+  thread_local std::vector<T> scratch;
+  const auto elements = static_cast<std::size_t>(m * n);
+  if (scratch.size() < elements) scratch.resize(elements);
+  T* const partial = scratch.data();
+  // Indexed by block, the first half's blocks first, so that a thread's contiguous share is one half's rows of
+  // op(B) and a caller running everything itself still makes one call per block.
+  parallel_for(2 * blocks, 1, [&](std::int64_t first_block, std::int64_t end_block) {
+    for (std::int64_t block = first_block; block < end_block; ++block) {
+      const bool second = block >= blocks;
+      Operands<T> part = operands.depth(second ? half : 0);
+      if (second) {
+        part.c = partial;
+        part.ldc = static_cast<int>(n);
+        part.beta = T{0};
+      }
+      const std::int64_t depth = second ? k - half : half;
+      const std::int64_t begin = (block % blocks) * size;
+      const std::int64_t lines = std::min(extent, begin + size) - begin;
+      if (by_rows) {
+        part.rows(begin).gemm(lines, n, depth);
+      } else {
+        part.columns(begin).gemm(m, lines, depth);
+      }
+    }
+  });
+  T* const c = operands.c;  // contiguous: ldc == n
+  parallel_for(m, rows_per_chunk(n), [&](std::int64_t begin, std::int64_t end) {
+    add_partial(c + begin * n, partial + begin * n, (end - begin) * n);
+  });
+  return true;
+}
+
 template <typename T>
 void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (split_depth(operands, m, n, k)) return;
   const bool by_rows = m >= n;
   const std::int64_t extent = by_rows ? m : n;
   const double work_per_line = static_cast<double>(by_rows ? n : m) * static_cast<double>(k);
@@ -172,6 +244,12 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
 }
 
 }  // namespace
+
+bool detail::splits_depth(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  return split_ways() % 2 == 0 && k >= 2 * m && k >= 2 * kBlockMultiple &&
+         work >= 2.0 * static_cast<double>(kMinBlockWork);
+}
 
 std::string_view name_of(GemmLibrary library) noexcept {
   switch (library) {

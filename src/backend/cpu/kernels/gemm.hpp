@@ -37,6 +37,12 @@ void warm_up_gemm_library(GemmLibrary library);
 // Whether warm_up_gemm_library has generated oneDNN's kernels in this process.
 [[nodiscard]] bool gemm_library_warmed_up() noexcept;
 
+namespace detail {
+// Whether an m x n x k product is computed as two products over the halves of its depth (split-K, gemm.cpp):
+// on a machine with an even CPU count, when k >= 2 m and both halves keep a block's minimum work.
+[[nodiscard]] bool splits_depth(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+}  // namespace detail
+
 // `library` computes float32 products (float64 ignores it). With GemmLibrary::automatic the whole product goes
 // to the library chosen for its shape class before it is split into blocks, so every block of it uses the
 // same library and the bits stay independent of the thread count.
