@@ -205,6 +205,18 @@ TYPED_TEST(MatmulTest, DepthSplitProductsMatchTheFloat64Reference) {
                       TypeParam{0}, c.data());
     EXPECT_EQ(c, std::vector<TypeParam>(c.size(), static_cast<TypeParam>(2 * shape.k))) << "beta = 0 overwrites C";
   }
+  // As machines of 4 and 16 CPUs split them (each depth half into 2 or 8 blocks), and of 3 (no depth split).
+  for (const std::int64_t ways : {3, 4, 16}) {
+    tp::backend::cpu::detail::set_split_ways_for_testing(ways);
+    EXPECT_EQ(splits_depth(300, 8, 2000), ways % 2 == 0) << ways << " CPUs";
+    for (const Case& shape : {Case{16, 40, 4096}, Case{5, 700, 999}, Case{300, 8, 2000}}) {
+      check_case<TypeParam>(rng, shape, Transpose::no, Transpose::yes, TypeParam{0.5}, TypeParam{-1.25},
+                            GemmLibrary::onednn);
+      check_case<TypeParam>(rng, shape, Transpose::yes, Transpose::no, TypeParam{1}, TypeParam{0},
+                            GemmLibrary::openblas);
+    }
+  }
+  tp::backend::cpu::detail::set_split_ways_for_testing(0);
   // Depth below twice the rows (the weight gradient, a square product) or too little work: row or column blocks.
   EXPECT_FALSE(splits_depth(784, 512, 128));
   EXPECT_FALSE(splits_depth(300, 300, 300));

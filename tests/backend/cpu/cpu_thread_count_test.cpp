@@ -87,6 +87,30 @@ TEST_F(ThreadCount, MatmulIsBitwiseIndependentOfTheThreadCount) {
   }
 }
 
+// The splits of machines with other CPU counts (set_split_ways_for_testing): one CPU (no block), an odd count
+// (row or column blocks, no depth split), four and sixteen (each depth half split further into blocks).
+TEST_F(ThreadCount, MatmulSplitsOfOtherMachinesAreBitwiseIndependentOfTheThreadCount) {
+  std::mt19937 rng(tp_test::test_seed());
+  TP_TRACE_SEED(tp_test::test_seed());
+  const std::vector<GemmShape> shapes{{128, 512, 784}, {784, 512, 128}, {24, 48, 2049}, {300, 40, 2000}};
+  for (const std::int64_t ways : {1, 3, 4, 16}) {
+    detail::set_split_ways_for_testing(ways);
+    for (const GemmLibrary library : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+      for (const GemmShape& shape : shapes) {
+        SCOPED_TRACE(::testing::Message() << ways << " CPUs, " << name_of(library) << ": m " << shape.m << " n "
+                                          << shape.n << " k " << shape.k);
+        const std::vector<float> a = tp_test::random_vector<float>(rng, shape.m * shape.k);
+        const std::vector<float> b = tp_test::random_vector<float>(rng, shape.k * shape.n);
+        expect_same_bits<float>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<float>& c) {
+          matmul<float>(Transpose::no, Transpose::yes, shape.m, shape.n, shape.k, 1.0F, a.data(), b.data(), 0.0F,
+                        c.data(), library);
+        });
+      }
+    }
+  }
+  detail::set_split_ways_for_testing(0);
+}
+
 TEST_F(ThreadCount, OptimizerUpdatesAreBitwiseIndependentOfTheThreadCount) {
   std::mt19937 rng(tp_test::test_seed());
   TP_TRACE_SEED(tp_test::test_seed());

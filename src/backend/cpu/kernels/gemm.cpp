@@ -129,10 +129,13 @@ std::int64_t round_up_to_panels(std::int64_t rows) {
 // The machine's online CPUs: the most blocks a product is split into. Not this process's affinity mask: ranks
 // that mpirun binds to one core each must split a product as one process on all of them does, so that
 // multi-worker and mirrored training agree bit for bit (multi_worker_cli_test checks it).
+std::atomic<std::int64_t> split_ways_for_testing{0};  // 0: the machine's
+
 std::int64_t split_ways() noexcept {
   static const std::int64_t ways = std::clamp(static_cast<std::int64_t>(std::thread::hardware_concurrency()),
                                               std::int64_t{1}, static_cast<std::int64_t>(kMaxIntraOpThreads));
-  return ways;
+  const std::int64_t forced = split_ways_for_testing.load(std::memory_order_relaxed);
+  return forced > 0 ? forced : ways;
 }
 
 // The block size (whole panels) splitting `extent` rows or columns, at `work_per_line` multiply-adds each, into
@@ -244,6 +247,10 @@ void split_gemm(const Operands<T>& operands, std::int64_t m, std::int64_t n, std
 }
 
 }  // namespace
+
+void detail::set_split_ways_for_testing(std::int64_t ways) noexcept {
+  split_ways_for_testing.store(std::clamp<std::int64_t>(ways, 0, kMaxIntraOpThreads), std::memory_order_relaxed);
+}
 
 bool detail::splits_depth(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);

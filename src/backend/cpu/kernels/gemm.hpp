@@ -41,6 +41,9 @@ namespace detail {
 // Whether an m x n x k product is computed as two products over the halves of its depth (split-K, gemm.cpp):
 // on a machine with an even CPU count, when k >= 2 m and both halves keep a block's minimum work.
 [[nodiscard]] bool splits_depth(std::int64_t m, std::int64_t n, std::int64_t k) noexcept;
+// Tests only: products split as on a machine with `ways` CPUs (the blocks' count and split-K's halves), so that
+// a machine of two CPUs checks the splits of larger ones; 0 restores this machine's CPU count.
+void set_split_ways_for_testing(std::int64_t ways) noexcept;
 }  // namespace detail
 
 // `library` computes float32 products (float64 ignores it). With GemmLibrary::automatic the whole product goes
