@@ -175,7 +175,10 @@ TP_ISA_CLONES void add_partial(T* __restrict__ c, const T* __restrict__ partial,
 // than two CPUs, each half is split further by the row or column rule below into split_ways() / 2 blocks;
 // only with an even split_ways(), so that no CPU is left without a block. The bits of C depend on the shape
 // and split_ways(), never on the thread count. The scratch C is the calling thread's, kept for its next
-// product (as large as the largest m x n it has split).
+// product up to kKeptScratchBytes; a larger one is given back after the product, so that one large product does
+// not hold its scratch for the thread's life.
+constexpr std::size_t kKeptScratchBytes = std::size_t{4} << 20;
+
 template <typename T>
 bool split_depth(const Operands<T>& operands, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (!detail::splits_depth(m, n, k)) return false;
@@ -217,6 +220,7 @@ bool split_depth(const Operands<T>& operands, std::int64_t m, std::int64_t n, st
   parallel_for(m, rows_per_chunk(n), [&](std::int64_t begin, std::int64_t end) {
     add_partial(c + begin * n, partial + begin * n, (end - begin) * n);
   });
+  if (scratch.size() * sizeof(T) > kKeptScratchBytes) std::vector<T>().swap(scratch);
   return true;
 }
 
