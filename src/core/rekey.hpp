@@ -8,15 +8,17 @@
 namespace tp {
 
 // Moves the entry at `from` to `to` through its node: no copy of the value and no allocation, so it may run
-// where nothing may throw (under an allocator's lock). False when there is no entry at `from`. An entry
-// already at `to` stays (the moved node is then dropped), as a map insert never overwrites.
+// where nothing may throw (under an allocator's lock). Returns the moved value, or null when there is no entry
+// at `from`, or when an entry is already at `to`: that one stays (the moved node is dropped), as a map insert
+// never overwrites.
 template <typename Map>
-bool rekey(Map& map, const typename Map::key_type& from, const typename Map::key_type& to) noexcept {
+typename Map::mapped_type* rekey(Map& map, const typename Map::key_type& from,
+                                 const typename Map::key_type& to) noexcept {
   auto node = map.extract(from);
-  if (node.empty()) return false;
+  if (node.empty()) return nullptr;
   node.key() = to;
-  map.insert(std::move(node));
-  return true;
+  auto inserted = map.insert(std::move(node));
+  return inserted.inserted ? &inserted.position->second : nullptr;
 }
 
 }  // namespace tp

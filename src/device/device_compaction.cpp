@@ -19,10 +19,8 @@ memory::CompactionResult Device::compact(std::span<const std::shared_ptr<Buffer>
         : by_address_(std::move(by_address)) {}
     bool can_move(const void* ptr, std::size_t /*bytes*/) override { return by_address_.contains(ptr); }
     void relocated(void* from, void* to, std::size_t /*bytes*/) noexcept override {
-      const auto found = by_address_.find(from);
-      if (found == by_address_.end()) return;
-      found->second->data_ = to;
-      rekey(by_address_, from, to);  // a block may move again in a later pass: keyed by its new address
+      // A block may move again in a later pass: keyed by its new address.
+      if (auto* buffer = rekey(by_address_, from, to)) (*buffer)->data_ = to;
     }
 
    private:

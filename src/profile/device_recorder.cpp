@@ -161,8 +161,9 @@ void DeviceRecorder::on_relocate(void* from, void* to, std::size_t /*bytes*/) no
   const auto old_address = reinterpret_cast<std::uintptr_t>(from);
   const auto address = reinterpret_cast<std::uintptr_t>(to);
   const std::lock_guard lock(mutex_);
-  if (!rekey(live_, old_address, address)) return;  // allocated before the recorder was attached
-  const Live& live = live_.at(address);
+  const Live* const moved = rekey(live_, old_address, address);
+  if (moved == nullptr) return;  // allocated before the recorder was attached
+  const Live& live = *moved;
   // The allocator is mid-compaction (its lock held): its figures are those of the newest event.
   const MemoryEvent newest = events_.empty() ? MemoryEvent{} : events_[(head_ + events_.size() - 1) % events_.size()];
   try {

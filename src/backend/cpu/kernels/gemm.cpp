@@ -126,11 +126,11 @@ std::int64_t round_up_to_panels(std::int64_t rows) {
   return (rows + kBlockMultiple - 1) / kBlockMultiple * kBlockMultiple;
 }
 
+std::atomic<std::int64_t> split_ways_for_testing{0};  // 0: the machine's (detail::set_split_ways_for_testing)
+
 // The machine's online CPUs: the most blocks a product is split into. Not this process's affinity mask: ranks
 // that mpirun binds to one core each must split a product as one process on all of them does, so that
 // multi-worker and mirrored training agree bit for bit (multi_worker_cli_test checks it).
-std::atomic<std::int64_t> split_ways_for_testing{0};  // 0: the machine's
-
 std::int64_t split_ways() noexcept {
   static const std::int64_t ways = std::clamp(static_cast<std::int64_t>(std::thread::hardware_concurrency()),
                                               std::int64_t{1}, static_cast<std::int64_t>(kMaxIntraOpThreads));
