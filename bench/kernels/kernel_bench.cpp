@@ -16,7 +16,8 @@
 //
 // --half-gemm prints instead the 16-bit GEMMs of mixed precision against float32 on the same MLP shapes, one
 // thread, alternating round by round: matmul_half<BFloat16> (oneDNN on the CPU's bfloat16 instructions where
-// it has them), matmul_half<Half> (converted to float32 around sgemm) and the raw cblas_sgemm.
+// it has them), matmul_half<Half> (converted to float32 around sgemm), the raw cblas_sgemm and dnnl_sgemm;
+// the ratios are against the faster float32 library of each shape. --batches picks the batch sizes.
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -185,7 +186,7 @@ int sgemm_rate(int rounds, double seconds, const std::string& library) {
 }
 
 // --half-gemm: a Markdown table of GFLOP/s per shape and the FLOP-weighted total per batch.
-int half_gemm(int rounds, double seconds) {
+int half_gemm(int rounds, double seconds, const std::vector<std::int64_t>& batches) {
   using tp::BFloat16;
   using tp::Half;
   using tp::backend::cpu::Transpose;
@@ -193,10 +194,12 @@ int half_gemm(int rounds, double seconds) {
   std::printf("16-bit GEMMs (bfloat16 via %s), one thread, GFLOP/s, medians of %d alternating rounds\n\n",
               tp::backend::cpu::bf16_gemm_native() ? "oneDNN on AVX512_BF16" : "conversion around sgemm", rounds);
   std::printf(
-      "| batch | role | m x n x k | float32 sgemm | bfloat16 | float16 (converted) | bf16 / f32 | f16 / f32 |\n");
-  std::printf("|---:|---|---|---:|---:|---:|---:|---:|\n");
-  for (std::int64_t batch : {32, 128}) {
-    double flops_total = 0, f32_total = 0, bf16_total = 0, f16_total = 0;
+      "| batch | role | m x n x k | float32 OpenBLAS | float32 oneDNN | bfloat16 | float16 (converted) | bf16 / f32 | "
+      "f16 / f32 |\n");
+  std::printf("|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const std::int64_t batch : batches) {
+    // f32 is the faster float32 library of each shape, as `--gemm auto` would pick it.
+    double flops_total = 0, f32_total = 0, openblas_total = 0, onednn_total = 0, bf16_total = 0, f16_total = 0;
     for (const GemmCase& shape : training_gemms(batch)) {
       auto [a, b, c] = gemm_operands(shape);
       const std::size_t a_size = a.size(), b_size = b.size();
@@ -206,9 +209,10 @@ int half_gemm(int rounds, double seconds) {
       for (std::size_t i = 0; i < b_size; ++i) b_bf[i] = BFloat16::from_float(b[i]), b_h[i] = Half::from_float(b[i]);
       const Transpose ta = shape.transpose_a ? Transpose::yes : Transpose::no;
       const Transpose tb = shape.transpose_b ? Transpose::yes : Transpose::no;
-      std::vector<double> f32, bf16, f16;
+      std::vector<double> openblas, onednn, bf16, f16;
       for (int round = 0; round < rounds; ++round) {
-        f32.push_back(time_per_call([&] { raw_sgemm(shape, a.data(), b.data(), c.data()); }, seconds));
+        openblas.push_back(time_per_call([&] { raw_sgemm(shape, a.data(), b.data(), c.data()); }, seconds));
+        onednn.push_back(time_per_call([&] { raw_onednn_sgemm(shape, a.data(), b.data(), c.data()); }, seconds));
         bf16.push_back(time_per_call(
             [&] {
               tp::backend::cpu::matmul_half<BFloat16>(ta, tb, shape.m, shape.n, shape.k, a_bf.data(), b_bf.data(),
@@ -223,19 +227,23 @@ int half_gemm(int rounds, double seconds) {
             seconds));
       }
       const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
+      const double f32 = std::min(median(openblas), median(onednn));
       flops_total += flops;
-      f32_total += median(f32);
+      f32_total += f32;
+      openblas_total += median(openblas);
+      onednn_total += median(onednn);
       bf16_total += median(bf16);
       f16_total += median(f16);
-      std::printf("| %lld | %s | %lld x %lld x %lld | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n",
+      std::printf("| %lld | %s | %lld x %lld x %lld | %.1f | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n",
                   static_cast<long long>(batch), shape.role, static_cast<long long>(shape.m),
-                  static_cast<long long>(shape.n), static_cast<long long>(shape.k), flops / median(f32) / 1e9,
-                  flops / median(bf16) / 1e9, flops / median(f16) / 1e9, median(f32) / median(bf16),
-                  median(f32) / median(f16));
+                  static_cast<long long>(shape.n), static_cast<long long>(shape.k), flops / median(openblas) / 1e9,
+                  flops / median(onednn) / 1e9, flops / median(bf16) / 1e9, flops / median(f16) / 1e9,
+                  f32 / median(bf16), f32 / median(f16));
     }
-    std::printf("| %lld | **all five (FLOP-weighted)** | | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n",
-                static_cast<long long>(batch), flops_total / f32_total / 1e9, flops_total / bf16_total / 1e9,
-                flops_total / f16_total / 1e9, f32_total / bf16_total, f32_total / f16_total);
+    std::printf("| %lld | **all five (FLOP-weighted)** | | %.1f | %.1f | %.1f | %.1f | %.2fx | %.2fx |\n",
+                static_cast<long long>(batch), flops_total / openblas_total / 1e9, flops_total / onednn_total / 1e9,
+                flops_total / bf16_total / 1e9, flops_total / f16_total / 1e9, f32_total / bf16_total,
+                f32_total / f16_total);
   }
   return 0;
 }
@@ -262,9 +270,15 @@ int main(int argc, char** argv) {
   app.add_flag("--half-gemm", half_gemm_only,
                "print only the 16-bit GEMMs of mixed precision (bfloat16, float16) against float32 sgemm on the MLP "
                "training shapes, one thread");
+  std::vector<std::int64_t> batches{32, 128};
+  app.add_option("--batches", batches,
+                 "--half-gemm: the batch sizes whose shapes are timed (a mirrored replica's is half the global one)")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (sgemm_rate_only) return sgemm_rate(rounds, seconds, library);
-  if (half_gemm_only) return half_gemm(rounds, seconds);
+  if (half_gemm_only) return half_gemm(rounds, seconds, batches);
 
   tp::memory::MemoryConfig config;
   config.policy = tp::memory::GrowthPolicy::grow;
