@@ -14,14 +14,17 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/kernel_test_support.hpp"
+#include "backend/cpu/kernels/bf16_gemm.hpp"
 #include "backend/cpu/kernels/gemm.hpp"
 #include "backend/cpu/kernels/gemm_auto.hpp"
+#include "backend/cpu/kernels/half_nn.hpp"
 #include "tensorpool/core/log.hpp"
 
 namespace {
@@ -240,6 +243,77 @@ TEST_F(GemmAutoCacheFile, AnUnwritableLocationWarnsOnceAndTheProductsGoOn) {
   EXPECT_EQ(gemm_auto_measurements(), before + 2);
   EXPECT_EQ(logged({"GEMM auto cache not saved", location.string()}), 1U) << log_text();
   EXPECT_EQ(log_.size(), 1U) << log_text();
+}
+
+// The bfloat16 product's path (half_nn.cpp: oneDNN's bfloat16 kernels, the same padded to an AMX tile's depth,
+// or the float32 GEMM on widened operands) is kept in the same file: a later process follows it, and a name
+// that is not one of this CPU's paths is measured again and rewritten.
+TEST_F(GemmAutoCacheFile, ABfloat16ProductsPathIsKeptForALaterProcess) {
+  using tp::BFloat16;
+  if (!tp::backend::cpu::bf16_gemm_native()) {
+    GTEST_SKIP() << "this CPU has no AVX512_BF16: the bfloat16 product has one path, nothing is chosen";
+  }
+  TP_TRACE_SEED(tp_test::test_seed());
+  constexpr std::int64_t kRows = 32, kCols = 512, kDepth = 784;  // the main job's forward product at batch 32
+  std::mt19937 rng(tp_test::test_seed());
+  std::vector<BFloat16> a, b;
+  for (const float value : tp_test::random_vector<float>(rng, kRows * kDepth)) a.push_back(BFloat16::from_float(value));
+  for (const float value : tp_test::random_vector<float>(rng, kDepth * kCols)) b.push_back(BFloat16::from_float(value));
+  const auto product_bf16 = [&] {
+    std::vector<BFloat16> c(kRows * kCols);
+    tp::backend::cpu::matmul_half<BFloat16>(Transpose::no, Transpose::no, kRows, kCols, kDepth, a.data(), b.data(),
+                                            c.data(), GemmLibrary::openblas);
+    return c;
+  };
+  const auto by_path = [&](const std::string& path) {
+    std::vector<BFloat16> c(kRows * kCols);
+    if (path == "widened") {
+      tp::backend::cpu::matmul_half_widened<BFloat16>(Transpose::no, Transpose::no, kRows, kCols, kDepth, a.data(),
+                                                      b.data(), c.data(), GemmLibrary::openblas);
+    } else {
+      tp::backend::cpu::matmul_bf16_onednn(Transpose::no, Transpose::no, kRows, kCols, kDepth, a.data(), b.data(),
+                                           c.data());
+    }
+    return c;
+  };
+  ASSERT_NE(by_path("native"), by_path("widened")) << "the two paths must differ for this test to tell them apart";
+  const std::string product_class = "bfloat16 32x512x784, float32 via openblas";
+  const auto entry_path = [&]() -> std::string {
+    const nlohmann::json contents = read_file();
+    for (const nlohmann::json& entry : contents.at("entries")) {
+      if (entry.at("class") == product_class) return entry.at("choice").at("path").get<std::string>();
+    }
+    return "(no entry)";
+  };
+
+  const std::vector<BFloat16> first = product_bf16();
+  const std::string chosen = entry_path();
+  ASSERT_TRUE(chosen == "native" || chosen == "widened") << chosen << "\n" << read_file().dump(2);
+  EXPECT_EQ(first, by_path(chosen));
+
+  // The file decides: edited to the other path, the next process computes with that one.
+  const std::string other = chosen == "native" ? "widened" : "native";
+  nlohmann::json edited = read_file();
+  for (nlohmann::json& entry : edited["entries"]) {
+    if (entry.at("class") == product_class) entry["choice"]["path"] = other;
+  }
+  write_file(edited.dump());
+  tp::backend::cpu::reset_gemm_auto_choices();
+  EXPECT_EQ(product_bf16(), by_path(other));
+  EXPECT_EQ(entry_path(), other);
+
+  // A path this CPU has not: measured again, and the file rewritten with a real one, with no warning.
+  for (nlohmann::json& entry : edited["entries"]) {
+    if (entry.at("class") == product_class) entry["choice"]["path"] = "tensor cores";
+  }
+  write_file(edited.dump());
+  log_.clear();
+  tp::backend::cpu::reset_gemm_auto_choices();
+  const std::vector<BFloat16> again = product_bf16();
+  const std::string rewritten = entry_path();
+  EXPECT_TRUE(rewritten == "native" || rewritten == "widened") << rewritten;
+  EXPECT_EQ(again, by_path(rewritten));
+  EXPECT_TRUE(log_.empty()) << log_text();
 }
 
 }  // namespace

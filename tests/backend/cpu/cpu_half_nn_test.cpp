@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -91,7 +92,7 @@ void expect_matmul_matches_float64(Multiply multiply, bool with_empty = true) {
     std::int64_t m, n, k;
   };
   for (const Case shape : {Case{1, 1, 1}, Case{7, 13, 5}, Case{32, 64, 784}, Case{3, 0, 4}, Case{0, 3, 4},
-                           Case{4, 3, 0}, Case{1, 17, 9}, Case{128, 10, 512}}) {
+                           Case{4, 3, 0}, Case{1, 17, 9}, Case{128, 10, 512}, Case{200, 96, 16}}) {
     if (!with_empty && shape.m * shape.n * shape.k == 0) continue;
     for (const Transpose ta : {Transpose::no, Transpose::yes}) {
       for (const Transpose tb : {Transpose::no, Transpose::yes}) {
@@ -150,6 +151,37 @@ TEST(Bfloat16Gemm, OneDnnOnTheCpusBfloat16InstructionsMatchesFloat64) {
   EXPECT_NE(native, widened) << "the two paths sum in different orders: the test below must tell them apart";
   EXPECT_TRUE(dispatched == native || dispatched == widened) << "matmul_half<BFloat16> takes one of the two paths";
   EXPECT_EQ(dispatched, again) << "and keeps it for the shape";
+}
+
+// Padded to a tile's depth (or further): zeros after the k-th entry of the depth in both operands, whatever
+// sits beyond the caller's matrices.
+TEST(Bfloat16Gemm, ProductsPaddedInDepthMatchFloat64) {
+  if (!bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX512_BF16: matmul_half converts around sgemm instead";
+  for (const std::int64_t extra : {0, 1, 32}) {
+    SCOPED_TRACE(::testing::Message() << "depth k + " << extra << ", at least a tile's");
+    expect_matmul_matches_float64<BFloat16>(
+        [extra](Transpose ta, Transpose tb, std::int64_t m, std::int64_t n, std::int64_t k, const BFloat16* a,
+                const BFloat16* b, BFloat16* c) {
+          matmul_bf16_onednn_at_depth(ta, tb, m, n, k, std::max(k + extra, bf16_gemm_tile_depth(k)), a, b, c);
+        },
+        /*with_empty=*/false);
+  }
+  std::vector<BFloat16> c(4);
+  const std::vector<BFloat16> a(4), b(4);
+  EXPECT_THROW(matmul_bf16_onednn_at_depth(Transpose::no, Transpose::no, 2, 2, 2, 1, a.data(), b.data(), c.data()),
+               InvalidArgument);
+}
+
+// A product is padded only to a whole tile's depth, and only below it.
+TEST(Bfloat16Gemm, TileDepthIsTheProductsOwnOrAWholeTile) {
+  for (std::int64_t k = 1; k <= 64; ++k) {
+    const std::int64_t depth = bf16_gemm_tile_depth(k);
+    EXPECT_TRUE(depth == k || (k < 32 && depth == 32)) << "k " << k << " depth " << depth;
+    EXPECT_EQ(bf16_gemm_tile_depth(k), depth) << "the answer is kept";
+  }
+  if (!bf16_gemm_native()) {
+    EXPECT_EQ(bf16_gemm_tile_depth(16), 16) << "no bfloat16 kernels: nothing to pad for";
+  }
 }
 
 TYPED_TEST(HalfKernels, BiasAddAndItsGradientMatchFloat64) {

@@ -172,9 +172,11 @@ TEST_F(ThreadCount, Bfloat16MatmulOnOneDnnIsBitwiseIndependentOfTheThreadCount) 
   if (!bf16_gemm_native()) GTEST_SKIP() << "this CPU has no AVX512_BF16: bfloat16 matmul converts around sgemm";
   std::mt19937 rng(tp_test::test_seed());
   TP_TRACE_SEED(tp_test::test_seed());
-  const std::vector<GemmShape> shapes{{32, 512, 784}, {784, 512, 32}, {128, 512, 784}, {784, 512, 128},
-                                      {512, 10, 128}, {128, 10, 512}, {128, 512, 10},  {1001, 37, 513},
-                                      {45, 700, 99},  {300, 300, 300}};
+  // The main job's shapes at batch 32 and 128, a replica's at batch 32 of the mirrored job (depth 16: padded
+  // on AMX), ragged and square ones.
+  const std::vector<GemmShape> shapes{{32, 512, 784}, {784, 512, 32},  {128, 512, 784}, {784, 512, 128},
+                                      {512, 10, 128}, {128, 10, 512},  {128, 512, 10},  {784, 512, 16},
+                                      {512, 10, 16},  {1001, 37, 513}, {45, 700, 99},   {300, 300, 300}};
   for (const GemmShape& shape : shapes) {
     for (Transpose transpose_a : {Transpose::no, Transpose::yes}) {
       for (Transpose transpose_b : {Transpose::no, Transpose::yes}) {
@@ -185,6 +187,12 @@ TEST_F(ThreadCount, Bfloat16MatmulOnOneDnnIsBitwiseIndependentOfTheThreadCount) 
         const std::vector<BFloat16> b = random_16bit<BFloat16>(rng, shape.k * shape.n);
         expect_same_bits<BFloat16>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<BFloat16>& c) {
           matmul_bf16_onednn(transpose_a, transpose_b, shape.m, shape.n, shape.k, a.data(), b.data(), c.data());
+        });
+        // Padded to a whole AMX tile's depth (a no-op on a CPU without AMX, or for a deep product).
+        const std::int64_t depth = bf16_gemm_tile_depth(shape.k);
+        expect_same_bits<BFloat16>(static_cast<std::size_t>(shape.m * shape.n), [&](std::vector<BFloat16>& c) {
+          matmul_bf16_onednn_at_depth(transpose_a, transpose_b, shape.m, shape.n, shape.k, depth, a.data(), b.data(),
+                                      c.data());
         });
       }
     }

@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -19,6 +21,9 @@
 namespace tp::backend::cpu {
 
 namespace {
+
+// The depth of one AMX tile's row of bfloat16 pairs (64 bytes), to which a shallow product is padded.
+constexpr std::int64_t kTileDepth = 32;
 
 // One block's product: its logical sizes and the leading dimensions of the caller's whole matrices, so a
 // block of rows or columns reads its operands in place.
@@ -43,26 +48,52 @@ Context& context() {
   return instance;
 }
 
-Matmul& matmul_for(Context& state, const Shape& shape) {
-  const auto found = state.primitives.find(shape);
-  if (found != state.primitives.end()) return found->second;
-  const auto [transpose_a, transpose_b, m, n, k, lda, ldb, ldc] = shape;
+// oneDNN shares primitive implementations between threads through its global primitive cache, which it
+// publishes with synchronisation inside the uninstrumented library (ThreadSanitizer reports the key
+// comparison of one thread against another's insertion as a race). Creating primitives and their descriptions
+// one thread at a time orders every cache access by a lock we own; it costs nothing in steady state, where each
+// thread finds its primitive in `Context::primitives` without creating one.
+std::mutex& creation_mutex() {
+  static std::mutex creation;
+  return creation;
+}
+
+dnnl::matmul::primitive_desc describe(const dnnl::engine& engine, bool transpose_a, bool transpose_b, std::int64_t m,
+                                      std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb,
+                                      std::int64_t ldc) {
   using tag = dnnl::memory::data_type;
   // Logical A is [m, k], B [k, n]; a transposed operand is stored the other way round (strides swapped).
   const dnnl::memory::desc a({m, k}, tag::bf16, transpose_a ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   const dnnl::memory::desc b({k, n}, tag::bf16, transpose_b ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
   const dnnl::memory::desc c({m, n}, tag::bf16, dnnl::memory::dims{ldc, 1});
-  // oneDNN shares primitive implementations between threads through its global primitive cache, which it
-  // publishes with synchronisation inside the uninstrumented library (ThreadSanitizer reports the key
-  // comparison of one thread against another's insertion as a race). Creating primitives one thread at a time
-  // orders every cache access by a lock we own; it costs nothing in steady state, where each thread finds its
-  // primitive in `state.primitives` without creating one.
-  static std::mutex creation;
-  const std::lock_guard lock(creation);
-  const dnnl::matmul::primitive_desc description(dnnl::matmul::desc(a, b, c), state.engine);
-  Matmul matmul{dnnl::memory(a, state.engine, nullptr), dnnl::memory(b, state.engine, nullptr),
-                dnnl::memory(c, state.engine, nullptr), dnnl::matmul(description)};
+  return {dnnl::matmul::desc(a, b, c), engine};
+}
+
+Matmul& matmul_for(Context& state, const Shape& shape) {
+  const auto found = state.primitives.find(shape);
+  if (found != state.primitives.end()) return found->second;
+  const auto [transpose_a, transpose_b, m, n, k, lda, ldb, ldc] = shape;
+  const std::lock_guard lock(creation_mutex());
+  const dnnl::matmul::primitive_desc description =
+      describe(state.engine, transpose_a, transpose_b, m, n, k, lda, ldb, ldc);
+  Matmul matmul{dnnl::memory(description.src_desc(), state.engine, nullptr),
+                dnnl::memory(description.weights_desc(), state.engine, nullptr),
+                dnnl::memory(description.dst_desc(), state.engine, nullptr), dnnl::matmul(description)};
   return state.primitives.emplace(shape, std::move(matmul)).first->second;
+}
+
+// Whether oneDNN computes a product of depth k on AMX tiles (its implementation name says which kernels it
+// picked; the depth alone decides it for the shapes asked here).
+bool on_tiles(std::int64_t k) {
+  const std::lock_guard lock(creation_mutex());
+  try {
+    const dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+    const std::string kernels =
+        describe(engine, false, false, kTileDepth, kTileDepth, k, k, kTileDepth, kTileDepth).impl_info_str();
+    return kernels.find("amx") != std::string::npos;
+  } catch (const dnnl::error&) {
+    return false;  // no description: the product itself reports oneDNN's error
+  }
 }
 
 // Per-thread scratch for a block's columns of a transposed A, grown to the largest seen and never shrunk.
@@ -133,7 +164,41 @@ std::int64_t block_rows(std::int64_t m, double work_per_row, int threads) {
   return 0;
 }
 
+// Copies an operand of depth k into `out` with depth `padded`, the new depth's entries zero: [outer x k]
+// (depth the inner index) into [outer x padded], or [k x outer] into [padded x outer].
+const BFloat16* padded_operand(const BFloat16* from, std::int64_t outer, std::int64_t k, std::int64_t padded,
+                               bool depth_inner, std::vector<BFloat16>& out) {
+  out.assign(static_cast<std::size_t>(outer * padded), BFloat16{});
+  if (depth_inner) {
+    for (std::int64_t line = 0; line < outer; ++line) std::copy_n(from + line * k, k, out.data() + line * padded);
+  } else {
+    std::copy_n(from, outer * k, out.data());
+  }
+  return out.data();
+}
+
+struct PaddingScratch {
+  std::vector<BFloat16> a, b;
+};
+
+PaddingScratch& padding_scratch() {
+  thread_local PaddingScratch scratch;
+  return scratch;
+}
+
 }  // namespace
+
+std::int64_t bf16_gemm_tile_depth(std::int64_t k) {
+  if (k >= kTileDepth) return k;
+  static const bool tiles = bf16_gemm_native() && on_tiles(kTileDepth);
+  if (!tiles) return k;
+  // Per depth: 0 not yet asked, 1 on the tiles as it is, 2 only when padded. Two threads asking at once both
+  // get the same answer.
+  static std::array<std::atomic<int>, kTileDepth> decided{};
+  std::atomic<int>& decision = decided[static_cast<std::size_t>(k)];
+  if (decision.load(std::memory_order_relaxed) == 0) decision.store(on_tiles(k) ? 1 : 2, std::memory_order_relaxed);
+  return decision.load(std::memory_order_relaxed) == 2 ? kTileDepth : k;
+}
 
 bool bf16_gemm_native() {
   static const bool native = [] {
@@ -146,21 +211,35 @@ bool bf16_gemm_native() {
 
 void matmul_bf16_onednn(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                         const BFloat16* a, const BFloat16* b, BFloat16* c) {
+  matmul_bf16_onednn_at_depth(transpose_a, transpose_b, m, n, k, k, a, b, c);
+}
+
+void matmul_bf16_onednn_at_depth(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n,
+                                 std::int64_t k, std::int64_t depth, const BFloat16* a, const BFloat16* b,
+                                 BFloat16* c) {
+  if (depth < k)
+    TP_THROW(InvalidArgument, "cpu", "matmul_bf16_onednn_at_depth: depth ", depth, " is below the product's depth ", k);
+  if (depth != k) {
+    // The extra products are exact zeros: each element of C is the sum it was, taken on the tiles.
+    PaddingScratch& scratch = padding_scratch();
+    a = padded_operand(a, m, k, depth, transpose_a == Transpose::no, scratch.a);
+    b = padded_operand(b, n, k, depth, transpose_b == Transpose::yes, scratch.b);
+  }
   const Operands operands{.transpose_a = transpose_a == Transpose::yes,
                           .transpose_b = transpose_b == Transpose::yes,
                           .a = a,
-                          .lda = transpose_a == Transpose::yes ? m : k,
+                          .lda = transpose_a == Transpose::yes ? m : depth,
                           .b = b,
-                          .ldb = transpose_b == Transpose::yes ? k : n,
+                          .ldb = transpose_b == Transpose::yes ? depth : n,
                           .c = c,
                           .ldc = n};
-  const std::int64_t size = block_rows(m, static_cast<double>(n) * static_cast<double>(k), intra_op_threads());
+  const std::int64_t size = block_rows(m, static_cast<double>(n) * static_cast<double>(depth), intra_op_threads());
   const auto fail = [&](const char* what) {
     TP_THROW(DeviceError, "cpu", "matmul_bf16_onednn [", m, "x", k, "] x [", k, "x", n, "]: oneDNN failed: ", what);
   };
   if (size == 0) {
     try {
-      operands.gemm(m, n, k);
+      operands.gemm(m, n, depth);
     } catch (const dnnl::error& error) {
       fail(error.what());
     }
@@ -175,7 +254,7 @@ void matmul_bf16_onednn(Transpose transpose_a, Transpose transpose_b, std::int64
     for (std::int64_t block = first_block; block < end_block; ++block) {
       const std::int64_t begin = block * size;
       try {
-        operands.gemm_rows(begin, std::min(m, begin + size) - begin, n, k);
+        operands.gemm_rows(begin, std::min(m, begin + size) - begin, n, depth);
       } catch (const std::exception& error) {
         const std::lock_guard lock(failure_mutex);
         if (failure.empty()) failure = error.what();

@@ -25,4 +25,16 @@ bool bf16_gemm_native();
 void matmul_bf16_onednn(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                         const BFloat16* a, const BFloat16* b, BFloat16* c);
 
+// The same product computed at depth >= k: the operands are copied with zeros after the k-th entry of the
+// depth, so the extra products are exact zeros and each element of C is the same sum, taken by the kernels
+// oneDNN picks for that depth (its own order, so not the bits of depth k).
+void matmul_bf16_onednn_at_depth(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n,
+                                 std::int64_t k, std::int64_t depth, const BFloat16* a, const BFloat16* b, BFloat16* c);
+
+// The depth at which oneDNN would compute a product of depth k on AMX tiles: k where it does already or never
+// would (no AMX), else a whole tile's depth, 32 (oneDNN 2.6 takes the tiles only above a depth of 16, and the
+// mirrored main job's weight gradients at batch 32 have a depth of 16 per replica). Whether the padded product
+// is the faster is matmul_half's measurement to make: the copies cost more than the tiles save on small ones.
+std::int64_t bf16_gemm_tile_depth(std::int64_t k);
+
 }  // namespace tp::backend::cpu

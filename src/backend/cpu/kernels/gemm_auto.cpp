@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -165,6 +166,44 @@ class GemmChoiceTable {
     return choice.library;
   }
 
+  std::string path_for(const std::string& product_class, const std::vector<std::string>& candidates,
+                       const std::function<std::string()>& measure) {
+    {
+      std::unique_lock lock(mutex_);
+      while (true) {
+        const auto found = paths_.find(product_class);
+        if (found == paths_.end()) break;
+        if (found->second.has_value()) return *found->second;
+        settled_.wait(lock);
+      }
+      if (!cache_) cache_ = std::make_unique<GemmAutoCache>();
+      if (std::optional<std::string> cached = cache_->find_path(product_class);
+          cached && std::find(candidates.begin(), candidates.end(), *cached) != candidates.end()) {
+        paths_.emplace(product_class, *cached);
+        return *cached;
+      }
+      paths_.emplace(product_class, std::nullopt);  // this thread measures it
+    }
+    std::string path;
+    try {
+      path = measure();
+      cache().store_path(product_class, path);
+    } catch (...) {
+      {
+        const std::lock_guard lock(mutex_);
+        paths_.erase(product_class);
+      }
+      settled_.notify_all();
+      throw;
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      paths_[product_class] = path;
+    }
+    settled_.notify_all();
+    return path;
+  }
+
   std::vector<GemmAutoChoice> choices() const {
     const std::lock_guard lock(mutex_);
     return choices_;
@@ -175,6 +214,7 @@ class GemmChoiceTable {
   void reset() {
     const std::lock_guard lock(mutex_);
     classes_.clear();
+    paths_.clear();
     choices_.clear();
     cache_.reset();
   }
@@ -188,12 +228,13 @@ class GemmChoiceTable {
     return *cache_;
   }
 
-  mutable std::mutex mutex_;         // guards classes_ and choices_
+  mutable std::mutex mutex_;         // guards classes_, paths_ and choices_
   std::condition_variable settled_;  // a class's measurement ended: chosen, or removed after an error
   std::map<GemmShapeClass, std::optional<GemmLibrary>> classes_;
-  std::vector<GemmAutoChoice> choices_;   // in the order made; one per class with a library
-  std::unique_ptr<GemmAutoCache> cache_;  // the machine's cache file, read at the first class met
-  std::mutex measuring_;                  // held through one measurement: one at a time in the process
+  std::map<std::string, std::optional<std::string>> paths_;  // as classes_, for auto_gemm_path's choices
+  std::vector<GemmAutoChoice> choices_;                      // in the order made; one per class with a library
+  std::unique_ptr<GemmAutoCache> cache_;                     // the machine's cache file, read at the first class met
+  std::mutex measuring_;  // held through one measurement: one at a time in the process
   std::atomic<std::int64_t> measurements_{0};
 };
 
@@ -203,10 +244,24 @@ GemmLibrary auto_gemm_library(const GemmShape& shape, const GemmProbe& probe) {
   return GemmChoiceTable::instance().library_for(shape, probe);
 }
 
+std::string auto_gemm_path(const std::string& product_class, const std::vector<std::string>& candidates,
+                           const std::function<std::string()>& measure) {
+  return GemmChoiceTable::instance().path_for(product_class, candidates, measure);
+}
+
 std::vector<GemmAutoChoice> gemm_auto_choices() { return GemmChoiceTable::instance().choices(); }
 
 std::int64_t gemm_auto_measurements() noexcept { return GemmChoiceTable::instance().measurements(); }
 
-void reset_gemm_auto_choices() { GemmChoiceTable::instance().reset(); }
+namespace {
+std::atomic<std::uint64_t> generation{0};
+}  // namespace
+
+void reset_gemm_auto_choices() {
+  GemmChoiceTable::instance().reset();
+  generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+std::uint64_t gemm_auto_generation() noexcept { return generation.load(std::memory_order_acquire); }
 
 }  // namespace tp::backend::cpu

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels/gemm.hpp"
@@ -46,14 +47,27 @@ using GemmProbe = std::function<void(GemmLibrary library, std::int64_t m, std::i
 // Thread-safe. `shape` has m, n, k >= 1.
 [[nodiscard]] GemmLibrary auto_gemm_library(const GemmShape& shape, const GemmProbe& probe);
 
+// A choice among named ways to compute one product (the bfloat16 GEMM's paths, half_nn.cpp), kept as the
+// library choices are: the process's choice for `product_class`, else the machine's cache file's when it is
+// one of `candidates`, else, at the class's first product, the name `measure` returns (it times the
+// candidates), then kept and written to the file. One thread measures a class; others meeting it meanwhile
+// wait for its result. `measure` runs without any lock of the table held (it may itself choose float32
+// libraries); if it throws, the class is measured again at its next product. Thread-safe.
+[[nodiscard]] std::string auto_gemm_path(const std::string& product_class, const std::vector<std::string>& candidates,
+                                         const std::function<std::string()>& measure);
+
 // Every choice made so far in the process, in the order they were made.
 [[nodiscard]] std::vector<GemmAutoChoice> gemm_auto_choices();
 
 // How many measurements the process has run (one per shape class): a cached choice adds none.
 [[nodiscard]] std::int64_t gemm_auto_measurements() noexcept;
 
-// Forgets every choice and the cache file as read, as a new process starts: the next product reads the
+// Forgets every choice (library and path) and the cache file as read, as a new process starts: the next product reads the
 // environment and the file again. For tests that play a later process; no product may be running.
 void reset_gemm_auto_choices();
+
+// How many times reset_gemm_auto_choices() has run: a table of choices kept beside this one (half_nn.cpp's
+// fast lookup of the path choices) forgets its entries when it changes.
+[[nodiscard]] std::uint64_t gemm_auto_generation() noexcept;
 
 }  // namespace tp::backend::cpu

@@ -25,7 +25,9 @@ constexpr std::string_view kLogComponent = "cpu";
 constexpr std::string_view kFileName = "gemm-auto.json";
 // The rule that turns two timings into a choice (gemm_auto.cpp: what is timed, the margin oneDNN must win
 // by). Part of the fingerprint: a new rule must not inherit the old rule's choices, so it changes with it.
-constexpr int kChoiceRule = 1;
+// 2: the file also holds the bfloat16 GEMM's path choices ({"path": name}), which rule 1's binaries would
+// have dropped as malformed entries of their own machine.
+constexpr int kChoiceRule = 2;
 
 // The ISA extensions whose presence changes which kernels OpenBLAS or oneDNN run, as /proc/cpuinfo names
 // them (x86 "flags", Arm "Features"); the rest of a CPU's flags do not move the choice.
@@ -160,14 +162,27 @@ bool of_machine(const nlohmann::json& entry, const nlohmann::json& machine) {
   return entry.is_object() && entry.value("machine", nlohmann::json()) == machine;
 }
 
-// This machine's entry, as (class, choice), or nullopt when it is malformed.
-std::optional<std::pair<std::string, GemmAutoChoice>> parse_entry(const nlohmann::json& entry) {
+// This machine's entry: its class and either a library choice or a path's name; nullopt when it is malformed.
+struct Entry {
+  std::string shape_class;
+  std::optional<GemmAutoChoice> choice;
+  std::string path;  // when choice is empty
+};
+
+std::optional<Entry> parse_entry(const nlohmann::json& entry) {
   const auto shape_class = entry.find("class");
   const auto choice = entry.find("choice");
-  if (shape_class == entry.end() || !shape_class->is_string() || choice == entry.end()) return std::nullopt;
+  if (shape_class == entry.end() || !shape_class->is_string() || choice == entry.end() || !choice->is_object()) {
+    return std::nullopt;
+  }
+  if (const auto path = choice->find("path"); path != choice->end()) {
+    if (!path->is_string() || path->get<std::string>().empty()) return std::nullopt;
+    return Entry{
+        .shape_class = shape_class->get<std::string>(), .choice = std::nullopt, .path = path->get<std::string>()};
+  }
   std::optional<GemmAutoChoice> parsed = choice_from_json(*choice);
   if (!parsed) return std::nullopt;
-  return std::pair{shape_class->get<std::string>(), *parsed};
+  return Entry{.shape_class = shape_class->get<std::string>(), .choice = parsed, .path = {}};
 }
 
 nlohmann::json choice_to_json(const GemmAutoChoice& choice) {
@@ -234,13 +249,18 @@ GemmAutoCache::GemmAutoCache() {
   }
   for (const nlohmann::json& entry : *entries) {
     if (!of_machine(entry, machine_)) continue;
-    std::optional<std::pair<std::string, GemmAutoChoice>> parsed = parse_entry(entry);
+    std::optional<Entry> parsed = parse_entry(entry);
     if (!parsed) {
       warn_corrupt(file_, "holds a malformed entry: " + entry.dump());
       entries_.clear();
+      paths_.clear();
       return;
     }
-    entries_.insert_or_assign(std::move(parsed->first), parsed->second);
+    if (parsed->choice) {
+      entries_.insert_or_assign(std::move(parsed->shape_class), *parsed->choice);
+    } else {
+      paths_.insert_or_assign(std::move(parsed->shape_class), std::move(parsed->path));
+    }
   }
 }
 
@@ -251,9 +271,28 @@ std::optional<GemmAutoChoice> GemmAutoCache::find(const std::string& shape_class
   return found->second;
 }
 
+std::optional<std::string> GemmAutoCache::find_path(const std::string& product_class) const {
+  const std::lock_guard lock(mutex_);
+  const auto found = paths_.find(product_class);
+  if (found == paths_.end()) return std::nullopt;
+  return found->second;
+}
+
 void GemmAutoCache::store(const std::string& shape_class, const GemmAutoChoice& choice) {
   const std::lock_guard lock(mutex_);
-  if (file_.empty()) return;
+  if (file_.empty() || !write_entry(shape_class, choice_to_json(choice)).empty()) return;
+  GemmAutoChoice stored = choice;
+  stored.cached = true;
+  entries_.insert_or_assign(shape_class, stored);
+}
+
+void GemmAutoCache::store_path(const std::string& product_class, const std::string& path) {
+  const std::lock_guard lock(mutex_);
+  if (file_.empty() || !write_entry(product_class, {{"path", path}}).empty()) return;
+  paths_.insert_or_assign(product_class, path);
+}
+
+std::string GemmAutoCache::write_entry(const std::string& shape_class, const nlohmann::json& choice) {
   std::string failed;
   try {
     // The file as it is now (another process may have added entries since this one read it); a corrupt one
@@ -264,12 +303,12 @@ void GemmAutoCache::store(const std::string& shape_class, const GemmAutoChoice& 
     for (nlohmann::json& entry : entries) {
       // This machine's entries stay unless malformed (warned about when read) or for this class (replaced).
       if (of_machine(entry, machine_)) {
-        const std::optional<std::pair<std::string, GemmAutoChoice>> parsed = parse_entry(entry);
-        if (!parsed || parsed->first == shape_class) continue;
+        const std::optional<Entry> parsed = parse_entry(entry);
+        if (!parsed || parsed->shape_class == shape_class) continue;
       }
       merged.push_back(std::move(entry));
     }
-    merged.push_back({{"machine", machine_}, {"class", shape_class}, {"choice", choice_to_json(choice)}});
+    merged.push_back({{"machine", machine_}, {"class", shape_class}, {"choice", choice}});
     failed = replace_file(file_, {{"entries", std::move(merged)}});
   } catch (const std::exception& error) {  // out of memory, or text JSON cannot hold: the choice stays unsaved
     failed = error.what();
@@ -279,11 +318,8 @@ void GemmAutoCache::store(const std::string& shape_class, const GemmAutoChoice& 
            "): this process goes on measuring, and later ones measure again; point TP_CACHE_DIR at a writable "
            "directory, or set TP_GEMM_CACHE=off");
     file_.clear();
-    return;
   }
-  GemmAutoChoice stored = choice;
-  stored.cached = true;
-  entries_.insert_or_assign(shape_class, stored);
+  return failed;
 }
 
 std::filesystem::path GemmAutoCache::file() const {

@@ -12,6 +12,9 @@
 // file. Nothing about the file ever stops a product: a corrupt or truncated file is ignored with a warning
 // naming it (and rewritten by the next measurement).
 //
+// It also keeps auto_gemm_path's choices (which of several ways computes one product, e.g. the bfloat16 GEMM's
+// paths), as {"path": name} entries under their own class names.
+//
 // An entry holds for one machine fingerprint (the CPU's model name and the ISA extensions the libraries'
 // kernels use, the OpenBLAS and oneDNN builds, the rule that chose) and one shape class; entries with
 // another fingerprint are kept in the file but never used. Writes replace the file atomically (a temporary
@@ -45,6 +48,11 @@ class GemmAutoCache {
   // warning and turns the file off for the rest of the process.
   void store(const std::string& shape_class, const GemmAutoChoice& choice);
 
+  // The same for a choice among named ways to compute one product (auto_gemm_path in gemm_auto.hpp), kept
+  // under its own class names beside the library choices.
+  [[nodiscard]] std::optional<std::string> find_path(const std::string& product_class) const;
+  void store_path(const std::string& product_class, const std::string& path);
+
   // The file, or empty when the cache is off.
   [[nodiscard]] std::filesystem::path file() const;
 
@@ -53,6 +61,10 @@ class GemmAutoCache {
   std::filesystem::path file_;
   nlohmann::json machine_;                         // this machine's fingerprint, as entries hold it
   std::map<std::string, GemmAutoChoice> entries_;  // by shape class, this machine's only
+  std::map<std::string, std::string> paths_;       // by product class, this machine's only
+
+  // Merges `choice` for `shape_class` into the file (as store does); "" or what failed.
+  std::string write_entry(const std::string& shape_class, const nlohmann::json& choice);
 };
 
 }  // namespace tp::backend::cpu

@@ -5,9 +5,11 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -123,39 +125,69 @@ void widen_in_chunks(const H* src, float* dst, std::int64_t n) {
   });
 }
 
-// Which bfloat16 product is faster on this CPU, per shape: oneDNN's kernels on the bfloat16 instructions
+// Which bfloat16 product is fastest on this CPU, per shape: oneDNN's kernels on the bfloat16 instructions
 // (AVX512_BF16's dot products do as many multiply-adds per cycle as float32 FMAs, so on a CPU without AMX
-// they need not beat a good float32 GEMM), or the float32 GEMM of the device's library on the widened
-// operands. Both give float32 sums of exact products, rounded once to bfloat16. Timed at the shape's first
-// product (each path once to warm it up, then the best of three alternating runs), then cached for the
-// process: a product's bits depend on its shape and that choice, never on the thread count. One measurement
-// runs at a time, and the table only grows.
+// they need not beat a good float32 GEMM), the same at a whole AMX tile's depth where oneDNN takes the tiles
+// only for a deeper product (bf16_gemm.hpp), or the float32 GEMM of the device's library on the widened
+// operands. All give float32 sums of exact products, rounded once to bfloat16. Timed at the shape's first
+// product (each path once to warm it up, then the best of three alternating runs) and kept for the process
+// and, as the float32 library choices are, in the machine's GEMM auto cache (gemm_auto.hpp), so that the
+// same command computes the same bits run after run: a product's bits depend on its shape and that choice,
+// never on the thread count. One measurement runs at a time in this table, and it only grows (until
+// reset_gemm_auto_choices() plays a new process).
+enum class Bf16Path { native, padded, widened };
+
+constexpr std::array<std::string_view, 3> kBf16PathNames = {"native", "padded", "widened"};
+
+std::string_view path_name(Bf16Path path) { return kBf16PathNames.at(static_cast<std::size_t>(path)); }
+
 struct Bf16Choices {
   std::mutex mutex;
-  std::map<std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t>, bool> native;
+  std::uint64_t generation = 0;  // gemm_auto_generation() when `path` was last cleared
+  std::map<std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, GemmLibrary>, Bf16Path> path;
 };
 
-template <typename Native, typename Widened>
-bool bf16_native_is_faster(const GemmShape& shape, const Native& native, const Widened& widened) {
+// The product's name in the cache file, e.g. "bfloat16 784x512x16 A^T, float32 via auto".
+std::string product_class(const GemmShape& shape, GemmLibrary library) {
+  return "bfloat16 " + std::to_string(shape.m) + "x" + std::to_string(shape.n) + "x" + std::to_string(shape.k) +
+         (shape.transpose_a == Transpose::yes ? " A^T" : "") + (shape.transpose_b == Transpose::yes ? " B^T" : "") +
+         ", float32 via " + std::string(name_of(library));
+}
+
+Bf16Path fastest_bf16_path(const GemmShape& shape, GemmLibrary library, const std::function<void(Bf16Path)>& product,
+                           bool padding) {
   static auto* const choices = new Bf16Choices;  // never destroyed: device threads may multiply during exit
-  const std::tuple key{shape.transpose_a == Transpose::yes, shape.transpose_b == Transpose::yes, shape.m, shape.n,
-                       shape.k};
+  const std::tuple key{
+      shape.transpose_a == Transpose::yes, shape.transpose_b == Transpose::yes, shape.m, shape.n, shape.k, library};
   const std::lock_guard lock(choices->mutex);
-  const auto found = choices->native.find(key);
-  if (found != choices->native.end()) return found->second;
-  const auto seconds = [](const auto& product) {
-    const auto start = std::chrono::steady_clock::now();
-    product();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
-  native();
-  widened();
-  double best_native = std::numeric_limits<double>::infinity(), best_widened = best_native;
-  for (int round = 0; round < 3; ++round) {
-    best_native = std::min(best_native, seconds(native));
-    best_widened = std::min(best_widened, seconds(widened));
+  if (const std::uint64_t generation = gemm_auto_generation(); generation != choices->generation) {
+    choices->path.clear();
+    choices->generation = generation;
   }
-  return choices->native.emplace(key, best_native <= best_widened).first->second;
+  const auto found = choices->path.find(key);
+  if (found != choices->path.end()) return found->second;
+  std::vector<Bf16Path> candidates{Bf16Path::native, Bf16Path::widened};
+  if (padding) candidates.push_back(Bf16Path::padded);
+  std::vector<std::string> names;
+  for (const Bf16Path path : candidates) names.emplace_back(path_name(path));
+  const auto measure = [&] {
+    const auto seconds = [&](Bf16Path path) {
+      const auto start = std::chrono::steady_clock::now();
+      product(path);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    for (const Bf16Path path : candidates) product(path);
+    std::vector<double> best(candidates.size(), std::numeric_limits<double>::infinity());
+    for (int round = 0; round < 3; ++round) {
+      for (std::size_t i = 0; i < candidates.size(); ++i) best[i] = std::min(best[i], seconds(candidates[i]));
+    }
+    // Ties go to the earlier candidate: native before widened, as before padding was a candidate.
+    return names[static_cast<std::size_t>(std::min_element(best.begin(), best.end()) - best.begin())];
+  };
+  const std::string chosen = auto_gemm_path(product_class(shape, library), names, measure);
+  const Bf16Path path =
+      candidates[static_cast<std::size_t>(std::find(names.begin(), names.end(), chosen) - names.begin())];
+  return choices->path.emplace(key, path).first->second;
 }
 
 }  // namespace
@@ -185,14 +217,17 @@ void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, s
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<H, BFloat16>) {
     if (k > 0 && bf16_gemm_native()) {
-      const auto native = [&] { matmul_bf16_onednn(transpose_a, transpose_b, m, n, k, a, b, c); };
-      const auto widened = [&] { matmul_half_widened<H>(transpose_a, transpose_b, m, n, k, a, b, c, library); };
-      if (bf16_native_is_faster({.m = m, .n = n, .k = k, .transpose_a = transpose_a, .transpose_b = transpose_b},
-                                native, widened)) {
-        native();
-      } else {
-        widened();
-      }
+      const std::int64_t tile_depth = bf16_gemm_tile_depth(k);
+      const auto product = [&](Bf16Path path) {
+        switch (path) {
+          case Bf16Path::native: return matmul_bf16_onednn(transpose_a, transpose_b, m, n, k, a, b, c);
+          case Bf16Path::padded:
+            return matmul_bf16_onednn_at_depth(transpose_a, transpose_b, m, n, k, tile_depth, a, b, c);
+          case Bf16Path::widened: return matmul_half_widened<H>(transpose_a, transpose_b, m, n, k, a, b, c, library);
+        }
+      };
+      product(fastest_bf16_path({.m = m, .n = n, .k = k, .transpose_a = transpose_a, .transpose_b = transpose_b},
+                                library, product, tile_depth != k));
       return;
     }
   }

@@ -30,8 +30,10 @@
 namespace tp::backend::cpu {
 
 // `library`: the float32 GEMM that float16 (and bfloat16 without native instructions) is computed with.
-// bfloat16 with native instructions: per shape, the faster on this CPU of oneDNN's bfloat16 kernels and
-// matmul_half_widened with `library`, timed at the shape's first product and then kept for the process.
+// bfloat16 with native instructions: per shape, the fastest on this CPU of oneDNN's bfloat16 kernels (also
+// at an AMX tile's depth, where that moves the product onto the tiles: bf16_gemm.hpp) and
+// matmul_half_widened with `library`, timed at the shape's first product and then kept for the process and
+// in the machine's GEMM auto cache (gemm_auto.hpp), so later runs choose the same.
 template <typename H>
 void matmul_half(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
                  const H* a, const H* b, H* c, GemmLibrary library = GemmLibrary::openblas);
