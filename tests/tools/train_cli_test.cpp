@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "backend/cpu/kernels/bf16_gemm.hpp"
 #include "tools/support/cli_runner.hpp"
 
 #include <algorithm>
@@ -128,6 +129,53 @@ TEST_F(TrainCli, ASecondRunTakesTheGemmChoicesFromTheCacheAndRepeatsTheFirst) {
   ASSERT_EQ(first.at("gemm_choices").size(), second.at("gemm_choices").size());
   for (std::size_t i = 0; i < first.at("gemm_choices").size(); ++i) {
     EXPECT_EQ(first.at("gemm_choices")[i].at("library"), second.at("gemm_choices")[i].at("library")) << i;
+  }
+}
+
+// A mixed_bfloat16 run reports how each bfloat16 product was computed (the path timed fastest, or none on a
+// CPU without bfloat16 instructions, where there is one path), and a second run takes those paths from the
+// cache file and repeats the first run's results exactly.
+TEST_F(TrainCli, AMixedBfloat16RunReportsItsGemmPathsAndASecondRunRepeatsIt) {
+  const std::string cache = "TP_CACHE_DIR='" + (directory_ / "cache").string() + "'";
+  std::vector<nlohmann::json> summaries;
+  for (const char* name : {"first.json", "second.json"}) {
+    const fs::path summary = directory_ / name;
+    const CliRun run = run_cli(
+        "train --strategy one --devices sim:0 --epochs 1 --limit-train 320 --precision mixed_bfloat16 "
+        "--summary-json '" +
+            summary.string() + "'",
+        cache);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    std::ifstream in(summary);
+    summaries.push_back(nlohmann::json::parse(in));
+    const nlohmann::json& paths = summaries.back().at("gemm_path_choices");
+    if (!tp::backend::cpu::bf16_gemm_native()) {
+      EXPECT_TRUE(paths.empty()) << paths.dump();
+      EXPECT_EQ(run.output.find("bfloat16 GEMM paths"), std::string::npos) << run.output;
+      GTEST_SKIP() << "this CPU has no AVX512_BF16: its bfloat16 products have one path, nothing is chosen";
+    }
+    // The step's five products and the evaluation's on its last, shorter batch.
+    ASSERT_GE(paths.size(), 5U) << paths.dump();
+    const std::string source = summaries.size() == 1 ? "measured" : "cached";
+    for (const nlohmann::json& choice : paths) {
+      EXPECT_EQ(choice.at("source"), source) << choice.dump();
+      const std::string path = choice.at("path").get<std::string>();
+      EXPECT_TRUE(path == "native" || path == "padded" || path == "widened") << choice.dump();
+      EXPECT_EQ(choice.at("product").get<std::string>().rfind("bfloat16 ", 0), 0U) << choice.dump();
+    }
+    const std::string products = std::to_string(paths.size());
+    const std::string counts =
+        summaries.size() == 1 ? "(0 cached, " + products + " measured)" : "(" + products + " cached, 0 measured)";
+    EXPECT_NE(run.output.find("bfloat16 GEMM paths: "), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(counts), std::string::npos) << run.output;
+  }
+  const nlohmann::json& first = summaries[0];
+  const nlohmann::json& second = summaries[1];
+  EXPECT_EQ(first.at("test_loss"), second.at("test_loss"));
+  EXPECT_EQ(first.at("final_train_loss"), second.at("final_train_loss"));
+  ASSERT_EQ(first.at("gemm_path_choices").size(), second.at("gemm_path_choices").size());
+  for (std::size_t i = 0; i < first.at("gemm_path_choices").size(); ++i) {
+    EXPECT_EQ(first.at("gemm_path_choices")[i].at("path"), second.at("gemm_path_choices")[i].at("path")) << i;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -121,6 +122,35 @@ nlohmann::json gemm_choices_json(const std::vector<device::GemmChoice>& choices)
                      {"openblas_gflops", choice.openblas_gflops},
                      {"onednn_gflops", choice.onednn_gflops},
                      {"source", choice.source}});
+  }
+  return array;
+}
+
+// "bfloat16 GEMM paths: native for 6, padded for 2, widened for 2 of 10 products (C cached, M measured);
+// bfloat16 784x512x16 A^T (float32 via auto) padded measured, ...": how each bfloat16 product of a
+// mixed_bfloat16 run is computed (Device::gemm_path_choices).
+std::string gemm_path_choices_line(const std::vector<device::GemmPathChoice>& choices) {
+  std::map<std::string, std::size_t> by_path;
+  std::size_t cached = 0;
+  for (const device::GemmPathChoice& choice : choices) {
+    ++by_path[choice.path];
+    cached += choice.source == "cached" ? 1 : 0;
+  }
+  std::string counts;
+  for (const auto& [path, count] : by_path)
+    counts += fmt::format("{}{} for {}", counts.empty() ? "" : ", ", path, count);
+  std::string line = fmt::format("bfloat16 GEMM paths: {} of {} products ({} cached, {} measured)", counts,
+                                 choices.size(), cached, choices.size() - cached);
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    line += fmt::format("{}{} {} {}", i == 0 ? "; " : ", ", choices[i].product, choices[i].path, choices[i].source);
+  }
+  return line + "\n";
+}
+
+nlohmann::json gemm_path_choices_json(const std::vector<device::GemmPathChoice>& choices) {
+  nlohmann::json array = nlohmann::json::array();
+  for (const device::GemmPathChoice& choice : choices) {
+    array.push_back({{"product", choice.product}, {"path", choice.path}, {"source", choice.source}});
   }
   return array;
 }
@@ -265,6 +295,8 @@ void run_train(const TrainArguments& arguments) {
   // The CPU kernels' "auto" choices are process-wide: cpu:0 reports them for every cpu and sim device.
   const std::vector<device::GemmChoice> gemm_choices = manager.device("cpu:0").gemm_choices();
   if (gemm == "auto" && !gemm_choices.empty()) std::cout << gemm_choices_line(gemm_choices);
+  const std::vector<device::GemmPathChoice> gemm_paths = manager.device("cpu:0").gemm_path_choices();
+  if (!gemm_paths.empty()) std::cout << gemm_path_choices_line(gemm_paths);
   const std::vector<report::DeviceSummary> memory_report = report::memory_summary(manager, names, plan, model);
   std::cout << report::summary_text(memory_report);
   nlohmann::json devices = report::to_json(memory_report);
@@ -286,6 +318,7 @@ void run_train(const TrainArguments& arguments) {
         {"precision", std::string(policy.name())},
         {"gemm", gemm},
         {"gemm_choices", gemm_choices_json(gemm_choices)},
+        {"gemm_path_choices", gemm_path_choices_json(gemm_paths)},
         {"steps", result.steps},
         {"resumed_from_step", result.resumed_from_step},
         {"devices", devices}};

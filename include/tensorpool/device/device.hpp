@@ -163,6 +163,9 @@ class Device {
   // The float32 GEMM libraries gemm_library "auto" has chosen so far, one per shape class in the order chosen:
   // on cpu and sim devices the process's one table, which they all share; empty on other backends.
   [[nodiscard]] std::vector<GemmChoice> gemm_choices() const { return do_gemm_choices(); }
+  // The paths its bfloat16 products took (GemmPathChoice), process-wide as gemm_choices; empty where the
+  // device computes its own GEMMs or no bfloat16 product ran.
+  [[nodiscard]] std::vector<GemmPathChoice> gemm_path_choices() const { return do_gemm_path_choices(); }
   // Does now what this device's first kernels would otherwise do inside the first step: on cpu and sim devices
   // whose GEMM library is "auto" or "onednn", oneDNN's generation of its sgemm kernels (once per process; a
   // concurrent caller waits for it). A caller with other work before its first step (reading a dataset) runs
@@ -244,6 +247,7 @@ class Device {
   // field it reads, then apply. A backend without such settings ignores them.
   virtual void do_configure_kernels(const KernelOptions& options) { (void)options; }
   virtual std::vector<GemmChoice> do_gemm_choices() const { return {}; }
+  virtual std::vector<GemmPathChoice> do_gemm_path_choices() const { return {}; }
   virtual void do_warm_up_kernels() {}
 
   const DeviceId id_;

@@ -29,4 +29,14 @@ struct GemmChoice {
   std::string source;
 };
 
+// How one product of a mixed_bfloat16 model is computed (Device::gemm_path_choices): of the bfloat16 GEMM's
+// paths, the fastest on this machine at the product's first use, kept in the same cache file ("native":
+// oneDNN's bfloat16 kernels; "padded": the same at an AMX tile's depth; "widened": the float32 GEMM on
+// operands widened to float32).
+struct GemmPathChoice {
+  std::string product;  // e.g. "bfloat16 784x512x16 A^T (float32 via auto)"
+  std::string path;
+  std::string source;  // "measured" or "cached", as GemmChoice's
+};
+
 }  // namespace tp::device

@@ -46,4 +46,13 @@ std::vector<device::GemmChoice> gemm_choices() {
   return choices;
 }
 
+std::vector<device::GemmPathChoice> gemm_path_choices() {
+  std::vector<device::GemmPathChoice> choices;
+  for (const GemmPathChoice& choice : gemm_auto_path_choices()) {
+    choices.push_back(
+        {.product = choice.product_class, .path = choice.path, .source = choice.cached ? "cached" : "measured"});
+  }
+  return choices;
+}
+
 }  // namespace tp::backend::cpu

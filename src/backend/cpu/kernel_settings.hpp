@@ -45,5 +45,7 @@ class CpuKernelSettings {
 
 // The process's "auto" choices (gemm_auto_choices) as Device::gemm_choices reports them.
 [[nodiscard]] std::vector<device::GemmChoice> gemm_choices();
+// The process's bfloat16 path choices (gemm_auto_path_choices) as Device::gemm_path_choices reports them.
+[[nodiscard]] std::vector<device::GemmPathChoice> gemm_path_choices();
 
 }  // namespace tp::backend::cpu

@@ -29,6 +29,7 @@ class SimDevice final : public backend::cpu::CpuKernelSettings, public HostAddre
  private:
   void do_configure_kernels(const KernelOptions& options) override { apply(options, name()); }
   std::vector<GemmChoice> do_gemm_choices() const override { return backend::cpu::gemm_choices(); }
+  std::vector<GemmPathChoice> do_gemm_path_choices() const override { return backend::cpu::gemm_path_choices(); }
   void do_warm_up_kernels() override { backend::cpu::warm_up_gemm_library(gemm_library()); }
 };
 

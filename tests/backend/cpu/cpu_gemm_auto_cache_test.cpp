@@ -277,7 +277,7 @@ TEST_F(GemmAutoCacheFile, ABfloat16ProductsPathIsKeptForALaterProcess) {
     return c;
   };
   ASSERT_NE(by_path("native"), by_path("widened")) << "the two paths must differ for this test to tell them apart";
-  const std::string product_class = "bfloat16 32x512x784, float32 via openblas";
+  const std::string product_class = "bfloat16 32x512x784 (float32 via openblas)";
   const auto entry_path = [&]() -> std::string {
     const nlohmann::json contents = read_file();
     for (const nlohmann::json& entry : contents.at("entries")) {

@@ -180,6 +180,7 @@ class GemmChoiceTable {
       if (std::optional<std::string> cached = cache_->find_path(product_class);
           cached && std::find(candidates.begin(), candidates.end(), *cached) != candidates.end()) {
         paths_.emplace(product_class, *cached);
+        path_choices_.push_back({.product_class = product_class, .path = *cached, .cached = true});
         return *cached;
       }
       paths_.emplace(product_class, std::nullopt);  // this thread measures it
@@ -199,6 +200,7 @@ class GemmChoiceTable {
     {
       const std::lock_guard lock(mutex_);
       paths_[product_class] = path;
+      path_choices_.push_back({.product_class = product_class, .path = path, .cached = false});
     }
     settled_.notify_all();
     return path;
@@ -209,12 +211,18 @@ class GemmChoiceTable {
     return choices_;
   }
 
+  std::vector<GemmPathChoice> path_choices() const {
+    const std::lock_guard lock(mutex_);
+    return path_choices_;
+  }
+
   std::int64_t measurements() const noexcept { return measurements_.load(std::memory_order_relaxed); }
 
   void reset() {
     const std::lock_guard lock(mutex_);
     classes_.clear();
     paths_.clear();
+    path_choices_.clear();
     choices_.clear();
     cache_.reset();
   }
@@ -228,10 +236,11 @@ class GemmChoiceTable {
     return *cache_;
   }
 
-  mutable std::mutex mutex_;         // guards classes_, paths_ and choices_
+  mutable std::mutex mutex_;         // guards classes_, paths_, path_choices_ and choices_
   std::condition_variable settled_;  // a class's measurement ended: chosen, or removed after an error
   std::map<GemmShapeClass, std::optional<GemmLibrary>> classes_;
   std::map<std::string, std::optional<std::string>> paths_;  // as classes_, for auto_gemm_path's choices
+  std::vector<GemmPathChoice> path_choices_;                 // in the order made
   std::vector<GemmAutoChoice> choices_;                      // in the order made; one per class with a library
   std::unique_ptr<GemmAutoCache> cache_;                     // the machine's cache file, read at the first class met
   std::mutex measuring_;  // held through one measurement: one at a time in the process
@@ -248,6 +257,8 @@ std::string auto_gemm_path(const std::string& product_class, const std::vector<s
                            const std::function<std::string()>& measure) {
   return GemmChoiceTable::instance().path_for(product_class, candidates, measure);
 }
+
+std::vector<GemmPathChoice> gemm_auto_path_choices() { return GemmChoiceTable::instance().path_choices(); }
 
 std::vector<GemmAutoChoice> gemm_auto_choices() { return GemmChoiceTable::instance().choices(); }
 

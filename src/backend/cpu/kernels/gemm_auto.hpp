@@ -56,6 +56,16 @@ using GemmProbe = std::function<void(GemmLibrary library, std::int64_t m, std::i
 [[nodiscard]] std::string auto_gemm_path(const std::string& product_class, const std::vector<std::string>& candidates,
                                          const std::function<std::string()>& measure);
 
+// One auto_gemm_path choice: the product's class, the path's name, and whether it came from the cache file.
+struct GemmPathChoice {
+  std::string product_class;
+  std::string path;
+  bool cached = false;
+};
+
+// Every path choice made so far in the process, in the order they were made.
+[[nodiscard]] std::vector<GemmPathChoice> gemm_auto_path_choices();
+
 // Every choice made so far in the process, in the order they were made.
 [[nodiscard]] std::vector<GemmAutoChoice> gemm_auto_choices();
 

@@ -147,11 +147,11 @@ struct Bf16Choices {
   std::map<std::tuple<bool, bool, std::int64_t, std::int64_t, std::int64_t, GemmLibrary>, Bf16Path> path;
 };
 
-// The product's name in the cache file, e.g. "bfloat16 784x512x16 A^T, float32 via auto".
+// The product's name in the cache file, e.g. "bfloat16 784x512x16 A^T (float32 via auto)".
 std::string product_class(const GemmShape& shape, GemmLibrary library) {
   return "bfloat16 " + std::to_string(shape.m) + "x" + std::to_string(shape.n) + "x" + std::to_string(shape.k) +
          (shape.transpose_a == Transpose::yes ? " A^T" : "") + (shape.transpose_b == Transpose::yes ? " B^T" : "") +
-         ", float32 via " + std::string(name_of(library));
+         " (float32 via " + std::string(name_of(library)) + ")";
 }
 
 Bf16Path fastest_bf16_path(const GemmShape& shape, GemmLibrary library, const std::function<void(Bf16Path)>& product,
