@@ -46,6 +46,39 @@ class TrainCli : public ::testing::Test {
     fs::create_directories(directory_);
   }
   void TearDown() override { fs::remove_all(directory_); }
+
+  // Runs `train <flags>` twice on one cache directory and checks that the first run measured every entry of its
+  // summary's `list` and the second took every one from the cache file, each run's output line starting with
+  // `line` counting them so. Returns the two summaries (fewer when a run failed).
+  std::vector<nlohmann::json> run_twice_on_one_cache(const std::string& flags, const std::string& list,
+                                                     const std::string& line, std::size_t at_least) {
+    const std::string cache = "TP_CACHE_DIR='" + (directory_ / "cache").string() + "'";
+    std::vector<nlohmann::json> summaries;
+    for (const char* name : {"first.json", "second.json"}) {
+      const fs::path summary = directory_ / name;
+      const CliRun run = run_cli("train " + flags + " --summary-json '" + summary.string() + "'", cache);
+      EXPECT_EQ(run.exit_code, 0) << run.output;
+      if (run.exit_code != 0) return summaries;
+      std::ifstream in(summary);
+      summaries.push_back(nlohmann::json::parse(in));
+      const nlohmann::json& entries = summaries.back().at(list);
+      EXPECT_GE(entries.size(), at_least) << entries.dump();
+      const std::string source = summaries.size() == 1 ? "measured" : "cached";
+      for (const nlohmann::json& entry : entries) EXPECT_EQ(entry.at("source"), source) << entry.dump();
+      const std::string count = std::to_string(entries.size());
+      const std::string counts =
+          summaries.size() == 1 ? "(0 cached, " + count + " measured)" : "(" + count + " cached, 0 measured)";
+      const std::size_t start = run.output.find("\n" + line);
+      EXPECT_NE(start, std::string::npos) << run.output;
+      if (start != std::string::npos) {
+        const std::string printed = run.output.substr(start + 1, run.output.find('\n', start + 1) - start - 1);
+        EXPECT_NE(printed.find(counts), std::string::npos) << printed;
+      }
+    }
+    EXPECT_TRUE(fs::exists(directory_ / "cache" / "gemm-auto.json"));
+    return summaries;
+  }
+
   fs::path directory_;
 };
 
@@ -101,26 +134,9 @@ TEST_F(TrainCli, APinnedGemmLibraryIsNamedAndMakesNoChoices) {
 // The GEMM auto choices persist per machine: a second run of the same command takes every choice from the
 // cache file the first wrote, without timing, and so repeats the first run's results exactly.
 TEST_F(TrainCli, ASecondRunTakesTheGemmChoicesFromTheCacheAndRepeatsTheFirst) {
-  const std::string cache = "TP_CACHE_DIR='" + (directory_ / "cache").string() + "'";
-  std::vector<nlohmann::json> summaries;
-  for (const char* name : {"first.json", "second.json"}) {
-    const fs::path summary = directory_ / name;
-    const CliRun run = run_cli(
-        "train --strategy one --devices sim:0 --epochs 1 --limit-train 320 --summary-json '" + summary.string() + "'",
-        cache);
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-    std::ifstream in(summary);
-    summaries.push_back(nlohmann::json::parse(in));
-    const nlohmann::json& choices = summaries.back().at("gemm_choices");
-    ASSERT_GE(choices.size(), 5U) << choices.dump();
-    const std::string source = summaries.size() == 1 ? "measured" : "cached";
-    for (const nlohmann::json& choice : choices) EXPECT_EQ(choice.at("source"), source) << choice.dump();
-    const std::string classes = std::to_string(choices.size());
-    const std::string counts =
-        summaries.size() == 1 ? "(0 cached, " + classes + " measured)" : "(" + classes + " cached, 0 measured)";
-    EXPECT_NE(run.output.find(counts), std::string::npos) << run.output;
-  }
-  EXPECT_TRUE(fs::exists(directory_ / "cache" / "gemm-auto.json"));
+  const std::vector<nlohmann::json> summaries = run_twice_on_one_cache(
+      "--strategy one --devices sim:0 --epochs 1 --limit-train 320", "gemm_choices", "GEMM auto: ", 5);
+  ASSERT_EQ(summaries.size(), 2U);
   const nlohmann::json& first = summaries[0];
   const nlohmann::json& second = summaries[1];
   EXPECT_EQ(first.at("test_accuracy"), second.at("test_accuracy"));
@@ -136,38 +152,27 @@ TEST_F(TrainCli, ASecondRunTakesTheGemmChoicesFromTheCacheAndRepeatsTheFirst) {
 // CPU without bfloat16 instructions, where there is one path), and a second run takes those paths from the
 // cache file and repeats the first run's results exactly.
 TEST_F(TrainCli, AMixedBfloat16RunReportsItsGemmPathsAndASecondRunRepeatsIt) {
-  const std::string cache = "TP_CACHE_DIR='" + (directory_ / "cache").string() + "'";
-  std::vector<nlohmann::json> summaries;
-  for (const char* name : {"first.json", "second.json"}) {
-    const fs::path summary = directory_ / name;
-    const CliRun run = run_cli(
-        "train --strategy one --devices sim:0 --epochs 1 --limit-train 320 --precision mixed_bfloat16 "
-        "--summary-json '" +
-            summary.string() + "'",
-        cache);
+  const std::string flags = "--strategy one --devices sim:0 --epochs 1 --limit-train 320 --precision mixed_bfloat16";
+  if (!tp::backend::cpu::bf16_gemm_native()) {
+    const fs::path summary = directory_ / "summary.json";
+    const CliRun run = run_cli("train " + flags + " --summary-json '" + summary.string() + "'");
     ASSERT_EQ(run.exit_code, 0) << run.output;
     std::ifstream in(summary);
-    summaries.push_back(nlohmann::json::parse(in));
-    const nlohmann::json& paths = summaries.back().at("gemm_path_choices");
-    if (!tp::backend::cpu::bf16_gemm_native()) {
-      EXPECT_TRUE(paths.empty()) << paths.dump();
-      EXPECT_EQ(run.output.find("bfloat16 GEMM paths"), std::string::npos) << run.output;
-      GTEST_SKIP() << "this CPU has no AVX512_BF16: its bfloat16 products have one path, nothing is chosen";
-    }
-    // The step's five products and the evaluation's on its last, shorter batch.
-    ASSERT_GE(paths.size(), 5U) << paths.dump();
-    const std::string source = summaries.size() == 1 ? "measured" : "cached";
-    for (const nlohmann::json& choice : paths) {
-      EXPECT_EQ(choice.at("source"), source) << choice.dump();
+    const nlohmann::json paths = nlohmann::json::parse(in).at("gemm_path_choices");
+    EXPECT_TRUE(paths.empty()) << paths.dump();
+    EXPECT_EQ(run.output.find("bfloat16 GEMM paths"), std::string::npos) << run.output;
+    GTEST_SKIP() << "this CPU has no AVX512_BF16: its bfloat16 products have one path, nothing is chosen";
+  }
+  // The step's five products and the evaluation's on its last, shorter batch.
+  const std::vector<nlohmann::json> summaries =
+      run_twice_on_one_cache(flags, "gemm_path_choices", "bfloat16 GEMM paths: ", 5);
+  ASSERT_EQ(summaries.size(), 2U);
+  for (const nlohmann::json& summary : summaries) {
+    for (const nlohmann::json& choice : summary.at("gemm_path_choices")) {
       const std::string path = choice.at("path").get<std::string>();
       EXPECT_TRUE(path == "native" || path == "padded" || path == "widened") << choice.dump();
       EXPECT_EQ(choice.at("product").get<std::string>().rfind("bfloat16 ", 0), 0U) << choice.dump();
     }
-    const std::string products = std::to_string(paths.size());
-    const std::string counts =
-        summaries.size() == 1 ? "(0 cached, " + products + " measured)" : "(" + products + " cached, 0 measured)";
-    EXPECT_NE(run.output.find("bfloat16 GEMM paths: "), std::string::npos) << run.output;
-    EXPECT_NE(run.output.find(counts), std::string::npos) << run.output;
   }
   const nlohmann::json& first = summaries[0];
   const nlohmann::json& second = summaries[1];

@@ -127,83 +127,47 @@ class GemmChoiceTable {
 
   GemmLibrary library_for(const GemmShape& shape, const GemmProbe& probe) {
     const GemmShapeClass key = shape_class_of(shape);
-    {
-      std::unique_lock lock(mutex_);
-      while (true) {
-        const auto found = classes_.find(key);
-        if (found == classes_.end()) break;
-        if (found->second.has_value()) return *found->second;
-        settled_.wait(lock);
-      }
-      if (!cache_) cache_ = std::make_unique<GemmAutoCache>();
-      if (std::optional<GemmAutoChoice> cached = cache_->find(class_name(key))) {
-        classes_.emplace(key, cached->library);
-        choices_.push_back(*cached);
-        return cached->library;
-      }
-      classes_.emplace(key, std::nullopt);  // this thread measures it
-    }
-    GemmAutoChoice choice;
-    try {
-      const std::lock_guard one_at_a_time(measuring_);
-      choice = measure_libraries(shape, probe);
-      cache().store(class_name(key), choice);
-    } catch (...) {
-      {
-        const std::lock_guard lock(mutex_);
-        classes_.erase(key);
-      }
-      settled_.notify_all();
-      throw;
-    }
-    {
-      const std::lock_guard lock(mutex_);
-      classes_[key] = choice.library;
-      choices_.push_back(choice);
-      measurements_.fetch_add(1, std::memory_order_relaxed);
-    }
-    settled_.notify_all();
-    return choice.library;
+    GemmAutoChoice measured;
+    return settle(
+        classes_, key,
+        [&]() -> std::optional<GemmLibrary> {
+          std::optional<GemmAutoChoice> cached = cache_->find(class_name(key));
+          if (!cached) return std::nullopt;
+          choices_.push_back(*cached);
+          return cached->library;
+        },
+        [&] {
+          const std::lock_guard one_at_a_time(measuring_);
+          measured = measure_libraries(shape, probe);
+          cache().store(class_name(key), measured);
+          return measured.library;
+        },
+        [&](GemmLibrary) {
+          choices_.push_back(measured);
+          measurements_.fetch_add(1, std::memory_order_relaxed);
+        });
   }
 
   std::string path_for(const std::string& product_class, const std::vector<std::string>& candidates,
                        const std::function<std::string()>& measure) {
-    {
-      std::unique_lock lock(mutex_);
-      while (true) {
-        const auto found = paths_.find(product_class);
-        if (found == paths_.end()) break;
-        if (found->second.has_value()) return *found->second;
-        settled_.wait(lock);
-      }
-      if (!cache_) cache_ = std::make_unique<GemmAutoCache>();
-      if (std::optional<std::string> cached = cache_->find_path(product_class);
-          cached && std::find(candidates.begin(), candidates.end(), *cached) != candidates.end()) {
-        paths_.emplace(product_class, *cached);
-        path_choices_.push_back({.product_class = product_class, .path = *cached, .cached = true});
-        return *cached;
-      }
-      paths_.emplace(product_class, std::nullopt);  // this thread measures it
-    }
-    std::string path;
-    try {
-      path = measure();
-      cache().store_path(product_class, path);
-    } catch (...) {
-      {
-        const std::lock_guard lock(mutex_);
-        paths_.erase(product_class);
-      }
-      settled_.notify_all();
-      throw;
-    }
-    {
-      const std::lock_guard lock(mutex_);
-      paths_[product_class] = path;
-      path_choices_.push_back({.product_class = product_class, .path = path, .cached = false});
-    }
-    settled_.notify_all();
-    return path;
+    return settle(
+        paths_, product_class,
+        [&]() -> std::optional<std::string> {
+          std::optional<std::string> cached = cache_->find_path(product_class);
+          if (!cached || std::find(candidates.begin(), candidates.end(), *cached) == candidates.end()) {
+            return std::nullopt;
+          }
+          path_choices_.push_back({.product_class = product_class, .path = *cached, .cached = true});
+          return cached;
+        },
+        [&] {
+          std::string path = measure();  // without measuring_: it may choose float32 libraries itself
+          cache().store_path(product_class, path);
+          return path;
+        },
+        [&](const std::string& path) {
+          path_choices_.push_back({.product_class = product_class, .path = path, .cached = false});
+        });
   }
 
   std::vector<GemmAutoChoice> choices() const {
@@ -229,6 +193,48 @@ class GemmChoiceTable {
 
  private:
   GemmChoiceTable() = default;
+
+  // The choice for `key` in `table` (classes_ or paths_): the one made, waiting while another thread makes it;
+  // else the machine's cache file's (`cached`, under mutex_, records it); else this thread's `measure` (without
+  // mutex_; its value written to the file there), then `publish` (under mutex_) and kept. A `measure` that throws
+  // leaves the key to be measured again at its next product.
+  template <typename Key, typename Value, typename Cached, typename Measure, typename Publish>
+  Value settle(std::map<Key, std::optional<Value>>& table, const Key& key, Cached cached, Measure measure,
+               Publish publish) {
+    {
+      std::unique_lock lock(mutex_);
+      while (true) {
+        const auto found = table.find(key);
+        if (found == table.end()) break;
+        if (found->second.has_value()) return *found->second;
+        settled_.wait(lock);
+      }
+      if (!cache_) cache_ = std::make_unique<GemmAutoCache>();
+      if (std::optional<Value> from_file = cached()) {
+        table.emplace(key, *from_file);
+        return *from_file;
+      }
+      table.emplace(key, std::nullopt);  // this thread measures it
+    }
+    std::optional<Value> value;
+    try {
+      value = measure();
+    } catch (...) {
+      {
+        const std::lock_guard lock(mutex_);
+        table.erase(key);
+      }
+      settled_.notify_all();
+      throw;
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      table[key] = *value;
+      publish(*value);
+    }
+    settled_.notify_all();
+    return *value;
+  }
 
   // The cache, once the first class has created it (cache_ is only reset while no product runs).
   GemmAutoCache& cache() {
