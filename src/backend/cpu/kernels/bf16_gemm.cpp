@@ -217,8 +217,9 @@ void matmul_bf16_onednn(Transpose transpose_a, Transpose transpose_b, std::int64
 void matmul_bf16_onednn_at_depth(Transpose transpose_a, Transpose transpose_b, std::int64_t m, std::int64_t n,
                                  std::int64_t k, std::int64_t depth, const BFloat16* a, const BFloat16* b,
                                  BFloat16* c) {
-  if (depth < k)
+  if (depth < k) {
     TP_THROW(InvalidArgument, "cpu", "matmul_bf16_onednn_at_depth: depth ", depth, " is below the product's depth ", k);
+  }
   if (depth != k) {
     // The extra products are exact zeros: each element of C is the sum it was, taken on the tiles.
     PaddingScratch& scratch = padding_scratch();

@@ -5,7 +5,6 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -154,8 +153,10 @@ std::string product_class(const GemmShape& shape, GemmLibrary library) {
          " (float32 via " + std::string(name_of(library)) + ")";
 }
 
-Bf16Path fastest_bf16_path(const GemmShape& shape, GemmLibrary library, const std::function<void(Bf16Path)>& product,
-                           bool padding) {
+// `product(path)` computes the caller's product by `path`; a template, so that the steady state (a shape already
+// chosen) wraps nothing.
+template <typename Product>
+Bf16Path fastest_bf16_path(const GemmShape& shape, GemmLibrary library, const Product& product, bool padding) {
   static auto* const choices = new Bf16Choices;  // never destroyed: device threads may multiply during exit
   const std::tuple key{
       shape.transpose_a == Transpose::yes, shape.transpose_b == Transpose::yes, shape.m, shape.n, shape.k, library};
