@@ -168,13 +168,16 @@ std::int64_t block_rows(std::int64_t m, double work_per_row, int threads) {
 // (depth the inner index) into [outer x padded], or [k x outer] into [padded x outer].
 const BFloat16* padded_operand(const BFloat16* from, std::int64_t outer, std::int64_t k, std::int64_t padded,
                                bool depth_inner, std::vector<BFloat16>& out) {
-  out.assign(static_cast<std::size_t>(outer * padded), BFloat16{});
+  out.resize(static_cast<std::size_t>(outer * padded));  // grown once per thread, then reused
+  BFloat16* to = out.data();
   if (depth_inner) {
-    for (std::int64_t line = 0; line < outer; ++line) std::copy_n(from + line * k, k, out.data() + line * padded);
+    for (std::int64_t line = 0; line < outer; ++line) {
+      std::fill(std::copy_n(from + line * k, k, to + line * padded), to + (line + 1) * padded, BFloat16{});
+    }
   } else {
-    std::copy_n(from, outer * k, out.data());
+    std::fill(std::copy_n(from, outer * k, to), to + outer * padded, BFloat16{});
   }
-  return out.data();
+  return to;
 }
 
 struct PaddingScratch {
