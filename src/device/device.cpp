@@ -64,6 +64,14 @@ void Device::configure_kernels(const KernelOptions& options) {
   do_configure_kernels(options);
 }
 
+void Device::do_wait_on_host(const Event& event, bool later_work_queued) {
+  if (later_work_queued) {
+    event.sleep_until_complete();
+  } else {
+    event.synchronize();
+  }
+}
+
 void Device::synchronize() {
   for (const auto& stream : streams_) stream->wait_idle();
   for (const auto& stream : streams_) stream->synchronize();

@@ -52,12 +52,8 @@ void PendingRun::wait_for_work() const noexcept {
     std::lock_guard lock(ledger_->mutex);
     later_run_in_flight = ledger_->launched > id_;
   }
-  for (const device::Event& event : drained_) {
-    if (later_run_in_flight) {
-      event.sleep_until_complete();
-    } else {
-      event.synchronize();
-    }
+  for (std::size_t index = 0; index < drained_.size(); ++index) {
+    streams_[index]->device().wait_on_host(drained_[index], later_run_in_flight);
   }
 }
 

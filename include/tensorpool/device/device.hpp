@@ -119,6 +119,12 @@ class Device {
   Stream& stream(std::size_t index = 0) const;
   // Waits for every stream; rethrows the first task error any of them kept.
   void synchronize();
+  // Blocks the calling host thread until `event`, recorded on one of this device's streams, has completed.
+  // `later_work_queued`: work launched after the event keeps the device busy meanwhile, so the waiter's wake-up
+  // is hidden behind it and the thread sleeps at once; otherwise it polls first (Event::synchronize). A backend
+  // whose kernels run on the host's cores may give the waiting thread their work meanwhile (sim: the intra-op
+  // pool's).
+  void wait_on_host(const Event& event, bool later_work_queued) { do_wait_on_host(event, later_work_queued); }
 
   // A buffer of `bytes` (0 gives an empty buffer with no memory), tagged for the profiler and OOM reports.
   // When the stack is out of memory while stream work is pending, waits for that work (whose buffers then
@@ -207,6 +213,8 @@ class Device {
   // The buffer's address without the host-access check, for backend copy primitives that run where the check
   // cannot see (a peer copy reads one device's memory in a task of another's stream).
   static void* unchecked_address(const Buffer& buffer) noexcept;
+  // wait_on_host's backend part; a backend that overrides it ends by calling this one.
+  virtual void do_wait_on_host(const Event& event, bool later_work_queued);
 
  private:
   friend class tp::Buffer;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -144,18 +145,70 @@ class Pool {
 
   void run(Loop& loop) {
     loops_handed_.fetch_add(1, std::memory_order_relaxed);
+    bool unpark = false;
     {
       std::lock_guard lock(mutex_);
       loop_ = &loop;
       generation_.fetch_add(1, std::memory_order_release);
+      // A guest away for longer than its grace gives helper 1 its place back, with this loop.
+      if (guest_.load(std::memory_order_relaxed) && !guest_inside_ &&
+          std::chrono::steady_clock::now() - guest_left_ >= kGuestGrace) {
+        guest_.store(false, std::memory_order_relaxed);
+        unpark = true;
+      }
     }
     wake_.notify_all();
+    if (unpark) unpark_.notify_all();
     loop.run_chunks(0);
     {
       std::lock_guard lock(mutex_);
       loop_ = nullptr;
     }
     while (loop.helpers_inside.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+  // The calling thread takes helper 1's place until done() (see lend_waiting_thread).
+  bool lend(detail::DoneFunction done, const void* context) {
+    if (threads() < 2 || done(context)) return false;
+    {
+      std::lock_guard lock(mutex_);
+      if (guest_inside_) return false;
+      guest_inside_ = true;
+      guest_.store(true, std::memory_order_relaxed);
+    }
+    // Joins the loop in flight too: helper 1 may have parked before joining it.
+    std::uint64_t seen = generation_.load(std::memory_order_acquire) - 1;
+    auto idle_since = std::chrono::steady_clock::now();
+    bool idle = false;
+    for (;;) {
+      if (generation_.load(std::memory_order_acquire) != seen) {
+        Loop* loop = nullptr;
+        {
+          std::lock_guard lock(mutex_);
+          seen = generation_.load(std::memory_order_relaxed);
+          loop = loop_;
+          if (loop != nullptr) loop->helpers_inside.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (loop != nullptr) join(*loop, 1);
+        idle_since = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (done(context)) break;
+      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() - idle_since >= device::detail::kPollBudget) {
+        idle = true;
+        break;
+      }
+    }
+    {
+      std::lock_guard lock(mutex_);
+      guest_inside_ = false;
+      guest_left_ = std::chrono::steady_clock::now();
+      // A guest with nothing to do goes to sleep: helper 1 takes its place back now.
+      if (idle) guest_.store(false, std::memory_order_relaxed);
+    }
+    if (idle) unpark_.notify_all();
+    return true;
   }
 
  private:
@@ -171,35 +224,52 @@ class Pool {
       stopping_.store(true, std::memory_order_relaxed);
     }
     wake_.notify_all();
+    unpark_.notify_all();
     for (std::thread& helper : helpers_) helper.join();
     helpers_.clear();
     stopping_.store(false, std::memory_order_relaxed);
   }
 
+  // Helper 1 stands down while a guest (a waiting host thread) takes its place.
+  bool parked(std::size_t home) const noexcept { return home == 1 && guest_.load(std::memory_order_relaxed); }
+
   // Helper `home` (1 .. threads - 1) of the pool: runs its own share of each loop first.
   void serve(std::uint64_t seen, std::size_t home) {
     for (;;) {
       device::detail::poll_before_sleeping([&] {
-        return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed);
+        return generation_.load(std::memory_order_acquire) != seen || stopping_.load(std::memory_order_relaxed) ||
+               parked(home);
       });
       Loop* loop = nullptr;
       {
         std::unique_lock lock(mutex_);
+        if (parked(home) && !stopping_.load(std::memory_order_relaxed)) {
+          // Asleep on a condition run() never signals, so the guest's loops wake nobody; back to polling after.
+          unpark_.wait(lock, [&] { return !parked(home) || stopping_.load(std::memory_order_relaxed); });
+          continue;
+        }
         wake_.wait(lock, [&] {
-          return stopping_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen;
+          return stopping_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen ||
+                 parked(home);
         });
         if (stopping_.load(std::memory_order_relaxed)) return;
+        if (parked(home)) continue;  // a guest came while this helper slept
         seen = generation_.load(std::memory_order_relaxed);
         loop = loop_;
         if (loop == nullptr) continue;  // that loop finished before this helper woke
         loop->helpers_inside.fetch_add(1, std::memory_order_relaxed);
       }
-      {
-        const FloatEnvironment::Scope environment(loop->environment);
-        loop->run_chunks(home);
-      }
-      loop->helpers_inside.fetch_sub(1, std::memory_order_release);
+      join(*loop, home);
     }
+  }
+
+  // Runs `loop`'s chunks from share `home` on, then leaves it (helpers_inside was counted for this thread).
+  static void join(Loop& loop, std::size_t home) {
+    {
+      const FloatEnvironment::Scope environment(loop.environment);
+      loop.run_chunks(home);
+    }
+    loop.helpers_inside.fetch_sub(1, std::memory_order_release);
   }
 
   std::atomic<bool> busy_{false};  // a loop is in flight, or the helpers are being replaced
@@ -209,10 +279,18 @@ class Pool {
   std::unique_ptr<ChunkRange[]> shares_ = std::make_unique<ChunkRange[]>(1);
   std::mutex mutex_;  // guards loop_; generation_ and stopping_ change under it
   std::condition_variable wake_;
+  std::condition_variable unpark_;  // helper 1 waits on it while a guest holds its place
   Loop* loop_ = nullptr;
   // Incremented for every published loop; atomic so that an idle helper polls it without the mutex.
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stopping_{false};
+  // A thread lent by lend() holds helper 1's place; written under mutex_, read by helper 1 without it. The
+  // place stays held for kGuestGrace after the guest leaves: a host thread that waits for one run after another
+  // is back within it, and the loops between run on the other threads instead of waking helper 1 each time.
+  std::atomic<bool> guest_{false};
+  bool guest_inside_ = false;                         // under mutex_: the guest is in lend()
+  std::chrono::steady_clock::time_point guest_left_;  // under mutex_: when it last left
+  static constexpr std::chrono::microseconds kGuestGrace{200};
   std::atomic<std::uint64_t> loops_handed_{0};  // loops run() published; statistics only
 };
 
@@ -233,6 +311,8 @@ int intra_op_threads() noexcept { return Pool::instance().threads(); }
 namespace detail {
 
 std::uint64_t loops_handed_to_helpers() noexcept { return Pool::instance().loops_handed(); }
+
+bool lend_waiting_thread(DoneFunction done, const void* context) { return Pool::instance().lend(done, context); }
 
 void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, const void* body) {
   if (n <= 0) return;

@@ -54,7 +54,25 @@ namespace detail {
 
 using ChunkFunction = void (*)(const void* body, std::int64_t begin, std::int64_t end);
 void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, const void* body);
+using DoneFunction = bool (*)(const void* done);
+bool lend_waiting_thread(DoneFunction function, const void* done);
 }  // namespace detail
+
+// Lends the calling thread, which is about to wait for a device's stream (a host thread waiting for a run), to
+// the pool until done() holds: it takes the first helper's place, running that helper's share of each loop
+// published meanwhile (the one in flight included), while that helper sleeps. The place stays held for a
+// short grace after the thread leaves, so a host that waits for one run after another keeps it across the
+// work it does in between; the first loop published after the grace wakes the helper again. So the loops
+// of a step run on as many threads as the pool was sized for, instead of those plus a host thread polling or
+// waking beside them, and the waiting host joins each loop at once.
+// Returns false at once, lending nothing, with one intra-op thread, when done() already holds, or while
+// another thread is lent. Otherwise returns true once done() holds, or once no loop has come for a poll
+// budget (the stream waits on something else: the place goes back to the helper, and the caller sleeps as
+// it would have). done() must not throw; the caller still waits for its event itself afterwards.
+template <typename Done>
+bool lend_waiting_thread(const Done& done) {
+  return detail::lend_waiting_thread([](const void* erased) { return (*static_cast<const Done*>(erased))(); }, &done);
+}
 
 template <typename Body>
 void parallel_for(std::int64_t n, std::int64_t grain, const Body& body) {

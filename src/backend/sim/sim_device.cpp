@@ -4,6 +4,7 @@
 // worker thread; copies are staged through pinned host memory, as a GPU's DMA engine needs. Its kernels are
 // the cpu backend's table (a sim device's memory is host memory that its streams' workers reach directly).
 #include "backend/cpu/cpu_kernel_table.hpp"
+#include "backend/cpu/intra_op_pool.hpp"
 #include "backend/cpu/kernel_settings.hpp"
 #include "device/host_addressable_device.hpp"
 #include "device/worker_stream.hpp"
@@ -31,6 +32,11 @@ class SimDevice final : public backend::cpu::CpuKernelSettings, public HostAddre
   std::vector<GemmChoice> do_gemm_choices() const override { return backend::cpu::gemm_choices(); }
   std::vector<GemmPathChoice> do_gemm_path_choices() const override { return backend::cpu::gemm_path_choices(); }
   void do_warm_up_kernels() override { backend::cpu::warm_up_gemm_library(gemm_library()); }
+  // The waiting host thread runs a share of the step's loops in the first helper's place.
+  void do_wait_on_host(const Event& event, bool later_work_queued) override {
+    backend::cpu::lend_waiting_thread([&event] { return event.query(); });
+    HostAddressableDevice::do_wait_on_host(event, later_work_queued);
+  }
 };
 
 }  // namespace

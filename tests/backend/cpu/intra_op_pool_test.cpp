@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The intra-op pool: parallel_for covers its range exactly once in grain-aligned chunks, whatever the thread
 // count; helpers really take chunks, each thread first from its own share, under the caller's floating-point
-// environment; nested and concurrent callers run inline instead of waiting; bad thread counts are refused.
+// environment; nested and concurrent callers run inline instead of waiting; a waiting thread lent to the pool
+// takes the first helper's place, one at a time, and gives it back; bad thread counts are refused.
 
 #include "backend/cpu/intra_op_pool.hpp"
 
@@ -161,6 +162,98 @@ TEST_F(IntraOpPool, ResizingBetweenLoopsKeepsCoverage) {
     });
     for (const std::atomic<int>& count : visits) ASSERT_EQ(count.load(), 1);
   }
+}
+
+// Runs a two-chunk loop whose first chunk (the caller's) waits, up to a bound, for another thread to start the
+// second: the thread that ran the second chunk (the caller's own when nobody came in time).
+std::thread::id second_chunk_runner() {
+  std::atomic<bool> started{false};
+  std::thread::id runner;
+  parallel_for(2, 1, [&](std::int64_t begin, std::int64_t) {
+    if (begin == 1) {
+      runner = std::this_thread::get_id();
+      started.store(true, std::memory_order_release);
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!started.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+  });
+  return runner;
+}
+
+TEST_F(IntraOpPool, LendingRefusesAtOnceWithOneThreadOrWhenAlreadyDone) {
+  int calls = 0;
+  set_intra_op_threads(1);
+  EXPECT_FALSE(lend_waiting_thread([&] { return ++calls, false; }));
+  set_intra_op_threads(2);
+  EXPECT_FALSE(lend_waiting_thread([&] { return ++calls, true; }));
+  EXPECT_EQ(calls, 1);  // with one thread done() is not even asked
+}
+
+// A lent thread runs the first helper's share of the loops published while it waits, and returns once done().
+TEST_F(IntraOpPool, ALentThreadRunsTheFirstHelpersShareUntilDone) {
+  set_intra_op_threads(2);
+  std::atomic<bool> entered{false};
+  std::atomic<bool> stop{false};
+  std::atomic<int> lends{0};
+  std::thread::id lent_id;
+  std::thread lent([&] {
+    lent_id = std::this_thread::get_id();
+    while (!stop.load()) {
+      // Returns early when no loop comes within its poll budget; the test's loops may be that late.
+      lends += lend_waiting_thread([&] {
+        entered.store(true);
+        return stop.load();
+      })
+                   ? 1
+                   : 0;
+    }
+  });
+  while (!entered.load()) std::this_thread::yield();
+  int on_lent = 0;
+  for (int loop = 0; loop < 50; ++loop) {
+    const std::thread::id runner = second_chunk_runner();
+    EXPECT_NE(runner, std::this_thread::get_id()) << "loop " << loop;
+    on_lent += runner == lent_id ? 1 : 0;
+  }
+  stop.store(true);
+  lent.join();
+  EXPECT_GE(lends.load(), 1);
+  EXPECT_GE(on_lent, 1);  // the lent thread joins loops (helper 1 sleeps while it is lent)
+}
+
+// While one thread is lent, another is refused; the first still returns once its done() holds.
+TEST_F(IntraOpPool, ASecondThreadIsNotLentWhileOneIs) {
+  set_intra_op_threads(2);
+  std::atomic<int> calls{0};
+  std::atomic<bool> release{false};
+  bool first_lent = false;
+  std::thread lent([&] {
+    first_lent = lend_waiting_thread([&] {
+      if (calls.fetch_add(1) == 0) return false;          // the check on entry
+      while (!release.load()) std::this_thread::yield();  // holds the place until the second try is over
+      return true;
+    });
+  });
+  while (calls.load() < 2) std::this_thread::yield();
+  int second_calls = 0;
+  EXPECT_FALSE(lend_waiting_thread([&] { return ++second_calls, false; }));
+  release.store(true);
+  lent.join();
+  EXPECT_TRUE(first_lent);
+}
+
+// Once the lent thread has left and its grace has passed, the next loop wakes the first helper again: a loop
+// that needs a second thread finds one.
+TEST_F(IntraOpPool, TheFirstHelperComesBackAfterTheLentThreadLeaves) {
+  set_intra_op_threads(2);
+  int calls = 0;
+  std::thread lent([&] { lend_waiting_thread([&] { return ++calls > 1; }); });
+  lent.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int loop = 0; loop < 5; ++loop) EXPECT_NE(second_chunk_runner(), std::this_thread::get_id()) << "loop " << loop;
 }
 
 TEST_F(IntraOpPool, RefusesAThreadCountOutsideItsRange) {
