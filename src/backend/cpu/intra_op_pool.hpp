@@ -54,8 +54,8 @@ namespace detail {
 
 using ChunkFunction = void (*)(const void* body, std::int64_t begin, std::int64_t end);
 void parallel_for(std::int64_t n, std::int64_t grain, ChunkFunction function, const void* body);
-using DoneFunction = bool (*)(const void* done);
-bool lend_waiting_thread(DoneFunction function, const void* done);
+using DoneFunction = bool (*)(const void* context);
+bool lend_waiting_thread(DoneFunction done, const void* context);
 }  // namespace detail
 
 // Lends the calling thread, which is about to wait for a device's stream (a host thread waiting for a run), to
