@@ -185,9 +185,7 @@ class Pool {
         Loop* loop = nullptr;
         {
           std::lock_guard lock(mutex_);
-          seen = generation_.load(std::memory_order_relaxed);
-          loop = loop_;
-          if (loop != nullptr) loop->helpers_inside.fetch_add(1, std::memory_order_relaxed);
+          loop = enter_loop(seen);
         }
         if (loop != nullptr) join(*loop, 1);
         idle_since = std::chrono::steady_clock::now();
@@ -254,13 +252,19 @@ class Pool {
         });
         if (stopping_.load(std::memory_order_relaxed)) return;
         if (parked(home)) continue;  // a guest came while this helper slept
-        seen = generation_.load(std::memory_order_relaxed);
-        loop = loop_;
+        loop = enter_loop(seen);
         if (loop == nullptr) continue;  // that loop finished before this helper woke
-        loop->helpers_inside.fetch_add(1, std::memory_order_relaxed);
       }
       join(*loop, home);
     }
+  }
+
+  // The loop in flight, counted in its helpers_inside for the caller, or null; `seen` becomes the generation
+  // that published it. The caller holds mutex_.
+  Loop* enter_loop(std::uint64_t& seen) noexcept {
+    seen = generation_.load(std::memory_order_relaxed);
+    if (loop_ != nullptr) loop_->helpers_inside.fetch_add(1, std::memory_order_relaxed);
+    return loop_;
   }
 
   // Runs `loop`'s chunks from share `home` on, then leaves it (helpers_inside was counted for this thread).
