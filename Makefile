@@ -55,6 +55,7 @@ bench: build
 		--trace varying_shape --trace llm_serving --trace growing_batch
 	@$(BUILD_DIR)/bench/tp_kernel_bench
 	@$(BUILD_DIR)/bench/tp_kernel_bench --half-gemm
+	@$(BUILD_DIR)/bench/tp_step_bound --batch-size 128 --input gather
 	@$(BUILD_DIR)/bench/tp_planner_bench
 	@$(BUILD_DIR)/bench/tp_profiler_bench
 	@$(BUILD_DIR)/bench/tp_collective_bench

@@ -1,0 +1,448 @@
+// SPDX-License-Identifier: Apache-2.0
+// tp_step_bound: how fast the main job's training step can run on this CPU without a runtime, the bound the
+// one-device figure of issue 22 is measured against.
+//
+// One Adam training step of the 784-512-10 MLP (ReLU, softmax cross-entropy), written out as a fixed schedule
+// over --threads threads that meet at spin barriers: the same kernels `tensorpool train` runs (the raw sgemm
+// of the chosen library on one thread per call, the CPU backend's bias, ReLU, cross-entropy and Adam loops),
+// the same split (the forward product split along its depth, so that a thread's share of the layer-1 weight
+// is the rows it computes the gradient of and updates), and nothing else: no graph, no streams, no intra-op
+// pool hand-offs, no host thread, no allocation. With --input gather each step first assembles its batch as
+// the input pipeline does (examples gathered in a shuffled order from a uint8 dataset of Fashion-MNIST's
+// size, divided by 255) and copies it to the step's input, as a sim device's host-to-device copy does; with
+// --input none the batch is fixed. Every thread takes an equal share of each part.
+//
+// Prints one JSON line: samples/s (median of --repeats timed runs of --steps steps), the two-core roofline
+// (threads x the library's one-thread sgemm rate on the step's five products at this batch, over 1,636,352
+// FLOP per sample) and the fraction reached, the mean time per step of each part on thread 0, and a check
+// that the step computes what it should (its gradients against a plain one-thread computation of the same
+// step; the program exits 1 when they disagree).
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/intra_op_pool.hpp"
+#include "backend/cpu/kernels/activations.hpp"
+#include "backend/cpu/kernels/bias.hpp"
+#include "backend/cpu/kernels/cross_entropy.hpp"
+#include "backend/cpu/kernels/optimizer.hpp"
+#include "support/mlp_gemms.hpp"
+#include "support/timing.hpp"
+#include "tensorpool/core/convert.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace cpu = tp::backend::cpu;
+
+constexpr std::int64_t kInputs = 784;
+constexpr std::int64_t kHidden = 512;
+constexpr std::int64_t kClasses = 10;
+constexpr std::int64_t kExamples = 60000;  // Fashion-MNIST's training set
+constexpr float kLearningRate = 1e-3F;
+
+enum Part { kGather, kForward1, kForward2, kBackward2, kBackward1, kParts };
+constexpr std::array<const char*, kParts> kPartNames = {"gather", "forward 1", "forward 2 and loss", "backward 2",
+                                                        "backward 1 and Adam"};
+
+// C = op(A) op(B), row-major with explicit leading dimensions, on the calling thread.
+void sgemm(bool onednn, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+           std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+  if (onednn) {
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0F, a, lda, b, ldb, 0.0F, c, ldc);
+  } else {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(n), static_cast<int>(k), 1.0F, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+                0.0F, c, static_cast<int>(ldc));
+  }
+}
+
+// A spin barrier counting generations: the threads each have a core, so a waiter spins instead of paying a wake-up.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int threads) : threads_(threads) {}
+  void wait() {
+    const unsigned generation = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == threads_ - 1) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (generation_.load(std::memory_order_acquire) == generation) _mm_pause();
+  }
+
+ private:
+  const int threads_;
+  std::atomic<int> arrived_{0};
+  std::atomic<unsigned> generation_{0};
+};
+
+// [begin, end) of part `index` of `count` equal parts of `n` (the last takes the remainder).
+struct Range {
+  std::int64_t begin, end;
+  std::int64_t size() const { return end - begin; }
+};
+Range share(std::int64_t n, int index, int count) {
+  const std::int64_t each = n / count;
+  return {each * index, index == count - 1 ? n : each * (index + 1)};
+}
+
+struct Model {
+  std::vector<float> w1, b1, w2, b2;                                  // parameters
+  std::vector<float> m_w1, v_w1, m_b1, v_b1, m_w2, v_w2, m_b2, v_b2;  // Adam's state
+};
+
+struct Step {
+  std::int64_t batch = 0;
+  int threads = 1;
+  bool onednn = true;
+  bool gather = false;
+  // The input pipeline's data: uint8 examples, their labels, a shuffled order.
+  std::vector<std::uint8_t> dataset;
+  std::vector<std::int32_t> dataset_labels;
+  std::vector<std::int64_t> order;
+  // Activations and gradients.
+  std::vector<float> staging, x, hidden, logits, loss, dlogits, dhidden, dw1, db1, dw2, db2;
+  std::vector<std::int32_t> labels;
+  std::vector<std::vector<float>> partial;  // per thread: its depth share of the layer-1 product
+  Model model;
+};
+
+std::vector<float> uniform(std::size_t n, float bound, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  std::vector<float> values(n);
+  for (float& value : values) value = dist(rng);
+  return values;
+}
+
+Step make_step(std::int64_t batch, int threads, bool onednn, bool gather) {
+  Step step;
+  step.batch = batch;
+  step.threads = threads;
+  step.onednn = onednn;
+  step.gather = gather;
+  std::mt19937 rng(1);
+  const auto u = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+  step.model.w1 = uniform(u(kInputs * kHidden), std::sqrt(6.0F / (kInputs + kHidden)), rng);
+  step.model.w2 = uniform(u(kHidden * kClasses), std::sqrt(6.0F / (kHidden + kClasses)), rng);
+  step.model.b1.assign(u(kHidden), 0.0F);
+  step.model.b2.assign(u(kClasses), 0.0F);
+  for (auto* state : {&step.model.m_w1, &step.model.v_w1}) state->assign(u(kInputs * kHidden), 0.0F);
+  for (auto* state : {&step.model.m_b1, &step.model.v_b1}) state->assign(u(kHidden), 0.0F);
+  for (auto* state : {&step.model.m_w2, &step.model.v_w2}) state->assign(u(kHidden * kClasses), 0.0F);
+  for (auto* state : {&step.model.m_b2, &step.model.v_b2}) state->assign(u(kClasses), 0.0F);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<std::int32_t> label(0, kClasses - 1);
+  if (gather) {
+    step.dataset.resize(u(kExamples * kInputs));
+    for (std::uint8_t& value : step.dataset) value = static_cast<std::uint8_t>(byte(rng));
+    step.dataset_labels.resize(u(kExamples));
+    for (std::int32_t& value : step.dataset_labels) value = label(rng);
+    step.order.resize(u(kExamples));
+    std::iota(step.order.begin(), step.order.end(), 0);
+    std::shuffle(step.order.begin(), step.order.end(), rng);
+    step.staging.resize(u(batch * kInputs));
+  }
+  step.x.resize(u(batch * kInputs));
+  for (float& value : step.x) value = static_cast<float>(byte(rng)) / 255.0F;
+  step.labels.resize(u(batch));
+  for (std::int32_t& value : step.labels) value = label(rng);
+  step.hidden.resize(u(batch * kHidden));
+  step.dhidden.resize(u(batch * kHidden));
+  step.logits.resize(u(batch * kClasses));
+  step.dlogits.resize(u(batch * kClasses));
+  step.loss.resize(u(batch));
+  step.dw1.resize(u(kInputs * kHidden));
+  step.db1.resize(u(kHidden));
+  step.dw2.resize(u(kHidden * kClasses));
+  step.db2.resize(u(kClasses));
+  step.partial.assign(static_cast<std::size_t>(threads), std::vector<float>(u(batch * kHidden)));
+  return step;
+}
+
+// Thread `t`'s share of step `index` (the model's `adam_step`-th update); parts[] gets thread 0's seconds per
+// part.
+void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinBarrier& barrier,
+               std::array<double, kParts>* parts) {
+  const std::int64_t batch = s.batch;
+  const Range rows = share(batch, t, s.threads);       // batch rows: gather, element-wise, layer 2
+  const Range depth = share(kInputs, t, s.threads);    // layer-1 weight rows: forward depth, gradient, Adam
+  const Range columns = share(kHidden, t, s.threads);  // hidden units: bias 1 and layer-2 weight rows
+  Model& model = s.model;
+  auto stamp = Clock::now();
+  const auto lap = [&](Part part) {
+    if (parts == nullptr) return;
+    const auto now = Clock::now();
+    (*parts)[part] += std::chrono::duration<double>(now - stamp).count();
+    stamp = now;
+  };
+  if (s.gather) {
+    const std::size_t elements = kInputs;
+    for (std::int64_t row = rows.begin; row < rows.end; ++row) {
+      const auto slot = static_cast<std::size_t>((index * batch + row) % kExamples);
+      const std::int64_t example = s.order[slot];
+      if (row + 1 < rows.end) {
+        const std::uint8_t* next = s.dataset.data() + s.order[(slot + 1) % kExamples] * kInputs;
+        for (std::int64_t line = 0; line < kInputs; line += 64) __builtin_prefetch(next + line);
+      }
+      tp::u8_to_f32_divided(s.dataset.data() + example * kInputs, 255.0F,
+                            s.staging.data() + static_cast<std::size_t>(row) * elements, kInputs);
+      s.labels[static_cast<std::size_t>(row)] = s.dataset_labels[static_cast<std::size_t>(example)];
+    }
+    // The host-to-device copy of a sim device.
+    std::memcpy(s.x.data() + rows.begin * kInputs, s.staging.data() + rows.begin * kInputs,
+                static_cast<std::size_t>(rows.size() * kInputs) * sizeof(float));
+    barrier.wait();
+    lap(kGather);
+  }
+  // Layer 1 forward: this thread's depth share of x w1, summed by rows below.
+  sgemm(s.onednn, false, false, batch, kHidden, depth.size(), s.x.data() + depth.begin, kInputs,
+        model.w1.data() + depth.begin * kHidden, kHidden, s.partial[static_cast<std::size_t>(t)].data(), kHidden);
+  barrier.wait();
+  lap(kForward1);
+  // Rows: the partial sums, bias, ReLU; layer 2 and the loss's gradient (the mean over the batch).
+  float* hidden = s.hidden.data() + rows.begin * kHidden;
+  const std::int64_t hidden_elements = rows.size() * kHidden;
+  std::memcpy(hidden, s.partial[0].data() + rows.begin * kHidden, static_cast<std::size_t>(hidden_elements) * 4);
+  for (int other = 1; other < s.threads; ++other) {
+    const float* add = s.partial[static_cast<std::size_t>(other)].data() + rows.begin * kHidden;
+    for (std::int64_t i = 0; i < hidden_elements; ++i) hidden[i] += add[i];
+  }
+  cpu::bias_add(hidden, model.b1.data(), hidden, rows.size(), kHidden);
+  cpu::relu(hidden, hidden, hidden_elements);
+  float* logits = s.logits.data() + rows.begin * kClasses;
+  float* dlogits = s.dlogits.data() + rows.begin * kClasses;
+  sgemm(s.onednn, false, false, rows.size(), kClasses, kHidden, hidden, kHidden, model.w2.data(), kClasses, logits,
+        kClasses);
+  cpu::bias_add(logits, model.b2.data(), logits, rows.size(), kClasses);
+  cpu::sparse_softmax_cross_entropy(logits, s.labels.data() + rows.begin, s.loss.data() + rows.begin, dlogits,
+                                    rows.size(), kClasses);
+  const float inverse_batch = 1.0F / static_cast<float>(batch);
+  for (std::int64_t i = 0; i < rows.size() * kClasses; ++i) dlogits[i] *= inverse_batch;
+  // Layer 2's input gradient through the ReLU.
+  float* dhidden = s.dhidden.data() + rows.begin * kHidden;
+  sgemm(s.onednn, false, true, rows.size(), kHidden, kClasses, dlogits, kClasses, model.w2.data(), kClasses, dhidden,
+        kHidden);
+  cpu::relu_grad(dhidden, hidden, dhidden, hidden_elements);
+  barrier.wait();
+  lap(kForward2);
+  // Columns: layer 2's weight gradient rows and bias 1's gradient; thread 0 also bias 2's.
+  sgemm(s.onednn, true, false, columns.size(), kClasses, batch, s.hidden.data() + columns.begin, kHidden,
+        s.dlogits.data(), kClasses, s.dw2.data() + columns.begin * kClasses, kClasses);
+  std::fill(s.db1.begin() + columns.begin, s.db1.begin() + columns.end, 0.0F);
+  for (std::int64_t row = 0; row < batch; ++row) {
+    const float* line = s.dhidden.data() + row * kHidden;
+    for (std::int64_t c = columns.begin; c < columns.end; ++c) s.db1[static_cast<std::size_t>(c)] += line[c];
+  }
+  if (t == 0) cpu::bias_add_grad(s.dlogits.data(), s.db2.data(), batch, kClasses);
+  lap(kBackward2);
+  // Layer 1's weight gradient rows of this thread and their update, then the thread's share of the rest.
+  sgemm(s.onednn, true, false, depth.size(), kHidden, batch, s.x.data() + depth.begin, kInputs, s.dhidden.data(),
+        kHidden, s.dw1.data() + depth.begin * kHidden, kHidden);
+  const auto adam = cpu::adam_step<float>("step_bound", kLearningRate, 0.9F, 0.999F, 1e-7F, adam_step);
+  const auto update = [&](std::vector<float>& param, const std::vector<float>& grad, std::vector<float>& m,
+                          std::vector<float>& v, Range range, std::int64_t width) {
+    const std::size_t at = static_cast<std::size_t>(range.begin * width);
+    cpu::adam_apply(adam, param.data() + at, grad.data() + at, m.data() + at, v.data() + at, range.size() * width);
+  };
+  update(model.w1, s.dw1, model.m_w1, model.v_w1, depth, kHidden);
+  update(model.b1, s.db1, model.m_b1, model.v_b1, columns, 1);
+  update(model.w2, s.dw2, model.m_w2, model.v_w2, columns, kClasses);
+  if (t == 0) update(model.b2, s.db2, model.m_b2, model.v_b2, {0, kClasses}, 1);
+  barrier.wait();
+  lap(kBackward1);
+}
+
+// Runs `steps` steps from batch `first` on s.threads threads, training the model from `initial` (a run that
+// trained on and on would, with a fixed batch, drive the gradients into subnormal numbers that no training
+// epoch sees); returns seconds and adds thread 0's parts.
+double run_steps(Step& s, const Model& initial, std::int64_t first, std::int64_t steps,
+                 std::array<double, kParts>& parts) {
+  s.model = initial;
+  SpinBarrier barrier(s.threads);
+  const auto body = [&](int t) {
+    omp_set_num_threads(1);
+    for (std::int64_t index = first; index < first + steps; ++index)
+      run_share(s, t, index, index - first + 1, barrier, t == 0 ? &parts : nullptr);
+  };
+  const auto start = Clock::now();
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < s.threads; ++t) helpers.emplace_back(body, t);
+  body(0);
+  for (std::thread& helper : helpers) helper.join();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The step's gradients, computed plainly on one thread in double: the check of what the schedule computes.
+bool check(std::int64_t batch, int threads, bool onednn, std::string& detail) {
+  Step s = make_step(batch, threads, onednn, false);
+  const Model before = s.model;
+  std::array<double, kParts> parts{};
+  run_steps(s, before, 0, 1, parts);
+  const auto at = [](std::int64_t i) { return static_cast<std::size_t>(i); };
+  std::vector<double> h(at(batch * kHidden)), dh(at(batch * kHidden)), dl(at(batch * kClasses));
+  for (std::int64_t r = 0; r < batch; ++r) {
+    for (std::int64_t c = 0; c < kHidden; ++c) {
+      double z = before.b1[at(c)];
+      for (std::int64_t i = 0; i < kInputs; ++i) z += double{s.x[at(r * kInputs + i)]} * before.w1[at(i * kHidden + c)];
+      h[at(r * kHidden + c)] = std::max(z, 0.0);
+    }
+    std::array<double, kClasses> z{};
+    double largest = -1e300;
+    for (std::int64_t o = 0; o < kClasses; ++o) {
+      z[at(o)] = before.b2[at(o)];
+      for (std::int64_t c = 0; c < kHidden; ++c) z[at(o)] += h[at(r * kHidden + c)] * before.w2[at(c * kClasses + o)];
+      largest = std::max(largest, z[at(o)]);
+    }
+    double total = 0;
+    for (double& value : z) total += (value = std::exp(value - largest));
+    for (std::int64_t o = 0; o < kClasses; ++o)
+      dl[at(r * kClasses + o)] = (z[at(o)] / total - (o == s.labels[at(r)] ? 1.0 : 0.0)) / static_cast<double>(batch);
+    for (std::int64_t c = 0; c < kHidden; ++c) {
+      double g = 0;
+      for (std::int64_t o = 0; o < kClasses; ++o) g += dl[at(r * kClasses + o)] * before.w2[at(c * kClasses + o)];
+      dh[at(r * kHidden + c)] = h[at(r * kHidden + c)] > 0 ? g : 0.0;
+    }
+  }
+  double worst = 0, scale = 0;
+  const auto compare = [&](float got, double want) {
+    worst = std::max(worst, std::abs(double{got} - want));
+    scale = std::max(scale, std::abs(want));
+  };
+  for (std::int64_t i = 0; i < kInputs; i += 7) {
+    for (std::int64_t c = 0; c < kHidden; c += 5) {
+      double g = 0;
+      for (std::int64_t r = 0; r < batch; ++r) g += double{s.x[at(r * kInputs + i)]} * dh[at(r * kHidden + c)];
+      compare(s.dw1[at(i * kHidden + c)], g);
+    }
+  }
+  for (std::int64_t c = 0; c < kHidden; ++c) {
+    double g = 0;
+    for (std::int64_t r = 0; r < batch; ++r) g += dh[at(r * kHidden + c)];
+    compare(s.db1[at(c)], g);
+    for (std::int64_t o = 0; o < kClasses; ++o) {
+      double w = 0;
+      for (std::int64_t r = 0; r < batch; ++r) w += h[at(r * kHidden + c)] * dl[at(r * kClasses + o)];
+      compare(s.dw2[at(c * kClasses + o)], w);
+    }
+  }
+  const bool moved = s.model.w1 != before.w1 && s.model.w2 != before.w2;
+  const bool close = worst <= 1e-4 * std::max(scale, 1e-3);
+  char line[160];
+  std::snprintf(line, sizeof line, "largest gradient difference %.3g against a largest gradient %.3g%s", worst, scale,
+                moved ? "" : "; the update left the weights unchanged");
+  detail = line;
+  return close && moved;
+}
+
+// The library's one-thread rate on the step's five products at this batch (tp_kernel_bench --sgemm-rate's
+// measurement), GFLOP/s.
+double one_thread_rate(std::int64_t batch, bool onednn, int rounds) {
+  std::vector<double> rates;
+  for (int round = 0; round < rounds; ++round) {
+    double flops = 0, seconds = 0;
+    for (const tp::bench::GemmCase& shape : tp::bench::training_gemms(batch)) {
+      tp::bench::GemmOperands operands = tp::bench::gemm_operands(shape);
+      const auto call = onednn ? tp::bench::raw_onednn_sgemm : tp::bench::raw_sgemm;
+      seconds +=
+          tp::bench::time_per_call([&] { call(shape, operands.a.data(), operands.b.data(), operands.c.data()); }, 0.05);
+      flops += 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
+    }
+    rates.push_back(flops / seconds / 1e9);
+  }
+  return tp::bench::median(rates);
+}
+
+}  // namespace
+
+static int run(int argc, char** argv) {
+  CLI::App app{"tp_step_bound: the main job's training step as a fixed schedule of its kernels, no runtime"};
+  std::int64_t batch = 128;
+  int threads = 2;
+  std::int64_t steps = 200;
+  int repeats = 5;
+  std::string library = "onednn";
+  std::string input = "gather";
+  app.add_option("--batch-size", batch, "examples per step")->check(CLI::Range(std::int64_t{2}, std::int64_t{8192}));
+  app.add_option("--threads", threads, "threads sharing each step (the roofline counts one core each)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--steps", steps, "timed steps per run, each run from the same initial model")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--repeats", repeats, "timed runs (the figure is their median)")->check(CLI::Range(1, 1000));
+  app.add_option("--library", library, "the GEMM library: onednn (dnnl_sgemm) or openblas (cblas_sgemm)")
+      ->check(CLI::IsMember({"onednn", "openblas"}));
+  app.add_option("--input", input,
+                 "gather: each step assembles its batch from a shuffled uint8 dataset and copies it in, as the input "
+                 "pipeline and a sim device do; none: a fixed batch")
+      ->check(CLI::IsMember({"gather", "none"}));
+  CLI11_PARSE(app, argc, argv);
+  if (batch < threads) {
+    std::fprintf(stderr, "tp_step_bound: --batch-size %lld is smaller than --threads %d: give each thread a row\n",
+                 static_cast<long long>(batch), threads);
+    return 2;
+  }
+  const bool onednn = library == "onednn";
+  openblas_set_num_threads(1);
+  cpu::set_intra_op_threads(1);  // the backend's loops run on the thread that calls them
+
+  std::string detail;
+  const bool correct = check(batch, threads, onednn, detail);
+  const double rate = one_thread_rate(batch, onednn, 3);
+  double flops_per_sample = 0;
+  for (const tp::bench::GemmCase& shape : tp::bench::training_gemms(1))
+    flops_per_sample += 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
+  const double roofline = threads * rate * 1e9 / flops_per_sample;
+
+  Step s = make_step(batch, threads, onednn, input == "gather");
+  const Model initial = s.model;
+  std::array<double, kParts> parts{};
+  run_steps(s, initial, 0, std::min<std::int64_t>(steps, 20), parts);  // warm-up: oneDNN's kernels, the caches
+  std::vector<double> rates;
+  parts = {};
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    const double seconds = run_steps(s, initial, static_cast<std::int64_t>(repeat + 1) * steps, steps, parts);
+    rates.push_back(static_cast<double>(steps * batch) / seconds);
+  }
+  const double samples = tp::bench::median(rates);
+  std::printf("{\"batch\": %lld, \"threads\": %d, \"library\": \"%s\", \"input\": \"%s\", \"samples_per_s\": %.0f, ",
+              static_cast<long long>(batch), threads, library.c_str(), input.c_str(), samples);
+  std::printf("\"runs\": [");
+  for (std::size_t i = 0; i < rates.size(); ++i) std::printf("%s%.0f", i ? ", " : "", rates[i]);
+  std::printf("], \"one_thread_sgemm_gflops\": %.1f, \"roofline_samples_per_s\": %.0f, \"of_roofline\": %.3f, ", rate,
+              roofline, samples / roofline);
+  std::printf("\"us_per_step\": {");
+  const double timed_steps = static_cast<double>(steps) * repeats;
+  bool first = true;
+  for (std::size_t part = 0; part < kParts; ++part) {
+    if (part == kGather && input != "gather") continue;
+    std::printf("%s\"%s\": %.1f", first ? "" : ", ", kPartNames[part], parts[part] / timed_steps * 1e6);
+    first = false;
+  }
+  std::printf("}, \"check\": \"%s\", \"check_detail\": \"%s\"}\n", correct ? "ok" : "failed", detail.c_str());
+  return correct ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "tp_step_bound: %s\n", error.what());
+    return 1;
+  }
+}
