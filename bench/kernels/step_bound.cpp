@@ -15,12 +15,14 @@
 //
 // Prints one JSON line: samples/s (median of --repeats timed runs of --steps steps), the libraries chosen, the
 // two-core roofline (threads x the faster library's one-thread sgemm rate on the step's five products at this
-// batch, over 1,636,352 FLOP per sample) and the fraction reached, the mean time per step of each part on thread 0, and a check
-// that the step computes what it should (its gradients against a plain one-thread computation of the same
-// step; the program exits 1 when they disagree).
+// batch, over 1,636,352 FLOP per sample) and the fraction reached, the mean time per step of each part on
+// thread 0, and a check that the step computes what it should (its gradients against a plain one-thread
+// computation of the same step; the program exits 1 when they disagree).
 #include <cblas.h>
-#include <immintrin.h>
 #include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -93,7 +95,9 @@ class SpinBarrier {
     // arrived may be waiting for this core.
     for (int polls = 0; generation_.load(std::memory_order_acquire) == generation; ++polls) {
       if (polls < kPollsBeforeYield) {
+#if defined(__x86_64__)
         _mm_pause();
+#endif
       } else {
         std::this_thread::yield();
       }
