@@ -19,7 +19,6 @@
 // thread 0, and a check that the step computes what it should (its gradients against a plain one-thread
 // computation of the same step; the program exits 1 when they disagree).
 #include <cblas.h>
-#include <omp.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -66,18 +65,6 @@ enum Product { kLayer1, kLayer2, kInputGrad2, kWeightGrad2, kWeightGrad1, kProdu
 constexpr std::array<const char*, kProducts> kProductNames = {"x w1", "h w2", "dy w2^T", "h^T dy", "x^T dh"};
 constexpr std::array<const char*, kParts> kPartNames = {"gather", "forward 1", "forward 2 and loss", "backward 2",
                                                         "backward 1 and Adam"};
-
-// C = op(A) op(B), row-major with explicit leading dimensions, on the calling thread.
-void sgemm(bool onednn, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-           std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-  if (onednn) {
-    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0F, a, lda, b, ldb, 0.0F, c, ldc);
-  } else {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.0F, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-                0.0F, c, static_cast<int>(ldc));
-  }
-}
 
 // A spin barrier counting generations: the threads each have a core, so a waiter spins instead of paying a wake-up.
 class SpinBarrier {
@@ -229,8 +216,9 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
     lap(kGather);
   }
   // Layer 1 forward: this thread's depth share of x w1, summed by rows below.
-  sgemm(s.onednn[kLayer1], false, false, batch, kHidden, depth.size(), s.x.data() + depth.begin, kInputs,
-        model.w1.data() + depth.begin * kHidden, kHidden, s.partial[static_cast<std::size_t>(t)].data(), kHidden);
+  tp::bench::strided_sgemm(s.onednn[kLayer1], false, false, batch, kHidden, depth.size(), s.x.data() + depth.begin,
+                           kInputs, model.w1.data() + depth.begin * kHidden, kHidden,
+                           s.partial[static_cast<std::size_t>(t)].data(), kHidden);
   barrier.wait();
   lap(kForward1);
   // Rows: the partial sums, bias, ReLU; layer 2 and the loss's gradient (the mean over the batch).
@@ -245,8 +233,8 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
   cpu::relu(hidden, hidden, hidden_elements);
   float* logits = s.logits.data() + rows.begin * kClasses;
   float* dlogits = s.dlogits.data() + rows.begin * kClasses;
-  sgemm(s.onednn[kLayer2], false, false, rows.size(), kClasses, kHidden, hidden, kHidden, model.w2.data(), kClasses,
-        logits, kClasses);
+  tp::bench::strided_sgemm(s.onednn[kLayer2], false, false, rows.size(), kClasses, kHidden, hidden, kHidden,
+                           model.w2.data(), kClasses, logits, kClasses);
   cpu::bias_add(logits, model.b2.data(), logits, rows.size(), kClasses);
   cpu::sparse_softmax_cross_entropy(logits, s.labels.data() + rows.begin, s.loss.data() + rows.begin, dlogits,
                                     rows.size(), kClasses);
@@ -254,14 +242,15 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
   for (std::int64_t i = 0; i < rows.size() * kClasses; ++i) dlogits[i] *= inverse_batch;
   // Layer 2's input gradient through the ReLU.
   float* dhidden = s.dhidden.data() + rows.begin * kHidden;
-  sgemm(s.onednn[kInputGrad2], false, true, rows.size(), kHidden, kClasses, dlogits, kClasses, model.w2.data(),
-        kClasses, dhidden, kHidden);
+  tp::bench::strided_sgemm(s.onednn[kInputGrad2], false, true, rows.size(), kHidden, kClasses, dlogits, kClasses,
+                           model.w2.data(), kClasses, dhidden, kHidden);
   cpu::relu_grad(dhidden, hidden, dhidden, hidden_elements);
   barrier.wait();
   lap(kForward2);
   // Columns: layer 2's weight gradient rows and bias 1's gradient; thread 0 also bias 2's.
-  sgemm(s.onednn[kWeightGrad2], true, false, columns.size(), kClasses, batch, s.hidden.data() + columns.begin, kHidden,
-        s.dlogits.data(), kClasses, s.dw2.data() + columns.begin * kClasses, kClasses);
+  tp::bench::strided_sgemm(s.onednn[kWeightGrad2], true, false, columns.size(), kClasses, batch,
+                           s.hidden.data() + columns.begin, kHidden, s.dlogits.data(), kClasses,
+                           s.dw2.data() + columns.begin * kClasses, kClasses);
   std::fill(s.db1.begin() + columns.begin, s.db1.begin() + columns.end, 0.0F);
   for (std::int64_t row = 0; row < batch; ++row) {
     const float* line = s.dhidden.data() + row * kHidden;
@@ -270,8 +259,8 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
   if (t == 0) cpu::bias_add_grad(s.dlogits.data(), s.db2.data(), batch, kClasses);
   lap(kBackward2);
   // Layer 1's weight gradient rows of this thread and their update, then the thread's share of the rest.
-  sgemm(s.onednn[kWeightGrad1], true, false, depth.size(), kHidden, batch, s.x.data() + depth.begin, kInputs,
-        s.dhidden.data(), kHidden, s.dw1.data() + depth.begin * kHidden, kHidden);
+  tp::bench::strided_sgemm(s.onednn[kWeightGrad1], true, false, depth.size(), kHidden, batch, s.x.data() + depth.begin,
+                           kInputs, s.dhidden.data(), kHidden, s.dw1.data() + depth.begin * kHidden, kHidden);
   const auto adam = cpu::adam_step<float>("step_bound", kLearningRate, 0.9F, 0.999F, 1e-7F, adam_step);
   const auto update = [&](std::vector<float>& param, const std::vector<float>& grad, std::vector<float>& m,
                           std::vector<float>& v, Range range, std::int64_t width) {
@@ -294,7 +283,6 @@ double run_steps(Step& s, const Model& initial, std::int64_t first, std::int64_t
   s.model = initial;
   SpinBarrier barrier(s.threads);
   const auto body = [&](int t) {
-    omp_set_num_threads(1);
     for (std::int64_t index = first; index < first + steps; ++index)
       run_share(s, t, index, index - first + 1, barrier, t == 0 ? &parts : nullptr);
   };
@@ -385,11 +373,12 @@ std::array<bool, kProducts> faster_libraries(std::int64_t batch, int threads) {
   for (std::size_t product = 0; product < kProducts; ++product) {
     const tp::bench::GemmCase& shape = shares[product];
     tp::bench::GemmOperands operands = tp::bench::gemm_operands(shape);
-    const auto time = [&](auto call) {
-      return tp::bench::time_per_call([&] { call(shape, operands.a.data(), operands.b.data(), operands.c.data()); },
-                                      0.02);
+    const auto time = [&](bool library) {
+      return tp::bench::time_per_call(
+          [&] { tp::bench::contiguous_sgemm(library, shape, operands.a.data(), operands.b.data(), operands.c.data()); },
+          0.02);
     };
-    onednn[product] = time(tp::bench::raw_onednn_sgemm) < time(tp::bench::raw_sgemm);
+    onednn[product] = time(true) < time(false);
   }
   return onednn;
 }
@@ -402,9 +391,9 @@ double one_thread_rate(std::int64_t batch, bool onednn, int rounds) {
     double flops = 0, seconds = 0;
     for (const tp::bench::GemmCase& shape : tp::bench::training_gemms(batch)) {
       tp::bench::GemmOperands operands = tp::bench::gemm_operands(shape);
-      const auto call = onednn ? tp::bench::raw_onednn_sgemm : tp::bench::raw_sgemm;
-      seconds +=
-          tp::bench::time_per_call([&] { call(shape, operands.a.data(), operands.b.data(), operands.c.data()); }, 0.05);
+      seconds += tp::bench::time_per_call(
+          [&] { tp::bench::contiguous_sgemm(onednn, shape, operands.a.data(), operands.b.data(), operands.c.data()); },
+          0.05);
       flops += 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
     }
     rates.push_back(flops / seconds / 1e9);

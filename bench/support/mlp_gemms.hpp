@@ -42,21 +42,36 @@ inline GemmOperands gemm_operands(const GemmCase& shape) {
   return operands;
 }
 
-// One raw cblas_sgemm of `shape` (C = op(A) op(B), row-major, as ops::matmul_into asks the BLAS for it), on
-// however many threads OpenBLAS is set to.
-inline void raw_sgemm(const GemmCase& shape, const float* a, const float* b, float* c) {
-  cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
-              shape.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(shape.m), static_cast<int>(shape.n),
-              static_cast<int>(shape.k), 1.0F, a, static_cast<int>(shape.transpose_a ? shape.m : shape.k), b,
-              static_cast<int>(shape.transpose_b ? shape.k : shape.n), 0.0F, c, static_cast<int>(shape.n));
+// C = op(A) op(B), row-major with explicit leading dimensions, one raw call on the calling thread's library
+// settings: oneDNN's dnnl_sgemm (its OpenMP team is the calling thread's, set to one thread) or OpenBLAS's
+// cblas_sgemm (on however many threads OpenBLAS is set to).
+inline void strided_sgemm(bool onednn, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                          std::int64_t k, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                          std::int64_t ldc) {
+  if (onednn) {
+    omp_set_num_threads(1);
+    dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, 1.0F, a, lda, b, ldb, 0.0F, c, ldc);
+  } else {
+    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0F, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), 0.0F, c, static_cast<int>(ldc));
+  }
 }
 
-// The same product through oneDNN's row-major dnnl_sgemm on one thread (its OpenMP team is the calling
-// thread's): the library `--gemm onednn` selects.
+// One contiguous product of `shape` (as ops::matmul_into asks the BLAS for it) through `onednn`'s library.
+inline void contiguous_sgemm(bool onednn, const GemmCase& shape, const float* a, const float* b, float* c) {
+  strided_sgemm(onednn, shape.transpose_a, shape.transpose_b, shape.m, shape.n, shape.k, a,
+                shape.transpose_a ? shape.m : shape.k, b, shape.transpose_b ? shape.k : shape.n, c, shape.n);
+}
+
+// One raw cblas_sgemm of `shape`, on however many threads OpenBLAS is set to.
+inline void raw_sgemm(const GemmCase& shape, const float* a, const float* b, float* c) {
+  contiguous_sgemm(false, shape, a, b, c);
+}
+
+// The same product through oneDNN's row-major dnnl_sgemm on one thread: the library `--gemm onednn` selects.
 inline void raw_onednn_sgemm(const GemmCase& shape, const float* a, const float* b, float* c) {
-  omp_set_num_threads(1);
-  dnnl_sgemm(shape.transpose_a ? 'T' : 'N', shape.transpose_b ? 'T' : 'N', shape.m, shape.n, shape.k, 1.0F, a,
-             shape.transpose_a ? shape.m : shape.k, b, shape.transpose_b ? shape.k : shape.n, 0.0F, c, shape.n);
+  contiguous_sgemm(true, shape, a, b, c);
 }
 
 }  // namespace tp::bench
