@@ -11,7 +11,10 @@
 // pool hand-offs, no host thread, no allocation. With --input gather each step first assembles its batch as
 // the input pipeline does (examples gathered in a shuffled order from a uint8 dataset of Fashion-MNIST's
 // size, divided by 255) and copies it to the step's input, as a sim device's host-to-device copy does; with
-// --input none the batch is fixed. Every thread takes an equal share of each part.
+// --input none the batch is fixed. Every thread takes an equal share of each part. With --epilogues fused the
+// element-wise passes around layer 1 are fused as a graph compiler would (the partial sums, bias and ReLU in
+// one pass; ReLU's gradient and the bias gradient's sums over the thread's own rows in another), which
+// `tensorpool train` does not do: the figure is what those fusions are worth, not ours without a runtime.
 //
 // Prints one JSON line: samples/s (median of --repeats timed runs of --steps steps), the libraries chosen, the
 // two-core roofline (threads x the faster library's one-thread sgemm rate on the step's five products at this
@@ -44,6 +47,7 @@
 #include "backend/cpu/kernels/bias.hpp"
 #include "backend/cpu/kernels/cross_entropy.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
+#include "core/isa_clones.hpp"
 #include "support/mlp_gemms.hpp"
 #include "support/timing.hpp"
 #include "tensorpool/core/convert.hpp"
@@ -117,6 +121,7 @@ struct Step {
   int threads = 1;
   std::array<bool, kProducts> onednn{};  // per product: oneDNN, else OpenBLAS
   bool gather = false;
+  bool fused = false;  // --epilogues fused
   // The input pipeline's data: uint8 examples, their labels, a shuffled order.
   std::vector<std::uint8_t> dataset;
   std::vector<std::int32_t> dataset_labels;
@@ -124,7 +129,8 @@ struct Step {
   // Activations and gradients.
   std::vector<float> staging, x, hidden, logits, loss, dlogits, dhidden, dw1, db1, dw2, db2;
   std::vector<std::int32_t> labels;
-  std::vector<std::vector<float>> partial;  // per thread: its depth share of the layer-1 product
+  std::vector<std::vector<float>> partial;       // per thread: its depth share of the layer-1 product
+  std::vector<std::vector<float>> bias_partial;  // per thread, fused: bias 1's gradient over the thread's rows
   Model model;
 };
 
@@ -135,12 +141,13 @@ std::vector<float> uniform(std::size_t n, float bound, std::mt19937& rng) {
   return values;
 }
 
-Step make_step(std::int64_t batch, int threads, const std::array<bool, kProducts>& onednn, bool gather) {
+Step make_step(std::int64_t batch, int threads, const std::array<bool, kProducts>& onednn, bool gather, bool fused) {
   Step step;
   step.batch = batch;
   step.threads = threads;
   step.onednn = onednn;
   step.gather = gather;
+  step.fused = fused;
   std::mt19937 rng(1);
   const auto u = [](std::int64_t n) { return static_cast<std::size_t>(n); };
   step.model.w1 = uniform(u(kInputs * kHidden), std::sqrt(6.0F / (kInputs + kHidden)), rng);
@@ -177,7 +184,58 @@ Step make_step(std::int64_t batch, int threads, const std::array<bool, kProducts
   step.dw2.resize(u(kHidden * kClasses));
   step.db2.resize(u(kClasses));
   step.partial.assign(static_cast<std::size_t>(threads), std::vector<float>(u(batch * kHidden)));
+  step.bias_partial.assign(static_cast<std::size_t>(threads), std::vector<float>(u(kHidden)));
   return step;
+}
+
+// The separate passes as the backend runs them: the split product's second partial sum added to the first (the
+// GEMM's add_partial), and a bias gradient's column sums accumulated in double (reduce_sum), both vectorised.
+TP_ISA_CLONES void add_into(float* __restrict__ out, const float* __restrict__ add, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] += add[i];
+}
+
+TP_ISA_CLONES void column_sums(const float* __restrict__ x, std::int64_t rows, std::int64_t stride, std::int64_t width,
+                               float* __restrict__ out) {
+  constexpr std::int64_t kBlock = 64;
+  for (std::int64_t begin = 0; begin < width; begin += kBlock) {
+    const std::int64_t block = std::min(kBlock, width - begin);
+    std::array<double, kBlock> sums{};
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const float* __restrict__ line = x + row * stride + begin;
+      for (std::int64_t c = 0; c < block; ++c) sums[static_cast<std::size_t>(c)] += static_cast<double>(line[c]);
+    }
+    for (std::int64_t c = 0; c < block; ++c) out[begin + c] = static_cast<float>(sums[static_cast<std::size_t>(c)]);
+  }
+}
+
+// --epilogues fused, forward: hidden = ReLU(sum of the threads' partial products + bias), one pass over the rows.
+TP_ISA_CLONES void sum_bias_relu(const std::vector<std::vector<float>>& partials, std::int64_t first_row,
+                                 std::int64_t rows, const float* __restrict__ bias, float* __restrict__ hidden) {
+  for (std::int64_t row = 0; row < rows; ++row) {
+    float* __restrict__ out = hidden + row * kHidden;
+    const float* __restrict__ head = partials[0].data() + (first_row + row) * kHidden;
+    for (std::int64_t c = 0; c < kHidden; ++c) out[c] = head[c];
+    for (std::size_t other = 1; other < partials.size(); ++other) {
+      const float* __restrict__ add = partials[other].data() + (first_row + row) * kHidden;
+      for (std::int64_t c = 0; c < kHidden; ++c) out[c] += add[c];
+    }
+    for (std::int64_t c = 0; c < kHidden; ++c) out[c] = std::max(out[c] + bias[c], 0.0F);
+  }
+}
+
+// --epilogues fused, backward: dhidden = dhidden where hidden > 0, else 0, and sums[c] = the sum of the result's
+// column c over these rows (the bias gradient's share of this thread), while the rows are in this core's cache.
+TP_ISA_CLONES void relu_grad_bias_sums(const float* __restrict__ hidden, float* __restrict__ dhidden, std::int64_t rows,
+                                       float* __restrict__ sums) {
+  for (std::int64_t c = 0; c < kHidden; ++c) sums[c] = 0.0F;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const float* __restrict__ h = hidden + row * kHidden;
+    float* __restrict__ d = dhidden + row * kHidden;
+    for (std::int64_t c = 0; c < kHidden; ++c) {
+      d[c] = h[c] > 0.0F ? d[c] : 0.0F;
+      sums[c] += d[c];
+    }
+  }
 }
 
 // Thread `t`'s share of step `index` (the model's `adam_step`-th update); parts[] gets thread 0's seconds per
@@ -224,13 +282,15 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
   // Rows: the partial sums, bias, ReLU; layer 2 and the loss's gradient (the mean over the batch).
   float* hidden = s.hidden.data() + rows.begin * kHidden;
   const std::int64_t hidden_elements = rows.size() * kHidden;
-  std::memcpy(hidden, s.partial[0].data() + rows.begin * kHidden, static_cast<std::size_t>(hidden_elements) * 4);
-  for (int other = 1; other < s.threads; ++other) {
-    const float* add = s.partial[static_cast<std::size_t>(other)].data() + rows.begin * kHidden;
-    for (std::int64_t i = 0; i < hidden_elements; ++i) hidden[i] += add[i];
+  if (s.fused) {
+    sum_bias_relu(s.partial, rows.begin, rows.size(), model.b1.data(), hidden);
+  } else {
+    std::memcpy(hidden, s.partial[0].data() + rows.begin * kHidden, static_cast<std::size_t>(hidden_elements) * 4);
+    for (int other = 1; other < s.threads; ++other)
+      add_into(hidden, s.partial[static_cast<std::size_t>(other)].data() + rows.begin * kHidden, hidden_elements);
+    cpu::bias_add(hidden, model.b1.data(), hidden, rows.size(), kHidden);
+    cpu::relu(hidden, hidden, hidden_elements);
   }
-  cpu::bias_add(hidden, model.b1.data(), hidden, rows.size(), kHidden);
-  cpu::relu(hidden, hidden, hidden_elements);
   float* logits = s.logits.data() + rows.begin * kClasses;
   float* dlogits = s.dlogits.data() + rows.begin * kClasses;
   tp::bench::strided_sgemm(s.onednn[kLayer2], false, false, rows.size(), kClasses, kHidden, hidden, kHidden,
@@ -244,17 +304,24 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
   float* dhidden = s.dhidden.data() + rows.begin * kHidden;
   tp::bench::strided_sgemm(s.onednn[kInputGrad2], false, true, rows.size(), kHidden, kClasses, dlogits, kClasses,
                            model.w2.data(), kClasses, dhidden, kHidden);
-  cpu::relu_grad(dhidden, hidden, dhidden, hidden_elements);
+  if (s.fused) {
+    relu_grad_bias_sums(hidden, dhidden, rows.size(), s.bias_partial[static_cast<std::size_t>(t)].data());
+  } else {
+    cpu::relu_grad(dhidden, hidden, dhidden, hidden_elements);
+  }
   barrier.wait();
   lap(kForward2);
   // Columns: layer 2's weight gradient rows and bias 1's gradient; thread 0 also bias 2's.
   tp::bench::strided_sgemm(s.onednn[kWeightGrad2], true, false, columns.size(), kClasses, batch,
                            s.hidden.data() + columns.begin, kHidden, s.dlogits.data(), kClasses,
                            s.dw2.data() + columns.begin * kClasses, kClasses);
-  std::fill(s.db1.begin() + columns.begin, s.db1.begin() + columns.end, 0.0F);
-  for (std::int64_t row = 0; row < batch; ++row) {
-    const float* line = s.dhidden.data() + row * kHidden;
-    for (std::int64_t c = columns.begin; c < columns.end; ++c) s.db1[static_cast<std::size_t>(c)] += line[c];
+  if (s.fused) {
+    std::fill(s.db1.begin() + columns.begin, s.db1.begin() + columns.end, 0.0F);
+    for (const std::vector<float>& sums : s.bias_partial)
+      for (std::int64_t c = columns.begin; c < columns.end; ++c)
+        s.db1[static_cast<std::size_t>(c)] += sums[static_cast<std::size_t>(c)];
+  } else {
+    column_sums(s.dhidden.data() + columns.begin, batch, kHidden, columns.size(), s.db1.data() + columns.begin);
   }
   if (t == 0) cpu::bias_add_grad(s.dlogits.data(), s.db2.data(), batch, kClasses);
   lap(kBackward2);
@@ -295,8 +362,13 @@ double run_steps(Step& s, const Model& initial, std::int64_t first, std::int64_t
 }
 
 // The step's gradients, computed plainly on one thread in double: the check of what the schedule computes.
-bool check(std::int64_t batch, int threads, const std::array<bool, kProducts>& onednn, std::string& detail) {
-  Step s = make_step(batch, threads, onednn, false);
+bool check(std::int64_t batch, int threads, const std::array<bool, kProducts>& onednn, bool fused,
+           std::string& detail) {
+  Step s = make_step(batch, threads, onednn, false, fused);
+  // Biases away from their zero start, so that a step which dropped one would disagree.
+  std::mt19937 rng(2);
+  s.model.b1 = uniform(static_cast<std::size_t>(kHidden), 0.1F, rng);
+  s.model.b2 = uniform(static_cast<std::size_t>(kClasses), 0.1F, rng);
   const Model before = s.model;
   std::array<double, kParts> parts{};
   run_steps(s, before, 0, 1, parts);
@@ -411,6 +483,7 @@ static int run(int argc, char** argv) {
   int repeats = 5;
   std::string library = "auto";
   std::string input = "gather";
+  std::string epilogues = "separate";
   app.add_option("--batch-size", batch, "examples per step")->check(CLI::Range(std::int64_t{2}, std::int64_t{8192}));
   app.add_option("--threads", threads, "threads sharing each step (the roofline counts one core each)")
       ->check(CLI::Range(1, 64));
@@ -425,6 +498,10 @@ static int run(int argc, char** argv) {
                  "gather: each step assembles its batch from a shuffled uint8 dataset and copies it in, as the input "
                  "pipeline and a sim device do; none: a fixed batch")
       ->check(CLI::IsMember({"gather", "none"}));
+  app.add_option("--epilogues", epilogues,
+                 "separate: layer 1's bias, ReLU and their gradients as the backend's separate loops, as tensorpool "
+                 "train runs them; fused: in two passes over each thread's own rows, as a fusing compiler would")
+      ->check(CLI::IsMember({"separate", "fused"}));
   CLI11_PARSE(app, argc, argv);
   if (batch < threads) {
     std::fprintf(stderr, "tp_step_bound: --batch-size %lld is smaller than --threads %d: give each thread a row\n",
@@ -441,7 +518,7 @@ static int run(int argc, char** argv) {
   }
 
   std::string detail;
-  const bool correct = check(batch, threads, onednn, detail);
+  const bool correct = check(batch, threads, onednn, epilogues == "fused", detail);
   // The roofline's rate is the faster library's (issue 22's definition), whichever the products use.
   const double onednn_rate = one_thread_rate(batch, true, 3);
   const double openblas_rate = one_thread_rate(batch, false, 3);
@@ -451,7 +528,7 @@ static int run(int argc, char** argv) {
     flops_per_sample += 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
   const double roofline = threads * rate * 1e9 / flops_per_sample;
 
-  Step s = make_step(batch, threads, onednn, input == "gather");
+  Step s = make_step(batch, threads, onednn, input == "gather", epilogues == "fused");
   const Model initial = s.model;
   std::array<double, kParts> parts{};
   run_steps(s, initial, 0, std::min<std::int64_t>(steps, 20), parts);  // warm-up: oneDNN's kernels, the caches
@@ -462,8 +539,10 @@ static int run(int argc, char** argv) {
     rates.push_back(static_cast<double>(steps * batch) / seconds);
   }
   const double samples = tp::bench::median(rates);
-  std::printf("{\"batch\": %lld, \"threads\": %d, \"library\": \"%s\", \"input\": \"%s\", \"samples_per_s\": %.0f, ",
-              static_cast<long long>(batch), threads, library.c_str(), input.c_str(), samples);
+  std::printf(
+      "{\"batch\": %lld, \"threads\": %d, \"library\": \"%s\", \"input\": \"%s\", \"epilogues\": \"%s\", "
+      "\"samples_per_s\": %.0f, ",
+      static_cast<long long>(batch), threads, library.c_str(), input.c_str(), epilogues.c_str(), samples);
   std::printf("\"products\": {");
   for (std::size_t product = 0; product < kProducts; ++product)
     std::printf("%s\"%s\": \"%s\"", product ? ", " : "", kProductNames[product],
