@@ -46,6 +46,7 @@
 #include "backend/cpu/kernels/activations.hpp"
 #include "backend/cpu/kernels/bias.hpp"
 #include "backend/cpu/kernels/cross_entropy.hpp"
+#include "backend/cpu/kernels/elementwise.hpp"
 #include "backend/cpu/kernels/optimizer.hpp"
 #include "core/isa_clones.hpp"
 #include "support/mlp_gemms.hpp"
@@ -188,12 +189,8 @@ Step make_step(std::int64_t batch, int threads, const std::array<bool, kProducts
   return step;
 }
 
-// The separate passes as the backend runs them: the split product's second partial sum added to the first (the
-// GEMM's add_partial), and a bias gradient's column sums accumulated in double (reduce_sum), both vectorised.
-TP_ISA_CLONES void add_into(float* __restrict__ out, const float* __restrict__ add, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] += add[i];
-}
-
+// Bias 1's gradient as the backend's reduce_sum computes it (columns in blocks, each summed over every row in
+// double), over this thread's columns of the rows: reduce_sum itself takes only whole rows.
 TP_ISA_CLONES void column_sums(const float* __restrict__ x, std::int64_t rows, std::int64_t stride, std::int64_t width,
                                float* __restrict__ out) {
   constexpr std::int64_t kBlock = 64;
@@ -287,7 +284,8 @@ void run_share(Step& s, int t, std::int64_t index, std::int64_t adam_step, SpinB
   } else {
     std::memcpy(hidden, s.partial[0].data() + rows.begin * kHidden, static_cast<std::size_t>(hidden_elements) * 4);
     for (int other = 1; other < s.threads; ++other)
-      add_into(hidden, s.partial[static_cast<std::size_t>(other)].data() + rows.begin * kHidden, hidden_elements);
+      cpu::add(hidden, s.partial[static_cast<std::size_t>(other)].data() + rows.begin * kHidden, hidden,
+               hidden_elements);
     cpu::bias_add(hidden, model.b1.data(), hidden, rows.size(), kHidden);
     cpu::relu(hidden, hidden, hidden_elements);
   }
