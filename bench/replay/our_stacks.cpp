@@ -19,6 +19,7 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   if (options.release_decay_events) config.release_decay_events = *options.release_decay_events;
   config.compact_before_growth = options.compact_before_growth;
   if (options.compaction_slack) config.compaction_slack = *options.compaction_slack;
+  if (options.reuse_bytes) config.reuse_bytes = *options.reuse_bytes;
   return config;
 }
 

@@ -31,6 +31,7 @@ struct OurStackOptions {
   // (footprint, min-capacity), and min-capacity's probes also compact on a refusal.
   bool compact_before_growth = false;
   std::optional<double> compaction_slack;  // MemoryConfig::compaction_slack; unset = the default
+  std::optional<std::size_t> reuse_bytes;  // MemoryConfig::reuse_bytes (0: off); unset = the default
 };
 
 // peak_live_bytes x factor, rounded up to the 2 MiB granule (at least one granule).

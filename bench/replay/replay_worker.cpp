@@ -315,6 +315,7 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     report["bfc_split"] = std::string(tp::memory::to_string(stack->config().bfc_split));
     if (const auto* arena = dynamic_cast<const tp::memory::ExpandableArena*>(&stack->allocator())) {
       report["release_decay_events"] = arena->options().release_decay_events;
+      report["reuse_bytes"] = arena->options().reuse_bytes;
     }
     auto* arena = dynamic_cast<tp::memory::ExpandableArena*>(&stack->allocator());
     if (mode == "latency") {
@@ -325,6 +326,11 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
       measure_footprint(plan, allocator, report);
     }
     if (arena != nullptr) {
+      const tp::memory::ReuseStats reuse = arena->reuse_stats();
+      report["reuse_keeps"] = reuse.keeps;
+      report["reuse_hits"] = reuse.hits;
+      report["reuse_flushes"] = reuse.flushes;
+      report["reuse_pauses"] = reuse.pauses;
       const tp::memory::GrowthPressureStats growth = arena->growth_pressure_stats();
       report["compact_before_growth"] = arena->options().compact_before_growth;
       report["compaction_slack"] = arena->options().compaction_slack;
@@ -388,6 +394,9 @@ int main(int argc, char** argv) {
                  "our stacks: growth policy (default: preallocate, grow for bfc-grow); with grow the expandable"
                  " arena gives freed pages back (the default stack for unplanned memory)")
       ->check(CLI::IsMember({"grow", "preallocate"}));
+  app.add_option("--reuse-bytes", stack_options.reuse_bytes,
+                 "our expandable stacks: freed bytes the arena keeps whole for requests of their exact size"
+                 " (default: MemoryConfig's; 0 = off)");
   app.add_option("--release-decay-events", stack_options.release_decay_events,
                  "our expandable stacks: allocator events a freed granule beyond the release threshold stays"
                  " committed unused (default: ArenaOptions'; 0 = released at once, the policy before decay)");

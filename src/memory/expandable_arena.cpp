@@ -80,6 +80,7 @@ ExpandableArena::ExpandableArena(VirtualMemory* memory, std::unique_ptr<VirtualM
       }
     }
   }
+  if (options_.reuse_bytes != 0) kept_ring_.assign(kKeptRing, kNone);
   chunk_shift_ = static_cast<std::size_t>(std::countr_zero(granularity_ / kChunks));
   granule_shift_ = static_cast<std::size_t>(std::countr_zero(granularity_));
   stats_.bytes_limit = options_.limit_bytes;
@@ -391,13 +392,33 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   ++events_;
   // Strong exception safety: prepare_carve reserves what carve needs before acquire_for maps anything, and
   // nothing from the commit to the return allocates or throws.
+  if (kept_blocks_ != 0) {
+    // Room in the in-use index first (it may throw: nothing changed yet); reserve_slots' own test, inline.
+    if (kSlotsPerBlock * (in_use_count_ + 1) > kSlotsPerBucket * slot_buckets_.size()) reserve_slots(in_use_count_ + 1);
+    if (const std::uint32_t kept = take_kept(size); kept != kNone) {
+      Block& block = nodes_[kept];
+      block.requested = bytes;
+      insert_slot(block.offset, kept);
+      ++in_use_count_;
+      stats_.record_allocation(bytes, size, 0);
+      last_compaction_.reset();
+      decay_cached();
+      return base_ + block.offset;
+    }
+  }
   Placement placement = best_fit(size);
+  // Kept blocks may be what keeps the request from a better place: give them back and place it again.
+  if (kept_blocks_ != 0 && placement.valid && placement.fresh_granules > min_fresh_granules(size) && flush_kept()) {
+    placement = best_fit(size);
+  }
   if (relieves_growth_ && placement.valid && placement.new_granules != 0) [[unlikely]] {
     placement = relieve_growth_pressure(size, placement);
   }
   if (placement.valid) prepare_carve(placement, size);
   if (!placement.valid || !acquire_for(placement, size)) {
-    // Give every cached granule back and place the request where it commits the least, then retry once.
+    // Give every kept block and cached granule back and place the request where it commits the least, then
+    // retry once.
+    flush_kept();
     decommit_cached(0);
     placement = fewest_commits(size);
     if (!placement.valid) {
@@ -510,13 +531,20 @@ void ExpandableArena::do_deallocate(void* ptr, std::size_t bytes) noexcept {
   --in_use_count_;
   const std::size_t size = nodes_[index].size;
   stats_.record_free(nodes_[index].requested, size, 0);
-  release_granules(index);
-  release_block(index);
+  if (options_.reuse_bytes != 0 && pause_left_ == 0 && size <= options_.reuse_max_block &&
+      size <= options_.reuse_bytes) {
+    keep_block(index);
+  } else {
+    pause_left_ -= static_cast<std::uint64_t>(pause_left_ != 0);
+    release_granules(index);
+    release_block(index);
+  }
   decay_cached();
 }
 
 std::size_t ExpandableArena::do_trim() {
   std::lock_guard lock(mutex_);
+  flush_kept();
   return decommit_cached(0);
 }
 

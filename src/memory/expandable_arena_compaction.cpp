@@ -425,6 +425,7 @@ CompactionResult ExpandableArena::compact_evacuating(Relocator& relocator, std::
 
 CompactionResult ExpandableArena::do_compact(Relocator& relocator) {
   std::lock_guard lock(mutex_);
+  flush_kept();  // a kept block has no owner that could let it move
   const CompactionResult result = compact_locked(relocator);
   count_compaction(result);
   return result;

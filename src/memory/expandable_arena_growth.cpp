@@ -42,6 +42,11 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
 }
 
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
+  // Kept blocks go back before anything runs: the room they hold needs no hook, and compaction cannot move them.
+  if (flush_kept()) {
+    placement = best_fit(size);
+    if (!placement.valid || placement.new_granules == 0) return placement;
+  }
   ++growth_.growth_requests;
   // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
   // takes again) the layers above keep their blocks, so a steady loop does not take them back. With compaction
@@ -62,6 +67,7 @@ ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t 
     }
     mutex_.lock();
     if (released) ++growth_.hooks_released;
+    flush_kept();  // what the hook freed into this arena may have been kept
     placement = best_fit(size);
     if (!placement.valid || placement.new_granules == 0) {
       if (placement.valid) ++growth_.growth_avoided;

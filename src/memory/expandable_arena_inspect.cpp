@@ -14,7 +14,7 @@ std::vector<ExpandableArena::BlockInfo> ExpandableArena::blocks() const {
   std::vector<BlockInfo> result;
   for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
     const Block& block = nodes_[index];
-    result.push_back(BlockInfo{block.offset, block.size, block.requested, block.in_use});
+    result.push_back(BlockInfo{block.offset, block.size, block.requested, block.in_use && !block.kept});
   }
   return result;
 }
@@ -47,6 +47,21 @@ std::size_t ExpandableArena::largest_committed_free_block() const {
     }
   };
   if (granules_.size() * granularity_ > extent_) scan(extent_, granules_.size() * granularity_);
+  if (kept_blocks_ != 0) {
+    // Kept blocks are free to callers and a request takes their room once they are given back: runs of free and
+    // kept blocks in address order count as one.
+    std::size_t run_begin = 0;
+    bool in_run = false;
+    for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
+      const Block& block = nodes_[index];
+      const bool free_to_callers = !block.in_use || block.kept;
+      if (free_to_callers && !in_run) run_begin = block.offset;
+      if (!free_to_callers && in_run) scan(run_begin, block.offset);
+      in_run = free_to_callers;
+    }
+    if (in_run) scan(run_begin, extent_);
+    return best;
+  }
   for (std::uint32_t index = free_last(); index != kNone && nodes_[index].size > best; index = free_prev(index)) {
     scan(nodes_[index].offset, nodes_[index].offset + nodes_[index].size);
   }
@@ -72,6 +87,8 @@ std::string ExpandableArena::check_invariants() const {
   std::size_t requested_bytes = 0;
   std::vector<std::uint32_t> users(granules_.size(), 0);
   std::vector<std::uint64_t> masks(granules_.size(), 0);
+  std::size_t kept_count = 0;
+  std::size_t kept_bytes = 0;
   std::uint32_t prev = kNone;
   bool prev_free = false;
   for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
@@ -80,13 +97,22 @@ std::string ExpandableArena::check_invariants() const {
     if (block.offset != expected_offset) problem << "gap or overlap at offset " << expected_offset;
     if (block.size == 0 || block.size % kBlockAlignment != 0) problem << "bad block size " << block.size;
     if (!problem.str().empty()) return problem.str();
-    if (block.in_use) {
+    if (block.kept && !block.in_use) return "free block at " + std::to_string(block.offset) + " marked kept";
+    if (block.kept) {
+      ++kept_count;
+      kept_bytes += block.size;
+      if (block.requested != 0 || block_at(block.offset) != kNone) {
+        return "kept block at " + std::to_string(block.offset) + " still counted in use";
+      }
+    } else if (block.in_use) {
       ++in_use_count;
       in_use_bytes += block.size;
       requested_bytes += block.requested;
       if (block_at(block.offset) != index) {
         return "in-use index misses offset " + std::to_string(block.offset);
       }
+    }
+    if (block.in_use) {
       const std::size_t end = end_granule(block.offset, block.size);
       if (end > users.size()) return "granule table too short for the block at " + std::to_string(block.offset);
       for (std::size_t granule = first_granule(block.offset); granule < end; ++granule) {
@@ -115,6 +141,7 @@ std::string ExpandableArena::check_invariants() const {
   if (in_use_count != slots_in_use_ || in_use_count != in_use_count_) return "in-use index size mismatch";
   if (in_use_bytes != stats_.bytes_in_use) return "bytes_in_use does not match the in-use blocks";
   if (requested_bytes != stats_.bytes_requested) return "bytes_requested does not match the in-use blocks";
+  if (std::string error = check_kept(kept_count, kept_bytes); !error.empty()) return error;
   if (std::string error = check_granules(users, masks); !error.empty()) return error;
   if (committed_granules_ * granularity_ > options_.limit_bytes) return "committed bytes exceed the limit";
   if (stats_.bytes_reserved != committed_granules_ * granularity_) return "bytes_reserved != committed bytes";
@@ -199,6 +226,32 @@ std::string ExpandableArena::check_granules(const std::vector<std::uint32_t>& us
   if (older != lru_newest_) return "the cached-granule list's newest end is stale";
   if (listed != cached || cached != cached_count_) return "cached granule count is wrong";
   if (committed != committed_granules_) return "committed granule count is wrong";
+  return "";
+}
+
+std::string ExpandableArena::check_kept(std::size_t kept_count, std::size_t kept_bytes) const {
+  if (kept_count != kept_blocks_ || kept_bytes != kept_bytes_) return "kept block count or bytes mismatch";
+  if (kept_bytes_ > options_.reuse_bytes) return "kept blocks exceed reuse_bytes";
+  std::size_t listed = 0;
+  for (std::size_t bin = 0; bin < kBins; ++bin) {
+    std::uint32_t before = kNone;
+    for (std::uint32_t index = kept_heads_[bin]; index != kNone; before = index, index = nodes_[index].right) {
+      const Block& block = nodes_[index];
+      if (!block.kept || bin_of(block.size) != bin || block.left != before) {
+        return "kept list of bin " + std::to_string(bin) + " broken at block " + std::to_string(index);
+      }
+      if (++listed > kept_blocks_) return "kept lists hold more blocks than are kept";
+    }
+  }
+  if (listed != kept_blocks_) return "a kept block is on no kept list";
+  if (kept_entries_ > kept_ring_.size()) return "kept ring overfull";
+  std::vector<bool> in_ring(nodes_.size(), false);
+  for (std::size_t entry = 0; entry < kept_entries_; ++entry)
+    in_ring[kept_ring_[(kept_front_ + entry) % kept_ring_.size()]] = true;
+  for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
+    if (nodes_[index].kept && !in_ring[index])
+      return "kept block at " + std::to_string(nodes_[index].offset) + " not in the keep order";
+  }
   return "";
 }
 

@@ -52,6 +52,7 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       options.share_granules = config.share_granules;
       options.compact_before_growth = config.compact_before_growth;
       options.compaction_slack = config.compaction_slack;
+      options.reuse_bytes = config.reuse_bytes;
       // preallocate: memory once obtained is kept (until trim), like BFC's single region; grow: freed pages
       // beyond the arena's release threshold go back to the source once unused for the decay window.
       if (config.policy == GrowthPolicy::preallocate) options.release_threshold = limit_bytes;

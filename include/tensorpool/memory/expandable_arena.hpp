@@ -87,6 +87,20 @@
 //   committed_bytes == granularity x committed physical granules <= limit_bytes; the in-use and requested
 //   sums equal the sums over in-use blocks.
 //
+// Exact-size reuse (ArenaOptions::reuse_bytes, expandable_arena_reuse.cpp): a freed block of at most
+// reuse_max_block bytes is kept whole ("kept": free to callers, out of the in-use index and the statistics' in-use
+// bytes, but not merged, not in the free index, and still holding its granules), on a list per free-index bin and
+// a ring in the order kept, while the kept blocks hold at most reuse_bytes; the oldest go back (released as any
+// free) beyond it. A request of exactly a kept block's rounded size takes the most recently kept one of its bin
+// (of the first few looked at) without a search, so a loop that frees and allocates the same sizes (a training
+// step's activations, a decoder's per-token buffers) skips the placement, carve, merge and granule bookkeeping.
+// Kept blocks never cost memory: a request whose best placement takes more fresh granules than any placement of
+// its size must (min_fresh_granules) first gives every kept block back and is placed again, as are compaction,
+// trim() and the out-of-memory retry. Where requests seldom repeat a kept size (fewer than one in
+// kReuseMinHitShare of a round of kReuseRound keeps), keeping pauses for kReusePause frees, its blocks given back,
+// so random sizes pay for neither the keeping nor the flushes. Off (0) by default in ArenaOptions; MemoryConfig
+// turns it on for the expandable stacks.
+//
 // Compaction (compact(relocator), expandable_arena_compaction.cpp), called by the blocks' owner at a point
 // where nothing uses them (a step boundary), typically after an allocation failed with free memory in pieces:
 // in-use blocks are taken from the highest address down (in up to kCompactionPasses passes, while a pass moves
@@ -179,6 +193,21 @@ struct ArenaOptions {
   bool compact_before_growth = false;
   // In [0, 1]: 0 compacts before any growth that would leave more than a granule free inside.
   double compaction_slack = 0.02;
+  // Exact-size reuse (above): the most bytes freed blocks kept whole for a request of their size may hold; 0 = off.
+  std::size_t reuse_bytes = 0;
+  // Larger freed blocks are never kept.
+  std::size_t reuse_max_block = std::size_t{4} << 20;
+};
+
+// What exact-size reuse did (ExpandableArena::reuse_stats()).
+struct ReuseStats {
+  std::size_t kept_blocks = 0;  // kept now
+  std::size_t kept_bytes = 0;
+  std::uint64_t keeps = 0;    // frees kept so far
+  std::uint64_t hits = 0;     // requests served by a kept block
+  std::uint64_t flushes = 0;  // times every kept block was given back (a placement, compaction, trim, a retry)
+  std::uint64_t pauses = 0;   // rounds after which keeping paused for too few hits
+  bool paused = false;
 };
 
 class ExpandableArena final : public MemoryResource {
@@ -219,6 +248,12 @@ class ExpandableArena final : public MemoryResource {
   void set_growth_hook(GrowthHook hook);
   void set_relocator(Relocator* relocator);
   [[nodiscard]] GrowthPressureStats growth_pressure_stats() const;
+  [[nodiscard]] ReuseStats reuse_stats() const;
+  // Exact-size reuse pauses after a round of kReuseRound keeps with fewer than one hit per kReuseMinHitShare
+  // keeps, for kReusePause frees.
+  static constexpr std::uint64_t kReuseRound = 4096;
+  static constexpr std::uint64_t kReuseMinHitShare = 8;
+  static constexpr std::uint64_t kReusePause = std::uint64_t{1} << 16;
 
   static constexpr std::size_t kBlockAlignment = kDefaultAlignment;
 
@@ -239,7 +274,8 @@ class ExpandableArena final : public MemoryResource {
     std::uint32_t parent = kNone;
     std::uint32_t priority = 0;  // treap priority: a hash of the node's index, fixed for the node's life
     std::uint16_t bin = 0;       // free-index bin, while free
-    bool in_use = false;
+    bool in_use = false;         // also while kept: its granules stay taken
+    bool kept = false;           // freed, kept whole for exact-size reuse; left/right link its bin's kept list
   };
   struct Granule {                       // a virtual granule of the reserved range
     std::uint64_t mask = 0;              // chunks touched by in-use blocks
@@ -350,6 +386,42 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t carve(const Placement& placement, std::size_t size);
   // Frees an in-use block, merging it with free neighbours (or cutting it off at the tail).
   void release_block(std::uint32_t index);
+  // Exact-size reuse (expandable_arena_reuse.cpp). keep_block: keeps a freed block (out of the in-use index and
+  // the stats; the caller checked that keeping is on, not paused, and the block small enough); the oldest kept go
+  // back beyond reuse_bytes. take_kept: a kept block of exactly `size` bytes, unkept, or kNone. flush_kept: gives every
+  // kept block back; whether there was one.
+  void keep_block(std::uint32_t index) noexcept;
+  std::uint32_t take_kept(std::size_t size) noexcept {
+    std::uint32_t index = kept_heads_[bin_of(size)];
+    for (std::size_t looked = 0; looked < kKeptLookups && index != kNone; ++looked, index = nodes_[index].right) {
+      if (nodes_[index].size == size) {
+        unlist_kept(index);  // its ring entry is dropped when the ring reaches it
+        ++reuse_.hits;
+        ++round_hits_;
+        return index;
+      }
+    }
+    return kNone;
+  }
+  bool flush_kept() noexcept;
+  void unlist_kept(std::uint32_t index) noexcept {
+    Block& block = nodes_[index];
+    if (block.left != kNone) {
+      nodes_[block.left].right = block.right;
+    } else {
+      kept_heads_[bin_of(block.size)] = block.right;
+    }
+    if (block.right != kNone) nodes_[block.right].left = block.left;
+    block.left = kNone;
+    block.right = kNone;
+    block.kept = false;
+    kept_bytes_ -= block.size;
+    --kept_blocks_;
+  }
+  void release_kept(std::uint32_t index) noexcept;
+  static constexpr std::size_t kKeptLookups = 4;  // kept blocks of a bin take_kept compares with the request
+  static constexpr std::size_t kKeptRing = 4096;  // most entries of the keep order (so most kept blocks)
+
   std::size_t decommit_cached(std::size_t keep_bytes) noexcept;
   // The decay: decommits the least recently freed cached granules beyond release_threshold that have stayed
   // cached for release_decay_events events. O(1) when none has.
@@ -453,6 +525,7 @@ class ExpandableArena final : public MemoryResource {
   std::uint32_t free_last() const noexcept;
   bool free_contains(std::uint32_t index) const noexcept;  // by key descent from the root
   std::string check_free_index(std::size_t free_blocks) const;
+  std::string check_kept(std::size_t kept_count, std::size_t kept_bytes) const;  // the kept lists and ring
   // Granule invariants, given each virtual granule's users and chunk mask recounted from the blocks.
   std::string check_granules(const std::vector<std::uint32_t>& users, const std::vector<std::uint64_t>& masks) const;
   // Granule sharing (expandable_arena_granules.cpp).
@@ -611,6 +684,19 @@ class ExpandableArena final : public MemoryResource {
   std::size_t residual_free_ = 0;   // bytes free inside the reservation after the last compaction before growth
   GrowthPressureStats growth_;
   MemoryStats stats_;
+  // Exact-size reuse: each bin's kept blocks, most recently kept first; the keep order as a ring of node indices
+  // (an entry whose node is no longer kept is skipped); the kept bytes and blocks; this round's keeps and hits;
+  // frees left in a pause.
+  std::array<std::uint32_t, kBins> kept_heads_ = filled_roots();
+  std::vector<std::uint32_t> kept_ring_;  // kKeptRing entries when reuse is on
+  std::size_t kept_front_ = 0;
+  std::size_t kept_entries_ = 0;
+  std::size_t kept_bytes_ = 0;
+  std::size_t kept_blocks_ = 0;
+  std::uint64_t round_keeps_ = 0;
+  std::uint64_t round_hits_ = 0;
+  std::uint64_t pause_left_ = 0;
+  ReuseStats reuse_;
 };
 
 }  // namespace tp::memory

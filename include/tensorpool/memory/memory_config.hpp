@@ -40,6 +40,7 @@ std::string_view to_string(AllocatorKind kind) noexcept;
 struct MemoryConfig {
   static constexpr std::size_t kDefaultSplitThreshold = 128 * kMiB;
   static constexpr std::size_t kDefaultThreadCacheBytes = 4 * kMiB;
+  static constexpr std::size_t kDefaultReuseBytes = 16 * kMiB;
   // The largest fraction managed memory accepts: a budget of 16x the GPU's memory pages to the host anyway.
   static constexpr double kMaxOversubscription = 16.0;
 
@@ -76,6 +77,11 @@ struct MemoryConfig {
   // expandable, grow: freed granules beyond the arena's release threshold are decommitted once unused for this
   // many allocate/free calls (ArenaOptions::release_decay_events; 0 = at once); unset = the arena's default.
   std::optional<std::uint64_t> release_decay_events;
+  // expandable: the most bytes of freed blocks (each at most 4 MiB) the arena keeps whole for a request of their
+  // exact size (ArenaOptions::reuse_bytes, docs/memory.md), so a loop that frees and allocates the same sizes
+  // skips the arena's search; kept blocks are given back before they could cost a granule. 0 turns it off. The
+  // other allocators ignore it.
+  std::size_t reuse_bytes = kDefaultReuseBytes;
   bool tracking = true;  // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
   // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by
