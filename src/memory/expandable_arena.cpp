@@ -408,7 +408,8 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   }
   Placement placement = best_fit(size);
   // Kept blocks may be what keeps the request from a better place: give them back and place it again.
-  if (kept_blocks_ != 0 && placement.valid && placement.fresh_granules > min_fresh_granules(size) && flush_kept()) {
+  if (kept_blocks_ != 0 && placement.valid && placement.fresh_granules > min_fresh_granules(size) &&
+      (placement.new_granules != 0 || kept_bytes_ >= size) && flush_kept()) {
     placement = best_fit(size);
   }
   if (relieves_growth_ && placement.valid && placement.new_granules != 0) [[unlikely]] {

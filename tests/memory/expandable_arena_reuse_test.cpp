@@ -99,6 +99,29 @@ TEST(ExpandableArenaReuse, KeptBlocksGiveWayBeforeARequestTakesAFreshGranule) {
   EXPECT_EQ(arena.check_invariants(), "");
 }
 
+// Giving kept blocks back only pays when they could hold the request: with fewer kept bytes than it asks, a request
+// takes a cached granule (no commit) and the kept block stays.
+TEST(ExpandableArenaReuse, KeptBlocksSmallerThanTheRequestStayWhenNoGranuleIsCommitted) {
+  ArenaOptions options = reuse_options(64 * kMiB);
+  options.release_threshold = 16 * kMiB;
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options);
+  void* big = arena.allocate(6 * kMiB);  // above reuse_max_block: its free leaves granules 0-2 cached
+  void* a = arena.allocate(256 * kKiB);
+  void* b = arena.allocate(256 * kKiB);
+  arena.deallocate(big, 6 * kMiB);
+  arena.deallocate(a, 256 * kKiB);
+  ASSERT_EQ(arena.reuse_stats().kept_blocks, 1u);
+  const std::size_t committed = arena.committed_bytes();
+  void* c = arena.allocate(kMiB);  // takes a cached granule
+  EXPECT_EQ(arena.committed_bytes(), committed);
+  EXPECT_EQ(arena.reuse_stats().flushes, 0u);
+  EXPECT_EQ(arena.reuse_stats().kept_blocks, 1u);
+  EXPECT_EQ(arena.check_invariants(), "");
+  arena.deallocate(c, kMiB);
+  arena.deallocate(b, 256 * kKiB);
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
 TEST(ExpandableArenaReuse, TheOldestKeptBlocksGoBackBeyondReuseBytes) {
   ExpandableArena arena(std::make_unique<HostVirtualMemory>(), reuse_options(64 * kMiB, kMiB));
   std::vector<void*> blocks;

@@ -94,9 +94,11 @@
 // free) beyond it. A request of exactly a kept block's rounded size takes the most recently kept one of its bin
 // (of the first few looked at) without a search, so a loop that frees and allocates the same sizes (a training
 // step's activations, a decoder's per-token buffers) skips the placement, carve, merge and granule bookkeeping.
-// Kept blocks never cost memory: a request whose best placement takes more fresh granules than any placement of
-// its size must (min_fresh_granules) first gives every kept block back and is placed again, as are compaction,
-// trim() and the out-of-memory retry. Where requests seldom repeat a kept size (fewer than one in
+// Kept blocks never make the arena commit: a request whose best placement would commit new granules first gives
+// every kept block back and is placed again, and so does one whose placement takes more fresh (cached) granules
+// than any placement of its size must (min_fresh_granules) when it asks no more than the kept bytes (which could
+// then hold it); so do compaction, trim() and the out-of-memory retry. The layout still differs from an arena
+// without reuse, and with it the peak, by a granule or two on the bench traces. Where requests seldom repeat a kept size (fewer than one in
 // kReuseMinHitShare of a round of kReuseRound keeps), keeping pauses for kReusePause frees, its blocks given back,
 // so random sizes pay for neither the keeping nor the flushes. Off (0) by default in ArenaOptions; MemoryConfig
 // turns it on for the expandable stacks.
