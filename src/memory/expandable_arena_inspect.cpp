@@ -246,11 +246,13 @@ std::string ExpandableArena::check_kept(std::size_t kept_count, std::size_t kept
   if (listed != kept_blocks_) return "a kept block is on no kept list";
   if (kept_entries_ > kept_ring_.size()) return "kept ring overfull";
   std::vector<bool> in_ring(nodes_.size(), false);
-  for (std::size_t entry = 0; entry < kept_entries_; ++entry)
+  for (std::size_t entry = 0; entry < kept_entries_; ++entry) {
     in_ring[kept_ring_[(kept_front_ + entry) % kept_ring_.size()]] = true;
+  }
   for (std::uint32_t index = first_block_; index != kNone; index = nodes_[index].next) {
-    if (nodes_[index].kept && !in_ring[index])
+    if (nodes_[index].kept && !in_ring[index]) {
       return "kept block at " + std::to_string(nodes_[index].offset) + " not in the keep order";
+    }
   }
   return "";
 }

@@ -98,10 +98,10 @@
 // every kept block back and is placed again, and so does one whose placement takes more fresh (cached) granules
 // than any placement of its size must (min_fresh_granules) when it asks no more than the kept bytes (which could
 // then hold it); so do compaction, trim() and the out-of-memory retry. The layout still differs from an arena
-// without reuse, and with it the peak, by a granule or two on the bench traces. Where requests seldom repeat a kept size (fewer than one in
-// kReuseMinHitShare of a round of kReuseRound keeps), keeping pauses for kReusePause frees, its blocks given back,
-// so random sizes pay for neither the keeping nor the flushes. Off (0) by default in ArenaOptions; MemoryConfig
-// turns it on for the expandable stacks.
+// without reuse, and with it the peak, by a granule or two on the bench traces. Where requests seldom repeat a
+// kept size (fewer than one in kReuseMinHitShare of a round of kReuseRound keeps), keeping pauses for kReusePause
+// frees, its blocks given back, so random sizes pay for neither the keeping nor the flushes. Off (0) by default in
+// ArenaOptions; MemoryConfig turns it on for the expandable stacks.
 //
 // Compaction (compact(relocator), expandable_arena_compaction.cpp), called by the blocks' owner at a point
 // where nothing uses them (a step boundary), typically after an allocation failed with free memory in pieces:
@@ -390,8 +390,8 @@ class ExpandableArena final : public MemoryResource {
   void release_block(std::uint32_t index);
   // Exact-size reuse (expandable_arena_reuse.cpp). keep_block: keeps a freed block (out of the in-use index and
   // the stats; the caller checked that keeping is on, not paused, and the block small enough); the oldest kept go
-  // back beyond reuse_bytes. take_kept: a kept block of exactly `size` bytes, unkept, or kNone. flush_kept: gives every
-  // kept block back; whether there was one.
+  // back beyond reuse_bytes. take_kept: a kept block of exactly `size` bytes, unkept, or kNone. flush_kept: gives
+  // every kept block back; whether there was one.
   void keep_block(std::uint32_t index) noexcept;
   std::uint32_t take_kept(std::size_t size) noexcept {
     std::uint32_t index = kept_heads_[bin_of(size)];
