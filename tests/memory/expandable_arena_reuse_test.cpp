@@ -2,18 +2,15 @@
 // ExpandableArena's exact-size reuse (ArenaOptions::reuse_bytes): a freed block is kept whole and taken back by
 // a request of its size; its room still counts as free; kept blocks give way before a request would take a fresh
 // granule, and go back at trim, compaction and beyond reuse_bytes (the oldest first); sizes that do not repeat
-// pause keeping; a double free of a kept block still aborts; random operations, and threads, keep every
-// invariant and byte; the expandable stacks keep by default.
+// pause keeping; a double free of a kept block still aborts; the expandable stacks keep by default. Random
+// operations and threads with reuse: expandable_arena_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
-#include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,7 +22,6 @@
 #include "tensorpool/memory/host_virtual_memory.hpp"
 #include "tensorpool/memory/memory_config.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
-#include "tensorpool/memory/out_of_memory_error.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 
 namespace {
@@ -260,117 +256,6 @@ TEST(ExpandableArenaReuseDeathTest, FreeingAKeptBlockAgainAborts) {
   ASSERT_EQ(arena.reuse_stats().kept_blocks, 1u);
   EXPECT_DEATH(arena.deallocate(ptr, 1000), "did not hand out");
   arena.deallocate(anchor, kKiB);
-}
-
-void fill(void* ptr, std::size_t bytes, std::uint64_t seed) {
-  auto* data = static_cast<unsigned char*>(ptr);
-  std::memcpy(data, &seed, sizeof seed);
-  data[bytes - 1] = static_cast<unsigned char>(seed);
-}
-
-bool verify(const void* ptr, std::size_t bytes, std::uint64_t seed) {
-  const auto* data = static_cast<const unsigned char*>(ptr);
-  std::uint64_t value = 0;
-  std::memcpy(&value, data, sizeof value);
-  return value == seed && data[bytes - 1] == static_cast<unsigned char>(seed);
-}
-
-// Sizes that repeat (so requests take kept blocks), others that do not, under a tight limit (so the out-of-memory
-// retry gives kept blocks back), trims: invariants after every operation, every block intact at its free.
-TEST(ExpandableArenaReuse, RandomOperationsKeepEveryInvariant) {
-  for (const std::uint64_t seed : {1u, 2u, 3u}) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    std::mt19937_64 random(seed);
-    const std::size_t limit = 48 * kMiB;
-    ExpandableArena arena(std::make_unique<HostVirtualMemory>(), reuse_options(limit, (seed + 1) * 2 * kMiB));
-    const std::size_t repeated[] = {3 * kKiB, 24 * kKiB, 96 * kKiB, 768 * kKiB, 3 * kMiB};
-    std::map<char*, std::pair<std::size_t, std::uint64_t>> live;
-    std::uint64_t tag = 1;
-    std::size_t ooms = 0;
-    for (int op = 0; op < 6000; ++op) {
-      const auto choice = random() % 100;
-      if (choice < 55 || live.empty()) {
-        const std::size_t bytes = random() % 3 != 0 ? repeated[random() % 5] : 1 + random() % (4 * kMiB);
-        char* ptr = nullptr;
-        try {
-          ptr = static_cast<char*>(arena.allocate(bytes));
-        } catch (const tp::OutOfMemoryError&) {
-          ++ooms;
-        }
-        if (ptr != nullptr) {
-          const auto after = live.lower_bound(ptr);
-          if (after != live.end()) {
-            ASSERT_LE(ptr + bytes, after->first) << "op " << op;
-          }
-          if (after != live.begin()) {
-            const auto before = std::prev(after);
-            ASSERT_LE(before->first + before->second.first, ptr) << "op " << op;
-          }
-          fill(ptr, bytes, tag);
-          live.emplace(ptr, std::pair{bytes, tag++});
-        }
-      } else if (choice < 99) {
-        auto victim = live.begin();
-        std::advance(victim, static_cast<long>(random() % live.size()));
-        ASSERT_TRUE(verify(victim->first, victim->second.first, victim->second.second)) << "op " << op;
-        arena.deallocate(victim->first, victim->second.first);
-        live.erase(victim);
-      } else {
-        arena.trim();
-      }
-      ASSERT_LE(arena.committed_bytes(), limit);
-      ASSERT_EQ(arena.check_invariants(), "") << "op " << op;
-    }
-    const ReuseStats stats = arena.reuse_stats();
-    EXPECT_GT(ooms, 0u) << "the limit was never reached: the retry path is not exercised";
-    EXPECT_GT(stats.hits, 100u);
-    EXPECT_GT(stats.flushes, 10u);
-    for (const auto& [ptr, block] : live) {
-      ASSERT_TRUE(verify(ptr, block.first, block.second));
-      arena.deallocate(ptr, block.first);
-    }
-    EXPECT_EQ(arena.stats().bytes_in_use, 0u);
-    EXPECT_EQ(arena.check_invariants(), "");
-  }
-}
-
-TEST(ExpandableArenaReuse, ConcurrentThreadsNeverShareBytes) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), reuse_options(256 * kMiB));
-  std::vector<std::thread> threads;
-  std::vector<int> failures(4, 0);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&arena, &failures, t] {
-      std::mt19937_64 random(static_cast<std::uint64_t>(t) + 7);
-      std::vector<std::pair<void*, std::pair<std::size_t, std::uint64_t>>> held;
-      for (int i = 0; i < 3000; ++i) {
-        if (held.size() < 16 && random() % 3 != 0) {
-          const std::size_t bytes = 256 * (1 + random() % 8) * (random() % 2 != 0 ? 1 : 64);
-          const std::uint64_t tag = static_cast<std::uint64_t>(t) * 1000000 + static_cast<std::uint64_t>(i);
-          void* ptr = arena.allocate(bytes);
-          fill(ptr, bytes, tag);
-          held.push_back({ptr, {bytes, tag}});
-        } else if (!held.empty()) {
-          const std::size_t index = random() % held.size();
-          auto [ptr, info] = held[index];
-          if (!verify(ptr, info.first, info.second)) ++failures[static_cast<std::size_t>(t)];
-          arena.deallocate(ptr, info.first);
-          held[index] = held.back();
-          held.pop_back();
-        }
-      }
-      for (auto& [ptr, info] : held) {
-        if (!verify(ptr, info.first, info.second)) ++failures[static_cast<std::size_t>(t)];
-        arena.deallocate(ptr, info.first);
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[static_cast<std::size_t>(t)], 0) << "thread " << t;
-  EXPECT_GT(arena.reuse_stats().hits, 0u);
-  EXPECT_EQ(arena.check_invariants(), "");
-  const auto stats = arena.stats();
-  EXPECT_EQ(stats.bytes_in_use, 0u);
-  EXPECT_EQ(stats.num_allocs, stats.num_frees);
 }
 
 TEST(ExpandableArenaReuse, TheExpandableStacksKeepByDefaultAndZeroTurnsItOff) {

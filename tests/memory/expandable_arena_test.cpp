@@ -643,15 +643,19 @@ TEST(ExpandableArenaDeathTest, UnknownPointerAborts) {
 }
 
 // Random allocate/free/trim under a tight limit: invariants after every operation, every block's contents
-// intact when freed, no two live blocks overlap, committed never above the limit.
-void run_property_test(std::uint64_t seed, int operations) {
+// intact when freed, no two live blocks overlap, committed never above the limit. With exact-size reuse
+// (reuse_bytes), two requests in three take one of a few sizes, so that requests take kept blocks, and the limit
+// makes the out-of-memory retry give them back.
+void run_property_test(std::uint64_t seed, int operations, std::size_t reuse_bytes = 0) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
   const std::size_t limit = 48 * kMiB;
   const std::size_t thresholds[] = {0, 4 * kMiB, 16 * kMiB};
   const std::uint64_t decays[] = {0, 100};  // seeds from 3 on: cached granules beyond the threshold decay
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(),
-                        arena_options(limit, thresholds[seed % 3], false, decays[(seed / 3) % 2]));
+  ArenaOptions options = arena_options(limit, thresholds[seed % 3], false, decays[(seed / 3) % 2]);
+  options.reuse_bytes = reuse_bytes;
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options);
+  const std::size_t repeated[] = {3 * kKiB, 24 * kKiB, 96 * kKiB, 768 * kKiB, 3 * kMiB};
   struct Live {
     std::size_t bytes;
     std::uint64_t tag;
@@ -659,7 +663,8 @@ void run_property_test(std::uint64_t seed, int operations) {
   std::map<char*, Live> live;
   std::uint64_t next_tag = 1;
   std::size_t ooms = 0;
-  auto random_size = [&random]() -> std::size_t {
+  auto random_size = [&random, &repeated, reuse_bytes]() -> std::size_t {
+    if (reuse_bytes != 0 && random() % 3 != 0) return repeated[random() % 5];
     switch (random() % 8) {
       case 0: return 1 + random() % 8 * kMiB;
       case 1:
@@ -704,6 +709,10 @@ void run_property_test(std::uint64_t seed, int operations) {
     ASSERT_EQ(problem, "") << "op " << op;
   }
   EXPECT_GT(ooms, 0u) << "the limit was never reached: the test does not exercise the retry path";
+  if (reuse_bytes != 0) {
+    EXPECT_GT(arena.reuse_stats().hits, 100u);
+    EXPECT_GT(arena.reuse_stats().flushes, 10u);
+  }
   for (const auto& [ptr, block] : live) {
     ASSERT_TRUE(verify(ptr, block.bytes, block.tag));
     arena.deallocate(ptr, block.bytes);
@@ -714,6 +723,10 @@ void run_property_test(std::uint64_t seed, int operations) {
 
 TEST(ExpandableArena, RandomOperationsKeepEveryInvariant) {
   for (const std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) run_property_test(seed, 7000);
+}
+
+TEST(ExpandableArena, RandomOperationsWithExactSizeReuseKeepEveryInvariant) {
+  for (const std::uint64_t seed : {1u, 2u, 3u}) run_property_test(seed, 6000, (seed + 1) * 2 * kMiB);
 }
 
 // The placement rule without sharing, recomputed from blocks() alone (the search without any shortcut): the
@@ -804,17 +817,19 @@ TEST(ExpandableArena, PlacementFollowsTheBestFitRuleWithoutSharing) {
   }
 }
 
-TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {
-  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(256 * kMiB, 4 * kMiB));
+// Threads allocating and freeing at random on one arena (`size` draws each request), every block filled at its
+// allocation and checked at its free; then no byte in use and every count balanced.
+void run_threads_never_sharing_bytes(ExpandableArena& arena, int thread_count, int iterations,
+                                     std::size_t (*size)(std::mt19937_64&)) {
   std::vector<std::thread> threads;
-  std::vector<int> failures(8, 0);
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&arena, &failures, t] {
+  std::vector<int> failures(static_cast<std::size_t>(thread_count), 0);
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&arena, &failures, t, iterations, size] {
       std::mt19937_64 random(static_cast<std::uint64_t>(t) + 100);
       std::vector<std::pair<void*, std::pair<std::size_t, std::uint64_t>>> held;
-      for (int i = 0; i < 1500; ++i) {
+      for (int i = 0; i < iterations; ++i) {
         if (held.size() < 16 && random() % 3 != 0) {
-          const std::size_t bytes = random() % 4 == 0 ? 1 + random() % (3 * kMiB) : 1 + random() % (32 * kKiB);
+          const std::size_t bytes = size(random);
           const std::uint64_t tag = static_cast<std::uint64_t>(t) * 1000000 + static_cast<std::uint64_t>(i);
           void* ptr = arena.allocate(bytes);
           fill(ptr, bytes, tag);
@@ -835,12 +850,31 @@ TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {
     });
   }
   for (auto& thread : threads) thread.join();
-  for (int t = 0; t < 8; ++t) EXPECT_EQ(failures[static_cast<std::size_t>(t)], 0) << "thread " << t;
+  for (int t = 0; t < thread_count; ++t) EXPECT_EQ(failures[static_cast<std::size_t>(t)], 0) << "thread " << t;
   EXPECT_EQ(arena.check_invariants(), "");
   const auto stats = arena.stats();
   EXPECT_EQ(stats.bytes_in_use, 0u);
   EXPECT_EQ(stats.num_allocs, stats.num_frees);
+}
+
+TEST(ExpandableArena, ConcurrentThreadsNeverShareBytes) {
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), arena_options(256 * kMiB, 4 * kMiB));
+  run_threads_never_sharing_bytes(arena, 8, 1500, [](std::mt19937_64& random) -> std::size_t {
+    return random() % 4 == 0 ? 1 + random() % (3 * kMiB) : 1 + random() % (32 * kKiB);
+  });
   EXPECT_LE(arena.committed_bytes(), ArenaOptions{}.release_threshold);
+}
+
+// The same with exact-size reuse (kept blocks taken back, given back, kept again from any thread), over sizes that
+// repeat.
+TEST(ExpandableArena, ConcurrentThreadsNeverShareBytesWithExactSizeReuse) {
+  ArenaOptions options = arena_options(256 * kMiB);
+  options.reuse_bytes = 16 * kMiB;
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), options);
+  run_threads_never_sharing_bytes(arena, 4, 3000, [](std::mt19937_64& random) -> std::size_t {
+    return 256 * (1 + random() % 8) * (random() % 2 != 0 ? 1 : 64);
+  });
+  EXPECT_GT(arena.reuse_stats().hits, 0u);
 }
 
 }  // namespace
