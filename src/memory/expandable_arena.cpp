@@ -393,8 +393,7 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
   // Strong exception safety: prepare_carve reserves what carve needs before acquire_for maps anything, and
   // nothing from the commit to the return allocates or throws.
   if (kept_blocks_ != 0) {
-    // Room in the in-use index first (it may throw: nothing changed yet); reserve_slots' own test, inline.
-    if (kSlotsPerBlock * (in_use_count_ + 1) > kSlotsPerBucket * slot_buckets_.size()) reserve_slots(in_use_count_ + 1);
+    reserve_slots(in_use_count_ + 1);  // may throw: nothing changed yet
     if (const std::uint32_t kept = take_kept(size); kept != kNone) {
       Block& block = nodes_[kept];
       block.requested = bytes;
@@ -407,9 +406,11 @@ void* ExpandableArena::do_allocate(std::size_t bytes, std::size_t /*alignment*/,
     }
   }
   Placement placement = best_fit(size);
-  // Kept blocks may be what keeps the request from a better place: give them back and place it again.
-  if (kept_blocks_ != 0 && placement.valid && placement.fresh_granules > min_fresh_granules(size) &&
-      (placement.new_granules != 0 || kept_bytes_ >= size) && flush_kept()) {
+  // Kept blocks never make the arena commit, and may be what keeps the request from a better place: give them
+  // back and place it again.
+  if (kept_blocks_ != 0 && placement.valid &&
+      (placement.new_granules != 0 || (placement.fresh_granules > min_fresh_granules(size) && kept_bytes_ >= size)) &&
+      flush_kept()) {
     placement = best_fit(size);
   }
   if (relieves_growth_ && placement.valid && placement.new_granules != 0) [[unlikely]] {
@@ -478,9 +479,8 @@ void ExpandableArena::set_slot(std::size_t offset, std::uint32_t index) noexcept
   }
 }
 
-void ExpandableArena::reserve_slots(std::size_t blocks) {
+void ExpandableArena::grow_slots(std::size_t blocks) {
   const std::size_t lanes = kSlotsPerBlock * blocks;
-  if (lanes <= kSlotsPerBucket * slot_buckets_.size()) return;
   const std::size_t buckets = std::max<std::size_t>(16, std::bit_ceil((lanes + kSlotsPerBucket - 1) / kSlotsPerBucket));
   std::vector<SlotBucket> table(buckets);  // may throw: nothing changed yet
   table.swap(slot_buckets_);

@@ -42,11 +42,7 @@ bool ExpandableArena::compaction_pays(std::size_t size, const Placement& placeme
 }
 
 ExpandableArena::Placement ExpandableArena::relieve_growth_pressure(std::size_t size, Placement placement) {
-  // Kept blocks go back before anything runs: the room they hold needs no hook, and compaction cannot move them.
-  if (flush_kept()) {
-    placement = best_fit(size);
-    if (!placement.valid || placement.new_granules == 0) return placement;
-  }
+  // No kept block is left here: do_allocate gave them back before a placement that commits.
   ++growth_.growth_requests;
   // Only growth past the peak raises the footprint: below it (granules the decay gave back and a later step
   // takes again) the layers above keep their blocks, so a steady loop does not take them back. With compaction

@@ -95,6 +95,34 @@ TEST(ExpandableArenaReuse, KeptBlocksGiveWayBeforeARequestTakesAFreshGranule) {
   EXPECT_EQ(arena.check_invariants(), "");
 }
 
+// A placement that commits gives kept blocks back first even when it takes no more fresh granules than its size
+// must: a 7 MiB request fits exactly in a hole whose two inner granules are decommitted (threshold 0), and the kept
+// block alone holding granule 4 goes back (and its granule with it) before the two are committed.
+TEST(ExpandableArenaReuse, APlacementThatCommitsGivesKeptBlocksBackFirst) {
+  ExpandableArena arena(std::make_unique<HostVirtualMemory>(), reuse_options(64 * kMiB));
+  void* p = arena.allocate(256 * kKiB);     // [0, 256K): granule 0
+  void* x = arena.allocate(7 * kMiB);       // [256K, 7.25M): granules 0-3
+  void* q = arena.allocate(256 * kKiB);     // granule 3
+  void* r = arena.allocate(512 * kKiB);     // up to 8 MiB
+  void* kept = arena.allocate(2 * kMiB);    // granule 4, alone
+  void* tail = arena.allocate(256 * kKiB);  // granule 5
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(kept) % (2 * kMiB), 0u);
+  arena.deallocate(x, 7 * kMiB);  // too large to keep: granules 1 and 2 are decommitted
+  arena.deallocate(kept, 2 * kMiB);
+  ASSERT_EQ(arena.reuse_stats().kept_blocks, 1u);
+  ASSERT_EQ(arena.committed_bytes(), 8 * kMiB);  // granules 0, 3, 4, 5
+  void* again = arena.allocate(7 * kMiB);
+  EXPECT_EQ(again, x);
+  EXPECT_EQ(arena.reuse_stats().kept_blocks, 0u);
+  EXPECT_EQ(arena.committed_bytes(), 10 * kMiB);  // granules 0-3 and 5: granule 4 went back with the kept block
+  EXPECT_EQ(arena.check_invariants(), "");
+  for (auto [ptr, bytes] :
+       {std::pair{p, 256 * kKiB}, {again, 7 * kMiB}, {q, 256 * kKiB}, {r, 512 * kKiB}, {tail, 256 * kKiB}}) {
+    arena.deallocate(ptr, bytes);
+  }
+  EXPECT_EQ(arena.check_invariants(), "");
+}
+
 // Giving kept blocks back only pays when they could hold the request: with fewer kept bytes than it asks, a request
 // takes a cached granule (no commit) and the kept block stays.
 TEST(ExpandableArenaReuse, KeptBlocksSmallerThanTheRequestStayWhenNoGranuleIsCommitted) {

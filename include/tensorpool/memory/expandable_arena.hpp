@@ -484,7 +484,10 @@ class ExpandableArena final : public MemoryResource {
   void erase_slot(std::size_t position) noexcept;  // removes the entry at `position` (find_slot's, not kNoSlot)
   // Room for `blocks` in-use blocks filling at most 1 / kSlotsPerBlock of the table's lanes (a bucket seldom
   // overflows; one more block may come and go in a move). May throw std::bad_alloc; then unchanged.
-  void reserve_slots(std::size_t blocks);
+  void reserve_slots(std::size_t blocks) {
+    if (kSlotsPerBlock * blocks > kSlotsPerBucket * slot_buckets_.size()) grow_slots(blocks);
+  }
+  void grow_slots(std::size_t blocks);  // reserve_slots' rehash into a larger table
   static constexpr std::size_t kSlotsPerBlock = 4;
   // Fibonacci hashing: the top bits of the offset times 2^64 / phi (the low bits of offsets are all zero).
   std::size_t slot_home(std::size_t offset) const noexcept {
