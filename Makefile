@@ -90,7 +90,8 @@ TSAN_TESTS ?= concurrency_test bfc_allocator_property_test expandable_arena_test
   arbiter_conformance_test quota_adaptor_test communicator_test sequential_test prefetch_test inter_op_test \
   memory_profiler_test peer_copy_test intra_op_pool_test cpu_thread_count_test pending_run_test fit_test \
   opencl_runtime_test opencl_device_test opencl_kernels_test sharded_training_test thread_cache_adaptor_test \
-  expandable_arena_sharing_test fused_update_test session_compaction_test device_compaction_test
+  expandable_arena_sharing_test fused_update_test session_compaction_test device_compaction_test \
+  sharded_arena_test
 TSAN_JOBS ?= $(JOBS)
 tsan: deps
 	@cmake -S . -B $(TSAN_DIR) $(SANITIZER_DEBUG_FLAGS) -DTP_SANITIZE=thread -DTP_BUILD_BENCH=OFF \

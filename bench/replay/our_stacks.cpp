@@ -20,6 +20,7 @@ memory::MemoryConfig config_for(const std::string& name, const OurStackOptions& 
   config.compact_before_growth = options.compact_before_growth;
   if (options.compaction_slack) config.compaction_slack = *options.compaction_slack;
   if (options.reuse_bytes) config.reuse_bytes = *options.reuse_bytes;
+  if (options.arena_shards) config.arena_shards = *options.arena_shards;
   return config;
 }
 

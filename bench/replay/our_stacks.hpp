@@ -30,8 +30,9 @@ struct OurStackOptions {
   // MemoryConfig::compact_before_growth: the replay registers its slots as the arena's relocator
   // (footprint, min-capacity), and min-capacity's probes also compact on a refusal.
   bool compact_before_growth = false;
-  std::optional<double> compaction_slack;  // MemoryConfig::compaction_slack; unset = the default
-  std::optional<std::size_t> reuse_bytes;  // MemoryConfig::reuse_bytes (0: off); unset = the default
+  std::optional<double> compaction_slack;   // MemoryConfig::compaction_slack; unset = the default
+  std::optional<std::size_t> reuse_bytes;   // MemoryConfig::reuse_bytes (0: off); unset = the default
+  std::optional<std::size_t> arena_shards;  // MemoryConfig::arena_shards; unset = the default (1)
 };
 
 // peak_live_bytes x factor, rounded up to the 2 MiB granule (at least one granule).

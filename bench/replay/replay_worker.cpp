@@ -64,6 +64,7 @@
 #include "process_memory.hpp"
 #include "replay_plan.hpp"
 #include "tensorpool/memory/expandable_arena.hpp"
+#include "tensorpool/memory/sharded_arena.hpp"
 #include "tensorpool/memory/trace.hpp"
 
 namespace {
@@ -313,6 +314,7 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
     report["tracking"] = stack->config().tracking;
     report["policy"] = stack->config().policy == tp::memory::GrowthPolicy::grow ? "grow" : "preallocate";
     report["bfc_split"] = std::string(tp::memory::to_string(stack->config().bfc_split));
+    report["arena_shards"] = stack->config().arena_shards;
     if (const auto* arena = dynamic_cast<const tp::memory::ExpandableArena*>(&stack->allocator())) {
       report["release_decay_events"] = arena->options().release_decay_events;
       report["reuse_bytes"] = arena->options().reuse_bytes;
@@ -341,6 +343,13 @@ int run(const std::string& trace_path, const std::string& allocator_name, const 
       report["blocks_moved"] = growth.blocks_moved;
       report["bytes_copied"] = growth.bytes_copied;
       report["bytes_remapped"] = growth.bytes_remapped;
+    }
+    if (const auto* sharded = dynamic_cast<const tp::memory::ShardedArena*>(&stack->allocator())) {
+      const tp::memory::ReuseStats reuse = sharded->reuse_stats();
+      report["reuse_keeps"] = reuse.keeps;
+      report["reuse_hits"] = reuse.hits;
+      report["reuse_flushes"] = reuse.flushes;
+      report["reuse_pauses"] = reuse.pauses;
     }
     const tp::memory::MemoryStats stats = stack->stats();
     report["peak_reserved_bytes"] = stats.peak_bytes_reserved;
@@ -397,6 +406,10 @@ int main(int argc, char** argv) {
   app.add_option("--reuse-bytes", stack_options.reuse_bytes,
                  "our expandable stacks: freed bytes the arena keeps whole for requests of their exact size"
                  " (default: MemoryConfig's; 0 = off)");
+  app.add_option("--arena-shards", stack_options.arena_shards,
+                 "our expandable stacks: arenas the budget is split across, a thread allocating from one of them"
+                 " (MemoryConfig::arena_shards; default 1)")
+      ->check(CLI::Range(std::size_t{1}, tp::memory::MemoryConfig::kMaxArenaShards));
   app.add_option("--release-decay-events", stack_options.release_decay_events,
                  "our expandable stacks: allocator events a freed granule beyond the release threshold stays"
                  " committed unused (default: ArenaOptions'; 0 = released at once, the policy before decay)");

@@ -65,6 +65,17 @@ std::size_t parse_thread_cache(const char* value) {
   }
 }
 
+std::size_t parse_arena_shards(const char* value) {
+  const std::string_view text = trim(value);
+  std::size_t shards = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), shards);
+  if (text.empty() || error != std::errc{} || end != text.data() + text.size() || shards == 0 ||
+      shards > MemoryConfig::kMaxArenaShards) {
+    bad_variable("TP_ARENA_SHARDS", value, "a whole number from 1 to 64");
+  }
+  return shards;
+}
+
 // Above 1 only for managed memory (oversubscription); `allocator` is the one TP_ALLOCATOR left.
 double parse_fraction(const char* value, AllocatorKind allocator) {
   const std::string_view text = trim(value);
@@ -152,6 +163,12 @@ void MemoryConfig::validate() const {
              ": compact_before_growth and share_granules are both set; compaction moves blocks only in an arena"
              " whose physical granules are not shared, so turn one of them off");
   }
+  if (arena_shards == 0 || arena_shards > kMaxArenaShards) {
+    TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": arena_shards = ", arena_shards,
+             " is outside [1, ", kMaxArenaShards,
+             "]; give 1 for one arena, or the number of threads that allocate"
+             " on this device at the same time (e.g. its streams)");
+  }
   if (split_fraction.has_value()) {
     if (!(std::isfinite(*split_fraction) && *split_fraction > 0.0 && *split_fraction <= 1.0)) {
       TP_THROW(InvalidArgument, "memory", "MemoryConfig for ", device, ": split_fraction = ", *split_fraction,
@@ -203,6 +220,7 @@ MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env) {
   if (const char* value = get_env("TP_THREAD_CACHE"); value != nullptr) {
     config.thread_cache_bytes = parse_thread_cache(value);
   }
+  if (const char* value = get_env("TP_ARENA_SHARDS"); value != nullptr) config.arena_shards = parse_arena_shards(value);
   if (const char* value = get_env("TP_MEMORY_FRACTION"); value != nullptr) {
     config.fraction = parse_fraction(value, config.allocator);
     config.limit_bytes.reset();

@@ -14,12 +14,15 @@
 #include "tensorpool/memory/host_virtual_memory.hpp"
 #include "tensorpool/memory/limiting_adaptor.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/memory/sharded_arena.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/statistics_adaptor.hpp"
 #include "tensorpool/memory/thread_cache_adaptor.hpp"
 
 namespace tp::memory {
 namespace {
+
+static_assert(MemoryConfig::kMaxArenaShards == ShardedArena::kMaxShards);
 
 std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::size_t limit_bytes,
                                                MemoryResource* source, VirtualMemory* virtual_memory) {
@@ -57,6 +60,9 @@ std::unique_ptr<MemoryResource> make_allocator(const MemoryConfig& config, std::
       // beyond the arena's release threshold go back to the source once unused for the decay window.
       if (config.policy == GrowthPolicy::preallocate) options.release_threshold = limit_bytes;
       if (config.release_decay_events.has_value()) options.release_decay_events = *config.release_decay_events;
+      if (config.arena_shards > 1) {
+        return std::make_unique<ShardedArena>(*virtual_memory, options, config.arena_shards);
+      }
       return std::make_unique<ExpandableArena>(*virtual_memory, options);
     }
     // cuda_malloc_async: the driver's pool is the allocator (it caches freed blocks itself); the adaptor
@@ -137,11 +143,12 @@ MemoryStack::MemoryStack(const MemoryConfig& config, std::size_t limit_bytes, st
     tracking_ = tracking.get();
     layer = std::move(tracking);
   }
-  // BFC and the expandable arena count requests exactly (under their lock, which every call takes) when no
-  // thread cache serves calls they never see; the tracking adaptor passes every call through. The statistics
-  // adaptor then spares each call its atomic read-modify-write.
+  // BFC and the expandable arena count requests exactly (under their lock, which every call takes; the sharded
+  // arena on its shared counters) when no thread cache serves calls they never see; the tracking adaptor passes
+  // every call through. The statistics adaptor then spares each call its atomic read-modify-write.
   const bool allocator_counts = thread_cache_ == nullptr && (dynamic_cast<BfcAllocator*>(allocator_) != nullptr ||
-                                                             dynamic_cast<ExpandableArena*>(allocator_) != nullptr);
+                                                             dynamic_cast<ExpandableArena*>(allocator_) != nullptr ||
+                                                             dynamic_cast<ShardedArena*>(allocator_) != nullptr);
   top_ = std::make_unique<StatisticsAdaptor>(std::move(layer), "statistics",
                                              allocator_counts ? RequestCounts::upstream : RequestCounts::own);
   max_alignment_ = top_->max_alignment();

@@ -2,73 +2,18 @@
 #include "tensorpool/memory/statistics_adaptor.hpp"
 
 #include <algorithm>
-#include <limits>
-#include <mutex>
 #include <utility>
-#include <vector>
 
+#include "memory/thread_index.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::memory {
 namespace {
 
-// Shard indices, one per running thread that counts, shared by every StatisticsAdaptor: an index is taken at
-// a thread's first count and given back at its exit, so at most one running thread owns an index. The pool's
-// mutex orders a thread's last counts before the next owner's first. Never destroyed: threads may exit after
-// static destruction has begun.
-struct ShardIndexPool {
-  std::mutex mutex;               // guards both below
-  std::vector<std::size_t> free;  // indices given back, for reuse
-  std::size_t next = 0;           // indices handed out so far
-};
-
-ShardIndexPool& shard_index_pool() {
-  static auto* pool = new ShardIndexPool;  // NOLINT(cppcoreguidelines-owning-memory): leaked on purpose, above
-  return *pool;
-}
-
-constexpr std::size_t kNoShardIndex = std::numeric_limits<std::size_t>::max();
-// This thread's index, kNoShardIndex before its first count. A plain thread_local (no destructor), so reading
-// it costs no initialization check: the per-call path.
-thread_local std::size_t local_shard_index = kNoShardIndex;
-
-// Gives this thread's index back at its exit; constructed by the thread's first count.
-struct ShardIndexReturn {
-  bool held = false;
-  ShardIndexReturn() = default;
-  ShardIndexReturn(const ShardIndexReturn&) = delete;
-  ShardIndexReturn& operator=(const ShardIndexReturn&) = delete;
-  ~ShardIndexReturn() {
-    if (!held) return;
-    ShardIndexPool& pool = shard_index_pool();
-    const std::lock_guard lock(pool.mutex);
-    try {
-      pool.free.push_back(local_shard_index);
-    } catch (...) {  // no memory to keep the index: it is never reused (one shard stays idle)
-    }
-    local_shard_index = StatisticsAdaptor::kShards;  // counts from later destructors go to the shared shard
-  }
-};
-thread_local ShardIndexReturn local_shard_index_return;
-
-// Takes an index for this thread: a given-back one, else the next; kShards (the shared shard) when all are
-// taken or the thread is exiting.
-[[gnu::noinline]] std::size_t take_shard_index() noexcept {
-  ShardIndexPool& pool = shard_index_pool();
-  std::size_t index = StatisticsAdaptor::kShards;
-  {
-    const std::lock_guard lock(pool.mutex);
-    if (!pool.free.empty()) {
-      index = pool.free.back();
-      pool.free.pop_back();
-    } else if (pool.next < StatisticsAdaptor::kShards) {
-      index = pool.next++;
-    }
-  }
-  local_shard_index = index;
-  if (index < StatisticsAdaptor::kShards) local_shard_index_return.held = true;
-  return index;
-}
+using detail::kNoThreadIndex;
+using detail::tls_thread_index;
+static_assert(StatisticsAdaptor::kShards == detail::kThreadIndices,
+              "a shard per thread index, and the shared one for the threads beyond");
 
 // Adds to a counter only this thread writes: a plain load and store, no locked instruction.
 void add_owned(std::atomic<std::uint64_t>& counter, std::uint64_t value) noexcept {
@@ -92,7 +37,7 @@ StatisticsAdaptor::StatisticsAdaptor(MemoryResource& upstream, std::string name,
 // The per-call path: this thread's own shard, added to without a locked instruction; the first count of a
 // thread, and the counts of a thread without an index, go through count_slowly.
 inline void StatisticsAdaptor::count_allocation(std::size_t bytes) noexcept {
-  const std::size_t index = local_shard_index;
+  const std::size_t index = tls_thread_index;
   if (index >= kShards) [[unlikely]] {
     count_slowly(bytes, 0);
     return;
@@ -105,7 +50,7 @@ inline void StatisticsAdaptor::count_allocation(std::size_t bytes) noexcept {
 }
 
 inline void StatisticsAdaptor::count_free() noexcept {
-  const std::size_t index = local_shard_index;
+  const std::size_t index = tls_thread_index;
   if (index >= kShards) [[unlikely]] {
     count_slowly(0, 1);
     return;
@@ -114,7 +59,7 @@ inline void StatisticsAdaptor::count_free() noexcept {
 }
 
 void StatisticsAdaptor::count_slowly(std::size_t allocated_bytes, std::uint64_t frees) noexcept {
-  if (local_shard_index == kNoShardIndex && take_shard_index() < kShards) {
+  if (tls_thread_index == kNoThreadIndex && detail::take_thread_index() < kShards) {
     if (allocated_bytes != 0) count_allocation(allocated_bytes);
     if (frees != 0) count_free();
     return;

@@ -10,6 +10,7 @@
 #include "profile/allocator_segments.hpp"
 #include "tensorpool/memory/bfc_allocator.hpp"
 #include "tensorpool/memory/expandable_arena.hpp"
+#include "tensorpool/memory/sharded_arena.hpp"
 #include "tensorpool/memory/tracking_adaptor.hpp"
 #include "tensorpool/profile/memory_profiler.hpp"
 
@@ -55,15 +56,25 @@ std::vector<SnapshotSegment> allocator_segments(const memory::MemoryResource& al
     }
     return segments;
   }
-  if (const auto* arena = dynamic_cast<const memory::ExpandableArena*>(&allocator)) {
-    const std::uintptr_t base = arena->base_address();
+  // An expandable arena's blocks are one segment from its base; a sharded arena's, one per shard.
+  auto arena_segment = [&tag_at](const memory::ExpandableArena& arena) {
+    const std::uintptr_t base = arena.base_address();
     SnapshotSegment segment{base, 0, {}};
-    for (const memory::ExpandableArena::BlockInfo& block : arena->blocks()) {
+    for (const memory::ExpandableArena::BlockInfo& block : arena.blocks()) {
       segment.blocks.push_back({block.offset, block.size, block.requested, block.in_use,
                                 block.in_use ? tag_at(base + block.offset) : std::nullopt});
       segment.size = std::max(segment.size, block.offset + block.size);
     }
-    segments.push_back(std::move(segment));
+    return segment;
+  };
+  if (const auto* arena = dynamic_cast<const memory::ExpandableArena*>(&allocator)) {
+    segments.push_back(arena_segment(*arena));
+    return segments;
+  }
+  if (const auto* sharded = dynamic_cast<const memory::ShardedArena*>(&allocator)) {
+    for (std::size_t index = 0; index < sharded->shard_count(); ++index) {
+      segments.push_back(arena_segment(sharded->shard(index)));
+    }
     return segments;
   }
   // `system`: every allocation is its own mapping from the source.

@@ -21,8 +21,12 @@ std::vector<DeviceSummary> memory_summary(device::DeviceManager& manager, const 
     const memory::MemoryStats stats = device.memory().stats();
     DeviceSummary summary;
     summary.device = name;
-    summary.allocator = memory::to_string(device.memory().config().allocator);
-    summary.policy = device.memory().config().policy == memory::GrowthPolicy::grow ? "grow" : "preallocate";
+    const memory::MemoryConfig& config = device.memory().config();
+    summary.allocator = memory::to_string(config.allocator);
+    if (config.allocator == memory::AllocatorKind::expandable && config.arena_shards > 1) {
+      summary.allocator += fmt::format(" ({} shards)", config.arena_shards);
+    }
+    summary.policy = config.policy == memory::GrowthPolicy::grow ? "grow" : "preallocate";
     summary.peak_in_use_bytes = stats.peak_bytes_in_use;
     summary.reserved_bytes = stats.bytes_reserved;
     summary.peak_reserved_bytes = stats.peak_bytes_reserved;

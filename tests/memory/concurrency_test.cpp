@@ -17,10 +17,11 @@
 namespace tp::memory::testing {
 namespace {
 
-using Subjects = ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject,
-                                  BfcGrowSubject, ExpandableSubject, ExpandableSharedSubject, LimitingSubject,
-                                  StatisticsSubject, ThreadCacheSubject, TrackingSubject, LoggingSubject,
-                                  BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject, SystemStackSubject>;
+using Subjects =
+    ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject, BfcGrowSubject,
+                     ExpandableSubject, ExpandableSharedSubject, LimitingSubject, StatisticsSubject, ThreadCacheSubject,
+                     TrackingSubject, LoggingSubject, BfcStackSubject, BfcGrowStackSubject, ExpandableStackSubject,
+                     SystemStackSubject, ShardedArenaSubject>;
 
 template <typename T>
 class Concurrency : public ::testing::Test {

@@ -23,7 +23,7 @@ using Subjects =
     ::testing::Types<HostSubject, PinnedHostSubject, SimDeviceSubject, BfcPreallocateSubject, BfcGrowSubject,
                      ExpandableSubject, ExpandableSharedSubject, LimitingSubject, StatisticsSubject, ThreadCacheSubject,
                      TrackingSubject, FailureCallbackSubject, LoggingSubject, BfcStackSubject, BfcGrowStackSubject,
-                     ExpandableStackSubject, SystemStackSubject>;
+                     ExpandableStackSubject, SystemStackSubject, ShardedArenaSubject>;
 
 template <typename T>
 class Conformance : public ::testing::Test {

@@ -100,6 +100,11 @@ TEST(MemoryConfig, ValidateNamesTheFieldAndTheFix) {
   MemoryConfig bad_split;
   bad_split.bfc_split = static_cast<BfcSplit>(9);
   expect_invalid([&] { bad_split.validate(); }, {"bfc_split", "BfcSplit::exact"});
+  for (std::size_t shards : {std::size_t{0}, MemoryConfig::kMaxArenaShards + 1}) {
+    MemoryConfig bad_shards;
+    bad_shards.arena_shards = shards;
+    expect_invalid([&] { bad_shards.validate(); }, {"arena_shards = " + std::to_string(shards), "[1, 64]"});
+  }
   MemoryConfig exact_split;
   exact_split.bfc_split = BfcSplit::exact;
   EXPECT_NO_THROW(exact_split.validate());
@@ -182,6 +187,21 @@ TEST(EnvOverrides, BfcSplit) {
   MemoryConfig exact_in_code;
   exact_in_code.bfc_split = BfcSplit::exact;
   EXPECT_EQ(tp::memory::apply_env_overrides(exact_in_code, FakeEnv{}.getter()).bfc_split, BfcSplit::exact);
+}
+
+TEST(EnvOverrides, ArenaShards) {
+  for (const auto& [text, shards] : std::map<std::string, std::size_t>{{"2", 2}, {" 4 ", 4}, {"1", 1}, {"64", 64}}) {
+    FakeEnv env{{{"TP_ARENA_SHARDS", text}}};
+    EXPECT_EQ(tp::memory::apply_env_overrides(MemoryConfig{}, env.getter()).arena_shards, shards) << text;
+  }
+  MemoryConfig in_code;
+  in_code.arena_shards = 3;
+  EXPECT_EQ(tp::memory::apply_env_overrides(in_code, FakeEnv{}.getter()).arena_shards, 3u);
+  for (const char* bad : {"", " ", "0", "65", "-1", "two", "2.5", "2 2", "0x2"}) {
+    FakeEnv env{{{"TP_ARENA_SHARDS", bad}}};
+    expect_invalid([&] { (void)tp::memory::apply_env_overrides(MemoryConfig{}, env.getter()); },
+                   {"TP_ARENA_SHARDS", std::string("'") + bad + "'", "1 to 64"});
+  }
 }
 
 TEST(EnvOverrides, BadValuesNameTheVariableTheValueAndTheAcceptedValues) {

@@ -21,6 +21,7 @@
 #include "tensorpool/memory/host_virtual_memory.hpp"
 #include "tensorpool/memory/limiting_adaptor.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
+#include "tensorpool/memory/sharded_arena.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 
 namespace {
@@ -47,6 +48,7 @@ AllocationTag tag(std::string name, AllocationKind kind = AllocationKind::activa
 std::string allocator_invariants(MemoryStack& stack) {
   if (auto* bfc = dynamic_cast<tp::memory::BfcAllocator*>(&stack.allocator())) return bfc->check_invariants();
   if (auto* arena = dynamic_cast<tp::memory::ExpandableArena*>(&stack.allocator())) return arena->check_invariants();
+  if (auto* arena = dynamic_cast<tp::memory::ShardedArena*>(&stack.allocator())) return arena->check_invariants();
   return "";
 }
 
@@ -63,8 +65,10 @@ class EveryStack : public ::testing::TestWithParam<std::tuple<AllocatorKind, Gro
     result.policy = std::get<1>(GetParam());
     result.tracking = std::get<2>(GetParam());
     result.limit_bytes = 16 * kMiB;
+    result.arena_shards = arena_shards_;
     return result;
   }
+  std::size_t arena_shards_ = 1;
   std::unique_ptr<MemoryStack> make(bool on_host) const {
     MemoryConfig base = config();
     if (on_host) {
@@ -151,6 +155,27 @@ class EveryStack : public ::testing::TestWithParam<std::tuple<AllocatorKind, Gro
     void* again = stack.allocate(4 * kMiB, 256, tag("again"));
     stack.deallocate(again, 4 * kMiB);
   }
+
+  // Four threads allocate, write and free at once.
+  static void exercise_concurrently(MemoryStack& stack) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&stack, t] {
+        for (int i = 0; i < 200; ++i) {
+          const std::size_t bytes = static_cast<std::size_t>(1 + (i * 7919 + t) % 20) * 4096;
+          try {
+            void* ptr = stack.allocate(bytes, 256, tag("w" + std::to_string(t)));
+            std::memset(ptr, t, bytes);
+            stack.deallocate(ptr, bytes);
+          } catch (const OutOfMemoryError&) {}
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    EXPECT_EQ(stack.stats().bytes_requested, 0u);
+    EXPECT_EQ(stack.stats().bytes_in_use, 0u);
+    EXPECT_EQ(allocator_invariants(stack), "");
+  }
 };
 
 TEST_P(EveryStack, OnASimulatedDevice) {
@@ -165,24 +190,7 @@ TEST_P(EveryStack, OnHostMemory) {
 
 TEST_P(EveryStack, ConcurrentUse) {
   auto stack = make(false);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&stack, t] {
-      std::vector<void*> held;
-      for (int i = 0; i < 200; ++i) {
-        const std::size_t bytes = static_cast<std::size_t>(1 + (i * 7919 + t) % 20) * 4096;
-        try {
-          held.push_back(stack->allocate(bytes, 256, tag("w" + std::to_string(t))));
-          std::memset(held.back(), t, bytes);
-          stack->deallocate(held.back(), bytes);
-          held.pop_back();
-        } catch (const OutOfMemoryError&) {}
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(stack->stats().bytes_requested, 0u);
-  EXPECT_EQ(allocator_invariants(*stack), "");
+  exercise_concurrently(*stack);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -193,6 +201,38 @@ INSTANTIATE_TEST_SUITE_P(
       return describe(std::get<0>(param_info.param), std::get<1>(param_info.param)) +
              (std::get<2>(param_info.param) ? "_tracked" : "_untracked");
     });
+
+// The expandable stack with its budget served by two arena shards: the same behaviour, one budget.
+class ShardedStack : public EveryStack {
+ protected:
+  ShardedStack() { arena_shards_ = 2; }
+};
+
+TEST_P(ShardedStack, OnASimulatedDevice) {
+  auto stack = make(false);
+  ASSERT_NE(dynamic_cast<tp::memory::ShardedArena*>(&stack->allocator()), nullptr);
+  exercise(*stack, "sim:0");
+}
+
+TEST_P(ShardedStack, OnHostMemory) {
+  auto stack = make(true);
+  exercise(*stack, "host");
+}
+
+TEST_P(ShardedStack, ConcurrentUse) {
+  auto stack = make(false);
+  exercise_concurrently(*stack);
+  EXPECT_LE(stack->stats().peak_bytes_reserved, 16 * kMiB);
+}
+
+INSTANTIATE_TEST_SUITE_P(Expandable, ShardedStack,
+                         ::testing::Combine(::testing::Values(AllocatorKind::expandable),
+                                            ::testing::Values(GrowthPolicy::preallocate, GrowthPolicy::grow),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<ShardedStack::ParamType>& param_info) {
+                           return describe(std::get<0>(param_info.param), std::get<1>(param_info.param)) +
+                                  (std::get<2>(param_info.param) ? "_tracked" : "_untracked");
+                         });
 
 TEST(MemoryStack, BfcSplitReachesTheAllocator) {
   MemoryConfig config;

@@ -8,18 +8,22 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "device/support/device_test_support.hpp"
 #include "tensorpool/core/buffer.hpp"
 #include "tensorpool/core/error.hpp"
+#include "tensorpool/memory/memory_config.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace {
@@ -290,6 +294,38 @@ TEST_P(ProfilerTest, SharedMemoryIsRecordedPerTensorInAnEntryOfItsOwn) {
   EXPECT_EQ(kinds, (std::vector<std::string>{"staging", "fetched"}));
   EXPECT_EQ(shared.stats.bytes_in_use, batch->allocated_bytes());
   EXPECT_EQ(profile::memory_info(*device_).shared_current, batch->allocated_bytes());
+}
+
+// A sharded expandable arena (MemoryConfig::arena_shards): one segment per shard, each naming the tensor a
+// thread allocated in it.
+TEST(ProfilerSegments, AShardedArenaShowsASegmentPerShard) {
+  tp::memory::MemoryConfig config = tp::device::testing::grow_config("sim", 64 * kMiB);
+  config.allocator = tp::memory::AllocatorKind::expandable;
+  config.arena_shards = 2;
+  const tp::device::DeviceId id{tp::device::DeviceKind::sim, 0};
+  std::unique_ptr<tp::device::Device> device = tp::device::make_sim_device(id, id, 64 * kMiB, config, {});
+  profile::MemoryProfiler profiler({device.get()});
+  std::barrier both(2);
+  std::vector<std::shared_ptr<tp::Buffer>> held(2);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      both.arrive_and_wait();  // both threads run before either allocates
+      held[t] = device->allocate((t + 1) * kMiB, tag("t" + std::to_string(t), "MatMul", AllocationKind::activation));
+      both.arrive_and_wait();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const profile::DeviceSnapshot snapshot = profiler.snapshot().devices.at(0);
+  ASSERT_EQ(snapshot.segments.size(), 2u);
+  std::vector<std::string> names;
+  for (const profile::SnapshotSegment& segment : snapshot.segments) {
+    for (const profile::SnapshotBlock& block : segment.blocks) {
+      if (block.tag) names.push_back(snapshot.tags.at(*block.tag).name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"t0", "t1"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Accelerators, ProfilerTest, ::testing::ValuesIn(tp::device::testing::queued_backends()),

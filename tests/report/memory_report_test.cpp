@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/support/mlp_graph.hpp"
@@ -159,6 +160,23 @@ TEST_F(MemoryReport, SummaryDataTextAndJsonAgreeWithThePlan) {
   EXPECT_EQ(json[0]["parameter_bytes"], device.parameter_bytes);
   EXPECT_EQ(json[0]["largest_tensors"].size(), device.largest_tensors.size());
   EXPECT_FALSE(json[0].contains("shared_peak_in_use_bytes"));
+}
+
+// TP_ARENA_SHARDS reaches the devices' stacks, and the summary names the shards.
+TEST(MemoryReportShards, TheSummaryNamesTheArenaShards) {
+  const memory::GetEnv env = [](const char* name) -> const char* {
+    return std::string_view(name) == "TP_ARENA_SHARDS" ? "2" : nullptr;
+  };
+  device::DeviceManager manager(runtime::testing::two_sim_devices(8 * kMiB), env);
+  train::Sequential model({784}, {{.units = 512, .activation = train::Activation::relu},
+                                  {.units = 10, .activation = train::Activation::softmax}});
+  model.compile({}, train::Strategy::one_device("sim:0"), {.name = "report", .devices = &manager});
+  EXPECT_EQ(manager.device("sim:0").memory().config().arena_shards, 2u);
+  const std::vector<DeviceSummary> summary = memory_summary(manager, {"sim:0"}, model.plan(32), model);
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].allocator, "expandable (2 shards)");
+  const std::string text = summary_text(summary);
+  EXPECT_NE(text.find("allocator expandable (2 shards), grows on demand"), std::string::npos) << text;
 }
 
 // One state of sim:0's stack (live blocks with holes between them, requests that rounding enlarges): the

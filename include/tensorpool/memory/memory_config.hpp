@@ -4,8 +4,8 @@
 // options: preallocate the budget up front (the default) or grow on demand (allow_growth); a budget given as
 // a fraction of the device's capacity or in bytes; which allocator; BFC's garbage collection and split
 // threshold and split policy; whether allocations are tracked. apply_env_overrides() lets an operator change
-// the policy, allocator, BFC split policy and fraction without touching code; every bad value is an error,
-// never silently ignored.
+// the policy, allocator, BFC split policy, arena shards and fraction without touching code; every bad value is
+// an error, never silently ignored.
 
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +41,7 @@ struct MemoryConfig {
   static constexpr std::size_t kDefaultSplitThreshold = 128 * kMiB;
   static constexpr std::size_t kDefaultThreadCacheBytes = 4 * kMiB;
   static constexpr std::size_t kDefaultReuseBytes = 16 * kMiB;
+  static constexpr std::size_t kMaxArenaShards = 64;
   // The largest fraction managed memory accepts: a budget of 16x the GPU's memory pages to the host anyway.
   static constexpr double kMaxOversubscription = 16.0;
 
@@ -82,6 +83,12 @@ struct MemoryConfig {
   // skips the arena's search; kept blocks are given back before they could cost a granule. 0 turns it off. The
   // other allocators ignore it.
   std::size_t reuse_bytes = kDefaultReuseBytes;
+  // expandable: how many arenas the budget serves through (ShardedArena, docs/memory.md "Arena shards"), in
+  // [1, kMaxArenaShards]: a thread allocates from one chosen by its index among the running threads, so that
+  // threads allocating at the same time (a device's streams, each with its own thread) take different locks.
+  // 1 (the default): one arena, the leanest footprint when one thread allocates at a time. The other
+  // allocators ignore it.
+  std::size_t arena_shards = 1;
   bool tracking = true;  // per-allocation records (TrackingAdaptor) for profiles/OOMs
   // Per thread: the most bytes of freed small blocks (up to 1 MiB each) a thread keeps for its next requests of
   // the same sizes (ThreadCacheAdaptor), so the common allocate/free pair takes no allocator lock; flushed by
@@ -101,7 +108,8 @@ struct MemoryConfig {
   // Throws tp::InvalidArgument naming the field and the fix: empty device, fraction outside (0, 1] (above 1
   // only with allocator = managed) or not finite, a CUDA-only allocator on a device not named cuda:N, limit_bytes == 0 or above kMaxAllocationBytes, fraction and limit_bytes both set,
   // split_threshold == 0, split_fraction outside (0, 1] or set together with split_threshold, compaction_slack
-  // outside [0, 1], compact_before_growth with share_granules, an out-of-range enum value (policy, allocator,
+  // outside [0, 1], compact_before_growth with share_granules, arena_shards outside [1, kMaxArenaShards], an
+  // out-of-range enum value (policy, allocator,
   // bfc_split).
   void validate() const;
 };
@@ -123,6 +131,7 @@ using GetEnv = std::function<const char*(const char*)>;
 //   TP_BFC_SPLIT        tensorflow|exact (any case)      -> bfc_split
 //   TP_THREAD_CACHE     a size (4MiB, 1048576), or on|off|true|false|yes|no -> thread_cache_bytes (off = 0,
 //                                                          on = kDefaultThreadCacheBytes)
+//   TP_ARENA_SHARDS     a whole number in [1, kMaxArenaShards] -> arena_shards
 // Surrounding spaces are ignored. An empty or malformed value throws tp::InvalidArgument naming the
 // variable, its value and the accepted values. `get_env` is injectable for tests.
 [[nodiscard]] MemoryConfig apply_env_overrides(MemoryConfig config, const GetEnv& get_env = ::getenv);

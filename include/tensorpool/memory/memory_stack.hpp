@@ -5,6 +5,8 @@
 //   statistics( tracking?( thread_cache?( allocator( source ) ) ) )
 //     allocator = BfcAllocator     over the source as a MemoryResource (preallocate | grow, limit, GC, split)
 //               | ExpandableArena  over the source as VirtualMemory  (limit; preallocate keeps freed pages)
+//               | ShardedArena     config.arena_shards > 1 expandable arenas over it, one budget, a thread's
+//                                  requests going to one of them (threads allocating at once take different locks)
 //               | LimitingAdaptor  over the source itself            (system: every request goes to the source)
 //     thread_cache = ThreadCacheAdaptor when config.thread_cache_bytes > 0 and the allocator is BFC (or
 //               managed) with BfcSplit::exact, system or cuda_malloc_async; below tracking, so a cached block

@@ -35,7 +35,8 @@ struct SharedMemorySummary {
 
 struct DeviceSummary {
   std::string device;
-  std::string allocator;  // the device stack's: "expandable" | "bfc" | "system"
+  std::string allocator;  // the device stack's: "expandable" ("expandable (N shards)" with arena_shards N > 1) |
+                          // "bfc" | "system"
   std::string policy;     // "grow" | "preallocate"
   std::size_t peak_in_use_bytes = 0;
   std::size_t reserved_bytes = 0;

@@ -18,6 +18,7 @@
 #include "tensorpool/memory/logging_adaptor.hpp"
 #include "tensorpool/memory/memory_stack.hpp"
 #include "tensorpool/memory/pinned_host_resource.hpp"
+#include "tensorpool/memory/sharded_arena.hpp"
 #include "tensorpool/memory/sim_device_memory.hpp"
 #include "tensorpool/memory/statistics_adaptor.hpp"
 #include "tensorpool/memory/thread_cache_adaptor.hpp"
@@ -79,6 +80,17 @@ struct ExpandableSubjectOf {
 };
 using ExpandableSubject = ExpandableSubjectOf<false>;
 using ExpandableSharedSubject = ExpandableSubjectOf<true>;
+// Two expandable arenas under one budget (ShardedArena), over a source it borrows.
+struct ShardedArenaSubject {
+  static constexpr const char* kName = "sharded_expandable";
+  static Subject make() {
+    auto source = std::make_shared<SimDeviceMemory>(kSubjectCapacity);
+    ArenaOptions options;
+    options.limit_bytes = kSubjectCapacity;
+    auto arena = std::make_unique<ShardedArena>(*source, options, 2);
+    return {source, std::move(arena), kSubjectCapacity};
+  }
+};
 struct LimitingSubject {
   static constexpr const char* kName = "limiting(host)";
   static Subject make() {
