@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "memory/atomic_max.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/memory_resource.hpp"
@@ -98,10 +99,7 @@ void HostVirtualMemory::refuse(std::size_t bytes, std::size_t taken, const std::
   throw OutOfMemoryError(std::move(report));
 }
 
-void HostVirtualMemory::raise_peak(std::size_t now) noexcept {
-  std::size_t peak = peak_committed_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_committed_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
-}
+void HostVirtualMemory::raise_peak(std::size_t now) noexcept { detail::raise_to(peak_committed_, now); }
 
 void HostVirtualMemory::commit(void* ptr, std::size_t bytes) {
   check_granule_range(name_, granularity_, ptr, bytes, "commit");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "memory/atomic_max.hpp"
 #include "memory/thread_index.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/log.hpp"
@@ -13,15 +14,7 @@
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
 namespace tp::memory {
-namespace {
-
-// Raises `maximum` to `value` unless it is already at least that; a load alone when it is.
-void raise_to(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
-  std::size_t current = maximum.load(std::memory_order_relaxed);
-  while (current < value && !maximum.compare_exchange_weak(current, value, std::memory_order_relaxed)) {}
-}
-
-}  // namespace
+using detail::raise_to;
 
 // The shards' common source: every call goes to `source`; a physical granule or commit that would take the
 // shards' committed bytes past the budget is refused as the source refuses one past its capacity.

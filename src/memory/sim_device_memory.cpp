@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "memory/atomic_max.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/core/units.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
@@ -37,11 +38,7 @@ bool SimDeviceMemory::take(std::size_t bytes) noexcept {
   return true;
 }
 
-void SimDeviceMemory::raise_peak() noexcept {
-  const std::size_t now = used_.load(std::memory_order_relaxed);
-  std::size_t peak = peak_used_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_used_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {}
-}
+void SimDeviceMemory::raise_peak() noexcept { detail::raise_to(peak_used_, used_.load(std::memory_order_relaxed)); }
 
 void SimDeviceMemory::give_back(std::size_t bytes) noexcept { used_.fetch_sub(bytes, std::memory_order_relaxed); }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "memory/atomic_max.hpp"
 #include "memory/thread_index.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -11,6 +12,7 @@ namespace tp::memory {
 namespace {
 
 using detail::kNoThreadIndex;
+using detail::raise_to;
 using detail::tls_thread_index;
 static_assert(StatisticsAdaptor::kShards == detail::kThreadIndices,
               "a shard per thread index, and the shared one for the threads beyond");
@@ -18,12 +20,6 @@ static_assert(StatisticsAdaptor::kShards == detail::kThreadIndices,
 // Adds to a counter only this thread writes: a plain load and store, no locked instruction.
 void add_owned(std::atomic<std::uint64_t>& counter, std::uint64_t value) noexcept {
   counter.store(counter.load(std::memory_order_relaxed) + value, std::memory_order_relaxed);
-}
-
-// Raises `maximum` to `value` unless it is already at least that; a load alone when it is.
-void raise_to(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
-  std::size_t current = maximum.load(std::memory_order_relaxed);
-  while (current < value && !maximum.compare_exchange_weak(current, value, std::memory_order_relaxed)) {}
 }
 
 }  // namespace

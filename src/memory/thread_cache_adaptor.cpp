@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "memory/atomic_max.hpp"
 #include "tensorpool/core/error.hpp"
 #include "tensorpool/memory/out_of_memory_error.hpp"
 
@@ -162,12 +163,6 @@ std::size_t thread_cache_bin(std::size_t bytes) noexcept {
   return static_cast<std::size_t>((static_cast<std::uint64_t>(bytes) * 0x9E3779B97F4A7C15ULL) >> kShift);
 }
 
-// Raises `maximum` to `value` unless it is already at least that; a load alone when it is.
-void raise_peak(std::atomic<std::size_t>& maximum, std::size_t value) noexcept {
-  std::size_t current = maximum.load(std::memory_order_relaxed);
-  while (current < value && !maximum.compare_exchange_weak(current, value, std::memory_order_relaxed)) {}
-}
-
 bool aligned_to(const void* ptr, std::size_t alignment) noexcept {
   return (reinterpret_cast<std::uintptr_t>(ptr) & (alignment - 1)) == 0;
 }
@@ -250,7 +245,7 @@ std::size_t ThreadCacheAdaptor::footprint(const void* ptr, std::size_t bytes) co
 }
 
 void ThreadCacheAdaptor::add_in_use(std::size_t allocated) noexcept {
-  raise_peak(peak_in_use_, in_use_.fetch_add(allocated, std::memory_order_relaxed) + allocated);
+  detail::raise_to(peak_in_use_, in_use_.fetch_add(allocated, std::memory_order_relaxed) + allocated);
 }
 
 // The hit path is kept free of calls but the atomics: this thread's cache for this adaptor is the last one
