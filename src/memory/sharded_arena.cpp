@@ -90,10 +90,6 @@ ShardedArena::ShardedArena(VirtualMemory& memory, ArenaOptions options, std::siz
     TP_THROW(InvalidArgument, "memory", this->name(), ": ", shards, " arena shards; give 1 to ", kMaxShards,
              " (one per thread that allocates at the same time as others, e.g. a device's streams)");
   }
-  if (options.limit_bytes == 0) {
-    TP_THROW(InvalidArgument, "memory", this->name(), ": ArenaOptions::limit_bytes = 0; set the hard wall on",
-             " committed bytes (e.g. the device capacity)");
-  }
   budget_ = std::make_unique<Budget>(memory, options.limit_bytes);
   shards_.reserve(shards);
   ranges_.reserve(shards);
@@ -249,11 +245,13 @@ std::size_t ShardedArena::committed_bytes() const noexcept { return budget_->com
 std::string ShardedArena::check_invariants() const {
   std::size_t in_use = 0;
   std::size_t requested = 0;
+  std::size_t committed = 0;
   for (const std::unique_ptr<ExpandableArena>& shard : shards_) {
     if (std::string problem = shard->check_invariants(); !problem.empty()) return shard->name() + ": " + problem;
     const MemoryStats stats = shard->stats();
     in_use += stats.bytes_in_use;
     requested += stats.bytes_requested;
+    committed += stats.bytes_reserved;
   }
   if (in_use != counts_.bytes_in_use.load(std::memory_order_relaxed)) {
     return "bytes in use " + std::to_string(counts_.bytes_in_use.load()) + " != the shards' " + std::to_string(in_use);
@@ -262,8 +260,6 @@ std::string ShardedArena::check_invariants() const {
     return "bytes requested " + std::to_string(counts_.bytes_requested.load()) + " != the shards' " +
            std::to_string(requested);
   }
-  std::size_t committed = 0;
-  for (const std::unique_ptr<ExpandableArena>& shard : shards_) committed += shard->committed_bytes();
   if (committed != budget_->committed_bytes()) {
     return "committed bytes " + std::to_string(budget_->committed_bytes()) + " != the shards' " +
            std::to_string(committed);
